@@ -1,0 +1,471 @@
+package budget
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cpuwork/cpuwork/internal/cgroupfs"
+	"golang.org/x/sys/unix"
+)
+
+// ErrMalformed is wrapped by errors about a cgroup or /proc file whose text
+// does not parse; the error message names the file.
+var ErrMalformed = cgroupfs.ErrMalformed
+
+// Source says which input set Budget.Cores.
+type Source string
+
+const (
+	// SourceAffinity: no CPU quota below the number of CPUs in the
+	// affinity mask (sched_getaffinity(2), which already reflects cpusets).
+	SourceAffinity Source = "affinity"
+	// SourceCgroupV1: a cgroup v1 cpu.cfs_quota_us / cpu.cfs_period_us.
+	SourceCgroupV1 Source = "cgroup v1 cpu.cfs_quota_us"
+	// SourceCgroupV2: a cgroup v2 cpu.max.
+	SourceCgroupV2 Source = "cgroup v2 cpu.max"
+)
+
+// Limit is a CFS bandwidth limit found at one level of the cgroup tree.
+type Limit struct {
+	Dir    string        // directory the limit was read from
+	Quota  time.Duration // CPU time allowed per period, summed over CPUs
+	Period time.Duration // enforcement period (100ms by default)
+	Cores  float64       // Quota/Period (1.25 = 1250m)
+	Leaf   bool          // true for the process's own cgroup
+}
+
+// Budget is the CPU a process can really use, with the inputs it came from.
+// All CPU amounts are float64 cores (1.25 = 1250m).
+type Budget struct {
+	// Cores is the effective budget: the smaller of the affinity count and
+	// the tightest quota of the leaf cgroup and every ancestor visible in
+	// the mount.
+	Cores float64
+	// Source names the input that set Cores; SourceDir is the cgroup
+	// directory for the cgroup sources.
+	Source    Source
+	SourceDir string
+
+	CgroupVersion int     // 0 (no CPU cgroup found), 1 or 2
+	CgroupPath    string  // the process's cgroup path from /proc/PID/cgroup
+	CgroupDir     string  // its directory in the mounted hierarchy
+	Limits        []Limit // every level with a quota, leaf first
+	// LeafCores is the leaf cgroup's own quota in cores, 0 if none. The Go
+	// runtime reads only this one (GOROOT/src/runtime/cgroup_linux.go).
+	LeafCores float64
+
+	Affinity   int // CPUs in the affinity mask (sched_getaffinity)
+	NumCPU     int // runtime.NumCPU() at process start (self only)
+	GOMAXPROCS int // current runtime.GOMAXPROCS(0) (self only; 0 for another PID)
+	// GOMAXPROCSEnv is the GOMAXPROCS environment variable, "" if unset.
+	GOMAXPROCSEnv string
+	// RuntimeGOMAXPROCS is what the Go runtime's default rule (Go >= 1.25)
+	// chooses: min(Affinity, max(2, ceil(LeafCores))) with a leaf quota,
+	// else Affinity; the GOMAXPROCS variable overrides it.
+	RuntimeGOMAXPROCS int
+
+	// Shares (v1 cpu.shares, default 1024) and Weight (v2 cpu.weight,
+	// default 100) are the leaf's proportional-share settings, 0 if absent.
+	Shares uint64
+	Weight uint64
+	// RequestCores is the CPU request these imply under Kubernetes'
+	// conversion (shares = milliCPU*1024/1000; v2 weight maps back to
+	// shares per KEP-2254); 0 when they are at their defaults or absent.
+	RequestCores float64
+
+	// Notes lists what could not be read and was ignored (for example a
+	// cgroup not visible in the mount namespace).
+	Notes []string
+}
+
+// Slots is the number of CPU-bound tasks to run at once within this budget:
+// floor(Cores), at least 1, at most GOMAXPROCS when that is known.
+//
+// Floor rather than ceil: with 1.25 cores, running 2 CPU-bound tasks spends
+// the quota in 62.5 ms of each 100 ms period and the kernel then freezes
+// every thread of the cgroup for the rest of it (measured here: p99 11-14x
+// worse than 1 task, docs/architecture.md). The 0.25 core left over serves
+// the runtime, the GC and non-admitted goroutines.
+func (b Budget) Slots() int {
+	n := int(math.Floor(b.Cores + 1e-9))
+	if b.GOMAXPROCS > 0 && n > b.GOMAXPROCS {
+		n = b.GOMAXPROCS
+	}
+	return max(n, 1)
+}
+
+// Warning returns a one-line explanation when the GOMAXPROCS in force (or
+// the runtime's default, for another process) exceeds the budget so that
+// CPU-bound goroutines can exhaust a quota and be throttled, or "" when they
+// agree.
+func (b Budget) Warning() string {
+	procs, what := b.GOMAXPROCS, "GOMAXPROCS"
+	if procs == 0 {
+		procs, what = b.RuntimeGOMAXPROCS, "the Go runtime's default GOMAXPROCS"
+	}
+	if procs == 0 || b.Source == SourceAffinity {
+		return ""
+	}
+	if float64(procs) > b.Cores+1e-9 {
+		return fmt.Sprintf("%s is %d but the CPU quota is %.2f cores (%s): %d busy goroutines use the quota up early in each %v period and the kernel throttles the whole process for the rest of it",
+			what, procs, b.Cores, b.SourceDir, procs, b.period())
+	}
+	return ""
+}
+
+func (b Budget) period() time.Duration {
+	for _, l := range b.Limits {
+		if l.Dir == b.SourceDir {
+			return l.Period
+		}
+	}
+	return 100 * time.Millisecond
+}
+
+// Detect returns the CPU budget of the calling process. It reads
+// /proc/self/cgroup, /proc/self/mountinfo and the CPU controller's files of
+// the leaf cgroup and every ancestor up to the mount point, and calls
+// sched_getaffinity(2). An error is returned only when a file that exists
+// cannot be parsed (wrapping ErrMalformed and naming the file) or the
+// affinity call fails; a host without cgroups gives a budget from the
+// affinity mask.
+func Detect() (Budget, error) {
+	return selfDetector().detect()
+}
+
+// DetectPID returns the CPU budget of another process, read from
+// /proc/PID/cgroup and /proc/PID/mountinfo. GOMAXPROCS is 0 (unknown from
+// outside); GOMAXPROCSEnv is read from /proc/PID/environ where permitted.
+// RuntimeGOMAXPROCS assumes the process was built with Go >= 1.25.
+func DetectPID(pid int) (Budget, error) {
+	if pid <= 0 {
+		return Budget{}, fmt.Errorf("budget: pid %d: must be positive", pid)
+	}
+	d := &detector{
+		pid: strconv.Itoa(pid),
+		affinity: func() (int, error) {
+			var set unix.CPUSet
+			if err := unix.SchedGetaffinity(pid, &set); err != nil {
+				return 0, fmt.Errorf("budget: sched_getaffinity(%d): %w", pid, err)
+			}
+			return set.Count(), nil
+		},
+		env: func(k string) string { return environOf(pid, k) },
+	}
+	return d.detect()
+}
+
+// detector reads the budget from a tree rooted at root ("" for the real
+// filesystem), so that tests can point it at fixture trees.
+type detector struct {
+	root       string
+	pid        string // "self" or a decimal PID
+	affinity   func() (int, error)
+	numCPU     int
+	gomaxprocs int
+	env        func(string) string
+}
+
+func selfDetector() *detector {
+	return &detector{
+		pid: "self",
+		affinity: func() (int, error) {
+			var set unix.CPUSet
+			if err := unix.SchedGetaffinity(0, &set); err != nil {
+				return 0, fmt.Errorf("budget: sched_getaffinity: %w", err)
+			}
+			return set.Count(), nil
+		},
+		numCPU:     runtime.NumCPU(),
+		gomaxprocs: runtime.GOMAXPROCS(0),
+		env:        os.Getenv,
+	}
+}
+
+func (d *detector) read(p string) ([]byte, error) {
+	return os.ReadFile(filepath.Join(d.root, p))
+}
+
+func (d *detector) detect() (Budget, error) {
+	var b Budget
+	aff, err := d.affinity()
+	if err != nil {
+		return b, err
+	}
+	b.Affinity, b.NumCPU, b.GOMAXPROCS = aff, d.numCPU, d.gomaxprocs
+	b.Cores, b.Source = float64(aff), SourceAffinity
+	if d.env != nil {
+		b.GOMAXPROCSEnv = d.env("GOMAXPROCS")
+	}
+	if err := d.readCgroup(&b); err != nil {
+		return b, err
+	}
+	b.RuntimeGOMAXPROCS = runtimeDefault(b)
+	if b.Shares != 0 && b.Shares != 1024 {
+		b.RequestCores = float64(b.Shares) / 1024
+	} else if b.Weight != 0 && b.Weight != 100 {
+		// KEP-2254: weight = 1 + (shares-2)*9999/262142, inverted.
+		b.RequestCores = (2 + float64(b.Weight-1)*262142/9999) / 1024
+	}
+	return b, nil
+}
+
+// runtimeDefault applies GOROOT/src/runtime/cgroup_linux.go
+// (adjustCgroupGOMAXPROCS): the affinity count, lowered to
+// max(2, ceil(leaf quota)) when the leaf has a quota; the GOMAXPROCS
+// variable (a positive integer) overrides both.
+func runtimeDefault(b Budget) int {
+	if n, err := strconv.Atoi(b.GOMAXPROCSEnv); err == nil && n > 0 {
+		return n
+	}
+	procs := b.Affinity
+	if b.LeafCores > 0 {
+		limit := max(int(math.Ceil(b.LeafCores)), 2)
+		procs = min(procs, limit)
+	}
+	return procs
+}
+
+func (d *detector) readCgroup(b *Budget) error {
+	cgPath := filepath.Join("/proc", d.pid, "cgroup")
+	data, err := d.read(cgPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		b.Notes = append(b.Notes, cgPath+" does not exist: no cgroups")
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("budget: read %s: %w", cgPath, err)
+	}
+	lines, err := cgroupfs.ParseProcCgroup(data)
+	if err != nil {
+		return fmt.Errorf("budget: %s: %w", cgPath, err)
+	}
+	miPath := filepath.Join("/proc", d.pid, "mountinfo")
+	data, err = d.read(miPath)
+	if err != nil {
+		return fmt.Errorf("budget: read %s: %w", miPath, err)
+	}
+	mounts, err := cgroupfs.ParseMountInfo(data)
+	if err != nil {
+		return fmt.Errorf("budget: %s: %w", miPath, err)
+	}
+	h, err := cgroupfs.FindCPU(lines, mounts)
+	switch {
+	case errors.Is(err, cgroupfs.ErrNoCgroup):
+		b.Notes = append(b.Notes, "no CPU cgroup in "+cgPath)
+		return nil
+	case errors.Is(err, cgroupfs.ErrNotVisible):
+		b.CgroupVersion, b.CgroupPath = h.Version, h.Path
+		b.Notes = append(b.Notes, err.Error()+": quota not read")
+		return nil
+	case err != nil:
+		return fmt.Errorf("budget: %w", err)
+	}
+	b.CgroupVersion, b.CgroupPath, b.CgroupDir = h.Version, h.Path, h.Dir
+	for i, dir := range cgroupfs.Ancestors(h.Dir, h.MountPoint) {
+		q, ok, err := d.readQuota(h.Version, dir)
+		if err != nil {
+			return err
+		}
+		if !ok || q.Unlimited {
+			continue
+		}
+		l := Limit{Dir: dir, Quota: q.Quota, Period: q.Period, Cores: q.Cores(), Leaf: i == 0}
+		b.Limits = append(b.Limits, l)
+		if l.Leaf {
+			b.LeafCores = l.Cores
+		}
+		if l.Cores < b.Cores {
+			b.Cores, b.SourceDir = l.Cores, dir
+			b.Source = SourceCgroupV1
+			if h.Version == 2 {
+				b.Source = SourceCgroupV2
+			}
+		}
+	}
+	if h.Version == 1 {
+		b.Shares, err = d.readUint(filepath.Join(h.Dir, "cpu.shares"))
+	} else {
+		b.Weight, err = d.readUint(filepath.Join(h.Dir, "cpu.weight"))
+	}
+	return err
+}
+
+// readQuota reads one level's limit; ok is false when the level has no
+// limit file (the v2 root, or a v2 cgroup without the cpu controller).
+func (d *detector) readQuota(version int, dir string) (q cgroupfs.Quota, ok bool, err error) {
+	if version == 2 {
+		p := filepath.Join(dir, "cpu.max")
+		data, err := d.read(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return q, false, nil
+		}
+		if err != nil {
+			return q, false, fmt.Errorf("budget: read %s: %w", p, err)
+		}
+		q, err = cgroupfs.ParseCPUMax(data)
+		if err != nil {
+			return q, false, fmt.Errorf("budget: %s: %w", p, err)
+		}
+		return q, true, nil
+	}
+	qp, pp := filepath.Join(dir, "cpu.cfs_quota_us"), filepath.Join(dir, "cpu.cfs_period_us")
+	qd, err := d.read(qp)
+	if errors.Is(err, fs.ErrNotExist) {
+		return q, false, nil
+	}
+	if err != nil {
+		return q, false, fmt.Errorf("budget: read %s: %w", qp, err)
+	}
+	pd, err := d.read(pp)
+	if err != nil {
+		return q, false, fmt.Errorf("budget: read %s: %w", pp, err)
+	}
+	q, err = cgroupfs.ParseV1Quota(qd, pd)
+	if err != nil {
+		return q, false, fmt.Errorf("budget: %s: %w", dir, err)
+	}
+	return q, true, nil
+}
+
+func (d *detector) readUint(p string) (uint64, error) {
+	data, err := d.read(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("budget: read %s: %w", p, err)
+	}
+	v, err := cgroupfs.ParseUint(filepath.Base(p), data)
+	if err != nil {
+		return 0, fmt.Errorf("budget: %s: %w", p, err)
+	}
+	return v, nil
+}
+
+func environOf(pid int, key string) string {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return ""
+	}
+	for _, kv := range strings.Split(string(data), "\x00") {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// Stat is the CFS bandwidth accounting of a cgroup, from its cpu.stat.
+type Stat struct {
+	Dir              string        // the cgroup directory read
+	Periods          uint64        // enforcement periods with runnable threads (nr_periods)
+	ThrottledPeriods uint64        // periods that ran out of quota (nr_throttled)
+	ThrottledTime    time.Duration // total time throttled (v1 throttled_time ns, v2 throttled_usec)
+	Usage            time.Duration // CPU time used (v2 usage_usec; 0 on v1)
+}
+
+// ReadStat reads cpu.stat of the calling process's leaf cgroup (the one
+// Budget.CgroupDir names). It returns an error when the process has no
+// visible CPU cgroup or the file is missing or malformed.
+func ReadStat() (Stat, error) {
+	b, err := Detect()
+	if err != nil {
+		return Stat{}, err
+	}
+	return ReadStatDir(b.CgroupDir)
+}
+
+// ReadStatDir reads and parses dir/cpu.stat.
+func ReadStatDir(dir string) (Stat, error) {
+	if dir == "" {
+		return Stat{}, errors.New("budget: no visible CPU cgroup to read cpu.stat from")
+	}
+	p := filepath.Join(dir, "cpu.stat")
+	data, err := os.ReadFile(p)
+	if err != nil {
+		return Stat{}, fmt.Errorf("budget: read %s: %w", p, err)
+	}
+	s, err := cgroupfs.ParseCPUStat(data)
+	if err != nil {
+		return Stat{}, fmt.Errorf("budget: %s: %w", p, err)
+	}
+	return Stat{Dir: dir, Periods: s.Periods, ThrottledPeriods: s.ThrottledPeriods,
+		ThrottledTime: s.ThrottledTime, Usage: s.Usage}, nil
+}
+
+// Change is one report of Watch: a budget that differs from the previous
+// report, or the error of a failed re-read.
+type Change struct {
+	Budget Budget
+	Err    error
+}
+
+// DefaultWatchInterval is Watch's re-read interval when given 0. The Go
+// runtime's sysmon re-reads the cgroup limit at most once per second too.
+const DefaultWatchInterval = time.Second
+
+// Watch re-reads the budget of the calling process every interval (0 means
+// DefaultWatchInterval) and sends the first reading and then every change
+// (Cores, Affinity, GOMAXPROCS, the limits or the cgroup). The channel holds
+// at most one pending report: a slow reader sees the latest, never a stale
+// one. It is closed after ctx is done.
+func Watch(ctx context.Context, interval time.Duration) <-chan Change {
+	return watch(ctx, interval, Detect)
+}
+
+func watch(ctx context.Context, interval time.Duration, detect func() (Budget, error)) <-chan Change {
+	if interval <= 0 {
+		interval = DefaultWatchInterval
+	}
+	ch := make(chan Change, 1)
+	go func() {
+		defer close(ch)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		var last Change
+		first := true
+		for {
+			b, err := detect()
+			c := Change{Budget: b, Err: err}
+			if first || !sameChange(last, c) {
+				first = false
+				last = c
+				select {
+				case ch <- c:
+				default:
+					select { // replace the unread report with the latest
+					case <-ch:
+					default:
+					}
+					ch <- c
+				}
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return ch
+}
+
+func sameChange(a, b Change) bool {
+	if (a.Err == nil) != (b.Err == nil) || (a.Err != nil && a.Err.Error() != b.Err.Error()) {
+		return false
+	}
+	x, y := a.Budget, b.Budget
+	return x.Cores == y.Cores && x.Affinity == y.Affinity && x.GOMAXPROCS == y.GOMAXPROCS &&
+		x.CgroupDir == y.CgroupDir && slices.Equal(x.Limits, y.Limits)
+}
