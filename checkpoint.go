@@ -1,0 +1,199 @@
+package cpuwork
+
+import (
+	"context"
+	"runtime"
+	"runtime/metrics"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Checkpoint marks a safe point inside a long CPU-bound loop of a task. Call
+// it every few microseconds to a millisecond of work, with the context the
+// task's fn received:
+//
+//	for i := range items {
+//		if err := cpuwork.Checkpoint(ctx); err != nil {
+//			return err
+//		}
+//		process(items[i])
+//	}
+//
+// It does three things, cheapest first:
+//
+//  1. When a task of a more urgent class waits for a slot, it hands its
+//     slot over and queues again at the front of its own class, returning
+//     when it gets a slot back. Critical work therefore waits for at most
+//     one Checkpoint interval of lower-class work, not for whole tasks.
+//  2. At most every ~100 µs it reads the number of runnable goroutines
+//     (runtime/metrics /sched/goroutines/runnable:goroutines, Go >= 1.26)
+//     and calls runtime.Gosched when some wait for a P; goroutines outside
+//     the executor (handlers, the netpoller's readers) then run within
+//     ~100 µs instead of waiting for async preemption (10 ms,
+//     forcePreemptNS in runtime/proc.go). Where the metric does not exist
+//     it yields every 100 µs instead.
+//  3. At least every 1 ms it calls runtime.Gosched so the P runs its due
+//     timers: timers are only run when a P enters the scheduler, so busy
+//     workers delay every timer on their Ps (Go issue 38860).
+//
+// Cost: a few nanoseconds when nobody waits (docs/performance.md): a type
+// assertion, one atomic load and a counter; the clock is read only every
+// so many calls, a stride adapted to keep clock reads ~25-100 µs apart.
+//
+// It returns ctx's error once ctx has ended (checked when the clock is
+// read, and while re-queued), or ErrClosed when the executor closed while
+// the task was re-queued; the task should then return. With a context that
+// does not come from a task, Checkpoint only yields the P (steps 2 and 3)
+// and reports ctx's error.
+func Checkpoint(ctx context.Context) error {
+	tc := taskOf(ctx)
+	if tc == nil {
+		return checkpointFree(ctx)
+	}
+	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 {
+		if err := tc.e.yield(ctx, tc); err != nil {
+			return err
+		}
+	}
+	tc.calls++
+	if tc.calls < tc.stride {
+		return nil
+	}
+	return tc.check(ctx)
+}
+
+// moreUrgent[c] has the waitMask bits of the classes that c yields to.
+var moreUrgent = [NumClasses]uint32{
+	Critical:    0,
+	Interactive: 1 << Critical,
+	Batch:       1<<Critical | 1<<Interactive,
+	Background:  1<<Critical | 1<<Interactive | 1<<Batch,
+}
+
+const (
+	checkMinGap   = 25 * time.Microsecond  // below this, Checkpoint reads the clock less often
+	checkMaxGap   = 100 * time.Microsecond // above this, more often
+	sampleGap     = 100 * time.Microsecond // runnable goroutines are read at most this often
+	timerGap      = time.Millisecond       // Gosched at least this often for the P's timers
+	maxStride     = 1 << 20
+	runnableName  = "/sched/goroutines/runnable:goroutines"
+	defaultStride = 1
+)
+
+// check is Checkpoint's periodic part: adapt the stride, then yield the P
+// if goroutines are runnable or timers may be due.
+func (tc *taskCtx) check(ctx context.Context) error {
+	tc.calls = 0
+	t := now()
+	gap := time.Duration(t - tc.lastChk)
+	switch {
+	case tc.lastChk == 0 || tc.stride == 0:
+		tc.stride = defaultStride
+	case gap < checkMinGap && tc.stride < maxStride:
+		tc.stride *= 2
+	case gap > checkMaxGap && tc.stride > 1:
+		tc.stride /= 2
+	}
+	tc.lastChk = t
+	if tc.lastGs == 0 {
+		tc.lastGs = t
+	}
+	if time.Duration(t-tc.lastGs) >= timerGap || runnableNow(t) {
+		runtime.Gosched()
+		tc.lastGs = now()
+	}
+	return ctx.Err()
+}
+
+// The sampled runnable count is shared by all tasks: one of them reads the
+// runtime metric per sampleGap and the others use its result.
+var sampler struct {
+	last     atomic.Int64 // now() of the last read
+	runnable atomic.Int64 // runnable goroutines at that read; -1 if unsupported
+	mu       sync.Mutex
+	sample   []metrics.Sample
+}
+
+func init() {
+	sampler.sample = []metrics.Sample{{Name: runnableName}}
+	metrics.Read(sampler.sample)
+	if sampler.sample[0].Value.Kind() != metrics.KindUint64 {
+		sampler.runnable.Store(-1) // Go < 1.26: no such metric
+	}
+}
+
+// runnableNow reports whether goroutines wait for a P, reading the metric at
+// most every sampleGap; where it is unsupported it answers true once per
+// sampleGap so callers yield at that rate.
+func runnableNow(t int64) bool {
+	last := sampler.last.Load()
+	if time.Duration(t-last) < sampleGap {
+		return sampler.runnable.Load() > 0
+	}
+	if !sampler.last.CompareAndSwap(last, t) {
+		return sampler.runnable.Load() > 0
+	}
+	if sampler.runnable.Load() < 0 {
+		return true
+	}
+	if !sampler.mu.TryLock() {
+		return false
+	}
+	metrics.Read(sampler.sample)
+	n := int64(sampler.sample[0].Value.Uint64())
+	sampler.mu.Unlock()
+	sampler.runnable.Store(n)
+	return n > 0
+}
+
+func checkpointFree(ctx context.Context) error {
+	if runnableNow(now()) {
+		runtime.Gosched()
+	}
+	return ctx.Err()
+}
+
+// yield hands tc's slot to a more urgent waiter and re-queues tc at the
+// front of its class. It returns when tc holds a slot again, or an error if
+// ctx ended or the executor closed meanwhile (tc then holds no slot).
+func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
+	e.mu.Lock()
+	if e.closed.Load() || e.waitMask.Load()&moreUrgent[tc.class] == 0 {
+		e.mu.Unlock()
+		return nil // closing: finish rather than queue; or someone else yielded first
+	}
+	t := now()
+	if tc.timed {
+		e.charge(tc, t)
+	}
+	s := &e.stats[tc.class]
+	if tc.w.est != 0 {
+		s.inflight.Add(-tc.w.est)
+		tc.w.est = 0
+	}
+	s.yields.Add(1)
+	w := &tc.w
+	if w.ready == nil {
+		w.ready = make(chan struct{}, 1)
+	}
+	w.requeued = true
+	e.enqueueLocked(w, true)
+	e.free.Add(1)
+	e.dispatchLocked()
+	e.mu.Unlock()
+	err := e.await(ctx, w)
+	w.requeued = false
+	if err != nil {
+		tc.noSlot = true
+		if err != ErrClosed {
+			s.canceled.Add(^uint64(0)) // await counted a cancel; the task itself was admitted
+		} else {
+			s.rejected.Add(^uint64(0))
+		}
+		return err
+	}
+	tc.timed, tc.weight, tc.start = true, 1, now()
+	s.queueWait.record(tc.start-w.enq, 1)
+	return nil
+}

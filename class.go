@@ -1,0 +1,52 @@
+package cpuwork
+
+import "fmt"
+
+// Class is a task's priority class. Lower values are more urgent.
+type Class uint8
+
+const (
+	// Critical work is admitted strictly first: a freed slot goes to a
+	// queued Critical task before any other, and lower-class tasks that
+	// call Checkpoint hand their slot over while Critical work waits.
+	Critical Class = iota
+	// Interactive is the default class for request-serving CPU work. It
+	// shares slots with Batch by weight (Options.Weights).
+	Interactive
+	// Batch is throughput work. It runs on executor-owned worker
+	// goroutines and shares slots with Interactive by weight.
+	Batch
+	// Background work only gets slots that no other class waits for.
+	Background
+
+	// NumClasses is the number of classes, for arrays indexed by Class.
+	NumClasses = 4
+)
+
+var classNames = [NumClasses]string{"critical", "interactive", "batch", "background"}
+
+// String returns the class's lower-case name ("critical", ...), the value of
+// the cpuwork.class profiler label.
+func (c Class) String() string {
+	if c < NumClasses {
+		return classNames[c]
+	}
+	return fmt.Sprintf("class(%d)", uint8(c))
+}
+
+// ParseClass returns the class named s (as printed by String).
+func ParseClass(s string) (Class, error) {
+	for i, n := range classNames {
+		if n == s {
+			return Class(i), nil
+		}
+	}
+	return 0, fmt.Errorf("cpuwork: unknown class %q (want critical, interactive, batch or background)", s)
+}
+
+func (c Class) valid() bool { return c < NumClasses }
+
+// runsOnWorker reports whether tasks of c run on executor-owned worker
+// goroutines even when submitted with Do. Batch and Background do, so that
+// their threads can be demoted without touching the caller's thread.
+func (c Class) runsOnWorker() bool { return c >= Batch }

@@ -1,0 +1,61 @@
+// Package cpuwork runs CPU-bound work inside Go services at the speed of
+// the cores the service really has. Its Executor is an admission controller
+// for CPU slots: at most Slots() tasks hold a slot at once, one slot per
+// core of the CPU budget, and the rest wait in bounded per-class queues.
+//
+// # Why admission, not more goroutines
+//
+// A Go program runs goroutines (G) on OS threads (M) holding one of
+// GOMAXPROCS processors (P). Thousands of runnable CPU-bound goroutines are
+// time-sliced every 10 ms (forcePreemptNS, runtime/proc.go), so long tasks
+// behave like processor sharing and all finish late; under a CFS quota,
+// more parallelism than the quota gets the whole process throttled for the
+// rest of each 100 ms period; tight loops that never block hold their P and
+// delay timers and the netpoller; and the runtime has no priorities. An
+// Executor bounds the work in flight to the budget (package budget: the
+// cgroup quota of the leaf and its ancestors, and the affinity mask),
+// serves queued tasks by class, and gives long tasks Checkpoint to hand
+// their slot and their P back.
+//
+// # Model
+//
+//   - Slots. Options.Slots, or budget.Budget.Slots (floor of the budget, at
+//     least 1, at most GOMAXPROCS), re-read every second so the slot count
+//     follows a changed quota or GOMAXPROCS. The executor never calls
+//     runtime.GOMAXPROCS: that would switch off the runtime's own quota
+//     tracking.
+//   - Classes. Critical is served strictly first. Interactive and Batch
+//     share slots by weight (4:1 by default) on measured slot time: each
+//     class's virtual time is its charged slot time divided by its weight,
+//     and a freed slot goes to the class that is behind (weighted fair
+//     queuing, the virtual-time form of deficit round robin; a class that
+//     starts waiting gets no credit for its idle time). Background runs
+//     only on slots nobody else waits for. Inside a class, FIFO.
+//   - Where tasks run. Do runs Critical and Interactive tasks on the
+//     caller's goroutine once admitted: no hand-off, the caller's stack,
+//     profiler labels and (for cgo) thread stay. Batch and Background tasks,
+//     and every task started with Go or TryGo, run on executor-owned worker
+//     goroutines.
+//   - Admission fast path. When a slot is free and nobody is queued, Do
+//     takes it with one compare-and-swap, no lock. Queued tasks are never
+//     overtaken by new arrivals.
+//   - Checkpoint. Inside long loops: hands the slot to waiting work of a
+//     more urgent class, and yields the P to runnable goroutines and due
+//     timers. A few nanoseconds when there is nothing to do.
+//   - For. A chunked parallel loop that runs on the caller's slot plus the
+//     slots that are free now; it never waits for a second slot, so nested
+//     use cannot deadlock.
+//   - Load shedding, never loss. A full class queue gives ErrSaturated at
+//     once; a context that ends while queued gives its error and the task
+//     never runs; Close stops admission with ErrClosed, drains or fails the
+//     queue, and waits for running tasks. A panic becomes a *PanicError.
+//     Every submitted task either runs exactly once or its submitter gets
+//     an error.
+//   - Observability. Tasks run under the pprof label cpuwork.class=<class>
+//     and, while an execution trace is recording, inside a runtime/trace
+//     region named after the class. Stats reports per-class counters and
+//     queue-wait and slot-time percentiles.
+//
+// See docs/architecture.md for the measurements behind these choices and
+// docs/performance.md for the costs.
+package cpuwork

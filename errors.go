@@ -1,0 +1,36 @@
+package cpuwork
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrSaturated is returned at once, without running the task, when the
+// task's class queue is full (Options.QueueLimit) or, for TryGo, when no slot
+// is free now. The caller should shed the request (HTTP 503/429) rather than
+// retry in a tight loop.
+var ErrSaturated = errors.New("cpuwork: executor saturated")
+
+// ErrClosed is returned for tasks submitted after Close began, and for
+// queued tasks that Close could not run before its context ended.
+var ErrClosed = errors.New("cpuwork: executor closed")
+
+// PanicError is the error a task's panic becomes. The executor recovers the
+// panic on the goroutine that ran the task, records it in Stats and returns
+// it to the submitter; it keeps running other tasks.
+type PanicError struct {
+	Class Class
+	Value any    // the value passed to panic
+	Stack []byte // the stack of the panicking goroutine (runtime/debug.Stack)
+}
+
+func (p *PanicError) Error() string {
+	return fmt.Sprintf("cpuwork: %s task panicked: %v\n\n%s", p.Class, p.Value, p.Stack)
+}
+
+// Unwrap returns the panic value if it is an error, so errors.Is and
+// errors.As see through a panic(err).
+func (p *PanicError) Unwrap() error {
+	err, _ := p.Value.(error)
+	return err
+}

@@ -1,0 +1,959 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"runtime/pprof"
+	"runtime/trace"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+)
+
+// DefaultQueueLimit is the per-class queue bound used when
+// Options.QueueLimit leaves a class at 0.
+const DefaultQueueLimit = 1024
+
+// MaxSlots is the largest slot count an executor accepts.
+const MaxSlots = 4096
+
+// Default weights of the classes that share slots by weight.
+const (
+	DefaultInteractiveWeight = 4
+	DefaultBatchWeight       = 1
+)
+
+// Options configures an Executor. The zero value is valid: slots follow the
+// detected CPU budget (budget.Budget.Slots: floor of the budget, at least 1,
+// at most GOMAXPROCS), each class queues up to DefaultQueueLimit tasks, and
+// Interactive and Batch share slots 4:1.
+type Options struct {
+	// Slots fixes the number of tasks that run at once. 0 means follow the
+	// CPU budget, re-read every WatchInterval. Valid: 0..MaxSlots.
+	Slots int
+
+	// QueueLimit bounds each class's queue; a submission to a full queue
+	// returns ErrSaturated at once. 0 means DefaultQueueLimit; negative
+	// values are invalid.
+	QueueLimit [NumClasses]int
+
+	// Weights are the relative shares of measured slot time that
+	// Interactive and Batch get while both wait (weighted fair queuing on
+	// measured slot time, the virtual-time form of deficit round robin).
+	// 0 means the default (Interactive 4, Batch 1). Critical is always
+	// served first and Background last, so their weights are ignored.
+	Weights [NumClasses]int
+
+	// WatchInterval is how often the budget is re-read when Slots is 0.
+	// 0 means budget.DefaultWatchInterval (1s); negative means never: the
+	// slot count stays what New detected.
+	WatchInterval time.Duration
+
+	// DisableProfileLabels turns off the cpuwork.class pprof label that
+	// tasks otherwise run with (saves ~12 ns per task).
+	DisableProfileLabels bool
+
+	// Logger receives budget changes and watcher errors. nil logs nothing.
+	Logger *slog.Logger
+
+	// detect replaces budget.Detect in tests.
+	detect func() (budget.Budget, error)
+}
+
+// Executor is an admission controller for CPU slots: at most Slots() tasks
+// hold a slot at once; the rest wait in bounded per-class queues. See the
+// package documentation for the model. All methods are safe for concurrent
+// use. An Executor must be created with New.
+type Executor struct {
+	// Hot fields, each touched by the admission fast path.
+	free     atomic.Int64  // free slots; negative while the slot count shrinks
+	waiting  atomic.Int64  // queued waiters, all classes
+	waitMask atomic.Uint32 // bit c set while class c has queued waiters
+	closed   atomic.Bool
+	_        [64]byte
+
+	stats [NumClasses]classStats
+
+	mu     sync.Mutex
+	slots  int // total slots; guarded by mu
+	queues [NumClasses]waitQueue
+	lag    [NumClasses]float64 // virtual-time offsets for Interactive, Batch
+	weight [NumClasses]float64
+	limit  [NumClasses]int
+	// workers is the number of worker goroutines that should be running.
+	workers  int
+	runq     chan *Task
+	workerWG sync.WaitGroup
+
+	labels   [NumClasses]context.Context
+	noLabels bool
+	log      *slog.Logger
+
+	watchStop context.CancelFunc
+	watchDone chan struct{}
+	closeOnce sync.Once
+}
+
+// New returns an executor configured by o, with its worker goroutines
+// started. It returns an error for invalid options, or when o.Slots is 0 and
+// the CPU budget cannot be read (the error wraps budget's; set Slots to run
+// without it).
+func New(o Options) (*Executor, error) {
+	if o.Slots < 0 || o.Slots > MaxSlots {
+		return nil, fmt.Errorf("cpuwork: Options.Slots %d out of range 0..%d", o.Slots, MaxSlots)
+	}
+	e := &Executor{
+		noLabels: o.DisableProfileLabels,
+		log:      o.Logger,
+		runq:     make(chan *Task, 2*MaxSlots), // granted tasks plus stop sentinels never exceed this
+	}
+	for c := range Class(NumClasses) {
+		switch l := o.QueueLimit[c]; {
+		case l < 0:
+			return nil, fmt.Errorf("cpuwork: Options.QueueLimit[%s] is %d, must be >= 0", c, l)
+		case l == 0:
+			e.limit[c] = DefaultQueueLimit
+		default:
+			e.limit[c] = l
+		}
+		if o.Weights[c] < 0 {
+			return nil, fmt.Errorf("cpuwork: Options.Weights[%s] is %d, must be >= 0", c, o.Weights[c])
+		}
+		e.weight[c] = 1
+		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(LabelKey, c.String()))
+	}
+	e.weight[Interactive], e.weight[Batch] = DefaultInteractiveWeight, DefaultBatchWeight
+	for _, c := range []Class{Interactive, Batch} {
+		if o.Weights[c] > 0 {
+			e.weight[c] = float64(o.Weights[c])
+		}
+	}
+	if e.log == nil {
+		e.log = slog.New(discardHandler{})
+	}
+	slots := o.Slots
+	detect := o.detect
+	if detect == nil {
+		detect = budget.Detect
+	}
+	if slots == 0 {
+		b, err := detect()
+		if err != nil {
+			return nil, fmt.Errorf("cpuwork: detect CPU budget (set Options.Slots to run without it): %w", err)
+		}
+		slots = b.Slots()
+	}
+	e.mu.Lock()
+	e.setSlotsLocked(slots)
+	e.mu.Unlock()
+	if o.Slots == 0 && o.WatchInterval >= 0 {
+		ctx, cancel := context.WithCancel(context.Background())
+		e.watchStop, e.watchDone = cancel, make(chan struct{})
+		go e.follow(ctx, o.WatchInterval, detect)
+	}
+	return e, nil
+}
+
+// LabelKey is the pprof label key under which tasks run; its value is the
+// class name. Profiles can be split with `go tool pprof -tagfocus`.
+const LabelKey = "cpuwork.class"
+
+type discardHandler struct{}
+
+func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
+func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
+func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
+func (d discardHandler) WithGroup(string) slog.Handler           { return d }
+
+// follow re-reads the budget and resizes the slot count when it changes.
+func (e *Executor) follow(ctx context.Context, interval time.Duration, detect func() (budget.Budget, error)) {
+	defer close(e.watchDone)
+	if interval == 0 {
+		interval = budget.DefaultWatchInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b, err := detect()
+		if err != nil {
+			e.log.Warn("cpuwork: re-read CPU budget", "err", err)
+			continue
+		}
+		if n := b.Slots(); n != e.Slots() {
+			e.log.Info("cpuwork: CPU budget changed", "cores", b.Cores, "source", string(b.Source), "slots", n)
+			e.SetSlots(n)
+		}
+	}
+}
+
+// Slots returns the current number of slots.
+func (e *Executor) Slots() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.slots
+}
+
+// SetSlots changes the number of slots to n (1..MaxSlots). Growing admits
+// queued tasks at once; shrinking lets running tasks finish and admits no
+// new ones until fewer than n run. No task is lost or run twice. An executor
+// created with Options.Slots 0 also calls this when the budget changes, so
+// a manual value lasts until the next budget change.
+func (e *Executor) SetSlots(n int) error {
+	if n < 1 || n > MaxSlots {
+		return fmt.Errorf("cpuwork: SetSlots(%d): out of range 1..%d", n, MaxSlots)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.setSlotsLocked(n)
+	return nil
+}
+
+func (e *Executor) setSlotsLocked(n int) {
+	delta := n - e.slots
+	e.slots = n
+	e.free.Add(int64(delta))
+	if !e.closed.Load() {
+		for ; e.workers < n; e.workers++ {
+			e.workerWG.Add(1)
+			go e.worker()
+		}
+		for ; e.workers > n; e.workers-- {
+			e.runq <- nil // one worker exits after its current task
+		}
+	}
+	e.dispatchLocked()
+}
+
+// tryAcquire takes a free slot if one is free and nobody is queued (queued
+// tasks are served first; a fresh arrival does not overtake them).
+func (e *Executor) tryAcquire() bool {
+	if e.waiting.Load() != 0 {
+		return false
+	}
+	for {
+		f := e.free.Load()
+		if f <= 0 {
+			return false
+		}
+		if e.free.CompareAndSwap(f, f-1) {
+			return true
+		}
+	}
+}
+
+// release returns a slot and, if anyone is queued, hands free slots out.
+// A waiter increments waiting before it looks at free, and release adds to
+// free before it looks at waiting, so (sequentially consistent atomics) one
+// of the two always sees the other: no slot stays free while a task waits.
+func (e *Executor) release() {
+	if e.free.Add(1) > 0 && e.waiting.Load() > 0 {
+		e.mu.Lock()
+		e.dispatchLocked()
+		e.mu.Unlock()
+	}
+}
+
+// dispatchLocked hands free slots to queued waiters in policy order.
+func (e *Executor) dispatchLocked() {
+	for e.waiting.Load() > 0 {
+		f := e.free.Load()
+		if f <= 0 {
+			return
+		}
+		if !e.free.CompareAndSwap(f, f-1) {
+			continue
+		}
+		w := e.pickLocked()
+		if w == nil { // cannot happen while waiting > 0; keep the slot free
+			e.free.Add(1)
+			return
+		}
+		e.grantLocked(w)
+	}
+}
+
+// pickLocked removes and returns the waiter that gets the next slot:
+// Critical first; then Interactive or Batch, whichever has the smaller
+// virtual time (charged slot time divided by weight); Background last.
+func (e *Executor) pickLocked() *waiter {
+	c := Class(NumClasses)
+	switch {
+	case e.queues[Critical].n > 0:
+		c = Critical
+	case e.queues[Interactive].n > 0 && e.queues[Batch].n > 0:
+		c = Interactive
+		if e.vtime(Batch) < e.vtime(Interactive) {
+			c = Batch
+		}
+	case e.queues[Interactive].n > 0:
+		c = Interactive
+	case e.queues[Batch].n > 0:
+		c = Batch
+	case e.queues[Background].n > 0:
+		c = Background
+	default:
+		return nil
+	}
+	w := e.queues[c].popFront()
+	e.dequeuedLocked(c)
+	return w
+}
+
+// vtime is class c's virtual time in weighted nanoseconds: slot time
+// charged so far plus the estimate for tasks dispatched and still running,
+// divided by the class weight, plus the catch-up offset.
+func (e *Executor) vtime(c Class) float64 {
+	s := &e.stats[c]
+	return float64(s.used.Load()+s.inflight.Load())/e.weight[c] + e.lag[c]
+}
+
+func (e *Executor) grantLocked(w *waiter) {
+	w.granted = true
+	s := &e.stats[w.class]
+	if !w.requeued {
+		s.admitted.Add(1)
+	}
+	if w.class == Interactive || w.class == Batch {
+		est := s.lastSlotNs.Load()
+		if est <= 0 {
+			est = int64(time.Millisecond)
+		}
+		w.est = est
+		s.inflight.Add(est)
+	}
+	if w.task != nil && !w.requeued {
+		e.runq <- w.task
+		return
+	}
+	w.ready <- struct{}{}
+}
+
+// enqueueLocked appends w (or prepends it when front) to its class queue.
+func (e *Executor) enqueueLocked(w *waiter, front bool) {
+	c := w.class
+	q := &e.queues[c]
+	if q.n == 0 && (c == Interactive || c == Batch) {
+		// A class that starts waiting gets no credit for the time it was
+		// idle: its virtual time is raised to the other's if it is behind.
+		other := Interactive
+		if c == Interactive {
+			other = Batch
+		}
+		if e.queues[other].n > 0 {
+			if d := e.vtime(other) - e.vtime(c); d > 0 {
+				e.lag[c] += d
+			}
+		}
+	}
+	if front {
+		q.pushFront(w)
+	} else {
+		q.pushBack(w)
+	}
+	w.enq = now()
+	e.waiting.Add(1)
+	e.waitMask.Or(1 << c)
+}
+
+func (e *Executor) dequeuedLocked(c Class) {
+	e.waiting.Add(-1)
+	if e.queues[c].n == 0 {
+		e.waitMask.And(^uint32(1 << c))
+	}
+}
+
+// removeLocked takes a queued waiter out of its queue (cancellation).
+func (e *Executor) removeLocked(w *waiter) {
+	e.queues[w.class].remove(w)
+	e.dequeuedLocked(w.class)
+}
+
+// waiter is a queued claim on a slot: a blocked Do caller or Checkpoint
+// (ready is signalled), or an asynchronous task (sent to a worker).
+type waiter struct {
+	class      Class
+	prev, next *waiter
+	queued     bool
+	granted    bool
+	requeued   bool // a running task that yielded at a Checkpoint
+	ready      chan struct{}
+	task       *Task
+	enq        int64 // now() when queued
+	est        int64 // slot time charged to inflight at grant
+}
+
+type waitQueue struct {
+	head, tail *waiter
+	n          int
+}
+
+func (q *waitQueue) pushBack(w *waiter) {
+	w.prev, w.next, w.queued = q.tail, nil, true
+	if q.tail != nil {
+		q.tail.next = w
+	} else {
+		q.head = w
+	}
+	q.tail = w
+	q.n++
+}
+
+func (q *waitQueue) pushFront(w *waiter) {
+	w.prev, w.next, w.queued = nil, q.head, true
+	if q.head != nil {
+		q.head.prev = w
+	} else {
+		q.tail = w
+	}
+	q.head = w
+	q.n++
+}
+
+func (q *waitQueue) remove(w *waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next, w.queued = nil, nil, false
+	q.n--
+}
+
+func (q *waitQueue) popFront() *waiter {
+	w := q.head
+	if w != nil {
+		q.remove(w)
+	}
+	return w
+}
+
+// epoch anchors now(); time.Since on a monotonic reading costs one clock
+// read (~25 ns here), half of time.Now.
+var epoch = time.Now()
+
+func now() int64 { return int64(time.Since(epoch)) }
+
+// sampleEvery: the admission fast path times one task in sampleEvery (a
+// clock read costs about half the fast path) and records it with that
+// weight; queued tasks are always timed.
+const sampleEvery = 8
+
+// taskCtx is the context a task's fn receives. It carries the task's slot,
+// so Checkpoint can hand the slot over and a nested Do or For on the same
+// executor runs on it instead of waiting for a second slot.
+type taskCtx struct {
+	context.Context
+	e       *Executor
+	class   Class
+	timed   bool  // slot time is measured (weight 1 if queued, sampleEvery if sampled)
+	weight  int64 // histogram weight of this task's timing
+	noSlot  bool  // the slot was given up by a Checkpoint whose ctx ended
+	start   int64 // now() when the current slot period began (timed tasks)
+	stride  int32 // Checkpoint calls between clock reads
+	calls   int32
+	lastChk int64 // now() at the last clock read in Checkpoint
+	lastGs  int64 // now() at the last Gosched
+	w       waiter
+}
+
+type taskKey struct{}
+
+// Value returns the task itself for the package's private key, and
+// otherwise delegates to the parent.
+func (t *taskCtx) Value(key any) any {
+	if key == (taskKey{}) {
+		return t
+	}
+	return t.Context.Value(key)
+}
+
+func taskOf(ctx context.Context) *taskCtx {
+	if t, ok := ctx.(*taskCtx); ok {
+		return t
+	}
+	t, _ := ctx.Value(taskKey{}).(*taskCtx)
+	return t
+}
+
+var errNilFunc = errors.New("cpuwork: nil task function")
+
+func invalidClass(c Class) error {
+	return fmt.Errorf("cpuwork: invalid class %d (want Critical..Background)", uint8(c))
+}
+
+// Do waits for a slot for class c, runs fn, releases the slot and returns
+// fn's error.
+//
+// Critical and Interactive tasks run on the caller's own goroutine: no
+// hand-off, and the caller's stack, thread (cgo) and profiler labels stay.
+// Batch and Background tasks are handed to an executor worker, and Do waits
+// for them to finish.
+//
+// fn receives a context derived from ctx that carries the task's slot: pass
+// it to Checkpoint, and to nested Do or For calls, which then run on the
+// slot already held instead of waiting for a second one (no nested
+// deadlock). Do not use it after fn returns.
+//
+// Errors: ErrClosed after Close; ErrSaturated when c's queue is full; ctx's
+// error when ctx ends while the task is queued (fn then never runs); a
+// *PanicError when fn panics; otherwise fn's error.
+//
+// Cost (docs/performance.md): about 50 ns and one 160-byte allocation when
+// a slot is free and nobody waits.
+func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
+	if !c.valid() {
+		return invalidClass(c)
+	}
+	if fn == nil {
+		return errNilFunc
+	}
+	if tc := taskOf(ctx); tc != nil && tc.e == e && !tc.noSlot {
+		return e.inline(ctx, tc, fn)
+	}
+	if c.runsOnWorker() {
+		t, err := e.submit(ctx, c, fn)
+		if err != nil {
+			return err
+		}
+		<-t.done
+		return t.err
+	}
+	s := &e.stats[c]
+	if e.closed.Load() {
+		s.rejected.Add(1)
+		return ErrClosed
+	}
+	tc := &taskCtx{Context: ctx, e: e, class: c}
+	tc.w.class = c
+	if !e.tryAcquire() {
+		if err := e.acquireSlow(ctx, tc); err != nil {
+			return err
+		}
+	} else if s.admitted.Add(1)%sampleEvery == 0 {
+		tc.timed, tc.weight, tc.start = true, sampleEvery, now()
+		s.queueWait.record(0, sampleEvery)
+	}
+	return e.run(tc, fn)
+}
+
+// acquireSlow queues tc's waiter and blocks until it is granted a slot or
+// ctx ends.
+func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
+	c, s := tc.class, &e.stats[tc.class]
+	w := &tc.w
+	w.ready = make(chan struct{}, 1)
+	e.mu.Lock()
+	if e.closed.Load() {
+		e.mu.Unlock()
+		s.rejected.Add(1)
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		e.mu.Unlock()
+		s.canceled.Add(1)
+		return err
+	}
+	if e.queues[c].n >= e.limit[c] {
+		e.mu.Unlock()
+		s.rejected.Add(1)
+		return ErrSaturated
+	}
+	e.enqueueLocked(w, false)
+	e.dispatchLocked()
+	e.mu.Unlock()
+	if err := e.await(ctx, w); err != nil {
+		return err
+	}
+	tc.timed, tc.weight, tc.start = true, 1, now()
+	s.queueWait.record(tc.start-w.enq, 1)
+	return nil
+}
+
+// await blocks until w, queued by the caller, is granted a slot (nil), is
+// failed by Close (ErrClosed) or its ctx ends while it is still queued
+// (ctx's error; a slot granted at that moment is given back).
+func (e *Executor) await(ctx context.Context, w *waiter) error {
+	s := &e.stats[w.class]
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		e.mu.Lock()
+		if w.queued {
+			e.removeLocked(w)
+			e.mu.Unlock()
+			s.canceled.Add(1)
+			return ctx.Err()
+		}
+		e.mu.Unlock()
+		<-w.ready // granted or closed out just now
+		if w.granted {
+			w.granted = false
+			if !w.requeued {
+				s.admitted.Add(^uint64(0)) // counted at grant; it never ran
+			}
+			e.ungrant(w)
+			s.canceled.Add(1)
+			return ctx.Err()
+		}
+	}
+	if !w.granted {
+		s.rejected.Add(1)
+		return ErrClosed
+	}
+	w.granted = false
+	return nil
+}
+
+// ungrant gives back a slot granted to a waiter that will not use it.
+func (e *Executor) ungrant(w *waiter) {
+	if w.est != 0 {
+		e.stats[w.class].inflight.Add(-w.est)
+		w.est = 0
+	}
+	e.release()
+}
+
+// run executes fn under tc's slot with labels, a trace region and panic
+// recovery, then accounts and releases the slot.
+func (e *Executor) run(tc *taskCtx, fn func(context.Context) error) (err error) {
+	defer e.finish(tc)
+	if !e.noLabels {
+		e.setLabels(tc)
+		defer pprof.SetGoroutineLabels(tc.Context)
+	}
+	if trace.IsEnabled() {
+		defer trace.StartRegion(tc, tc.class.String()).End()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			e.stats[tc.class].panicked.Add(1)
+			err = &PanicError{Class: tc.class, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return fn(tc)
+}
+
+func (e *Executor) setLabels(tc *taskCtx) {
+	has := false
+	pprof.ForLabels(tc.Context, func(string, string) bool { has = true; return false })
+	if has {
+		pprof.SetGoroutineLabels(pprof.WithLabels(tc.Context, pprof.Labels(LabelKey, tc.class.String())))
+		return
+	}
+	pprof.SetGoroutineLabels(e.labels[tc.class])
+}
+
+// finish accounts a finished task and releases its slot.
+func (e *Executor) finish(tc *taskCtx) {
+	s := &e.stats[tc.class]
+	if tc.timed {
+		e.charge(tc, now())
+	}
+	if tc.w.est != 0 {
+		s.inflight.Add(-tc.w.est)
+		tc.w.est = 0
+	}
+	s.completed.Add(1)
+	if !tc.noSlot {
+		e.release()
+	}
+}
+
+// charge records the slot time of tc's current slot period, ending at end.
+func (e *Executor) charge(tc *taskCtx, end int64) {
+	s := &e.stats[tc.class]
+	d := end - tc.start
+	s.slotTime.record(d, uint64(tc.weight))
+	s.used.Add(d * tc.weight)
+	if tc.weight == 1 {
+		s.lastSlotNs.Store(d)
+	}
+}
+
+// inline runs a nested task on the slot its caller already holds.
+func (e *Executor) inline(ctx context.Context, tc *taskCtx, fn func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.stats[tc.class].panicked.Add(1)
+			err = &PanicError{Class: tc.class, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	e.stats[tc.class].nested.Add(1)
+	return fn(ctx)
+}
+
+// Task is the handle of an asynchronous task started by Go or TryGo.
+type Task struct {
+	tc   taskCtx
+	fn   func(context.Context) error
+	stop func() bool // stops the context watch of a queued task
+	done chan struct{}
+	err  error
+}
+
+// Done is closed when the task has finished or failed.
+func (t *Task) Done() <-chan struct{} { return t.done }
+
+// Err returns the task's error once Done is closed (fn's error, a
+// *PanicError, ctx's error if it ended while queued, or ErrClosed if Close
+// failed the queue), and nil before.
+func (t *Task) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+// Wait blocks until the task finishes and returns its error, or returns
+// ctx's error if ctx ends first (the task keeps its place and still runs).
+func (t *Task) Wait(ctx context.Context) error {
+	select {
+	case <-t.done:
+		return t.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Class returns the task's class.
+func (t *Task) Class() Class { return t.tc.class }
+
+// Go submits fn to run asynchronously on an executor worker under a slot of
+// class c and returns its handle; the task's error reaches the submitter
+// through Task.Wait or Task.Err. If a slot is free the task starts now,
+// otherwise it queues.
+//
+// Errors (the task is then not started and no handle is returned):
+// ErrClosed after Close; ErrSaturated when c's queue is full; ctx's error if
+// ctx has already ended. If ctx ends while the task is queued, the task is
+// removed and finishes with ctx's error without running.
+func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	if !c.valid() {
+		return nil, invalidClass(c)
+	}
+	if fn == nil {
+		return nil, errNilFunc
+	}
+	return e.submit(ctx, c, fn)
+}
+
+// TryGo is Go without queuing: it starts fn only if a slot is free now and
+// no task is queued, and returns ErrSaturated otherwise.
+func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	if !c.valid() {
+		return nil, invalidClass(c)
+	}
+	if fn == nil {
+		return nil, errNilFunc
+	}
+	s := &e.stats[c]
+	if e.closed.Load() {
+		s.rejected.Add(1)
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		s.canceled.Add(1)
+		return nil, err
+	}
+	if !e.tryAcquire() {
+		s.rejected.Add(1)
+		return nil, ErrSaturated
+	}
+	t := e.newTask(ctx, c, fn)
+	e.startFast(t)
+	return t, nil
+}
+
+func (e *Executor) newTask(ctx context.Context, c Class, fn func(context.Context) error) *Task {
+	t := &Task{fn: fn, done: make(chan struct{})}
+	t.tc = taskCtx{Context: ctx, e: e, class: c}
+	t.tc.w.class, t.tc.w.task = c, t
+	return t
+}
+
+// startFast hands a task that already holds a slot to a worker.
+func (e *Executor) startFast(t *Task) {
+	s := &e.stats[t.tc.class]
+	if s.admitted.Add(1)%sampleEvery == 0 {
+		t.tc.timed, t.tc.weight, t.tc.start = true, sampleEvery, now()
+		s.queueWait.record(0, sampleEvery)
+	}
+	e.runq <- t
+}
+
+func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	s := &e.stats[c]
+	if e.closed.Load() {
+		s.rejected.Add(1)
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		s.canceled.Add(1)
+		return nil, err
+	}
+	t := e.newTask(ctx, c, fn)
+	if e.tryAcquire() {
+		e.startFast(t)
+		return t, nil
+	}
+	if ctx.Done() != nil {
+		t.stop = context.AfterFunc(ctx, func() { e.cancelQueued(t) })
+	}
+	e.mu.Lock()
+	var err error
+	switch {
+	case e.closed.Load():
+		err = ErrClosed
+	case e.queues[c].n >= e.limit[c]:
+		err = ErrSaturated
+	}
+	if err != nil {
+		e.mu.Unlock()
+		if t.stop != nil {
+			t.stop()
+		}
+		s.rejected.Add(1)
+		return nil, err
+	}
+	e.enqueueLocked(&t.tc.w, false)
+	e.dispatchLocked()
+	e.mu.Unlock()
+	return t, nil
+}
+
+// cancelQueued fails a queued task whose context ended.
+func (e *Executor) cancelQueued(t *Task) {
+	e.mu.Lock()
+	if !t.tc.w.queued {
+		e.mu.Unlock()
+		return
+	}
+	e.removeLocked(&t.tc.w)
+	e.mu.Unlock()
+	e.stats[t.tc.class].canceled.Add(1)
+	t.err = t.tc.Context.Err()
+	close(t.done)
+}
+
+func (e *Executor) worker() {
+	defer e.workerWG.Done()
+	for t := range e.runq {
+		if t == nil {
+			return
+		}
+		e.runTask(t)
+	}
+}
+
+func (e *Executor) runTask(t *Task) {
+	if t.stop != nil {
+		t.stop()
+	}
+	tc := &t.tc
+	if tc.w.granted { // it waited in the queue
+		s := &e.stats[tc.class]
+		tc.timed, tc.weight, tc.start = true, 1, now()
+		s.queueWait.record(tc.start-tc.w.enq, 1)
+		tc.w.granted = false
+	}
+	t.err = e.run(tc, t.fn)
+	close(t.done)
+}
+
+// Close stops admission: from now on every submission returns ErrClosed.
+// Queued tasks keep being admitted as slots free up until ctx ends; then
+// the ones still queued fail with ErrClosed (their submitters get it from
+// Do or Task.Wait). Close waits for running tasks up to ctx, stops the
+// workers once they are done, and returns nil if everything finished or
+// ctx's error if not. Calling Close again waits again.
+func (e *Executor) Close(ctx context.Context) error {
+	e.mu.Lock()
+	e.closed.Store(true)
+	e.mu.Unlock()
+	e.closeOnce.Do(func() {
+		if e.watchStop != nil {
+			e.watchStop()
+			<-e.watchDone
+		}
+	})
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for !e.idle() {
+		select {
+		case <-ctx.Done():
+			e.failQueued()
+			e.stopWorkers() // each exits after its current task
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	e.stopWorkers()
+	e.workerWG.Wait()
+	return nil
+}
+
+// idle reports whether no task is queued or running.
+func (e *Executor) idle() bool {
+	if e.waiting.Load() != 0 {
+		return false
+	}
+	for c := range e.stats {
+		s := &e.stats[c]
+		if s.admitted.Load() != s.completed.Load() {
+			return false
+		}
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.waiting.Load() == 0
+}
+
+// failQueued fails every queued waiter with ErrClosed.
+func (e *Executor) failQueued() {
+	e.mu.Lock()
+	var tasks []*Task
+	for c := range e.queues {
+		for w := e.queues[c].popFront(); w != nil; w = e.queues[c].popFront() {
+			e.dequeuedLocked(Class(c))
+			if w.task != nil && !w.requeued {
+				tasks = append(tasks, w.task)
+			} else {
+				w.ready <- struct{}{} // granted stays false: closed out
+			}
+		}
+	}
+	e.mu.Unlock()
+	for _, t := range tasks {
+		if t.stop != nil {
+			t.stop()
+		}
+		e.stats[t.tc.class].rejected.Add(1)
+		t.err = ErrClosed
+		close(t.done)
+	}
+}
+
+func (e *Executor) stopWorkers() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for ; e.workers > 0; e.workers-- {
+		e.runq <- nil
+	}
+}

@@ -1,0 +1,188 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Chunk sizing targets for For: a chunk should take 100 µs - 1 ms, long
+// enough that claiming it (one atomic add) is noise, short enough that the
+// range balances across slots and a cancellation or a more urgent class is
+// noticed quickly.
+const (
+	forProbe    = 50 * time.Microsecond  // the probe doubles chunks until one takes this long
+	forTarget   = 250 * time.Microsecond // preferred chunk duration
+	forMinChunk = 100 * time.Microsecond // chunks are not cut below this to make more of them
+)
+
+// For runs fn over the index range [0, n) in chunks [lo, hi), in parallel,
+// under class c of executor e, and returns the first error.
+//
+// The caller always works: it first takes a slot for class c (as Do does,
+// queueing if needed) or, inside a task of e, uses that task's slot. It
+// runs chunks of 1, 2, 4, ... indexes until one takes at least 50 µs, sizes
+// the remaining chunks from the measured time per index (about 250 µs each,
+// at least 100 µs, and smaller only to give every slot several chunks), and
+// then recruits helper goroutines on slots that are free now and that
+// nobody waits for. It never waits for a second slot, so a For nested in a
+// Do (or in another For) cannot deadlock. Helpers give their slot back at a
+// chunk boundary as soon as a task is queued; the caller calls Checkpoint
+// between chunks.
+//
+// The first error (fn's, a *PanicError, or ctx's) stops further chunks from
+// starting and is returned after running chunks finish. Chunks may run in
+// any order and concurrently: fn must be safe for that. n < 0 is an error;
+// n == 0 returns nil without running fn.
+func For(ctx context.Context, e *Executor, c Class, n int, fn func(lo, hi int) error) error {
+	switch {
+	case e == nil:
+		return errors.New("cpuwork: For with a nil executor")
+	case fn == nil:
+		return errNilFunc
+	case n < 0:
+		return fmt.Errorf("cpuwork: For over %d indexes: n must be >= 0", n)
+	case n == 0:
+		return nil
+	case !c.valid():
+		return invalidClass(c)
+	}
+	if tc := taskOf(ctx); tc != nil && tc.e == e && !tc.noSlot {
+		return e.forBody(ctx, tc, n, fn)
+	}
+	return e.Do(ctx, c, func(ctx context.Context) error {
+		return e.forBody(ctx, taskOf(ctx), n, fn)
+	})
+}
+
+type forState struct {
+	fn    func(lo, hi int) error
+	n     int64
+	chunk int64
+	next  atomic.Int64
+	class Class
+	stop  atomic.Bool
+	once  sync.Once
+	err   error
+	done  <-chan struct{}
+	ctx   context.Context
+}
+
+func (st *forState) fail(err error) {
+	st.once.Do(func() { st.err = err })
+	st.stop.Store(true)
+}
+
+// call runs one chunk, turning a panic into a *PanicError.
+func (st *forState) call(lo, hi int64) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Class: st.class, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return st.fn(int(lo), int(hi))
+}
+
+// claim returns the next chunk, or ok false when the range is done or the
+// loop stopped.
+func (st *forState) claim() (lo, hi int64, ok bool) {
+	if st.stop.Load() {
+		return 0, 0, false
+	}
+	select {
+	case <-st.done:
+		st.fail(st.ctx.Err())
+		return 0, 0, false
+	default:
+	}
+	lo = st.next.Add(st.chunk) - st.chunk
+	if lo >= st.n {
+		return 0, 0, false
+	}
+	return lo, min(lo+st.chunk, st.n), true
+}
+
+func (st *forState) run(lo, hi int64) bool {
+	if err := st.call(lo, hi); err != nil {
+		st.fail(err)
+		return false
+	}
+	return true
+}
+
+func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, hi int) error) error {
+	st := &forState{fn: fn, n: int64(n), class: tc.class, done: ctx.Done(), ctx: ctx}
+	// Probe on the caller with doubling chunks.
+	var lo, size int64 = 0, 1
+	var perIndex int64
+	for lo < st.n {
+		hi := min(lo+size, st.n)
+		t0 := now()
+		if err := st.call(lo, hi); err != nil {
+			return err
+		}
+		d := now() - t0
+		if d >= int64(forProbe) {
+			perIndex = max(d/(hi-lo), 1)
+			lo = hi
+			break
+		}
+		lo = hi
+		size *= 2
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	if lo >= st.n {
+		return nil
+	}
+	slots := int64(e.Slots())
+	remaining := st.n - lo
+	chunk := max(int64(forTarget)/perIndex, 1)
+	if remaining/chunk < 4*slots {
+		chunk = max(remaining/(4*slots), int64(forMinChunk)/perIndex, 1)
+	}
+	st.chunk = chunk
+	st.next.Store(lo)
+
+	var wg sync.WaitGroup
+	chunks := (remaining + chunk - 1) / chunk
+	for h := int64(0); h < min(chunks-1, slots-1); h++ {
+		if !e.tryAcquire() {
+			break
+		}
+		wg.Add(1)
+		go e.forHelper(st, &wg)
+	}
+	for {
+		lo, hi, ok := st.claim()
+		if !ok || !st.run(lo, hi) {
+			break
+		}
+		if err := Checkpoint(tc); err != nil {
+			st.fail(err)
+			break
+		}
+	}
+	wg.Wait()
+	return st.err
+}
+
+// forHelper runs chunks on a slot taken with tryAcquire until the range is
+// done, the loop stops, or a task is queued (then it gives the slot back).
+func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup) {
+	defer wg.Done()
+	t0 := now()
+	for e.waiting.Load() == 0 {
+		lo, hi, ok := st.claim()
+		if !ok || !st.run(lo, hi) {
+			break
+		}
+	}
+	e.stats[st.class].used.Add(now() - t0)
+	e.release()
+}

@@ -1,0 +1,115 @@
+package cpuwork
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// classStats holds one class's counters and histograms. Every field is
+// updated with atomics; nothing here takes the executor's lock.
+type classStats struct {
+	admitted  atomic.Uint64 // got a slot (fast path, or granted from the queue)
+	completed atomic.Uint64 // finished running (any outcome)
+	rejected  atomic.Uint64 // ErrSaturated or ErrClosed
+	canceled  atomic.Uint64 // ctx ended before the task got a slot
+	panicked  atomic.Uint64
+	nested    atomic.Uint64 // ran inline on an enclosing task's slot
+	yields    atomic.Uint64 // slots handed over at a Checkpoint
+
+	used       atomic.Int64 // slot time charged, ns (weighted by sampling)
+	inflight   atomic.Int64 // estimated slot time of granted tasks still running, ns
+	lastSlotNs atomic.Int64 // last exactly measured slot time, ns
+
+	queueWait histogram
+	slotTime  histogram
+	_         [64]byte
+}
+
+// ClassStats is a snapshot of one class's counters and latency
+// distributions. Counters are exact; the histograms record every queued
+// task and one in 8 tasks admitted without queuing (weighted by 8), so
+// their counts are estimates of the same totals.
+type ClassStats struct {
+	Class     Class
+	Submitted uint64 // Admitted + Rejected + Canceled + Queued
+	Admitted  uint64 // tasks that got a slot
+	Completed uint64 // tasks that finished running, whatever their result
+	Rejected  uint64 // submissions refused with ErrSaturated or ErrClosed
+	Canceled  uint64 // tasks whose context ended while queued
+	Panicked  uint64 // tasks whose fn panicked (also counted in Completed)
+	Nested    uint64 // Do calls run inline on an enclosing task's slot
+	Yields    uint64 // slots handed to a higher class at a Checkpoint
+	Queued    int    // waiting for a slot now
+	Running   int    // holding a slot now (Admitted - Completed)
+	// QueueWait is the time from submission to getting a slot; SlotTime
+	// the time a task held its slot (its service time, which includes any
+	// time the OS or the Go scheduler did not run it).
+	QueueWait Summary
+	SlotTime  Summary
+	// SlotSeconds is the total slot time charged to the class, in seconds
+	// (what weighted sharing divides between Interactive and Batch).
+	SlotSeconds float64
+}
+
+// Stats is a snapshot of an executor.
+type Stats struct {
+	Slots   int                     // current slot count
+	Free    int                     // slots free now (negative while shrinking)
+	Closed  bool                    // Close has been called
+	Classes [NumClasses]ClassStats // indexed by Class
+}
+
+// Stats returns a snapshot of the executor's counters and per-class
+// queue-wait and slot-time distributions. It costs a few microseconds
+// (it reads every histogram bucket); do not call it per task.
+func (e *Executor) Stats() Stats {
+	e.mu.Lock()
+	st := Stats{Slots: e.slots, Free: int(e.free.Load()), Closed: e.closed.Load()}
+	var queued [NumClasses]int
+	for c := range e.queues {
+		queued[c] = e.queues[c].n
+	}
+	e.mu.Unlock()
+	for c := range Class(NumClasses) {
+		s := &e.stats[c]
+		cs := ClassStats{
+			Class:     c,
+			Completed: s.completed.Load(),
+			Admitted:  s.admitted.Load(),
+			Rejected:  s.rejected.Load(),
+			Canceled:  s.canceled.Load(),
+			Panicked:  s.panicked.Load(),
+			Nested:    s.nested.Load(),
+			Yields:    s.yields.Load(),
+			Queued:    queued[c],
+			QueueWait: s.queueWait.summary(),
+			SlotTime:  s.slotTime.summary(),
+		}
+		cs.Running = int(cs.Admitted - min(cs.Completed, cs.Admitted))
+		cs.Submitted = cs.Admitted + cs.Rejected + cs.Canceled + uint64(cs.Queued)
+		cs.SlotSeconds = time.Duration(s.used.Load()).Seconds()
+		st.Classes[c] = cs
+	}
+	return st
+}
+
+// Histogram is a cumulative histogram of durations for exporters: Count[i]
+// observations were at most UpperSeconds[i] seconds.
+type Histogram struct {
+	UpperSeconds []float64
+	Count        []uint64
+	SumSeconds   float64
+}
+
+// QueueWaitHistogram and SlotTimeHistogram return class c's raw
+// distributions (for a Prometheus collector), with empty buckets at either
+// end left out.
+func (e *Executor) QueueWaitHistogram(c Class) Histogram { return e.hist(&e.stats[c%NumClasses].queueWait) }
+
+// SlotTimeHistogram: see QueueWaitHistogram.
+func (e *Executor) SlotTimeHistogram(c Class) Histogram { return e.hist(&e.stats[c%NumClasses].slotTime) }
+
+func (e *Executor) hist(h *histogram) Histogram {
+	up, cum := h.buckets()
+	return Histogram{UpperSeconds: up, Count: cum, SumSeconds: time.Duration(h.sum.Load()).Seconds()}
+}
