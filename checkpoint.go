@@ -178,12 +178,28 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		w.ready = make(chan struct{}, 1)
 	}
 	w.requeued = true
+	onWorker := w.task != nil
+	if onWorker {
+		// This worker blocks without a slot; the slot it frees may go to
+		// an asynchronous task, which needs a worker to run on.
+		e.spares++
+		e.workerWG.Add(1)
+		go e.worker()
+	}
 	e.enqueueLocked(w, true)
 	e.free.Add(1)
 	e.dispatchLocked()
 	e.mu.Unlock()
 	err := e.await(ctx, w)
 	w.requeued = false
+	if onWorker {
+		e.mu.Lock()
+		if e.spares > 0 { // Close may already have stopped them all
+			e.spares--
+			e.runq <- nil
+		}
+		e.mu.Unlock()
+	}
 	if err != nil {
 		tc.noSlot = true
 		if err != ErrClosed {

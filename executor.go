@@ -85,8 +85,11 @@ type Executor struct {
 	lag    [NumClasses]float64 // virtual-time offsets for Interactive, Batch
 	weight [NumClasses]float64
 	limit  [NumClasses]int
-	// workers is the number of worker goroutines that should be running.
+	// workers is the number of worker goroutines that should be running
+	// (one per slot); spares are extra ones lent while tasks that run on
+	// workers wait at a Checkpoint without a slot.
 	workers  int
+	spares   int
 	runq     chan *Task
 	workerWG sync.WaitGroup
 
@@ -534,21 +537,34 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 		return t.err
 	}
 	s := &e.stats[c]
-	if e.closed.Load() {
-		s.rejected.Add(1)
-		return ErrClosed
-	}
 	tc := &taskCtx{Context: ctx, e: e, class: c}
 	tc.w.class = c
 	if !e.tryAcquire() {
 		if err := e.acquireSlow(ctx, tc); err != nil {
 			return err
 		}
-	} else if s.admitted.Add(1)%sampleEvery == 0 {
+	} else if n, err := e.admitFast(s); err != nil {
+		return err
+	} else if n%sampleEvery == 0 {
 		tc.timed, tc.weight, tc.start = true, sampleEvery, now()
 		s.queueWait.record(0, sampleEvery)
 	}
 	return e.run(tc, fn)
+}
+
+// admitFast counts an admission made by tryAcquire and then checks for
+// Close. Counting first means that either this check sees the executor
+// closed (the slot is given back, ErrClosed) or Close sees the admission
+// and waits for the task.
+func (e *Executor) admitFast(s *classStats) (uint64, error) {
+	n := s.admitted.Add(1)
+	if e.closed.Load() {
+		s.admitted.Add(^uint64(0))
+		s.rejected.Add(1)
+		e.release()
+		return 0, ErrClosed
+	}
+	return n, nil
 }
 
 // acquireSlow queues tc's waiter and blocks until it is granted a slot or
@@ -777,7 +793,9 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 		return nil, ErrSaturated
 	}
 	t := e.newTask(ctx, c, fn)
-	e.startFast(t)
+	if err := e.startFast(t); err != nil {
+		return nil, err
+	}
 	return t, nil
 }
 
@@ -789,13 +807,18 @@ func (e *Executor) newTask(ctx context.Context, c Class, fn func(context.Context
 }
 
 // startFast hands a task that already holds a slot to a worker.
-func (e *Executor) startFast(t *Task) {
+func (e *Executor) startFast(t *Task) error {
 	s := &e.stats[t.tc.class]
-	if s.admitted.Add(1)%sampleEvery == 0 {
+	n, err := e.admitFast(s)
+	if err != nil {
+		return err
+	}
+	if n%sampleEvery == 0 {
 		t.tc.timed, t.tc.weight, t.tc.start = true, sampleEvery, now()
 		s.queueWait.record(0, sampleEvery)
 	}
 	e.runq <- t
+	return nil
 }
 
 func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
@@ -810,7 +833,9 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 	}
 	t := e.newTask(ctx, c, fn)
 	if e.tryAcquire() {
-		e.startFast(t)
+		if err := e.startFast(t); err != nil {
+			return nil, err
+		}
 		return t, nil
 	}
 	if ctx.Done() != nil {
@@ -899,7 +924,14 @@ func (e *Executor) Close(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			e.failQueued()
-			e.stopWorkers() // each exits after its current task
+			// Tasks admitted just before Close may still be on their way
+			// to a worker: stop the workers only once nothing runs.
+			go func() {
+				for !e.idle() {
+					time.Sleep(time.Millisecond)
+				}
+				e.stopWorkers()
+			}()
 			return ctx.Err()
 		case <-tick.C:
 		}
@@ -954,6 +986,9 @@ func (e *Executor) stopWorkers() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for ; e.workers > 0; e.workers-- {
+		e.runq <- nil
+	}
+	for ; e.spares > 0; e.spares-- {
 		e.runq <- nil
 	}
 }

@@ -36,7 +36,11 @@ const (
 //
 // The first error (fn's, a *PanicError, or ctx's) stops further chunks from
 // starting and is returned after running chunks finish. Chunks may run in
-// any order and concurrently: fn must be safe for that. n < 0 is an error;
+// any order and concurrently: fn must be safe for that. fn has no task
+// context, so it must not submit to e and wait (Do, Call, Task.Wait with
+// ctx): that waits for a second slot while this loop holds slots, the
+// nested-acquisition deadlock; run such work before or after the loop, or
+// use a Do whose fn calls For. n < 0 is an error;
 // n == 0 returns nil without running fn.
 func For(ctx context.Context, e *Executor, c Class, n int, fn func(lo, hi int) error) error {
 	switch {

@@ -53,9 +53,9 @@ type ClassStats struct {
 
 // Stats is a snapshot of an executor.
 type Stats struct {
-	Slots   int                     // current slot count
-	Free    int                     // slots free now (negative while shrinking)
-	Closed  bool                    // Close has been called
+	Slots   int                    // current slot count
+	Free    int                    // slots free now (negative while shrinking)
+	Closed  bool                   // Close has been called
 	Classes [NumClasses]ClassStats // indexed by Class
 }
 
@@ -104,10 +104,14 @@ type Histogram struct {
 // QueueWaitHistogram and SlotTimeHistogram return class c's raw
 // distributions (for a Prometheus collector), with empty buckets at either
 // end left out.
-func (e *Executor) QueueWaitHistogram(c Class) Histogram { return e.hist(&e.stats[c%NumClasses].queueWait) }
+func (e *Executor) QueueWaitHistogram(c Class) Histogram {
+	return e.hist(&e.stats[c%NumClasses].queueWait)
+}
 
 // SlotTimeHistogram: see QueueWaitHistogram.
-func (e *Executor) SlotTimeHistogram(c Class) Histogram { return e.hist(&e.stats[c%NumClasses].slotTime) }
+func (e *Executor) SlotTimeHistogram(c Class) Histogram {
+	return e.hist(&e.stats[c%NumClasses].slotTime)
+}
 
 func (e *Executor) hist(h *histogram) Histogram {
 	up, cum := h.buckets()
