@@ -1,0 +1,33 @@
+// Command cpuwork measures, diagnoses and inspects CPU-bound Go work.
+//
+//	cpuwork budget [--json] [--pid N]   the CPU budget and what GOMAXPROCS should be
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	if err := rootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "cpuwork:", err)
+		os.Exit(1)
+	}
+}
+
+func rootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "cpuwork",
+		Short: "Run CPU-bound Go work at the speed of the cores you really have",
+		Long: `cpuwork measures, diagnoses and inspects CPU-bound work in Go services.
+
+  budget   the CPU budget of this (or another) process: cgroup quotas of the
+           leaf and its ancestors, affinity, GOMAXPROCS, and what cpuwork uses`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(budgetCmd())
+	return root
+}
