@@ -186,10 +186,11 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		e.workerWG.Add(1)
 		go e.worker()
 	}
+	w.enq = t
 	e.enqueueLocked(w, true)
 	e.free.Add(1)
 	e.dispatchLocked()
-	e.mu.Unlock()
+	e.unlockAndWake()
 	err := e.await(ctx, w)
 	w.requeued = false
 	if onWorker {

@@ -93,6 +93,11 @@ type Executor struct {
 	runq     chan *Task
 	workerWG sync.WaitGroup
 
+	// pending holds waiters granted under mu and not yet woken: they are
+	// signalled after mu is released (unlockAndWake), which keeps channel
+	// sends and goroutine wake-ups out of the critical section.
+	pending []*waiter
+
 	labels   [NumClasses]context.Context
 	noLabels bool
 	log      *slog.Logger
@@ -153,7 +158,7 @@ func New(o Options) (*Executor, error) {
 	}
 	e.mu.Lock()
 	e.setSlotsLocked(slots)
-	e.mu.Unlock()
+	e.unlockAndWake()
 	if o.Slots == 0 && o.WatchInterval >= 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		e.watchStop, e.watchDone = cancel, make(chan struct{})
@@ -216,8 +221,8 @@ func (e *Executor) SetSlots(n int) error {
 		return fmt.Errorf("cpuwork: SetSlots(%d): out of range 1..%d", n, MaxSlots)
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	e.setSlotsLocked(n)
+	e.unlockAndWake()
 	return nil
 }
 
@@ -262,7 +267,7 @@ func (e *Executor) release() {
 	if e.free.Add(1) > 0 && e.waiting.Load() > 0 {
 		e.mu.Lock()
 		e.dispatchLocked()
-		e.mu.Unlock()
+		e.unlockAndWake()
 	}
 }
 
@@ -334,11 +339,29 @@ func (e *Executor) grantLocked(w *waiter) {
 		w.est = est
 		s.inflight.Add(est)
 	}
-	if w.task != nil && !w.requeued {
-		e.runq <- w.task
+	e.pending = append(e.pending, w)
+}
+
+// unlockAndWake releases mu, then wakes the waiters granted while it was
+// held: a blocked caller through its ready channel, a task by sending it to
+// the workers.
+func (e *Executor) unlockAndWake() {
+	if len(e.pending) == 0 {
+		e.mu.Unlock()
 		return
 	}
-	w.ready <- struct{}{}
+	var buf [8]*waiter
+	ws := append(buf[:0], e.pending...)
+	clear(e.pending)
+	e.pending = e.pending[:0]
+	e.mu.Unlock()
+	for _, w := range ws {
+		if w.task != nil && !w.requeued {
+			e.runq <- w.task
+		} else {
+			w.ready <- struct{}{}
+		}
+	}
 }
 
 // enqueueLocked appends w (or prepends it when front) to its class queue.
@@ -363,7 +386,6 @@ func (e *Executor) enqueueLocked(w *waiter, front bool) {
 	} else {
 		q.pushBack(w)
 	}
-	w.enq = now()
 	e.waiting.Add(1)
 	e.waitMask.Or(1 << c)
 }
@@ -573,6 +595,7 @@ func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
 	c, s := tc.class, &e.stats[tc.class]
 	w := &tc.w
 	w.ready = make(chan struct{}, 1)
+	w.enq = now()
 	e.mu.Lock()
 	if e.closed.Load() {
 		e.mu.Unlock()
@@ -591,7 +614,7 @@ func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
 	}
 	e.enqueueLocked(w, false)
 	e.dispatchLocked()
-	e.mu.Unlock()
+	e.unlockAndWake()
 	if err := e.await(ctx, w); err != nil {
 		return err
 	}
@@ -841,6 +864,7 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 	if ctx.Done() != nil {
 		t.stop = context.AfterFunc(ctx, func() { e.cancelQueued(t) })
 	}
+	t.tc.w.enq = now()
 	e.mu.Lock()
 	var err error
 	switch {
@@ -859,7 +883,7 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 	}
 	e.enqueueLocked(&t.tc.w, false)
 	e.dispatchLocked()
-	e.mu.Unlock()
+	e.unlockAndWake()
 	return t, nil
 }
 
