@@ -1,5 +1,6 @@
 // Command cpuwork measures, diagnoses and inspects CPU-bound Go work.
 //
+//	cpuwork bench [--quick] [--scenario S] [--out DIR] [--json]   measure every claim
 //	cpuwork budget [--json] [--pid N]   the CPU budget and what GOMAXPROCS should be
 package main
 
@@ -23,11 +24,12 @@ func rootCmd() *cobra.Command {
 		Short: "Run CPU-bound Go work at the speed of the cores you really have",
 		Long: `cpuwork measures, diagnoses and inspects CPU-bound work in Go services.
 
+  bench    every claim measured side by side on real work, with a report
   budget   the CPU budget of this (or another) process: cgroup quotas of the
            leaf and its ancestors, affinity, GOMAXPROCS, and what cpuwork uses`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(budgetCmd())
+	root.AddCommand(budgetCmd(), benchCmd(), loadgenCmd())
 	return root
 }

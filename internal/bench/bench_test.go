@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/internal/workload"
+)
+
+func TestRunRejectsAnUnknownScenario(t *testing.T) {
+	if _, err := Run(Config{Scenarios: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), "burst") {
+		t.Errorf("err %v", err)
+	}
+}
+
+// TestReportFilesFromARealShortRun runs the burst scenario at a tiny size
+// and checks the tables, results.json and index.html it produces.
+func TestReportFilesFromARealShortRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a real scenario")
+	}
+	r := &Runner{rounds: 1, duration: 100 * time.Millisecond, slots: 2}
+	spin := workload.NewSpin(2 * time.Millisecond)
+	s := r.burst("burst-test", 20, spin.D, spin)
+	rep := &Report{Machine: describeMachine(), Scenarios: []*Scenario{s}}
+	for _, v := range s.Variants {
+		if !v.Valid {
+			t.Fatalf("%s invalid: %s", v.Name, v.Invalid)
+		}
+		if v.Latency.Count != 20 || v.Latency.P50 <= 0 || v.Latency.Max < v.Latency.P50 {
+			t.Errorf("%s latency %+v", v.Name, v.Latency)
+		}
+		if v.Extra["makespan_s"] < v.Extra["first_result_s"] {
+			t.Errorf("%s makespan before first result: %v", v.Name, v.Extra)
+		}
+	}
+	if s.variant("semaphore").Ratio["p99"] == 0 {
+		t.Error("no ratio to the baseline")
+	}
+	var tables bytes.Buffer
+	WriteTables(&tables, rep)
+	for _, want := range []string{"burst-test", "goroutine", "cpuwork", "verdict"} {
+		if !strings.Contains(tables.String(), want) {
+			t.Errorf("tables lack %q", want)
+		}
+	}
+	dir := t.TempDir()
+	if err := WriteDir(dir, rep); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "results.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var parsed struct {
+		Machine   map[string]any `json:"machine"`
+		Scenarios []struct {
+			Name     string `json:"name"`
+			Variants []struct {
+				Name    string             `json:"name"`
+				Latency map[string]float64 `json:"latency"`
+				Valid   bool               `json:"valid"`
+			} `json:"variants"`
+			Verdict string `json:"verdict"`
+		} `json:"scenarios"`
+	}
+	if err := json.Unmarshal(data, &parsed); err != nil {
+		t.Fatal(err)
+	}
+	if len(parsed.Scenarios) != 1 || len(parsed.Scenarios[0].Variants) != len(burstVariants) {
+		t.Fatalf("results.json %s", data)
+	}
+	for _, k := range []string{"mean_s", "p50_s", "p90_s", "p99_s", "p999_s", "max_s"} {
+		if _, ok := parsed.Scenarios[0].Variants[0].Latency[k]; !ok {
+			t.Errorf("latency lacks %s", k)
+		}
+	}
+	page, err := os.ReadFile(filepath.Join(dir, "index.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(page, []byte("<svg")) || bytes.Contains(page, []byte("http://cdn")) || bytes.Contains(page, []byte("<script src")) {
+		t.Error("index.html lacks inline plots or loads something remote")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "histograms", "burst-test-cpuwork.json")); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,317 @@
+// Package bench runs cpuwork bench's scenarios and writes the report.
+//
+// Measurement rules (docs/bench.md): latency runs from a task's arrival
+// (its intended send time under open-loop load, the burst's start for a
+// burst) to its completion, recorded in HDR histograms; every variant of a
+// scenario runs in the same process, alternated over rounds so that noise
+// hits all of them; results are reported as ratios against the scenario's
+// baseline; a variant whose achieved rate falls below 99 % of the offered
+// rate is marked invalid, not silently kept.
+package bench
+
+import (
+	"os"
+	"runtime"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/cpuwork/cpuwork/budget"
+	"golang.org/x/sys/unix"
+)
+
+// Report is the whole result, written to results.json. All times are in
+// seconds.
+type Report struct {
+	Machine    Machine     `json:"machine"`
+	Started    time.Time   `json:"started"`
+	DurationS  float64     `json:"duration_s"`
+	Quick      bool        `json:"quick"`
+	Scenarios  []*Scenario `json:"scenarios"`
+	Workloads  []Workload  `json:"workloads"`
+	Command    string      `json:"command"`
+	SchemaNote string      `json:"schema"`
+}
+
+// Machine describes where the report was made.
+type Machine struct {
+	CPUs          int     `json:"cpus"`
+	BudgetCores   float64 `json:"budget_cores"`
+	BudgetSource  string  `json:"budget_source"`
+	Slots         int     `json:"slots"`
+	GOMAXPROCS    int     `json:"gomaxprocs"`
+	Kernel        string  `json:"kernel"`
+	GoVersion     string  `json:"go_version"`
+	CgroupVersion int     `json:"cgroup_version"`
+	Hostname      string  `json:"hostname"`
+}
+
+// Workload is a workload's measured time per item on one core.
+type Workload struct {
+	Name     string  `json:"name"`
+	PerItemS float64 `json:"per_item_s"`
+	Error    string  `json:"error,omitempty"`
+}
+
+// Scenario is one scenario's variants and verdict.
+type Scenario struct {
+	Name     string     `json:"name"`
+	Claim    string     `json:"claim"`
+	Baseline string     `json:"baseline"`
+	Variants []*Variant `json:"variants"`
+	Verdict  string     `json:"verdict"`
+	Holds    *bool      `json:"holds,omitempty"` // nil when not judged (skipped, invalid)
+	Skipped  string     `json:"skipped,omitempty"`
+	Notes    []string   `json:"notes,omitempty"`
+}
+
+// Latency summarises a latency distribution in seconds.
+type Latency struct {
+	Count uint64  `json:"count"`
+	Mean  float64 `json:"mean_s"`
+	P50   float64 `json:"p50_s"`
+	P90   float64 `json:"p90_s"`
+	P99   float64 `json:"p99_s"`
+	P999  float64 `json:"p999_s"`
+	Max   float64 `json:"max_s"`
+}
+
+// Variant is one way of running the scenario's work.
+type Variant struct {
+	Name        string             `json:"name"`
+	Description string             `json:"description"`
+	Latency     Latency            `json:"latency"`
+	Throughput  float64            `json:"throughput_per_s"`
+	OfferedPS   float64            `json:"offered_per_s,omitempty"`
+	AchievedPS  float64            `json:"achieved_per_s,omitempty"`
+	CPU         float64            `json:"cpu_s"`
+	WallS       float64            `json:"wall_s"`
+	PeakGs      int                `json:"peak_goroutines"`
+	PeakRSS     int64              `json:"peak_rss_bytes"`
+	Valid       bool               `json:"valid"`
+	Invalid     string             `json:"invalid_reason,omitempty"`
+	Extra       map[string]float64 `json:"extra,omitempty"`
+	Ratio       map[string]float64 `json:"ratio_to_baseline,omitempty"`
+	Privileges  string             `json:"privileges,omitempty"`
+	// Series holds (seconds since the variant's start, latency seconds)
+	// points, at most a few thousand, for the latency-over-time plot.
+	Series [][2]float64 `json:"series,omitempty"`
+
+	hist *hdrhistogram.Histogram
+}
+
+func newHist() *hdrhistogram.Histogram {
+	// 1 µs .. 10 min at 3 significant digits.
+	return hdrhistogram.New(1, int64(10*time.Minute/time.Microsecond), 3)
+}
+
+// recorder collects latencies from many goroutines: each takes its own
+// histogram (hdrhistogram is not goroutine-safe) and they are merged.
+type recorder struct {
+	mu     sync.Mutex
+	hists  []*hdrhistogram.Histogram
+	series [][2]float64
+	start  time.Time
+	every  int
+	n      int
+}
+
+func newRecorder(start time.Time, expected int) *recorder {
+	return &recorder{start: start, every: max(expected/2000, 1)}
+}
+
+// shard returns a histogram for one goroutine's exclusive use.
+func (r *recorder) shard() *hdrhistogram.Histogram {
+	h := newHist()
+	r.mu.Lock()
+	r.hists = append(r.hists, h)
+	r.mu.Unlock()
+	return h
+}
+
+// record adds one latency observed at time t to h and, sampled, to the
+// time series.
+func (r *recorder) record(h *hdrhistogram.Histogram, t time.Time, lat time.Duration) {
+	h.RecordValue(max(int64(lat/time.Microsecond), 1))
+	r.mu.Lock()
+	r.n++
+	if r.n%r.every == 0 {
+		r.series = append(r.series, [2]float64{t.Sub(r.start).Seconds(), lat.Seconds()})
+	}
+	r.mu.Unlock()
+}
+
+func (r *recorder) merged() *hdrhistogram.Histogram {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	m := newHist()
+	for _, h := range r.hists {
+		m.Merge(h)
+	}
+	return m
+}
+
+func latencyOf(h *hdrhistogram.Histogram) Latency {
+	us := func(v float64) float64 { return v / 1e6 }
+	return Latency{
+		Count: uint64(h.TotalCount()),
+		Mean:  us(h.Mean()),
+		P50:   us(float64(h.ValueAtQuantile(50))),
+		P90:   us(float64(h.ValueAtQuantile(90))),
+		P99:   us(float64(h.ValueAtQuantile(99))),
+		P999:  us(float64(h.ValueAtQuantile(99.9))),
+		Max:   us(float64(h.Max())),
+	}
+}
+
+// addRun merges one round's measurements into v.
+func (v *Variant) addRun(h *hdrhistogram.Histogram, series [][2]float64, u usage) {
+	if v.hist == nil {
+		v.hist = newHist()
+	}
+	v.hist.Merge(h)
+	v.Latency = latencyOf(v.hist)
+	if len(v.Series) < 4000 {
+		v.Series = append(v.Series, series...)
+	}
+	v.CPU += u.cpu
+	v.WallS += u.wall
+	v.PeakGs = max(v.PeakGs, u.peakGs)
+	v.PeakRSS = max(v.PeakRSS, u.peakRSS)
+}
+
+func (v *Variant) setExtra(k string, x float64) {
+	if v.Extra == nil {
+		v.Extra = map[string]float64{}
+	}
+	v.Extra[k] = x
+}
+
+// usage is what one round of a variant cost the process.
+type usage struct {
+	cpu     float64 // user+system CPU seconds (getrusage)
+	wall    float64
+	peakGs  int
+	peakRSS int64
+}
+
+// meter measures CPU time (getrusage RUSAGE_SELF), wall time, and samples
+// goroutines and RSS every 10 ms until stop.
+type meter struct {
+	t0    time.Time
+	cpu0  float64
+	done  chan struct{}
+	wg    sync.WaitGroup
+	peakG int
+	peakR int64
+}
+
+func startMeter() *meter {
+	m := &meter{t0: time.Now(), cpu0: cpuSeconds(), done: make(chan struct{})}
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		t := time.NewTicker(10 * time.Millisecond)
+		defer t.Stop()
+		for {
+			m.peakG = max(m.peakG, runtime.NumGoroutine())
+			m.peakR = max(m.peakR, rssBytes())
+			select {
+			case <-m.done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return m
+}
+
+func (m *meter) stop() usage {
+	close(m.done)
+	m.wg.Wait()
+	return usage{cpu: cpuSeconds() - m.cpu0, wall: time.Since(m.t0).Seconds(), peakGs: m.peakG, peakRSS: m.peakR}
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+func rssBytes() int64 {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0
+	}
+	var pages int64
+	for _, c := range f[1] {
+		pages = pages*10 + int64(c-'0')
+	}
+	return pages * int64(os.Getpagesize())
+}
+
+func describeMachine() Machine {
+	m := Machine{CPUs: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version()}
+	if b, err := budget.Detect(); err == nil {
+		m.BudgetCores, m.BudgetSource, m.Slots, m.CgroupVersion = b.Cores, string(b.Source), b.Slots(), b.CgroupVersion
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		m.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	m.Hostname, _ = os.Hostname()
+	return m
+}
+
+// ratios fills each variant's ratio to the baseline variant: latency
+// statistics and throughput.
+func (s *Scenario) ratios() {
+	var base *Variant
+	for _, v := range s.Variants {
+		if v.Name == s.Baseline {
+			base = v
+		}
+	}
+	if base == nil {
+		return
+	}
+	div := func(a, b float64) float64 {
+		if b == 0 {
+			return 0
+		}
+		return a / b
+	}
+	for _, v := range s.Variants {
+		v.Ratio = map[string]float64{
+			"mean": div(v.Latency.Mean, base.Latency.Mean),
+			"p50":  div(v.Latency.P50, base.Latency.P50),
+			"p99":  div(v.Latency.P99, base.Latency.P99),
+			"p999": div(v.Latency.P999, base.Latency.P999),
+		}
+		if base.Throughput > 0 {
+			v.Ratio["throughput"] = div(v.Throughput, base.Throughput)
+		}
+	}
+}
+
+func (s *Scenario) variant(name string) *Variant {
+	for _, v := range s.Variants {
+		if v.Name == name {
+			return v
+		}
+	}
+	return nil
+}
+
+func boolp(b bool) *bool { return &b }
+
+type histT = hdrhistogram.Histogram

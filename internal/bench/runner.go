@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/workload"
+)
+
+// ScenarioInfo describes one scenario for --list.
+type ScenarioInfo struct {
+	Name     string
+	Shows    string
+	Variants []string
+}
+
+// Scenarios lists the scenarios in the order they run.
+func Scenarios() []ScenarioInfo {
+	names := func(vs []struct{ name, desc string }) []string {
+		var out []string
+		for _, v := range vs {
+			out = append(out, v.name+": "+v.desc)
+		}
+		return out
+	}
+	return []ScenarioInfo{
+		{"burst", "1.5 ms tasks (fib) arriving at once: bounding concurrency vs a goroutine per task", names(burstVariants)},
+		{"burst-long", "40 ms tasks arriving at once: where processor sharing makes every task late", names(burstVariants)},
+		{"priority", "critical requests beside batch work that saturates every P", names(priorityVariants)},
+		{"timers", "timer and netpoller latency beside busy CPU workers", names(timerVariants)},
+		{"service", "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity", names(serviceVariants)},
+	}
+}
+
+// Config selects and sizes the run.
+type Config struct {
+	Scenarios []string      // empty: all
+	Duration  time.Duration // per variant per round for the time-based scenarios; 0: 3 s (quick: 0.6 s)
+	Quick     bool          // whole suite in about a minute, for smoke tests
+	// LoadGen is the command line that starts the load generator process
+	// for the service scenario (the cpuwork binary's hidden "loadgen"
+	// subcommand); nil skips the scenario.
+	LoadGen []string
+	// Step is called before each measured step (progress display).
+	Step func(done, total int, what string)
+}
+
+// Runner runs scenarios with one configuration.
+type Runner struct {
+	cfg      Config
+	slots    int
+	rounds   int
+	duration time.Duration
+	done     int
+	total    int
+}
+
+// Run runs the configured scenarios and returns the report.
+func Run(cfg Config) (*Report, error) {
+	all := Scenarios()
+	var known []string
+	for _, s := range all {
+		known = append(known, s.Name)
+	}
+	want := cfg.Scenarios
+	if len(want) == 0 {
+		want = known
+	}
+	for _, w := range want {
+		if !slices.Contains(known, w) {
+			return nil, fmt.Errorf("unknown scenario %q (have %s)", w, strings.Join(known, ", "))
+		}
+	}
+	r := &Runner{cfg: cfg, rounds: 2, duration: cfg.Duration}
+	if cfg.Quick {
+		r.rounds = 1
+	}
+	if r.duration <= 0 {
+		r.duration = 3 * time.Second
+		if cfg.Quick {
+			r.duration = 600 * time.Millisecond
+		}
+	}
+	b, err := budget.Detect()
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	r.slots = b.Slots()
+	rep := &Report{Machine: describeMachine(), Started: time.Now(), Quick: cfg.Quick,
+		Command: strings.Join(os.Args, " "), SchemaNote: "docs/bench.md#results-json"}
+
+	src, err := workload.NewSource()
+	if err != nil {
+		return nil, err
+	}
+	// Real workloads: measured at start, so the report says what an item costs here.
+	for _, name := range workload.Names() {
+		w, err := workload.New(name, src)
+		wl := Workload{Name: name}
+		if err == nil {
+			var d time.Duration
+			d, err = workload.Calibrate(w, 5)
+			wl.PerItemS = d.Seconds()
+		}
+		if err != nil {
+			wl.Error = err.Error()
+		}
+		rep.Workloads = append(rep.Workloads, wl)
+	}
+
+	r.total = r.countSteps(want)
+	for _, name := range want {
+		var s *Scenario
+		switch name {
+		case "burst":
+			n := 1000
+			if cfg.Quick {
+				n = 200
+			}
+			fib := workload.NewFib(1500 * time.Microsecond)
+			c, _ := workload.Calibrate(fib, 5)
+			s = r.burst("burst", n, c, fib)
+		case "burst-long":
+			n := 100
+			if cfg.Quick {
+				n = 20
+			}
+			spin := workload.NewSpin(40 * time.Millisecond)
+			s = r.burst("burst-long", n, spin.D, spin)
+		case "priority":
+			s = r.priority(200*time.Microsecond, time.Millisecond)
+		case "timers":
+			s, err = r.timers(time.Millisecond)
+			if err != nil {
+				s = &Scenario{Name: "timers", Skipped: err.Error()}
+			}
+		case "service":
+			if len(cfg.LoadGen) == 0 {
+				s = &Scenario{Name: "service", Skipped: "no load generator command configured"}
+				break
+			}
+			s, err = r.service(cfg.LoadGen)
+			if err != nil {
+				s = &Scenario{Name: "service", Skipped: err.Error()}
+			}
+		}
+		rep.Scenarios = append(rep.Scenarios, s)
+	}
+	rep.DurationS = time.Since(rep.Started).Seconds()
+	return rep, nil
+}
+
+func (r *Runner) countSteps(want []string) int {
+	n := 0
+	for _, w := range want {
+		for _, s := range Scenarios() {
+			if s.Name == w {
+				n += len(s.Variants) * r.rounds
+				if w == "service" {
+					n += 3 * len(s.Variants) * r.rounds // four load levels per variant
+				}
+				if w == "priority" {
+					n++ // batch alone
+				}
+			}
+		}
+	}
+	return n
+}
+
+func (r *Runner) step(what string) {
+	if r.cfg.Step != nil {
+		r.cfg.Step(r.done, r.total, what)
+	}
+	r.done++
+}

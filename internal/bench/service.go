@@ -1,0 +1,269 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/internal/workload"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+var serviceVariants = []struct{ name, desc string }{
+	{"naive", "net/http handlers run the work directly on their goroutines"},
+	{"cpuwork", "handlers call Executor.Do: Interactive for small requests, Batch for large; a full queue answers 503"},
+}
+
+// Request mix of the service scenario: 90 % small, 10 % large.
+const smallShare = 0.9
+
+// LoadResult is one request as the load generator saw it, sent from the
+// loadgen process to the bench as a JSON line.
+type LoadResult struct {
+	Seq       uint64    `json:"seq"`
+	Kind      string    `json:"kind"` // "small" or "large"
+	Timestamp time.Time `json:"ts"`   // when vegeta sent it
+	LatencyNS int64     `json:"lat_ns"`
+	Code      uint16    `json:"code"`
+	Error     string    `json:"err,omitempty"`
+}
+
+// LoadGen is the hidden `cpuwork loadgen` subcommand: an open-loop vegeta
+// attack (constant pacer) at rate requests/s for d against base, writing
+// one LoadResult per line to w. It runs in its own process so that the
+// generator never competes with the server for its Ps.
+func LoadGen(w io.Writer, base string, rate float64, d time.Duration) error {
+	if rate <= 0 || d <= 0 {
+		return fmt.Errorf("loadgen: rate %v and duration %v must be positive", rate, d)
+	}
+	// 9 small, 1 large, round-robin: the 90/10 mix at a fixed pattern.
+	var targets []vegeta.Target
+	for i := 0; i < 10; i++ {
+		kind := "small"
+		if i == 9 {
+			kind = "large"
+		}
+		targets = append(targets, vegeta.Target{Method: "GET", URL: base + "/" + kind})
+	}
+	atk := vegeta.NewAttacker(vegeta.Timeout(30*time.Second), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000))
+	pacer := vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for res := range atk.Attack(vegeta.NewStaticTargeter(targets...), pacer, d, "service") {
+		kind := "small"
+		if res.URL == base+"/large" {
+			kind = "large"
+		}
+		if err := enc.Encode(LoadResult{Seq: res.Seq, Kind: kind, Timestamp: res.Timestamp,
+			LatencyNS: int64(res.Latency), Code: res.Code, Error: res.Error}); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+func (r *Runner) service(loadgen []string) (*Scenario, error) {
+	s := &Scenario{
+		Name:     "service",
+		Baseline: "naive",
+		Claim:    "a real net/http service with real CPU work under open-loop load: admission with classes keeps p99 bounded near and above capacity (C1: p99 550 -> 120-150 ms)",
+	}
+	src, err := workload.NewSource()
+	if err != nil {
+		return nil, err
+	}
+	small, err := workload.New("regexp", src)
+	if err != nil {
+		return nil, err
+	}
+	large, err := workload.New("gzip", src)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := workload.Calibrate(small, 5)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := workload.Calibrate(large, 3)
+	if err != nil {
+		return nil, err
+	}
+	perReq := smallShare*cs.Seconds() + (1-smallShare)*cl.Seconds()
+	capacity := float64(r.slots) / perReq
+	s.Notes = append(s.Notes, fmt.Sprintf("small = regexp over 64 KB (%s), large = gzip+gunzip of 1 MB (%s), 90/10 mix: capacity about %.0f requests/s on %d slots",
+		ms(cs.Seconds()), ms(cl.Seconds()), capacity, r.slots))
+	loads := []float64{0.5, 0.8, 0.95, 1.1}
+	for _, pv := range serviceVariants {
+		for _, l := range loads {
+			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
+		}
+	}
+	for round := 0; round < r.rounds; round++ {
+		for _, l := range loads {
+			for _, pv := range serviceVariants {
+				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
+				r.step(fmt.Sprintf("service: %s (round %d/%d)", v.Name, round+1, r.rounds))
+				if err := r.serviceOnce(v, pv.name, small, large, capacity*l, loadgen); err != nil {
+					v.Valid, v.Invalid = false, err.Error()
+				}
+			}
+		}
+	}
+	for _, v := range s.Variants {
+		if v.Valid && v.OfferedPS > 0 && v.AchievedPS < 0.99*v.OfferedPS {
+			v.Valid, v.Invalid = false, fmt.Sprintf("load generator achieved %.1f/s of %.1f/s offered", v.AchievedPS, v.OfferedPS)
+		}
+	}
+	// Ratios against naive at the same load.
+	for _, l := range loads {
+		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
+		cw := s.variant(fmt.Sprintf("cpuwork@%.0f%%", l*100))
+		if base.Latency.P99 > 0 {
+			for _, v := range []*Variant{base, cw} {
+				v.Ratio = map[string]float64{"p50": v.Latency.P50 / base.Latency.P50, "p99": v.Latency.P99 / base.Latency.P99,
+					"mean": v.Latency.Mean / base.Latency.Mean, "p999": v.Latency.P999 / base.Latency.P999}
+			}
+		}
+	}
+	n, c := s.variant("naive@95%"), s.variant("cpuwork@95%")
+	if n.Valid && c.Valid {
+		ratio := c.Latency.P99 / n.Latency.P99
+		holds := ratio <= 0.5
+		s.Holds = boolp(holds)
+		s.Verdict = fmt.Sprintf("at 95%% of capacity, cpuwork p99 %s = %.2fx naive (%s; expected <= 0.5x), small p99 %s vs %s, %0.f shed: %s",
+			ms(c.Latency.P99), ratio, ms(n.Latency.P99), ms(c.Extra["small_p99_s"]), ms(n.Extra["small_p99_s"]), c.Extra["shed"], holdsWord(holds))
+	}
+	return s, nil
+}
+
+func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.Workload, rate float64, loadgen []string) error {
+	var e *cpuwork.Executor
+	if variant == "cpuwork" {
+		var err error
+		e, err = cpuwork.New(cpuwork.Options{Slots: r.slots, WatchInterval: -1,
+			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256, cpuwork.Batch: 64}})
+		if err != nil {
+			return err
+		}
+		defer e.Close(context.Background())
+	}
+	var item sync.Mutex
+	n := 0
+	next := func() int { item.Lock(); defer item.Unlock(); n++; return n }
+	handler := func(w workload.Workload, class cpuwork.Class) http.HandlerFunc {
+		return func(rw http.ResponseWriter, req *http.Request) {
+			i := next()
+			var err error
+			if e == nil {
+				err = w.Run(i)
+			} else {
+				err = e.Do(req.Context(), class, func(context.Context) error { return w.Run(i) })
+			}
+			switch {
+			case errors.Is(err, cpuwork.ErrSaturated):
+				http.Error(rw, "saturated", http.StatusServiceUnavailable)
+			case err != nil:
+				http.Error(rw, err.Error(), http.StatusInternalServerError)
+			default:
+				rw.Write([]byte("ok\n"))
+			}
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/small", handler(small, cpuwork.Interactive))
+	mux.Handle("/large", handler(large, cpuwork.Batch))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("service: listen on loopback: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+
+	m := startMeter()
+	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+ln.Addr().String(),
+		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", r.duration.String())
+	cmd := exec.Command(loadgen[0], args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("service: start load generator: %w", err)
+	}
+	var results []LoadResult
+	dec := json.NewDecoder(out)
+	for {
+		var lr LoadResult
+		if err := dec.Decode(&lr); err != nil {
+			if err != io.EOF {
+				cmd.Process.Kill()
+				cmd.Wait()
+				return fmt.Errorf("service: read load results: %w", err)
+			}
+			break
+		}
+		results = append(results, lr)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("service: load generator: %w", err)
+	}
+	u := m.stop()
+	if len(results) == 0 {
+		return errors.New("service: load generator returned no results")
+	}
+	// Intended send time of hit Seq under vegeta's constant pacer is
+	// began + (Seq+1)*interval; began is estimated from the least-delayed hit.
+	interval := time.Duration(float64(time.Second) / float64(int(rate)))
+	began := results[0].Timestamp
+	for _, lr := range results {
+		if t := lr.Timestamp.Add(-time.Duration(lr.Seq+1) * interval); t.Before(began) {
+			began = t
+		}
+	}
+	rec := newRecorder(began, len(results))
+	all, kinds := rec.shard(), map[string]*histT{"small": newHist(), "large": newHist()}
+	shed, errs := 0, 0
+	var last time.Time
+	for _, lr := range results {
+		intended := began.Add(time.Duration(lr.Seq+1) * interval)
+		end := lr.Timestamp.Add(time.Duration(lr.LatencyNS))
+		lat := end.Sub(intended)
+		switch {
+		case lr.Code == http.StatusServiceUnavailable:
+			shed++
+		case lr.Code != http.StatusOK:
+			errs++
+		}
+		rec.record(all, end, lat)
+		kinds[lr.Kind].RecordValue(max(int64(lat/time.Microsecond), 1))
+		if end.After(last) {
+			last = end
+		}
+	}
+	v.addRun(rec.merged(), rec.series, u)
+	v.OfferedPS += rate / float64(r.rounds)
+	v.AchievedPS += float64(len(results)) / r.duration.Seconds() / float64(r.rounds)
+	v.Throughput = v.AchievedPS
+	for k, h := range kinds {
+		l := latencyOf(h)
+		v.setExtra(k+"_p50_s", l.P50)
+		v.setExtra(k+"_p99_s", l.P99)
+		v.setExtra(k+"_p999_s", l.P999)
+	}
+	v.setExtra("shed", v.Extra["shed"]+float64(shed))
+	v.setExtra("errors", v.Extra["errors"]+float64(errs))
+	return nil
+}

@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/internal/workload"
+)
+
+var timerVariants = []struct{ name, desc string }{
+	{"pool", "GOMAXPROCS worker goroutines running 1 ms CPU jobs back to back"},
+	{"pool-gosched", "the same pool calling runtime.Gosched once per job (the C1 fix)"},
+	{"cpuwork", "the same jobs as Executor Batch tasks calling Checkpoint every ~50 µs"},
+}
+
+// timers: a 1 ms sleep-loop canary and a loopback TCP echo beside CPU
+// workers that occupy every P. Timers only fire when a P enters the
+// scheduler (Go issue 38860).
+func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
+	s := &Scenario{
+		Name:     "timers",
+		Baseline: "pool",
+		Claim:    "busy CPU workers delay timers and the netpoller (Go issue 38860); yielding inside CPU loops fixes it (C1: runtime.Gosched every 1000 iterations)",
+	}
+	for _, tv := range timerVariants {
+		s.Variants = append(s.Variants, &Variant{Name: tv.name, Description: tv.desc, Valid: true})
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("timers: listen on loopback: %w", err)
+	}
+	defer ln.Close()
+	go echoServer(ln)
+	job := workload.NewSpin(unit)
+	echo := map[string]*histT{}
+	for round := 0; round < r.rounds; round++ {
+		for _, v := range s.Variants {
+			r.step(fmt.Sprintf("timers: %s (round %d/%d)", v.Name, round+1, r.rounds))
+			canary, eh, series, u, err := r.timersOnce(v.Name, job, ln.Addr().String())
+			if err != nil {
+				v.Valid, v.Invalid = false, err.Error()
+				continue
+			}
+			v.addRun(canary, series, u)
+			if echo[v.Name] == nil {
+				echo[v.Name] = newHist()
+			}
+			echo[v.Name].Merge(eh)
+		}
+	}
+	for _, v := range s.Variants {
+		if h := echo[v.Name]; h != nil {
+			l := latencyOf(h)
+			v.setExtra("echo_p50_s", l.P50)
+			v.setExtra("echo_p99_s", l.P99)
+			v.setExtra("echo_p999_s", l.P999)
+			v.setExtra("echo_count", float64(l.Count))
+		}
+		v.Throughput = float64(v.Latency.Count) / max(v.WallS, 1e-9)
+	}
+	s.ratios()
+	p, cw := s.variant("pool"), s.variant("cpuwork")
+	if p.Valid && cw.Valid {
+		holds := cw.Latency.P99 <= 0.002 && p.Latency.P99 >= 0.010
+		s.Holds = boolp(holds)
+		s.Verdict = fmt.Sprintf("1 ms canary lateness p99: %.2f ms with Checkpoint vs %.2f ms without (expected <= 2 ms vs >= 10 ms); loopback echo p99 %.2f ms vs %.2f ms: %s",
+			cw.Latency.P99*1e3, p.Latency.P99*1e3, cw.Extra["echo_p99_s"]*1e3, p.Extra["echo_p99_s"]*1e3, holdsWord(holds))
+	}
+	return s, nil
+}
+
+func echoServer(ln net.Listener) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() { io.Copy(c, c); c.Close() }()
+	}
+}
+
+func (r *Runner) timersOnce(variant string, job *workload.Spin, addr string) (canary, echo *histT, series [][2]float64, u usage, err error) {
+	P := runtime.GOMAXPROCS(0)
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	var e *cpuwork.Executor
+	if variant == "cpuwork" {
+		if e, err = r.executor(64); err != nil {
+			return
+		}
+		defer e.Close(context.Background())
+	}
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, nil, nil, u, fmt.Errorf("timers: dial echo server: %w", err)
+	}
+	defer conn.Close()
+
+	m := startMeter()
+	t0 := time.Now()
+	steps := int(job.D / (50 * time.Microsecond))
+	for range P {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := context.Background()
+			for !stop.Load() {
+				switch variant {
+				case "pool":
+					job.Run(0)
+				case "pool-gosched":
+					job.Run(0)
+					runtime.Gosched()
+				case "cpuwork":
+					e.Do(ctx, cpuwork.Batch, func(ctx context.Context) error {
+						return job.RunChecked(steps, func() error { return cpuwork.Checkpoint(ctx) })
+					})
+				}
+			}
+		}()
+	}
+	// Canary: sleep until each 1 ms mark; lateness = wake time - mark.
+	rec := newRecorder(t0, int(r.duration/time.Millisecond))
+	ch := rec.shard()
+	canaryDone := make(chan struct{})
+	go func() {
+		defer close(canaryDone)
+		for k := 1; ; k++ {
+			mark := t0.Add(time.Duration(k) * time.Millisecond)
+			if mark.Sub(t0) > r.duration {
+				return
+			}
+			time.Sleep(time.Until(mark))
+			now := time.Now()
+			rec.record(ch, now, now.Sub(mark))
+		}
+	}()
+	// Echo: an 8-byte stamp every 2 ms, open-loop; the RTT counts from
+	// the intended send time.
+	echoRec := newRecorder(t0, int(r.duration/(2*time.Millisecond)))
+	eh := echoRec.shard()
+	sent := 0
+	var got atomic.Int64
+	readDone := make(chan error, 1)
+	go func() {
+		buf := make([]byte, 8)
+		for {
+			if _, err := io.ReadFull(conn, buf); err != nil {
+				readDone <- err
+				return
+			}
+			intended := t0.Add(time.Duration(int64(buf[0]) | int64(buf[1])<<8 | int64(buf[2])<<16 | int64(buf[3])<<24 |
+				int64(buf[4])<<32 | int64(buf[5])<<40 | int64(buf[6])<<48 | int64(buf[7])<<56))
+			now := time.Now()
+			echoRec.record(eh, now, now.Sub(intended))
+			got.Add(1)
+		}
+	}()
+	for k := 1; ; k++ {
+		off := time.Duration(k) * 2 * time.Millisecond
+		if off > r.duration {
+			break
+		}
+		time.Sleep(time.Until(t0.Add(off)))
+		var b [8]byte
+		for i := range b {
+			b[i] = byte(uint64(off) >> (8 * i))
+		}
+		if _, err := conn.Write(b[:]); err != nil {
+			break
+		}
+		sent++
+	}
+	<-canaryDone
+	stop.Store(true)
+	wg.Wait()
+	// Wait for outstanding echoes (bounded), then stop the reader.
+	deadline := time.Now().Add(2 * time.Second)
+	for got.Load() < int64(sent) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	conn.Close()
+	<-readDone
+	u = m.stop()
+	return rec.merged(), echoRec.merged(), rec.series, u, nil
+}

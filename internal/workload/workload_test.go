@@ -1,0 +1,85 @@
+package workload
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func source(t *testing.T) *Source {
+	t.Helper()
+	src, err := NewSource()
+	if err != nil {
+		t.Skipf("no GOROOT source here: %v", err)
+	}
+	return src
+}
+
+func TestEveryWorkloadRunsAndChecksItsOutput(t *testing.T) {
+	src := source(t)
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			w, err := New(name, src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range 3 {
+				if err := w.Run(i); err != nil {
+					t.Fatalf("item %d: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
+func TestBrokenWorkloadsReportErrors(t *testing.T) {
+	src := source(t)
+	h, err := newHash(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.(*hashWL).sums[0][0] ^= 1
+	if err := h.Run(0); err == nil || !strings.Contains(err.Error(), "digest") {
+		t.Errorf("corrupted expected digest: %v", err)
+	}
+	r, err := newRegexp(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.(*regexpWL).want[1]++
+	if err := r.Run(1); err == nil {
+		t.Error("wrong expected match count not reported")
+	}
+	f := NewFib(time.Millisecond)
+	f.want++
+	if err := f.Run(0); err == nil {
+		t.Error("wrong fib result not reported")
+	}
+}
+
+func TestUnknownWorkloadIsAnError(t *testing.T) {
+	if _, err := New("nope", &Source{}); err == nil || !strings.Contains(err.Error(), "hash") {
+		t.Errorf("err %v", err)
+	}
+}
+
+func TestSpinRunCheckedStopsAtTheFirstError(t *testing.T) {
+	s := &Spin{Iters: 1000}
+	calls := 0
+	err := s.RunChecked(10, func() error {
+		calls++
+		if calls == 3 {
+			return errStop
+		}
+		return nil
+	})
+	if err != errStop || calls != 3 {
+		t.Errorf("err %v after %d calls", err, calls)
+	}
+}
+
+type stopErr struct{}
+
+func (stopErr) Error() string { return "stop" }
+
+var errStop = stopErr{}
