@@ -3,6 +3,8 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,7 +12,10 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/internal/workload"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestRunRejectsAnUnknownScenario(t *testing.T) {
 	if _, err := Run(Config{Scenarios: []string{"nope"}}); err == nil || !strings.Contains(err.Error(), "burst") {
@@ -89,5 +94,45 @@ func TestReportFilesFromARealShortRun(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "histograms", "burst-test-cpuwork.json")); err != nil {
 		t.Error(err)
+	}
+}
+
+func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/large" {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(&out)
+	kinds := map[string]int{}
+	codes := map[uint16]int{}
+	n := 0
+	for dec.More() {
+		var lr LoadResult
+		if err := dec.Decode(&lr); err != nil {
+			t.Fatal(err)
+		}
+		kinds[lr.Kind]++
+		codes[lr.Code]++
+		n++
+	}
+	if n < 25 || n > 35 { // 100/s for 0.3 s
+		t.Errorf("%d requests, want about 30", n)
+	}
+	if kinds["large"] == 0 || kinds["small"] < 8*kinds["large"] {
+		t.Errorf("mix %v, want 9 small per large", kinds)
+	}
+	if codes[503] != kinds["large"] || codes[200] != kinds["small"] {
+		t.Errorf("codes %v for kinds %v", codes, kinds)
+	}
+	if err := LoadGen(&out, srv.URL, 0, time.Second); err == nil {
+		t.Error("rate 0 accepted")
 	}
 }

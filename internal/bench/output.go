@@ -93,6 +93,12 @@ func extraColumns(scenario string) []column {
 		}
 	case scenario == "timers":
 		return []column{{"echo_p50_s", "echo p50", ms}, {"echo_p99_s", "echo p99", ms}}
+	case scenario == "service":
+		count := func(x float64) string { return fmt.Sprintf("%.0f", x) }
+		return []column{
+			{"small_p99_s", "small p99", ms}, {"large_p99_s", "large p99", ms},
+			{"achieved_of_offered", "achieved", pct}, {"shed", "shed 503", count}, {"errors", "errors", count},
+		}
 	}
 	return nil
 }

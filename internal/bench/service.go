@@ -121,6 +121,9 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 		}
 	}
 	for _, v := range s.Variants {
+		if v.OfferedPS > 0 {
+			v.setExtra("achieved_of_offered", v.AchievedPS/v.OfferedPS)
+		}
 		if v.Valid && v.OfferedPS > 0 && v.AchievedPS < 0.99*v.OfferedPS {
 			v.Valid, v.Invalid = false, fmt.Sprintf("load generator achieved %.1f/s of %.1f/s offered", v.AchievedPS, v.OfferedPS)
 		}
