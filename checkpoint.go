@@ -173,6 +173,9 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		tc.w.est = 0
 	}
 	s.yields.Add(1)
+	if tc.class.runsOnWorker() {
+		e.lowRunning.Add(-1)
+	}
 	w := &tc.w
 	if w.ready == nil {
 		w.ready = make(chan struct{}, 1)
@@ -182,9 +185,7 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	if onWorker {
 		// This worker blocks without a slot; the slot it frees may go to
 		// an asynchronous task, which needs a worker to run on.
-		e.spares++
-		e.workerWG.Add(1)
-		go e.worker()
+		e.pools[tc.class.pool()].lendSpareLocked()
 	}
 	w.enq = t
 	e.enqueueLocked(w, true)
@@ -195,10 +196,7 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	w.requeued = false
 	if onWorker {
 		e.mu.Lock()
-		if e.spares > 0 { // Close may already have stopped them all
-			e.spares--
-			e.runq <- nil
-		}
+		e.pools[tc.class.pool()].returnSpareLocked()
 		e.mu.Unlock()
 	}
 	if err != nil {

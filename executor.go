@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/osthread"
 )
 
 // DefaultQueueLimit is the per-class queue bound used when
@@ -61,6 +63,32 @@ type Options struct {
 	// Logger receives budget changes and watcher errors. nil logs nothing.
 	Logger *slog.Logger
 
+	// NoDemotion runs Batch and Background workers as plain goroutines.
+	// By default each of them is locked to its own OS thread set to
+	// BatchSched (SCHED_IDLE; nice 19 where that is refused), so the kernel
+	// preempts batch work the instant a latency-sensitive thread wants the
+	// CPU. Demotion needs no privileges. See osthread.
+	NoDemotion bool
+
+	// BatchSched is the scheduling of demoted worker threads; the zero
+	// value means osthread.Demoted (SCHED_IDLE).
+	BatchSched osthread.Sched
+
+	// SpareP keeps one P free of batch work: Batch and Background together
+	// hold at most GOMAXPROCS-1 slots (at least 1), so goroutines outside
+	// the executor and Critical/Interactive work always find a P, and with
+	// demoted threads the kernel runs them first. It costs batch throughput
+	// 1/GOMAXPROCS when nothing else runs, unless GOMAXPROCS is one more
+	// than the budget (set GOMAXPROCS yourself; the executor never does).
+	// Measured effect: docs/architecture.md.
+	SpareP bool
+
+	// CriticalLane, when set, runs Critical tasks admitted by Do on a
+	// dedicated lane of locked OS threads with these options (for cgo
+	// libraries that need a fixed thread, or an affinity and priority of
+	// their own) instead of on the caller's goroutine.
+	CriticalLane *osthread.Options
+
 	// detect replaces budget.Detect in tests.
 	detect func() (budget.Budget, error)
 }
@@ -85,13 +113,17 @@ type Executor struct {
 	lag    [NumClasses]float64 // virtual-time offsets for Interactive, Batch
 	weight [NumClasses]float64
 	limit  [NumClasses]int
-	// workers is the number of worker goroutines that should be running
-	// (one per slot); spares are extra ones lent while tasks that run on
-	// workers wait at a Checkpoint without a slot.
-	workers  int
-	spares   int
-	runq     chan *Task
-	workerWG sync.WaitGroup
+	// pools run asynchronous tasks: poolNormal for Critical and
+	// Interactive, poolDemoted (OS threads at SCHED_IDLE unless
+	// Options.NoDemotion) for Batch and Background.
+	pools [2]*workerPool
+	// lowCap bounds the slots Batch and Background hold together (0: no
+	// bound; Options.SpareP); lowRunning counts those they hold.
+	lowCap     atomic.Int64
+	lowRunning atomic.Int64
+	spareP     bool
+	warned     sync.Once
+	critLane   *osthread.Lane
 
 	// pending holds waiters granted under mu and not yet woken: they are
 	// signalled after mu is released (unlockAndWake), which keeps channel
@@ -118,7 +150,6 @@ func New(o Options) (*Executor, error) {
 	e := &Executor{
 		noLabels: o.DisableProfileLabels,
 		log:      o.Logger,
-		runq:     make(chan *Task, 2*MaxSlots), // granted tasks plus stop sentinels never exceed this
 	}
 	for c := range Class(NumClasses) {
 		switch l := o.QueueLimit[c]; {
@@ -143,6 +174,20 @@ func New(o Options) (*Executor, error) {
 	}
 	if e.log == nil {
 		e.log = slog.New(discardHandler{})
+	}
+	batchSched := o.BatchSched
+	if batchSched.Policy == 0 && batchSched.Nice == 0 && batchSched.RTPriority == 0 && batchSched.CPUs == nil {
+		batchSched = osthread.Demoted
+	}
+	e.spareP = o.SpareP
+	e.pools[poolNormal] = newPool(e, "normal", false, osthread.Sched{})
+	e.pools[poolDemoted] = newPool(e, "demoted", !o.NoDemotion, batchSched)
+	if o.CriticalLane != nil {
+		lane, err := osthread.Start(*o.CriticalLane)
+		if err != nil {
+			return nil, fmt.Errorf("cpuwork: start the critical lane: %w", err)
+		}
+		e.critLane = lane
 	}
 	slots := o.Slots
 	detect := o.detect
@@ -170,6 +215,10 @@ func New(o Options) (*Executor, error) {
 // LabelKey is the pprof label key under which tasks run; its value is the
 // class name. Profiles can be split with `go tool pprof -tagfocus`.
 const LabelKey = "cpuwork.class"
+
+func (e *Executor) warnOnce(msg string, args ...any) {
+	e.warned.Do(func() { e.log.Warn(msg, args...) })
+}
 
 type discardHandler struct{}
 
@@ -229,14 +278,14 @@ func (e *Executor) SetSlots(n int) error {
 func (e *Executor) setSlotsLocked(n int) {
 	delta := n - e.slots
 	e.slots = n
+	e.lowCap.Store(0)
+	if e.spareP {
+		e.lowCap.Store(int64(max(1, min(n, runtime.GOMAXPROCS(0)-1))))
+	}
 	e.free.Add(int64(delta))
 	if !e.closed.Load() {
-		for ; e.workers < n; e.workers++ {
-			e.workerWG.Add(1)
-			go e.worker()
-		}
-		for ; e.workers > n; e.workers-- {
-			e.runq <- nil // one worker exits after its current task
+		for _, p := range e.pools {
+			p.resizeLocked(n)
 		}
 	}
 	e.dispatchLocked()
@@ -257,6 +306,38 @@ func (e *Executor) tryAcquire() bool {
 			return true
 		}
 	}
+}
+
+// capped reports whether class c is under the SpareP bound, so that its
+// admissions must go through the lock where the bound is checked.
+func (e *Executor) capped(c Class) bool {
+	return c.runsOnWorker() && e.lowCap.Load() > 0
+}
+
+// tryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
+// Background and counts their slot in lowRunning (under the lock when the
+// bound applies, so concurrent callers cannot both pass it).
+func (e *Executor) tryAcquireFor(c Class) bool {
+	if !c.runsOnWorker() {
+		return e.tryAcquire()
+	}
+	if e.lowCap.Load() == 0 {
+		if !e.tryAcquire() {
+			return false
+		}
+		e.lowRunning.Add(1)
+		return true
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if lc := e.lowCap.Load(); lc > 0 && e.lowRunning.Load() >= lc {
+		return false
+	}
+	if !e.tryAcquire() {
+		return false
+	}
+	e.lowRunning.Add(1)
+	return true
 }
 
 // release returns a slot and, if anyone is queued, hands free slots out.
@@ -295,19 +376,22 @@ func (e *Executor) dispatchLocked() {
 // virtual time (charged slot time divided by weight); Background last.
 func (e *Executor) pickLocked() *waiter {
 	c := Class(NumClasses)
+	lc := e.lowCap.Load()
+	low := lc == 0 || e.lowRunning.Load() < lc // Batch/Background may take a slot
+	batch := low && e.queues[Batch].n > 0
 	switch {
 	case e.queues[Critical].n > 0:
 		c = Critical
-	case e.queues[Interactive].n > 0 && e.queues[Batch].n > 0:
+	case e.queues[Interactive].n > 0 && batch:
 		c = Interactive
 		if e.vtime(Batch) < e.vtime(Interactive) {
 			c = Batch
 		}
 	case e.queues[Interactive].n > 0:
 		c = Interactive
-	case e.queues[Batch].n > 0:
+	case batch:
 		c = Batch
-	case e.queues[Background].n > 0:
+	case low && e.queues[Background].n > 0:
 		c = Background
 	default:
 		return nil
@@ -330,6 +414,9 @@ func (e *Executor) grantLocked(w *waiter) {
 	s := &e.stats[w.class]
 	if !w.requeued {
 		s.admitted.Add(1)
+	}
+	if w.class.runsOnWorker() {
+		e.lowRunning.Add(1)
 	}
 	if w.class == Interactive || w.class == Batch {
 		est := s.lastSlotNs.Load()
@@ -357,7 +444,7 @@ func (e *Executor) unlockAndWake() {
 	e.mu.Unlock()
 	for _, w := range ws {
 		if w.task != nil && !w.requeued {
-			e.runq <- w.task
+			e.pools[w.class.pool()].runq <- w.task
 		} else {
 			w.ready <- struct{}{}
 		}
@@ -565,11 +652,14 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 		if err := e.acquireSlow(ctx, tc); err != nil {
 			return err
 		}
-	} else if n, err := e.admitFast(s); err != nil {
+	} else if n, err := e.admitFast(c); err != nil {
 		return err
 	} else if n%sampleEvery == 0 {
 		tc.timed, tc.weight, tc.start = true, sampleEvery, now()
 		s.queueWait.record(0, sampleEvery)
+	}
+	if c == Critical && e.critLane != nil {
+		return e.runOnLane(ctx, tc, fn)
 	}
 	return e.run(tc, fn)
 }
@@ -578,11 +668,15 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 // Close. Counting first means that either this check sees the executor
 // closed (the slot is given back, ErrClosed) or Close sees the admission
 // and waits for the task.
-func (e *Executor) admitFast(s *classStats) (uint64, error) {
+func (e *Executor) admitFast(c Class) (uint64, error) {
+	s := &e.stats[c]
 	n := s.admitted.Add(1)
 	if e.closed.Load() {
 		s.admitted.Add(^uint64(0))
 		s.rejected.Add(1)
+		if c.runsOnWorker() {
+			e.lowRunning.Add(-1)
+		}
 		e.release()
 		return 0, ErrClosed
 	}
@@ -660,11 +754,32 @@ func (e *Executor) await(ctx context.Context, w *waiter) error {
 
 // ungrant gives back a slot granted to a waiter that will not use it.
 func (e *Executor) ungrant(w *waiter) {
+	if w.class.runsOnWorker() {
+		e.lowRunning.Add(-1)
+	}
 	if w.est != 0 {
 		e.stats[w.class].inflight.Add(-w.est)
 		w.est = 0
 	}
 	e.release()
+}
+
+// runOnLane runs an admitted Critical task on the critical lane. If the
+// lane refuses it or ctx ends before a lane thread takes it, the slot is
+// given back and the task never runs.
+func (e *Executor) runOnLane(ctx context.Context, tc *taskCtx, fn func(context.Context) error) error {
+	ran := false
+	err := e.critLane.Do(ctx, func() error {
+		ran = true
+		return e.run(tc, fn)
+	})
+	if !ran {
+		s := &e.stats[tc.class]
+		s.admitted.Add(^uint64(0))
+		s.canceled.Add(1)
+		e.release()
+	}
+	return err
 }
 
 // run executes fn under tc's slot with labels, a trace region and panic
@@ -709,6 +824,9 @@ func (e *Executor) finish(tc *taskCtx) {
 	}
 	s.completed.Add(1)
 	if !tc.noSlot {
+		if tc.class.runsOnWorker() {
+			e.lowRunning.Add(-1)
+		}
 		e.release()
 	}
 }
@@ -811,7 +929,7 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 		s.canceled.Add(1)
 		return nil, err
 	}
-	if !e.tryAcquire() {
+	if !e.tryAcquireFor(c) {
 		s.rejected.Add(1)
 		return nil, ErrSaturated
 	}
@@ -832,7 +950,7 @@ func (e *Executor) newTask(ctx context.Context, c Class, fn func(context.Context
 // startFast hands a task that already holds a slot to a worker.
 func (e *Executor) startFast(t *Task) error {
 	s := &e.stats[t.tc.class]
-	n, err := e.admitFast(s)
+	n, err := e.admitFast(t.tc.class)
 	if err != nil {
 		return err
 	}
@@ -840,7 +958,7 @@ func (e *Executor) startFast(t *Task) error {
 		t.tc.timed, t.tc.weight, t.tc.start = true, sampleEvery, now()
 		s.queueWait.record(0, sampleEvery)
 	}
-	e.runq <- t
+	e.pools[t.tc.class.pool()].runq <- t
 	return nil
 }
 
@@ -855,7 +973,7 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 		return nil, err
 	}
 	t := e.newTask(ctx, c, fn)
-	if e.tryAcquire() {
+	if e.tryAcquireFor(c) {
 		if err := e.startFast(t); err != nil {
 			return nil, err
 		}
@@ -899,16 +1017,6 @@ func (e *Executor) cancelQueued(t *Task) {
 	e.stats[t.tc.class].canceled.Add(1)
 	t.err = t.tc.Context.Err()
 	close(t.done)
-}
-
-func (e *Executor) worker() {
-	defer e.workerWG.Done()
-	for t := range e.runq {
-		if t == nil {
-			return
-		}
-		e.runTask(t)
-	}
 }
 
 func (e *Executor) runTask(t *Task) {
@@ -961,7 +1069,12 @@ func (e *Executor) Close(ctx context.Context) error {
 		}
 	}
 	e.stopWorkers()
-	e.workerWG.Wait()
+	for _, p := range e.pools {
+		p.wg.Wait()
+	}
+	if e.critLane != nil {
+		return e.critLane.Close(ctx)
+	}
 	return nil
 }
 
@@ -1009,10 +1122,7 @@ func (e *Executor) failQueued() {
 func (e *Executor) stopWorkers() {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	for ; e.workers > 0; e.workers-- {
-		e.runq <- nil
-	}
-	for ; e.spares > 0; e.spares-- {
-		e.runq <- nil
+	for _, p := range e.pools {
+		p.stopLocked()
 	}
 }

@@ -155,7 +155,11 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 
 	var wg sync.WaitGroup
 	chunks := (remaining + chunk - 1) / chunk
-	for h := int64(0); h < min(chunks-1, slots-1); h++ {
+	helpers := min(chunks-1, slots-1)
+	if e.capped(tc.class) {
+		helpers = 0 // under SpareP, batch slots are counted under the lock: the caller works alone
+	}
+	for h := int64(0); h < helpers; h++ {
 		if !e.tryAcquire() {
 			break
 		}

@@ -35,7 +35,7 @@ type outcome struct {
 }
 
 func stress(t *testing.T, seed uint64) {
-	e, err := New(Options{Slots: 2, QueueLimit: [NumClasses]int{8, 8, 8, 8}})
+	e, err := New(Options{Slots: 2, QueueLimit: [NumClasses]int{8, 8, 8, 8}, SpareP: seed%2 == 0})
 	if err != nil {
 		t.Fatal(err)
 	}

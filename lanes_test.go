@@ -1,0 +1,165 @@
+package cpuwork
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/osthread"
+	"golang.org/x/sys/unix"
+)
+
+func policyHere() (osthread.Sched, int, error) {
+	s, err := osthread.Current()
+	return s, unix.Gettid(), err
+}
+
+func TestBatchRunsOnDemotedThreadsAndOthersDoNot(t *testing.T) {
+	e := newExec(t, Options{Slots: 2})
+	ctx := context.Background()
+	var batchTIDs sync.Map
+	check := func(c Class, want osthread.Policy) func(context.Context) error {
+		return func(context.Context) error {
+			s, tid, err := policyHere()
+			if err != nil {
+				return err
+			}
+			if c.runsOnWorker() {
+				batchTIDs.Store(tid, true)
+			}
+			if s.Policy != want {
+				return fmt.Errorf("%s task on thread %d runs %s, want %s", c, tid, s.Policy, want)
+			}
+			return nil
+		}
+	}
+	for _, c := range []Class{Batch, Background} {
+		if err := e.Do(ctx, c, check(c, osthread.Idle)); err != nil {
+			t.Error(err)
+		}
+		task, err := e.Go(ctx, c, check(c, osthread.Idle))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := task.Wait(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	for _, c := range []Class{Critical, Interactive} {
+		if err := e.Do(ctx, c, check(c, osthread.Other)); err != nil {
+			t.Error(err)
+		}
+		task, err := e.Go(ctx, c, check(c, osthread.Other))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := task.Wait(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+	if err := e.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The demoted threads exit with their workers: none is left to run
+	// unrelated goroutines at SCHED_IDLE.
+	deadline := time.Now().Add(5 * time.Second)
+	batchTIDs.Range(func(k, _ any) bool {
+		for {
+			if _, err := os.Stat(fmt.Sprintf("/proc/self/task/%d", k.(int))); err != nil {
+				return true
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("demoted thread %d outlived Close", k.(int))
+				return true
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+}
+
+func TestNoDemotionKeepsBatchOnNormalThreads(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, NoDemotion: true})
+	err := e.Do(context.Background(), Batch, func(context.Context) error {
+		s, _, err := policyHere()
+		if err == nil && s.Policy != osthread.Other {
+			err = fmt.Errorf("policy %s", s.Policy)
+		}
+		return err
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+func TestSparePKeepsBatchBelowGOMAXPROCS(t *testing.T) {
+	if runtime.GOMAXPROCS(0) < 2 {
+		t.Skip("needs GOMAXPROCS >= 2")
+	}
+	slots := runtime.GOMAXPROCS(0)
+	e := newExec(t, Options{Slots: slots, SpareP: true})
+	var running, peak atomic.Int64
+	var wg sync.WaitGroup
+	fn := func(context.Context) error {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		spin(300 * time.Microsecond)
+		running.Add(-1)
+		return nil
+	}
+	for i := range 40 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if i%2 == 0 {
+				e.Do(context.Background(), Batch, fn)
+				return
+			}
+			if t, err := e.TryGo(context.Background(), Background, fn); err == nil {
+				t.Wait(context.Background())
+			}
+		}()
+	}
+	// Interactive work still gets the spare slot while batch is capped.
+	interactiveRan := make(chan struct{})
+	go func() {
+		e.Do(context.Background(), Interactive, func(context.Context) error { close(interactiveRan); return nil })
+	}()
+	wg.Wait()
+	<-interactiveRan
+	if p := peak.Load(); p > int64(slots-1) {
+		t.Errorf("batch peak concurrency %d, want <= GOMAXPROCS-1 = %d", p, slots-1)
+	}
+}
+
+func TestCriticalLaneRunsCriticalTasksOnItsThreads(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, CriticalLane: &osthread.Options{Threads: 1, Sched: osthread.Sched{Policy: osthread.Other, CPUs: []int{0}}}})
+	err := e.Do(context.Background(), Critical, func(ctx context.Context) error {
+		s, _, err := policyHere()
+		if err != nil {
+			return err
+		}
+		if fmt.Sprint(s.CPUs) != "[0]" {
+			return fmt.Errorf("critical task affinity %v, want [0]", s.CPUs)
+		}
+		return Checkpoint(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e.Stats().Free != 1 {
+		t.Errorf("slot not released: %+v", e.Stats())
+	}
+	if _, err := New(Options{Slots: 1, CriticalLane: &osthread.Options{Threads: 0}}); err == nil {
+		t.Error("invalid lane options accepted")
+	}
+}
