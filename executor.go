@@ -77,10 +77,12 @@ type Options struct {
 	// SpareP keeps one P free of batch work: Batch and Background together
 	// hold at most GOMAXPROCS-1 slots (at least 1), so goroutines outside
 	// the executor and Critical/Interactive work always find a P, and with
-	// demoted threads the kernel runs them first. It costs batch throughput
-	// 1/GOMAXPROCS when nothing else runs, unless GOMAXPROCS is one more
-	// than the budget (set GOMAXPROCS yourself; the executor never does).
-	// Measured effect: docs/architecture.md.
+	// demoted threads the kernel runs them first. Used as designed,
+	// GOMAXPROCS and Slots are both the budget plus one: batch then keeps
+	// every core of the budget and latency-sensitive work has its own P and
+	// slot. With GOMAXPROCS and Slots at the budget, it costs batch
+	// 1/GOMAXPROCS of its throughput. The executor never changes
+	// GOMAXPROCS itself. Measured effect: docs/architecture.md.
 	SpareP bool
 
 	// CriticalLane, when set, runs Critical tasks admitted by Do on a

@@ -10,15 +10,17 @@ import (
 
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/internal/workload"
-	"golang.org/x/sys/unix"
+	"github.com/cpuwork/cpuwork/osthread"
 )
 
 var priorityVariants = []struct{ name, desc string }{
 	{"goroutines", "critical requests as plain goroutines beside GOMAXPROCS batch goroutines"},
 	{"two-pools", "a 1-worker critical pool and a GOMAXPROCS-worker batch pool"},
-	{"locked-thread", "critical requests served by a goroutine locked to an OS thread at nice -10 (C4)"},
-	{"cpuwork", "Executor: critical as Do(Critical), batch as Do(Batch) with Checkpoint every ~50 µs"},
-	{"cpuwork-nocheckpoint", "Executor classes without Checkpoint in the batch loop"},
+	{"os-thread-pool", "C4's OS-thread pool: critical on a goroutine locked to a thread pinned to the last CPU at SCHED_FIFO 50, else nice -10, as permitted"},
+	{"hybrid", "C4's hybrid: GOMAXPROCS = NumCPU/2 plus NumCPU/2 dedicated locked threads (SCHED_FIFO or nice -10) for critical"},
+	{"cpuwork", "Executor defaults: Do(Critical); Do(Batch) on SCHED_IDLE threads with Checkpoint every ~50 µs"},
+	{"cpuwork-nocheckpoint", "Executor defaults without Checkpoint in the batch loop"},
+	{"cpuwork-sparep", "Executor with SCHED_IDLE batch threads and one spare P and slot (GOMAXPROCS = Slots = budget+1, SpareP), no Checkpoint: the lanes mechanism alone"},
 }
 
 // priority: critical requests of ~crit CPU arrive open-loop every interval
@@ -69,6 +71,7 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 		}
 	}
 	s.ratios()
+	s.Notes = append(s.Notes, "requests are generated in-process by a goroutine sleeping to each intended time; its timer lateness counts as latency (open-loop), and even an idle P wakes from a timer ~0.5 ms late here (see the timers scenario), which sets a floor under every variant's p50")
 	g, cw := s.variant("goroutines"), s.variant("cpuwork")
 	if g.Valid && cw.Valid {
 		ratio := cw.Latency.P99 / g.Latency.P99
@@ -77,6 +80,12 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 		s.Holds = boolp(holds)
 		s.Verdict = fmt.Sprintf("cpuwork critical p99 %.2f ms = %.3fx plain goroutines (%.2f ms; expected <= 0.1x) with batch at %.0f%% of its undisturbed throughput (expected >= 85%%): %s",
 			cw.Latency.P99*1e3, ratio, g.Latency.P99*1e3, share*100, holdsWord(holds))
+		if sp := s.variant("cpuwork-sparep"); sp != nil && sp.Valid {
+			r2, sh2 := sp.Latency.P99/g.Latency.P99, sp.Extra["batch_share_of_alone"]
+			ok := sp.Latency.P99 <= 0.001 && r2 <= 0.05 && sh2 >= 0.90
+			s.Verdict += fmt.Sprintf("; demoted lanes + one spare P, no Checkpoint, no privileges: p99 %.2f ms = %.3fx (expected <= 1 ms and <= 0.05x) with batch at %.0f%% (expected >= 90%%): %s",
+				sp.Latency.P99*1e3, r2, sh2*100, holdsWord(ok))
+		}
 	}
 	return s
 }
@@ -114,7 +123,18 @@ func (r *Runner) batchAlone(unit *workload.Spin) float64 {
 }
 
 func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interval time.Duration) (res onceResult, err error) {
+	// Batch always runs one loop per CPU of the budget's slots or GOMAXPROCS,
+	// whichever the variant allows; variants that change GOMAXPROCS restore
+	// the runtime's default afterwards.
 	P := runtime.GOMAXPROCS(0)
+	switch variant {
+	case "hybrid":
+		runtime.GOMAXPROCS(max(1, runtime.NumCPU()/2))
+		defer runtime.SetDefaultGOMAXPROCS()
+	case "cpuwork-sparep":
+		runtime.GOMAXPROCS(r.slots + 1)
+		defer runtime.SetDefaultGOMAXPROCS()
+	}
 	var stop atomic.Bool
 	var batchUnits atomic.Int64
 	var bwg, cwg sync.WaitGroup
@@ -149,41 +169,53 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 	case "goroutines":
 		batchLoop(func() { unit.Run(0) })
 		dispatch = func(t time.Time) { cwg.Add(1); go func() { defer cwg.Done(); critical(t) }() }
-	case "two-pools", "locked-thread":
+	case "two-pools", "os-thread-pool", "hybrid":
 		batchLoop(func() { unit.Run(0) })
 		ch := make(chan time.Time, 4096)
-		locked := variant == "locked-thread"
-		privc := make(chan string, 1)
-		cwg.Add(1)
-		go func() {
-			defer cwg.Done()
-			if locked {
-				// Never unlocked: the goroutine exits locked so the runtime
-				// discards the thread and its priority with it.
-				runtime.LockOSThread()
-				if err := unix.Setpriority(unix.PRIO_PROCESS, unix.Gettid(), -10); err != nil {
-					privc <- "nice -10 denied (" + err.Error() + "): ran at nice 0"
+		threads := 1
+		if variant == "hybrid" {
+			threads = max(1, runtime.NumCPU()/2)
+		}
+		privc := make(chan string, threads)
+		for range threads {
+			cwg.Add(1)
+			go func() {
+				defer cwg.Done()
+				if variant == "two-pools" {
+					privc <- ""
 				} else {
-					privc <- "nice -10 on the critical thread (needs CAP_SYS_NICE)"
+					// Never unlocked: the goroutine exits locked so the
+					// runtime discards the thread and its priority with it.
+					runtime.LockOSThread()
+					privc <- raiseThread(variant == "os-thread-pool")
 				}
-			} else {
-				privc <- ""
-			}
-			for t := range ch {
-				critical(t)
-			}
-		}()
-		res.priv = <-privc
+				for t := range ch {
+					critical(t)
+				}
+			}()
+		}
+		for range threads {
+			res.priv = <-privc
+		}
 		dispatch = func(t time.Time) { ch <- t }
 		cleanup = append(cleanup, func() { close(ch) })
-	case "cpuwork", "cpuwork-nocheckpoint":
-		e, cerr := r.executor(4096)
+	case "cpuwork", "cpuwork-nocheckpoint", "cpuwork-sparep":
+		var q [cpuwork.NumClasses]int
+		for i := range q {
+			q[i] = 4096
+		}
+		slots := r.slots
+		if variant == "cpuwork-sparep" {
+			slots++ // one slot (and one P) more than batch may hold: Critical never waits for batch
+		}
+		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: q, WatchInterval: -1, SpareP: variant == "cpuwork-sparep"})
 		if cerr != nil {
 			return res, cerr
 		}
+		res.priv = "none: SCHED_IDLE batch threads need no privilege"
 		ctx := context.Background()
 		steps := int(unit.D / (50 * time.Microsecond))
-		if variant == "cpuwork-nocheckpoint" {
+		if variant != "cpuwork" {
 			steps = 1
 		}
 		batchLoop(func() {
@@ -233,4 +265,31 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 	res.batchCPUps = float64(batchUnits.Load()) * unit.D.Seconds() / wall.Seconds()
 	_ = sent
 	return res, nil
+}
+
+// raiseThread gives the calling (locked) thread the published OS-thread
+// pool's treatment: pinned to the last CPU (when pin) and SCHED_FIFO 50,
+// else nice -10, as permitted. It returns what was applied.
+func raiseThread(pin bool) string {
+	var cpus []int
+	if pin {
+		cpus = []int{runtime.NumCPU() - 1}
+	}
+	fifo := osthread.Sched{Policy: osthread.FIFO, RTPriority: 50, CPUs: cpus}
+	if err := fifo.ApplyCurrent(); err == nil {
+		return fmt.Sprintf("SCHED_FIFO 50%s (needs CAP_SYS_NICE)", pinned(cpus))
+	}
+	nice := osthread.Sched{Policy: osthread.Other, Nice: -10, CPUs: cpus}
+	if err := nice.ApplyCurrent(); err == nil {
+		return fmt.Sprintf("nice -10%s (SCHED_FIFO refused; nice needs CAP_SYS_NICE)", pinned(cpus))
+	} else {
+		return "no priority change permitted: " + err.Error()
+	}
+}
+
+func pinned(cpus []int) string {
+	if cpus == nil {
+		return ""
+	}
+	return fmt.Sprintf(", pinned to CPU %v", cpus)
 }
