@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ import (
 var serviceVariants = []struct{ name, desc string }{
 	{"naive", "net/http handlers run the work directly on their goroutines"},
 	{"cpuwork", "handlers call Executor.Do: Interactive for small requests, Batch for large; a full queue answers 503"},
+	{"cpuwork-sparep", "as cpuwork with Slots = GOMAXPROCS = budget+1 and SpareP: large requests hold at most the budget's slots on SCHED_IDLE threads, small ones always find a P and a slot"},
 }
 
 // Request mix of the service scenario: 90 % small, 10 % large.
@@ -132,8 +134,9 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
 		cw := s.variant(fmt.Sprintf("cpuwork@%.0f%%", l*100))
+		sp := s.variant(fmt.Sprintf("cpuwork-sparep@%.0f%%", l*100))
 		if base.Latency.P99 > 0 {
-			for _, v := range []*Variant{base, cw} {
+			for _, v := range []*Variant{base, cw, sp} {
 				v.Ratio = map[string]float64{"p50": v.Latency.P50 / base.Latency.P50, "p99": v.Latency.P99 / base.Latency.P99,
 					"mean": v.Latency.Mean / base.Latency.Mean, "p999": v.Latency.P999 / base.Latency.P999}
 			}
@@ -146,15 +149,26 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 		s.Holds = boolp(holds)
 		s.Verdict = fmt.Sprintf("at 95%% of capacity, cpuwork p99 %s = %.2fx naive (%s; expected <= 0.5x), small p99 %s vs %s, %0.f shed: %s",
 			ms(c.Latency.P99), ratio, ms(n.Latency.P99), ms(c.Extra["small_p99_s"]), ms(n.Extra["small_p99_s"]), c.Extra["shed"], holdsWord(holds))
+		if sp := s.variant("cpuwork-sparep@95%"); sp.Valid {
+			r2 := sp.Latency.P99 / n.Latency.P99
+			s.Verdict += fmt.Sprintf("; with SpareP (GOMAXPROCS = Slots = budget+1) p99 %s = %.2fx, small p99 %s: %s",
+				ms(sp.Latency.P99), r2, ms(sp.Extra["small_p99_s"]), holdsWord(r2 <= 0.5))
+		}
 	}
 	return s, nil
 }
 
 func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.Workload, rate float64, loadgen []string) error {
 	var e *cpuwork.Executor
-	if variant == "cpuwork" {
+	if variant != "naive" {
+		slots := r.slots
+		if variant == "cpuwork-sparep" {
+			slots++
+			runtime.GOMAXPROCS(slots)
+			defer runtime.SetDefaultGOMAXPROCS()
+		}
 		var err error
-		e, err = cpuwork.New(cpuwork.Options{Slots: r.slots, WatchInterval: -1,
+		e, err = cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: -1, SpareP: variant == "cpuwork-sparep",
 			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256, cpuwork.Batch: 64}})
 		if err != nil {
 			return err
