@@ -1,0 +1,177 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMain fails the run if any cgroup created by the tests remains.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if left := leftovers(); len(left) > 0 {
+		fmt.Fprintf(os.Stderr, "cgroups left behind by the tests: %v\n", left)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+const testPrefix = "cpuwork-test-"
+
+func leftovers() []string {
+	var out []string
+	for _, root := range []string{"/sys/fs/cgroup/cpu/cpuwork", "/sys/fs/cgroup/cpuwork", "/sys/fs/cgroup/unified/cpuwork"} {
+		m, _ := filepath.Glob(filepath.Join(root, testPrefix+"*"))
+		out = append(out, m...)
+	}
+	return out
+}
+
+func need(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create cgroups")
+	}
+	if err := checkWritable(); err != nil {
+		t.Skipf("cgroupfs not writable: %v", err)
+	}
+}
+
+func name(t *testing.T) string {
+	return fmt.Sprintf("%s%d-%s", testPrefix, os.Getpid(), strings.ReplaceAll(t.Name(), "/", "_"))
+}
+
+func TestInvalidConfigsAreErrors(t *testing.T) {
+	for _, c := range []Config{
+		{Name: ""}, {Name: "a/b"}, {Name: ".."}, {Name: "x..y"}, {Name: "ok", Parent: "../etc"},
+		{Name: "ok", CPUs: -1}, {Name: "ok", Weight: 5, Shares: 5}, {Name: "ok", Weight: 20000},
+		{Name: "ok", Shares: 1}, {Name: "ok", Period: time.Hour}, {Name: "ok", CPUs: 0.001},
+	} {
+		if g, err := New(c); err == nil {
+			g.Remove()
+			t.Errorf("%+v accepted", c)
+		}
+	}
+}
+
+func TestQuotaWeightAndStatOnARealCgroup(t *testing.T) {
+	need(t)
+	g, err := New(Config{Name: name(t), CPUs: 0.25, Weight: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	dir := g.Dir()
+	if Version() == 1 {
+		q, _ := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+		s, _ := os.ReadFile(filepath.Join(dir, "cpu.shares"))
+		if strings.TrimSpace(string(q)) != "25000" || strings.TrimSpace(string(s)) != fmt.Sprint(WeightToShares(200)) {
+			t.Errorf("quota %q shares %q", q, s)
+		}
+	} else {
+		m, _ := os.ReadFile(filepath.Join(dir, "cpu.max"))
+		if strings.TrimSpace(string(m)) != "25000 100000" {
+			t.Errorf("cpu.max %q", m)
+		}
+	}
+	// A busy child under 0.25 CPU gets throttled.
+	cmd := exec.Command("/bin/sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	st, err := g.Stat()
+	cmd.Process.Kill()
+	cmd.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Periods == 0 || st.ThrottledPeriods == 0 || st.ThrottledTime == 0 {
+		t.Errorf("no throttling recorded under 0.25 CPU: %+v", st)
+	}
+	if st.Usage > 400*time.Millisecond {
+		t.Errorf("used %v of CPU in 0.5 s under a 0.25-core quota", st.Usage)
+	}
+}
+
+func TestRemoveKillsWhatIsLeft(t *testing.T) {
+	need(t)
+	g, err := New(Config{Name: name(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go cmd.Wait()
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(g.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still exists: %v", g.Dir(), err)
+	}
+}
+
+func TestIdleAndCpuset(t *testing.T) {
+	need(t)
+	g, err := New(Config{Name: name(t), Idle: true, Cpuset: "0"})
+	if errors.Is(err, ErrUnsupported) {
+		t.Skipf("cpu.idle or cpuset unsupported here: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	if b, err := os.ReadFile(filepath.Join(g.Dir(), "cpu.idle")); err != nil || strings.TrimSpace(string(b)) != "1" {
+		t.Errorf("cpu.idle %q %v", b, err)
+	}
+}
+
+func TestAddThreadOnV1(t *testing.T) {
+	need(t)
+	if Version() != 1 {
+		t.Skip("single-thread moves need a threaded v2 subtree")
+	}
+	g, err := New(Config{Name: name(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	cmd := exec.Command("sleep", "5")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if err := g.AddThread(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(g.Dir(), "tasks"))
+	if !strings.Contains(string(b), fmt.Sprint(cmd.Process.Pid)) {
+		t.Errorf("tasks %q lacks %d", b, cmd.Process.Pid)
+	}
+}
+
+func TestWeightToShares(t *testing.T) {
+	for w, s := range map[uint64]uint64{1: 2, 100: 2597, 10000: 262144} {
+		if got := WeightToShares(w); got != s {
+			t.Errorf("WeightToShares(%d) = %d, want %d", w, got, s)
+		}
+	}
+}
