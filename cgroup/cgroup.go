@@ -226,9 +226,27 @@ func (g *Group) Add(pid int) error {
 	return nil
 }
 
-// ProcsFile returns the file a process writes its PID to in order to join
-// the group (cgroup.procs), for a child that moves itself before exec.
+// ProcsFile returns the CPU hierarchy's cgroup.procs of the group.
 func (g *Group) ProcsFile() string { return filepath.Join(g.Dir(), "cgroup.procs") }
+
+// ProcsFiles returns every cgroup.procs a process must write its PID to in
+// order to join the group in all hierarchies (one on v2; cpu, cpuacct,
+// cpuset and the others on v1), for a child that moves itself before exec.
+func (g *Group) ProcsFiles() []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, p := range g.m.GetPaths() {
+		f := filepath.Join(p, "cgroup.procs")
+		if _, err := os.Stat(f); err != nil {
+			continue // a hierarchy this group does not use (devices is skipped)
+		}
+		if !seen[f] {
+			seen[f] = true
+			out = append(out, f)
+		}
+	}
+	return out
+}
 
 // AddThread moves one thread into the group: v1 writes it to the cpu
 // hierarchy's tasks file; v2 allows it only if the group is threaded, which
@@ -250,9 +268,12 @@ func (g *Group) Stat() (budget.Stat, error) {
 	if err != nil {
 		return st, err
 	}
-	if st.Usage == 0 { // v1: CPU time is in the cpuacct hierarchy
-		if s, err := g.m.GetStats(); err == nil {
-			st.Usage = time.Duration(s.CpuStats.CpuUsage.TotalUsage)
+	if g.version == 1 { // v1: CPU time is in the cpuacct hierarchy (nanoseconds)
+		if b, err := os.ReadFile(filepath.Join(g.m.Path("cpuacct"), "cpuacct.usage")); err == nil {
+			var ns int64
+			if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &ns); err == nil {
+				st.Usage = time.Duration(ns)
+			}
 		}
 	}
 	return st, nil

@@ -2,9 +2,11 @@
 //
 //	cpuwork bench [--quick] [--scenario S] [--out DIR] [--json]   measure every claim
 //	cpuwork budget [--json] [--pid N]   the CPU budget and what GOMAXPROCS should be
+//	cpuwork run [--cpus 1.5] [--weight N] [--cpuset 0-1] [--idle] -- CMD   run CMD in a new cgroup
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -13,6 +15,10 @@ import (
 
 func main() {
 	if err := rootCmd().Execute(); err != nil {
+		var code exitCode
+		if errors.As(err, &code) {
+			os.Exit(int(code))
+		}
 		fmt.Fprintln(os.Stderr, "cpuwork:", err)
 		os.Exit(1)
 	}
@@ -25,11 +31,12 @@ func rootCmd() *cobra.Command {
 		Long: `cpuwork measures, diagnoses and inspects CPU-bound work in Go services.
 
   bench    every claim measured side by side on real work, with a report
+  run      run a command in a new CPU cgroup and report its throttling
   budget   the CPU budget of this (or another) process: cgroup quotas of the
            leaf and its ancestors, affinity, GOMAXPROCS, and what cpuwork uses`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(budgetCmd(), benchCmd(), loadgenCmd())
+	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), loadgenCmd(), execInCmd())
 	return root
 }
