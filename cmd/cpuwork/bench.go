@@ -130,3 +130,23 @@ func loadgenCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&duration, "duration", 0, "attack duration")
 	return cmd
 }
+
+// quotaChildCmd is the hidden child process of the quota scenario.
+func quotaChildCmd() *cobra.Command {
+	var mode string
+	var rounds, goroutines, iters int
+	cmd := &cobra.Command{
+		Use:    "quota-child",
+		Short:  "rounds of CPU work for bench's quota scenario (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.QuotaChild(cmd.OutOrStdout(), mode, rounds, goroutines, iters)
+		},
+	}
+	cmd.Flags().StringVar(&mode, "mode", "goroutines", "goroutines or cpuwork")
+	cmd.Flags().IntVar(&rounds, "rounds", 10, "rounds to report")
+	cmd.Flags().IntVar(&goroutines, "goroutines", 10, "tasks per round")
+	cmd.Flags().IntVar(&iters, "iters", 1, "spin iterations per task (calibrated by the parent)")
+	return cmd
+}

@@ -37,6 +37,6 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), loadgenCmd(), execInCmd())
+	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), loadgenCmd(), execInCmd(), quotaChildCmd())
 	return root
 }

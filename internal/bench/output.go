@@ -93,6 +93,12 @@ func extraColumns(scenario string) []column {
 		}
 	case scenario == "timers":
 		return []column{{"echo_p50_s", "echo p50", ms}, {"echo_p99_s", "echo p99", ms}}
+	case scenario == "quota":
+		count := func(x float64) string { return fmt.Sprintf("%.0f", x) }
+		return []column{
+			{"throttled_periods", "throttled", count}, {"periods", "periods", count},
+			{"throttled_share", "thr %", pct}, {"quota_used", "quota used", pct},
+		}
 	case scenario == "service":
 		count := func(x float64) string { return fmt.Sprintf("%.0f", x) }
 		return []column{

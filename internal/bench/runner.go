@@ -33,6 +33,7 @@ func Scenarios() []ScenarioInfo {
 		{"priority", "critical requests beside batch work that saturates every P", names(priorityVariants)},
 		{"timers", "timer and netpoller latency beside busy CPU workers", names(timerVariants)},
 		{"service", "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity", names(serviceVariants)},
+		{"quota", "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)", quotaNames()},
 	}
 }
 
@@ -43,7 +44,8 @@ type Config struct {
 	Quick     bool          // whole suite in about a minute, for smoke tests
 	// LoadGen is the command line that starts the load generator process
 	// for the service scenario (the cpuwork binary's hidden "loadgen"
-	// subcommand); nil skips the scenario.
+	// subcommand); LoadGen[0], the cpuwork binary, also runs the quota
+	// scenario's children. nil skips both scenarios.
 	LoadGen []string
 	// Step is called before each measured step (progress display).
 	Step func(done, total int, what string)
@@ -138,6 +140,12 @@ func Run(cfg Config) (*Report, error) {
 			if err != nil {
 				s = &Scenario{Name: "timers", Skipped: err.Error()}
 			}
+		case "quota":
+			if len(cfg.LoadGen) == 0 {
+				s = &Scenario{Name: "quota", Skipped: "no cpuwork binary to run children with"}
+				break
+			}
+			s = r.quota(cfg.LoadGen[0])
 		case "service":
 			if len(cfg.LoadGen) == 0 {
 				s = &Scenario{Name: "service", Skipped: "no load generator command configured"}
@@ -163,6 +171,9 @@ func (r *Runner) countSteps(want []string) int {
 				if w == "service" {
 					n += 3 * len(s.Variants) * r.rounds // four load levels per variant
 				}
+				if w == "quota" && !r.cfg.Quick {
+					n += 2 * len(s.Variants) * r.rounds // three quotas
+				}
 				if w == "priority" {
 					n++ // batch alone
 				}
@@ -177,4 +188,12 @@ func (r *Runner) step(what string) {
 		r.cfg.Step(r.done, r.total, what)
 	}
 	r.done++
+}
+
+func quotaNames() []string {
+	var out []string
+	for _, v := range quotaVariants() {
+		out = append(out, v.name+": "+v.desc)
+	}
+	return out
 }

@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/cgroup"
+	"github.com/cpuwork/cpuwork/internal/workload"
+)
+
+// QuotaChild is the hidden `cpuwork quota-child` process of the quota
+// scenario: rounds of `goroutines` tasks of `iters` spin iterations each,
+// back to back (closed loop, as in the published benchmark), with plain
+// goroutines (mode "goroutines": GOMAXPROCS comes from the environment or
+// the runtime's default) or through a cpuwork Executor with zero Options
+// (mode "cpuwork": slots from the budget it detects inside its cgroup). It
+// writes the round durations in nanoseconds as one JSON array to w.
+func QuotaChild(w io.Writer, mode string, rounds, goroutines, iters int) error {
+	if rounds < 1 || goroutines < 1 || iters < 1 {
+		return fmt.Errorf("quota-child: rounds %d, goroutines %d, iters %d must be positive", rounds, goroutines, iters)
+	}
+	spin := &workload.Spin{Iters: iters}
+	var e *cpuwork.Executor
+	if mode == "cpuwork" {
+		var err error
+		if e, err = cpuwork.New(cpuwork.Options{WatchInterval: -1}); err != nil {
+			return err
+		}
+		defer e.Close(context.Background())
+	} else if mode != "goroutines" {
+		return fmt.Errorf("quota-child: unknown mode %q", mode)
+	}
+	ctx := context.Background()
+	out := make([]int64, 0, rounds)
+	for r := 0; r <= rounds; r++ { // round 0 warms up and is not reported
+		t0 := time.Now()
+		var wg sync.WaitGroup
+		for range goroutines {
+			wg.Add(1)
+			if e == nil {
+				go func() { defer wg.Done(); spin.Run(0) }()
+				continue
+			}
+			task, err := e.Go(ctx, cpuwork.Interactive, func(context.Context) error { return spin.Run(0) })
+			if err != nil {
+				return err
+			}
+			go func() { defer wg.Done(); task.Wait(ctx) }()
+		}
+		wg.Wait()
+		if r > 0 {
+			out = append(out, int64(time.Since(t0)))
+		}
+	}
+	return json.NewEncoder(w).Encode(out)
+}
+
+type quotaVariant struct {
+	name, desc string
+	env        string // GOMAXPROCS for the child; "" = runtime default
+	mode       string
+}
+
+func quotaVariants() []quotaVariant {
+	var vs []quotaVariant
+	seen := map[int]bool{}
+	for _, p := range []int{1, 2, 3, 4, 6, runtime.NumCPU()} {
+		if seen[p] {
+			continue
+		}
+		seen[p] = true
+		vs = append(vs, quotaVariant{fmt.Sprintf("P=%d", p), fmt.Sprintf("GOMAXPROCS=%d, plain goroutines", p), strconv.Itoa(p), "goroutines"})
+	}
+	vs = append(vs,
+		quotaVariant{"go-default", "Go's default GOMAXPROCS (max(2, ceil(quota)) since Go 1.25), plain goroutines", "", "goroutines"},
+		quotaVariant{"cpuwork", "Executor with zero Options: floor(budget) slots, GOMAXPROCS left at Go's default", "", "cpuwork"},
+	)
+	return vs
+}
+
+// quota reproduces C3: 10 goroutines of fixed CPU work per round inside
+// cgroups with a CPU quota that the bench creates.
+func (r *Runner) quota(self string) *Scenario {
+	s := &Scenario{
+		Name:     "quota",
+		Baseline: "go-default",
+		Claim:    "GOMAXPROCS above the CPU quota gets the process throttled each 100 ms period (C3, 1250m: GOMAXPROCS 1 -> 2.85 ms, 2 -> 2.38, 11 -> 6.90 per round)",
+	}
+	if cgroup.Version() == 0 || os.Geteuid() != 0 {
+		s.Skipped = "needs root to create cgroups with CPU quotas"
+		return s
+	}
+	quotas := []float64{0.25, 1.25, 1.5}
+	rounds := map[float64]int{0.25: 15, 1.25: 60, 1.5: 60}
+	if r.cfg.Quick {
+		quotas, rounds = []float64{1.25}, map[float64]int{1.25: 20}
+	}
+	const goroutines = 10
+	work := 2 * time.Millisecond
+	spin := workload.NewSpin(work)
+	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines x %v of CPU per round, rounds back to back; latency = round duration; periods from the cgroup's cpu.stat", goroutines, work))
+	for _, q := range quotas {
+		for _, qv := range quotaVariants() {
+			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.2f", qv.name, q), Description: qv.desc + fmt.Sprintf(", %.2f-CPU cgroup", q), Valid: true})
+		}
+	}
+	for round := 0; round < r.rounds; round++ {
+		for _, q := range quotas {
+			for _, qv := range quotaVariants() {
+				v := s.variant(fmt.Sprintf("%s@%.2f", qv.name, q))
+				r.step(fmt.Sprintf("quota: %s (round %d/%d)", v.Name, round+1, r.rounds))
+				if err := r.quotaOnce(v, qv, q, rounds[q], goroutines, spin.Iters, self); err != nil {
+					v.Valid, v.Invalid = false, err.Error()
+					if s.Skipped == "" && round == 0 && q == quotas[0] && qv.name == "P=1" {
+						s.Skipped = "cannot run a child in a quota cgroup: " + err.Error()
+						return s
+					}
+				}
+			}
+		}
+	}
+	for _, q := range quotas {
+		base := s.variant(fmt.Sprintf("go-default@%.2f", q))
+		for _, qv := range quotaVariants() {
+			v := s.variant(fmt.Sprintf("%s@%.2f", qv.name, q))
+			if base.Latency.P99 > 0 {
+				v.Ratio = map[string]float64{"mean": v.Latency.Mean / base.Latency.Mean, "p50": v.Latency.P50 / base.Latency.P50,
+					"p99": v.Latency.P99 / base.Latency.P99, "p999": v.Latency.P999 / base.Latency.P999}
+			}
+		}
+	}
+	d, c := s.variant("go-default@1.25"), s.variant("cpuwork@1.25")
+	if d != nil && c != nil && d.Valid && c.Valid {
+		ratio := c.Latency.P99 / d.Latency.P99
+		thr, used := c.Extra["throttled_share"], c.Extra["quota_used"]
+		holds := ratio <= 0.3 && thr <= 0.05 && used >= 0.9
+		s.Holds = boolp(holds)
+		s.Verdict = fmt.Sprintf("under 1.25 CPUs cpuwork round p99 %s = %.2fx Go's default (%s; expected <= 0.3x), %.0f%% of periods throttled (expected <= 5%%), %.0f%% of the quota used (expected >= 90%%; floor(1.25) = 1 slot uses at most 80%% without quota pacing, not built yet): %s",
+			ms(c.Latency.P99), ratio, ms(d.Latency.P99), thr*100, used*100, holdsWord(holds))
+	}
+	return s
+}
+
+func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, goroutines, iters int, self string) error {
+	g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("bench-quota-%d", os.Getpid()), CPUs: q})
+	if err != nil {
+		return err
+	}
+	defer g.Remove()
+	args := append([]string{"exec-in"}, g.ProcsFiles()...)
+	args = append(args, "--", self, "quota-child", "--mode", qv.mode, "--rounds", strconv.Itoa(rounds),
+		"--goroutines", strconv.Itoa(goroutines), "--iters", strconv.Itoa(iters))
+	cmd := exec.Command(self, args...)
+	cmd.Env = withoutEnv(os.Environ(), "GOMAXPROCS")
+	if qv.env != "" {
+		cmd.Env = append(cmd.Env, "GOMAXPROCS="+qv.env)
+	}
+	cmd.Stderr = os.Stderr
+	m := startMeter()
+	t0 := time.Now()
+	out, err := cmd.Output()
+	wall := time.Since(t0)
+	u := m.stop()
+	if err != nil {
+		return fmt.Errorf("quota child: %w", err)
+	}
+	var ns []int64
+	if err := json.Unmarshal(out, &ns); err != nil || len(ns) != rounds {
+		return fmt.Errorf("quota child output %q: %v", out, err)
+	}
+	st, err := g.Stat()
+	if err != nil {
+		return err
+	}
+	rec := newRecorder(t0, len(ns))
+	h := rec.shard()
+	var at time.Duration
+	for _, d := range ns {
+		at += time.Duration(d)
+		rec.record(h, t0.Add(at), time.Duration(d))
+	}
+	u.cpu = st.Usage.Seconds() // the child's CPU, from the cgroup
+	v.addRun(rec.merged(), rec.series, u)
+	v.Throughput = float64(len(ns)) / max(wall.Seconds(), 1e-9)
+	v.setExtra("periods", v.Extra["periods"]+float64(st.Periods))
+	v.setExtra("throttled_periods", v.Extra["throttled_periods"]+float64(st.ThrottledPeriods))
+	if p := v.Extra["periods"]; p > 0 {
+		v.setExtra("throttled_share", v.Extra["throttled_periods"]/p)
+	}
+	v.setExtra("quota_cores", q)
+	if v.WallS > 0 {
+		v.setExtra("quota_used", v.CPU/(q*v.WallS))
+	}
+	return nil
+}
+
+func withoutEnv(env []string, key string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if len(kv) > len(key) && kv[:len(key)+1] == key+"=" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
