@@ -150,3 +150,33 @@ func quotaChildCmd() *cobra.Command {
 	cmd.Flags().IntVar(&iters, "iters", 1, "spin iterations per task (calibrated by the parent)")
 	return cmd
 }
+
+// probeCmd and hogCmd are the hidden child processes of the neighbour scenario.
+func probeCmd() *cobra.Command {
+	var interval, duration time.Duration
+	var iters int
+	cmd := &cobra.Command{
+		Use: "probe", Hidden: true, Args: cobra.NoArgs,
+		Short: "latency probe for bench's neighbour scenario (internal)",
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.ProbeChild(cmd.OutOrStdout(), interval, duration, iters)
+		},
+	}
+	cmd.Flags().DurationVar(&interval, "interval", 10*time.Millisecond, "time between probes")
+	cmd.Flags().DurationVar(&duration, "duration", time.Second, "how long to probe")
+	cmd.Flags().IntVar(&iters, "iters", 1, "spin iterations per probe (calibrated by the parent)")
+	return cmd
+}
+
+func hogCmd() *cobra.Command {
+	var threads int
+	var duration time.Duration
+	cmd := &cobra.Command{
+		Use: "hog", Hidden: true, Args: cobra.NoArgs,
+		Short: "CPU hog for bench's neighbour scenario (internal)",
+		RunE: func(cmd *cobra.Command, _ []string) error { return bench.HogChild(threads, duration) },
+	}
+	cmd.Flags().IntVar(&threads, "threads", 2, "spinning threads")
+	cmd.Flags().DurationVar(&duration, "duration", time.Second, "how long to spin")
+	return cmd
+}

@@ -37,6 +37,6 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), loadgenCmd(), execInCmd(), quotaChildCmd())
+	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd())
 	return root
 }

@@ -42,14 +42,14 @@ func WriteTables(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "%s\n", s.Claim)
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 		extraCols := extraColumns(s.Name)
-		fmt.Fprintf(tw, "variant\tmean\tp50\tp99\tp999\tmax\tp99 vs %s\t", s.Baseline)
+		fmt.Fprintf(tw, "variant\tmean\tp50\tp90\tp99\tp999\tmax\tp99 vs %s\t", s.Baseline)
 		for _, c := range extraCols {
 			fmt.Fprintf(tw, "%s\t", c.title)
 		}
 		fmt.Fprintf(tw, "CPU s\tvalid\t\n")
 		for _, v := range s.Variants {
 			l := v.Latency
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%.3fx\t", v.Name, ms(l.Mean), ms(l.P50), ms(l.P99), ms(l.P999), ms(l.Max), v.Ratio["p99"])
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3fx\t", v.Name, ms(l.Mean), ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), v.Ratio["p99"])
 			for _, c := range extraCols {
 				fmt.Fprintf(tw, "%s\t", c.format(v.Extra[c.key]))
 			}

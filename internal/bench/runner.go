@@ -34,6 +34,7 @@ func Scenarios() []ScenarioInfo {
 		{"timers", "timer and netpoller latency beside busy CPU workers", names(timerVariants)},
 		{"service", "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity", names(serviceVariants)},
 		{"quota", "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)", quotaNames()},
+		{"neighbour", "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)", names(neighbourVariants)},
 	}
 }
 
@@ -146,6 +147,12 @@ func Run(cfg Config) (*Report, error) {
 				break
 			}
 			s = r.quota(cfg.LoadGen[0])
+		case "neighbour":
+			if len(cfg.LoadGen) == 0 {
+				s = &Scenario{Name: "neighbour", Skipped: "no cpuwork binary to run children with"}
+				break
+			}
+			s = r.neighbour(cfg.LoadGen[0])
 		case "service":
 			if len(cfg.LoadGen) == 0 {
 				s = &Scenario{Name: "service", Skipped: "no load generator command configured"}
@@ -170,6 +177,9 @@ func (r *Runner) countSteps(want []string) int {
 				n += len(s.Variants) * r.rounds
 				if w == "service" {
 					n += 3 * len(s.Variants) * r.rounds // four load levels per variant
+				}
+				if w == "neighbour" {
+					n += len(s.Variants) * r.rounds // two probes
 				}
 				if w == "quota" && !r.cfg.Quick {
 					n += 2 * len(s.Variants) * r.rounds // three quotas
