@@ -174,7 +174,7 @@ func hogCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use: "hog", Hidden: true, Args: cobra.NoArgs,
 		Short: "CPU hog for bench's neighbour scenario (internal)",
-		RunE: func(cmd *cobra.Command, _ []string) error { return bench.HogChild(threads, duration) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return bench.HogChild(threads, duration) },
 	}
 	cmd.Flags().IntVar(&threads, "threads", 2, "spinning threads")
 	cmd.Flags().DurationVar(&duration, "duration", time.Second, "how long to spin")
