@@ -22,10 +22,11 @@ import (
 //
 // It does three things, cheapest first:
 //
-//  1. When a task of a more urgent class waits for a slot, it hands its
-//     slot over and queues again at the front of its own class, returning
-//     when it gets a slot back. Critical work therefore waits for at most
-//     one Checkpoint interval of lower-class work, not for whole tasks.
+//  1. When a task of a more urgent class waits for a slot, or (Batch and
+//     Background) quota pacing has paused its class, it hands its slot over
+//     and queues again at the front of its own class, returning when it
+//     gets a slot back. Critical work therefore waits for at most one
+//     Checkpoint interval of lower-class work, not for whole tasks.
 //  2. At most every ~100 µs it reads the number of runnable goroutines
 //     (runtime/metrics /sched/goroutines/runnable:goroutines, Go >= 1.26)
 //     and calls runtime.Gosched when some wait for a P; goroutines outside
@@ -51,7 +52,7 @@ func Checkpoint(ctx context.Context) error {
 	if tc == nil {
 		return checkpointFree(ctx)
 	}
-	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 {
+	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 || (tc.class >= Batch && tc.e.paced.Load()) {
 		if err := tc.e.yield(ctx, tc); err != nil {
 			return err
 		}
@@ -159,7 +160,8 @@ func checkpointFree(ctx context.Context) error {
 // ctx ended or the executor closed meanwhile (tc then holds no slot).
 func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	e.mu.Lock()
-	if e.closed.Load() || e.waitMask.Load()&moreUrgent[tc.class] == 0 {
+	pacedOut := tc.class >= Batch && e.paced.Load()
+	if e.closed.Load() || (e.waitMask.Load()&moreUrgent[tc.class] == 0 && !pacedOut) {
 		e.mu.Unlock()
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}

@@ -86,6 +86,15 @@ type Options struct {
 	// effect: docs/architecture.md.
 	SpareP bool
 
+	// PaceQuota turns on quota pacing: when Slots is 0 and the budget comes
+	// from a CFS quota, the executor runs ceil(quota) slots instead of
+	// floor and paces Batch and Background admission to keep the process
+	// under its quota (pacer.go); Critical and Interactive are never paced.
+	// Off by default: in `cpuwork bench --scenario quota` (1.25 CPUs) it
+	// avoided throttling but gave a worse round p99 than the floor policy
+	// and used less of the quota (docs/architecture.md).
+	PaceQuota bool
+
 	// CriticalLane, when set, runs Critical tasks admitted by Do on a
 	// dedicated lane of locked OS threads with these options (for cgo
 	// libraries that need a fixed thread, or an affinity and priority of
@@ -127,6 +136,12 @@ type Executor struct {
 	spareP     bool
 	warned     sync.Once
 	critLane   *osthread.Lane
+	// paced is set by the pacer while Batch and Background must wait for
+	// the quota's next window.
+	paced     atomic.Bool
+	pacer     *pacer
+	pacerStop context.CancelFunc
+	pacerDone chan struct{}
 
 	// pending holds waiters granted under mu and not yet woken: they are
 	// signalled after mu is released (unlockAndWake), which keeps channel
@@ -203,10 +218,19 @@ func New(o Options) (*Executor, error) {
 			return nil, fmt.Errorf("cpuwork: detect CPU budget (set Options.Slots to run without it): %w", err)
 		}
 		slots = b.Slots()
+		if _, _, ok := quotaOf(b); ok && o.PaceQuota {
+			e.pacer = newPacer(e, b)
+			slots = pacedSlots(b)
+		}
 	}
 	e.mu.Lock()
 	e.setSlotsLocked(slots)
 	e.unlockAndWake()
+	if e.pacer != nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		e.pacerStop, e.pacerDone = cancel, make(chan struct{})
+		go func() { defer close(e.pacerDone); e.pacer.run(ctx) }()
+	}
 	if o.Slots == 0 && o.WatchInterval >= 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		e.watchStop, e.watchDone = cancel, make(chan struct{})
@@ -249,7 +273,14 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 			e.log.Warn("cpuwork: re-read CPU budget", "err", err)
 			continue
 		}
-		if n := b.Slots(); n != e.Slots() {
+		n := b.Slots()
+		if e.pacer != nil {
+			e.pacer.reconfigure(b)
+			if _, _, ok := quotaOf(b); ok {
+				n = pacedSlots(b)
+			}
+		}
+		if n != e.Slots() {
 			e.log.Info("cpuwork: CPU budget changed", "cores", b.Cores, "source", string(b.Source), "slots", n)
 			e.SetSlots(n)
 		}
@@ -314,7 +345,7 @@ func (e *Executor) tryAcquire() bool {
 // capped reports whether class c is under the SpareP bound, so that its
 // admissions must go through the lock where the bound is checked.
 func (e *Executor) capped(c Class) bool {
-	return c.runsOnWorker() && e.lowCap.Load() > 0
+	return c.runsOnWorker() && (e.lowCap.Load() > 0 || e.pacer != nil)
 }
 
 // tryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
@@ -323,6 +354,9 @@ func (e *Executor) capped(c Class) bool {
 func (e *Executor) tryAcquireFor(c Class) bool {
 	if !c.runsOnWorker() {
 		return e.tryAcquire()
+	}
+	if e.paced.Load() {
+		return false
 	}
 	if e.lowCap.Load() == 0 {
 		if !e.tryAcquire() {
@@ -380,7 +414,7 @@ func (e *Executor) dispatchLocked() {
 func (e *Executor) pickLocked() *waiter {
 	c := Class(NumClasses)
 	lc := e.lowCap.Load()
-	low := lc == 0 || e.lowRunning.Load() < lc // Batch/Background may take a slot
+	low := !e.paced.Load() && (lc == 0 || e.lowRunning.Load() < lc) // Batch/Background may take a slot
 	batch := low && e.queues[Batch].n > 0
 	switch {
 	case e.queues[Critical].n > 0:
@@ -1051,6 +1085,10 @@ func (e *Executor) Close(ctx context.Context) error {
 		if e.watchStop != nil {
 			e.watchStop()
 			<-e.watchDone
+		}
+		if e.pacerStop != nil {
+			e.pacerStop() // resumes admission so queued batch work can drain
+			<-e.pacerDone
 		}
 	})
 	tick := time.NewTicker(time.Millisecond)

@@ -30,9 +30,9 @@ func QuotaChild(w io.Writer, mode string, rounds, goroutines, iters int) error {
 	}
 	spin := &workload.Spin{Iters: iters}
 	var e *cpuwork.Executor
-	if mode == "cpuwork" {
+	if mode == "cpuwork" || mode == "cpuwork-paced" {
 		var err error
-		if e, err = cpuwork.New(cpuwork.Options{WatchInterval: -1}); err != nil {
+		if e, err = cpuwork.New(cpuwork.Options{WatchInterval: -1, PaceQuota: mode == "cpuwork-paced"}); err != nil {
 			return err
 		}
 		defer e.Close(context.Background())
@@ -50,7 +50,7 @@ func QuotaChild(w io.Writer, mode string, rounds, goroutines, iters int) error {
 				go func() { defer wg.Done(); spin.Run(0) }()
 				continue
 			}
-			task, err := e.Go(ctx, cpuwork.Interactive, func(context.Context) error { return spin.Run(0) })
+			task, err := e.Go(ctx, cpuwork.Batch, func(context.Context) error { return spin.Run(0) })
 			if err != nil {
 				return err
 			}
@@ -82,7 +82,8 @@ func quotaVariants() []quotaVariant {
 	}
 	vs = append(vs,
 		quotaVariant{"go-default", "Go's default GOMAXPROCS (max(2, ceil(quota)) since Go 1.25), plain goroutines", "", "goroutines"},
-		quotaVariant{"cpuwork", "Executor with zero Options: floor(budget) slots, GOMAXPROCS left at Go's default", "", "cpuwork"},
+		quotaVariant{"cpuwork", "Executor with zero Options, work as Batch tasks: floor(quota) slots, GOMAXPROCS left at Go's default", "", "cpuwork"},
+		quotaVariant{"cpuwork-paced", "Executor with PaceQuota, work as Batch tasks: ceil(quota) slots, Batch paced to stay under the quota", "", "cpuwork-paced"},
 	)
 	return vs
 }
@@ -144,8 +145,12 @@ func (r *Runner) quota(self string) *Scenario {
 		thr, used := c.Extra["throttled_share"], c.Extra["quota_used"]
 		holds := ratio <= 0.3 && thr <= 0.05 && used >= 0.9
 		s.Holds = boolp(holds)
-		s.Verdict = fmt.Sprintf("under 1.25 CPUs cpuwork round p99 %s = %.2fx Go's default (%s; expected <= 0.3x), %.0f%% of periods throttled (expected <= 5%%), %.0f%% of the quota used (expected >= 90%%; floor(1.25) = 1 slot uses at most 80%% without quota pacing, not built yet): %s",
+		s.Verdict = fmt.Sprintf("under 1.25 CPUs cpuwork round p99 %s = %.2fx Go's default (%s; expected <= 0.3x), %.0f%% of periods throttled (expected <= 5%%), %.0f%% of the quota used (expected >= 90%%): %s",
 			ms(c.Latency.P99), ratio, ms(d.Latency.P99), thr*100, used*100, holdsWord(holds))
+		if pc := s.variant("cpuwork-paced@1.25"); pc != nil && pc.Valid {
+			s.Verdict += fmt.Sprintf("; with PaceQuota p99 %s = %.2fx, %.0f%% throttled, %.0f%% of the quota used",
+				ms(pc.Latency.P99), pc.Latency.P99/d.Latency.P99, pc.Extra["throttled_share"]*100, pc.Extra["quota_used"]*100)
+		}
 	}
 	return s
 }
