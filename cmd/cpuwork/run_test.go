@@ -7,10 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cpuwork/cpuwork/cgroup"
 )
 
 // TestMain lets the test binary act as the cpuwork binary (run re-executes
@@ -151,5 +154,43 @@ func TestRunRejectsBadNamesAndMissingCommand(t *testing.T) {
 		if _, err := run(t, args...); err == nil {
 			t.Errorf("%v accepted", args)
 		}
+	}
+}
+
+func TestBudgetOfAnotherProcessInAQuotaCgroup(t *testing.T) {
+	needRoot(t)
+	g, err := cgroup.New(cgroup.Config{Name: "run-test-budget-pid", CPUs: 1.25})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	child := exec.Command("sleep", "10")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { child.Process.Kill(); child.Wait() }()
+	if err := g.Add(child.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "budget", "--json", "--pid", strconv.Itoa(child.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r budgetReport
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if r.Cores != 1.25 || r.Slots != 1 || len(r.Limits) == 0 || !r.Limits[0].Leaf {
+		t.Errorf("budget of pid %d: cores %v slots %d limits %+v", child.Process.Pid, r.Cores, r.Slots, r.Limits)
+	}
+	if r.RuntimeGOMAXPROCS != min(2, r.Affinity) {
+		t.Errorf("runtime default %d, want min(2, affinity %d)", r.RuntimeGOMAXPROCS, r.Affinity)
+	}
+	if r.Affinity >= 2 && !strings.Contains(r.Warning, "throttles") {
+		t.Errorf("no throttling warning: %q", r.Warning)
+	}
+	table, err := run(t, "budget", "--pid", strconv.Itoa(child.Process.Pid))
+	if err != nil || !strings.Contains(table, "WARNING") || !strings.Contains(table, "1.25 cores") {
+		t.Errorf("table %s (err %v)", table, err)
 	}
 }
