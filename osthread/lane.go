@@ -129,7 +129,7 @@ func (l *Lane) Do(ctx context.Context, fn func() error) error {
 		}
 		err = call(fn)
 	}
-	if err := l.send(ctx, task); err != nil {
+	if err := l.send(ctx, task, true); err != nil {
 		return err
 	}
 	select {
@@ -159,28 +159,27 @@ func (l *Lane) Go(fn func(), onPanic func(*PanicError)) error {
 			}
 		}
 	}
-	l.mu.RLock()
-	defer l.mu.RUnlock()
-	if l.closed {
-		return ErrClosed
-	}
-	select {
-	case l.tasks <- task:
-		return nil
-	default:
-		return ErrFull
-	}
+	return l.send(context.Background(), task, false)
 }
 
-// send queues task, waiting for room until ctx ends. Senders hold the read
-// lock while they wait, and Close takes the write lock before it closes the
-// channel, so a send never meets a closed channel and no queued task is
-// left behind by the threads.
-func (l *Lane) send(ctx context.Context, task func()) error {
+// send queues task, waiting for room until ctx ends when wait is true;
+// otherwise it returns ErrFull when the queue is full. Senders hold the read lock while they
+// wait, and Close takes the write lock before it closes the channel, so a
+// send never meets a closed channel and no queued task is left behind by
+// the threads.
+func (l *Lane) send(ctx context.Context, task func(), wait bool) error {
 	l.mu.RLock()
 	defer l.mu.RUnlock()
 	if l.closed {
 		return ErrClosed
+	}
+	if !wait {
+		select {
+		case l.tasks <- task:
+			return nil
+		default:
+			return ErrFull
+		}
 	}
 	select {
 	case l.tasks <- task:
