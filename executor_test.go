@@ -1,10 +1,13 @@
 package cpuwork
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,28 +100,58 @@ func TestNewReportsAnUnreadableBudget(t *testing.T) {
 	}
 }
 
+// goid returns the calling goroutine's ID from its stack header.
+func goid() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	return strings.Fields(string(buf))[1] // "goroutine N [running]:"
+}
+
 func TestDoRunsOnTheCallersGoroutineWithLabels(t *testing.T) {
 	e := newExec(t, Options{Slots: 2})
-	var label string
-	err := e.Do(context.Background(), Interactive, func(ctx context.Context) error {
-		label, _ = pprof.Label(ctx, LabelKey) // ctx labels are not set; check goroutine via ForLabels below
+	caller := goid()
+	for _, c := range []Class{Critical, Interactive} {
+		err := e.Do(context.Background(), c, func(ctx context.Context) error {
+			if id := goid(); id != caller {
+				return fmt.Errorf("%s task ran on goroutine %s, caller is %s", c, id, caller)
+			}
+			// The goroutine profile (debug=1) prints each goroutine's labels.
+			var buf bytes.Buffer
+			pprof.Lookup("goroutine").WriteTo(&buf, 1)
+			want := fmt.Sprintf(`"%s":"%s"`, LabelKey, c)
+			if !strings.Contains(buf.String(), want) {
+				return fmt.Errorf("goroutine profile lacks label %s", want)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	}
+	// Batch runs on a worker, not on the caller.
+	err := e.Do(context.Background(), Batch, func(context.Context) error {
+		if goid() == caller {
+			return errors.New("a Batch task ran on the caller's goroutine")
+		}
 		return nil
 	})
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
 	}
-	_ = label
-	// The goroutine's labels are visible to a goroutine started inside fn.
-	got := make(chan string, 1)
-	e.Do(context.Background(), Critical, func(ctx context.Context) error {
-		go func() {
-			// A goroutine inherits its creator's labels; read them through a
-			// CPU-profile-independent path: pprof.Do merges with none here.
-			got <- "started"
-		}()
-		return nil
+	// Labels the caller set are kept alongside cpuwork's.
+	pprof.Do(context.Background(), pprof.Labels("handler", "thumb"), func(ctx context.Context) {
+		err := e.Do(ctx, Interactive, func(context.Context) error {
+			var buf bytes.Buffer
+			pprof.Lookup("goroutine").WriteTo(&buf, 1)
+			if !strings.Contains(buf.String(), `"handler":"thumb"`) || !strings.Contains(buf.String(), `"cpuwork.class":"interactive"`) {
+				return errors.New("merged labels missing from the goroutine profile")
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
 	})
-	<-got
 }
 
 func TestDoReturnsTheTasksErrorAndCall(t *testing.T) {
@@ -475,13 +508,24 @@ func TestForCoversEveryIndexOnceAndUsesFreeSlots(t *testing.T) {
 	e := newExec(t, Options{Slots: 4})
 	const n = 5000
 	seen := make([]atomic.Int32, n)
-	var workers sync.Map
-	var id atomic.Int64
+	var goroutines sync.Map
+	var distinct atomic.Int32
 	err := For(context.Background(), e, Interactive, n, func(lo, hi int) error {
 		if lo < 0 || hi > n || lo >= hi {
 			return fmt.Errorf("bad chunk [%d,%d)", lo, hi)
 		}
-		workers.Store(id.Add(1)%1, true)
+		if _, loaded := goroutines.LoadOrStore(goid(), true); !loaded {
+			distinct.Add(1)
+		}
+		// Past the probe (which covers well under 1000 indexes), hold this
+		// chunk until a helper on another free slot has joined: For must
+		// recruit one. Bounded so a regression fails instead of hanging.
+		if lo >= 1000 {
+			deadline := time.Now().Add(10 * time.Second)
+			for distinct.Load() < 2 && time.Now().Before(deadline) {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
 		for i := lo; i < hi; i++ {
 			seen[i].Add(1)
 			spin(2 * time.Microsecond)
@@ -495,6 +539,9 @@ func TestForCoversEveryIndexOnceAndUsesFreeSlots(t *testing.T) {
 		if seen[i].Load() != 1 {
 			t.Fatalf("index %d ran %d times", i, seen[i].Load())
 		}
+	}
+	if distinct.Load() < 2 {
+		t.Error("no helper goroutine joined the loop although 3 slots were free")
 	}
 	if e.Stats().Free != 4 {
 		t.Errorf("For leaked slots: free %d", e.Stats().Free)
