@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -9,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cpuwork/cpuwork/osthread"
 )
 
 // TestMain fails the run if any cgroup created by the tests remains.
@@ -173,5 +176,32 @@ func TestWeightToShares(t *testing.T) {
 		if got := WeightToShares(w); got != s {
 			t.Errorf("WeightToShares(%d) = %d, want %d", w, got, s)
 		}
+	}
+}
+
+// TestLaneThreadsPlacedInACgroup puts an osthread lane's threads into a v1
+// cgroup through the Place hook and finds them in its tasks file.
+func TestLaneThreadsPlacedInACgroup(t *testing.T) {
+	need(t)
+	if Version() != 1 {
+		t.Skip("single-thread moves need a threaded v2 subtree")
+	}
+	g, err := New(Config{Name: name(t), CPUs: 0.5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Remove()
+	l, err := osthread.Start(osthread.Options{Threads: 2, Sched: osthread.Demoted, Place: g.AddThread})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(g.Dir(), "tasks"))
+	for _, tid := range l.TIDs() {
+		if !strings.Contains(" "+strings.Join(strings.Fields(string(b)), " ")+" ", fmt.Sprintf(" %d ", tid)) {
+			t.Errorf("lane thread %d not in %s/tasks: %q", tid, g.Dir(), b)
+		}
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatal(err)
 	}
 }

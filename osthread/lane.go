@@ -35,6 +35,13 @@ type Options struct {
 	Sched Sched
 	// QueueLimit bounds tasks waiting for a thread; 0 means 1024.
 	QueueLimit int
+	// Place, if set, is called on each lane thread with its kernel thread
+	// ID after Sched is applied, to put the thread into a cgroup: pass
+	// (*cgroup.Group).AddThread from package cpuwork/cgroup (cgroup v1
+	// tasks file; on v2 only a threaded subtree allows it). An error fails
+	// Start like a scheduling error. It is a hook rather than an import so
+	// that this package depends on golang.org/x/sys only.
+	Place func(tid int) error
 }
 
 // Lane is a fixed set of goroutines, each locked to its own OS thread with
@@ -80,6 +87,12 @@ func Start(o Options) (*Lane, error) {
 				if err := o.Sched.ApplyCurrent(); err != nil {
 					ready <- started{err: err}
 					return
+				}
+				if o.Place != nil {
+					if err := o.Place(unix.Gettid()); err != nil {
+						ready <- started{err: fmt.Errorf("osthread: place thread %d: %w", unix.Gettid(), err)}
+						return
+					}
 				}
 				ready <- started{tid: unix.Gettid()}
 				for fn := range l.tasks {

@@ -288,3 +288,25 @@ func unprivilegedHelper(mode string) int {
 	fmt.Printf("mode %s: unexpected result %v\n", mode, err)
 	return 1
 }
+
+func TestPlaceHookPutsEveryLaneThreadSomewhere(t *testing.T) {
+	placed := make(chan int, 3)
+	l, err := Start(Options{Threads: 3, Sched: Demoted, Place: func(tid int) error { placed <- tid; return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close(context.Background())
+	got := map[int]bool{}
+	for range 3 {
+		got[<-placed] = true
+	}
+	for _, tid := range l.TIDs() {
+		if !got[tid] {
+			t.Errorf("lane thread %d was not placed (placed %v)", tid, got)
+		}
+	}
+	boom := errors.New("no such cgroup")
+	if _, err := Start(Options{Threads: 2, Sched: Demoted, Place: func(int) error { return boom }}); !errors.Is(err, boom) {
+		t.Errorf("a failing Place: %v", err)
+	}
+}
