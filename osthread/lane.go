@@ -53,7 +53,6 @@ type Lane struct {
 	wg     sync.WaitGroup
 	tids   []int
 	sched  Sched
-	active atomic.Int64
 }
 
 // Start starts a lane. Every thread applies o.Sched before the lane

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 
@@ -282,7 +283,7 @@ func NewFib(d time.Duration) *Fib {
 	best := &Fib{N: 20}
 	for n := 20; n < 45; n++ {
 		t := time.Now()
-		fib(n)
+		runtime.KeepAlive(fib(n))
 		if time.Since(t) > d {
 			if n > 20 {
 				best.N = n - 1
@@ -317,8 +318,6 @@ type Spin struct {
 	D     time.Duration
 }
 
-var spinSink uint64
-
 // NewSpin returns a Spin calibrated to take about d on one core of this
 // machine (best of 5 timings of a 20 ms probe).
 func NewSpin(d time.Duration) *Spin {
@@ -338,9 +337,7 @@ func spinIters(n int) uint64 {
 	for i := 0; i < n; i++ {
 		x = x*6364136223846793005 + 1442695040888963407
 	}
-	if x == 1 {
-		spinSink = x
-	}
+	runtime.KeepAlive(x) // the loop's result is live: the work cannot be optimised away
 	return x
 }
 

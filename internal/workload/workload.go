@@ -22,7 +22,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"sort"
 	"strings"
@@ -105,10 +104,10 @@ type Source struct {
 // textLimit bounds how much Go source is loaded (the tree is ~128 MB).
 const textLimit = 16 << 20
 
-// NewSource finds GOROOT: runtime.GOROOT() if it holds src, else
-// `go env GOROOT`.
+// NewSource finds GOROOT: the GOROOT environment variable if it holds src,
+// else `go env GOROOT`.
 func NewSource() (*Source, error) {
-	for _, root := range []string{os.Getenv("GOROOT"), runtime.GOROOT(), goEnvGOROOT()} {
+	for _, root := range []string{os.Getenv("GOROOT"), goEnvGOROOT()} {
 		if root == "" {
 			continue
 		}
