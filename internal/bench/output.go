@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -215,7 +216,7 @@ All variants of a scenario ran in this one process, alternated. Schema: docs/ben
 `
 
 func svg(p *plot.Plot) (template.HTML, error) {
-	w, err := p.WriterTo(5*vg.Inch, 3.5*vg.Inch, "svg")
+	w, err := p.WriterTo(6*vg.Inch, 4*vg.Inch, "svg")
 	if err != nil {
 		return "", err
 	}
@@ -235,17 +236,20 @@ func svg(p *plot.Plot) (template.HTML, error) {
 func percentilePlot(s *Scenario) (template.HTML, error) {
 	p := plot.New()
 	p.Title.Text = s.Name + ": latency by percentile"
-	p.X.Label.Text = "percentile (log of 1/(1-q)): 90, 99, 99.9 at 1, 2, 3"
-	p.Y.Label.Text = "latency (ms, log)"
+	p.X.Label.Text = "percentile"
+	p.X.Tick.Marker = percentileTicks{}
+	p.Y.Label.Text = "latency (ms)"
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{}
+	p.Y.Tick.Marker = msTicks{}
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	var args []any
 	for _, v := range s.Variants {
 		if v.hist == nil {
 			continue
 		}
 		var pts plotter.XYs
-		for _, q := range []float64{10, 25, 50, 75, 90, 95, 99, 99.5, 99.9, 99.95, 99.99} {
+		for _, q := range []float64{10, 25, 50, 75, 90, 95, 99, 99.5, 99.9} {
 			y := float64(v.hist.ValueAtQuantile(q)) / 1e3
 			pts = append(pts, plotter.XY{X: math.Log10(100 / (100 - q)), Y: math.Max(y, 0.001)})
 		}
@@ -255,6 +259,7 @@ func percentilePlot(s *Scenario) (template.HTML, error) {
 		if err := plotutil.AddLinePoints(p, args...); err != nil {
 			return "", err
 		}
+		p.X.Max += 0.2 // room for the last tick's label
 	}
 	return svg(p)
 }
@@ -264,9 +269,9 @@ func overTimePlot(s *Scenario) (template.HTML, error) {
 	p := plot.New()
 	p.Title.Text = s.Name + ": latency over time"
 	p.X.Label.Text = "seconds since start (rounds overlaid)"
-	p.Y.Label.Text = "latency (ms, log)"
+	p.Y.Label.Text = "latency (ms)"
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{}
+	p.Y.Tick.Marker = msTicks{}
 	for i, v := range s.Variants {
 		if len(v.Series) == 0 {
 			continue
@@ -305,5 +310,44 @@ func cpuPlot(s *Scenario) (template.HTML, error) {
 	bars.Color = plotutil.Color(0)
 	p.Add(bars)
 	p.NominalX(names...)
+	if len(names) > 5 {
+		p.X.Tick.Label.Rotation = math.Pi / 6
+		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = -0.9, -0.2
+	}
 	return svg(p)
+}
+
+// percentileTicks labels the 1/(1-q) log axis with percentiles.
+type percentileTicks struct{}
+
+func (percentileTicks) Ticks(min, max float64) []plot.Tick {
+	var t []plot.Tick
+	for _, q := range []float64{50, 90, 99, 99.9, 99.99} {
+		x := math.Log10(100 / (100 - q))
+		if x >= min-1e-9 && x <= max+1e-9 {
+			t = append(t, plot.Tick{Value: x, Label: strconv.FormatFloat(q, 'f', -1, 64)})
+		}
+	}
+	return t
+}
+
+// msTicks puts labelled ticks at 1, 2 and 5 times powers of ten (in ms)
+// on a log axis.
+type msTicks struct{}
+
+func (msTicks) Ticks(min, max float64) []plot.Tick {
+	steps := []float64{1, 2, 5}
+	if max/min < 20 { // a narrow range: label more values
+		steps = []float64{1, 1.5, 2, 3, 4, 5, 7}
+	}
+	var t []plot.Tick
+	for e := math.Floor(math.Log10(min)) - 1; e <= math.Ceil(math.Log10(max)); e++ {
+		for _, m := range steps {
+			v := m * math.Pow(10, e)
+			if v >= min && v <= max {
+				t = append(t, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', 3, 64)})
+			}
+		}
+	}
+	return t
 }
