@@ -260,10 +260,9 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 	wall := time.Since(t0)
 	res.u = m.stop()
 	res.hist, res.series = rec.merged(), rec.series
-	res.offered = float64(expected) / r.duration.Seconds()
+	res.offered = float64(sent) / r.duration.Seconds()
 	res.achieved = float64(res.hist.TotalCount()) / r.duration.Seconds()
 	res.batchCPUps = float64(batchUnits.Load()) * unit.D.Seconds() / wall.Seconds()
-	_ = sent
 	return res, nil
 }
 
