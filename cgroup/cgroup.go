@@ -279,6 +279,26 @@ func (g *Group) Stat() (budget.Stat, error) {
 	return st, nil
 }
 
+// evictOwnThreads moves the calling process's threads that are in the
+// group back to the root of each hierarchy (v1 tasks files).
+func (g *Group) evictOwnThreads() {
+	for _, dir := range g.m.GetPaths() {
+		root := strings.TrimSuffix(dir, g.path)
+		if root == dir {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if _, err := os.Stat("/proc/self/task/" + f); err == nil {
+				os.WriteFile(filepath.Join(root, "tasks"), []byte(f), 0o644)
+			}
+		}
+	}
+}
+
 // Pids returns the processes in the group, from cgroup.procs of its CPU
 // hierarchy directory.
 func (g *Group) Pids() ([]int, error) {
@@ -296,9 +316,13 @@ func (g *Group) Pids() ([]int, error) {
 	return pids, nil
 }
 
-// Remove kills any process left in the group (SIGKILL), waits up to 5 s for
-// it to empty and removes the group's directories. The parent is kept.
+// Remove empties the group and removes its directories: processes left in
+// it get SIGKILL, except the calling process, whose own threads (moved in
+// with AddThread, for example lane threads) are moved back to the root of
+// the hierarchy instead. It waits up to 5 s for the group to empty. The
+// parent is removed too when this leaves it empty.
 func (g *Group) Remove() error {
+	self := os.Getpid()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		pids, err := g.Pids()
@@ -306,6 +330,10 @@ func (g *Group) Remove() error {
 			break
 		}
 		for _, p := range pids {
+			if p == self {
+				g.evictOwnThreads()
+				continue
+			}
 			syscall.Kill(p, syscall.SIGKILL)
 		}
 		if time.Now().After(deadline) {

@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/cpuwork/cpuwork/osthread"
+	"golang.org/x/sys/unix"
 )
 
 // TestMain fails the run if any cgroup created by the tests remains.
@@ -203,5 +205,39 @@ func TestLaneThreadsPlacedInACgroup(t *testing.T) {
 	}
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRemoveNeverKillsTheCallingProcess: one of this process's own threads
+// is in the group when Remove runs (as lane threads can be while they exit).
+// Remove must move it out, not SIGKILL its own process.
+func TestRemoveNeverKillsTheCallingProcess(t *testing.T) {
+	need(t)
+	if Version() != 1 {
+		t.Skip("single-thread moves need a threaded v2 subtree")
+	}
+	g, err := New(Config{Name: name(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	moved := make(chan error)
+	release := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread() // exits locked: the thread is discarded afterwards
+		moved <- g.AddThread(unix.Gettid())
+		<-release
+	}()
+	if err := <-moved; err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Remove(); err != nil { // the test process must still be alive after this
+		t.Fatal(err)
+	}
+	close(release)
+	<-done
+	if _, err := os.Stat(g.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s still exists: %v", g.Dir(), err)
 	}
 }
