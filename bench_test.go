@@ -55,8 +55,23 @@ func BenchmarkCheckpointNobodyWaits(b *testing.B) {
 	})
 }
 
+// BenchmarkGoWait submits one Batch task at a time and waits for it: the
+// hand-off latency to a parked, demoted (SCHED_IDLE, locked) worker.
 func BenchmarkGoWait(b *testing.B) {
 	e := newExec(b, Options{Slots: 2})
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	b.ReportAllocs()
+	for b.Loop() {
+		t, _ := e.Go(ctx, Batch, fn)
+		<-t.Done()
+	}
+}
+
+// BenchmarkGoWaitNoDemotion is GoWait with plain (not demoted) Batch
+// workers: the hand-off cost that demotion adds is the difference.
+func BenchmarkGoWaitNoDemotion(b *testing.B) {
+	e := newExec(b, Options{Slots: 2, NoDemotion: true})
 	ctx := context.Background()
 	fn := func(context.Context) error { return nil }
 	b.ReportAllocs()
