@@ -5,26 +5,23 @@ import (
 	"testing"
 )
 
-// BenchmarkDoUncontended is the admission fast path: a free slot, nobody
-// queued, an empty task.
-func BenchmarkDoUncontended(b *testing.B) {
-	e := newExec(b, Options{Slots: 4})
+var emptyTask = func(context.Context) error { return nil }
+
+// benchDo is the admission fast path: a free slot, nobody queued, an empty
+// Interactive task.
+func benchDo(b *testing.B, o Options) {
+	e := newExec(b, o)
 	ctx := context.Background()
-	fn := func(context.Context) error { return nil }
 	b.ReportAllocs()
 	for b.Loop() {
-		e.Do(ctx, Interactive, fn)
+		e.Do(ctx, Interactive, emptyTask)
 	}
 }
 
+func BenchmarkDoUncontended(b *testing.B) { benchDo(b, Options{Slots: 4}) }
+
 func BenchmarkDoUncontendedNoLabels(b *testing.B) {
-	e := newExec(b, Options{Slots: 4, DisableProfileLabels: true})
-	ctx := context.Background()
-	fn := func(context.Context) error { return nil }
-	b.ReportAllocs()
-	for b.Loop() {
-		e.Do(ctx, Interactive, fn)
-	}
+	benchDo(b, Options{Slots: 4, DisableProfileLabels: true})
 }
 
 // BenchmarkDoSaturated: 4xGOMAXPROCS goroutines submit empty tasks to
@@ -32,12 +29,11 @@ func BenchmarkDoUncontendedNoLabels(b *testing.B) {
 func BenchmarkDoSaturated(b *testing.B) {
 	e := newExec(b, Options{Slots: 2})
 	ctx := context.Background()
-	fn := func(context.Context) error { return nil }
 	b.ReportAllocs()
 	b.SetParallelism(4)
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			e.Do(ctx, Interactive, fn)
+			e.Do(ctx, Interactive, emptyTask)
 		}
 	})
 }
@@ -55,28 +51,21 @@ func BenchmarkCheckpointNobodyWaits(b *testing.B) {
 	})
 }
 
-// BenchmarkGoWait submits one Batch task at a time and waits for it: the
-// hand-off latency to a parked, demoted (SCHED_IDLE, locked) worker.
-func BenchmarkGoWait(b *testing.B) {
-	e := newExec(b, Options{Slots: 2})
+// benchGoWait submits one Batch task at a time and waits for it: the
+// hand-off latency to a parked worker.
+func benchGoWait(b *testing.B, o Options) {
+	e := newExec(b, o)
 	ctx := context.Background()
-	fn := func(context.Context) error { return nil }
 	b.ReportAllocs()
 	for b.Loop() {
-		t, _ := e.Go(ctx, Batch, fn)
+		t, _ := e.Go(ctx, Batch, emptyTask)
 		<-t.Done()
 	}
 }
 
-// BenchmarkGoWaitNoDemotion is GoWait with plain (not demoted) Batch
-// workers: the hand-off cost that demotion adds is the difference.
-func BenchmarkGoWaitNoDemotion(b *testing.B) {
-	e := newExec(b, Options{Slots: 2, NoDemotion: true})
-	ctx := context.Background()
-	fn := func(context.Context) error { return nil }
-	b.ReportAllocs()
-	for b.Loop() {
-		t, _ := e.Go(ctx, Batch, fn)
-		<-t.Done()
-	}
-}
+// BenchmarkGoWait: the worker is demoted (SCHED_IDLE, locked to its thread).
+func BenchmarkGoWait(b *testing.B) { benchGoWait(b, Options{Slots: 2}) }
+
+// BenchmarkGoWaitNoDemotion: plain worker goroutines; the difference to
+// GoWait is the cost demotion adds.
+func BenchmarkGoWaitNoDemotion(b *testing.B) { benchGoWait(b, Options{Slots: 2, NoDemotion: true}) }

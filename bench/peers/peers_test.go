@@ -11,36 +11,12 @@ import (
 	"github.com/alitto/pond/v2"
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/workload"
 	"github.com/panjf2000/ants/v2"
 	"github.com/sourcegraph/conc/pool"
 	"golang.org/x/sync/errgroup"
 	"golang.org/x/sync/semaphore"
 )
-
-var sink uint64
-
-// spin does iters rounds of a 64-bit LCG: pure CPU, no memory, no syscalls.
-func spin(iters int) {
-	x := uint64(iters)
-	for i := 0; i < iters; i++ {
-		x = x*6364136223846793005 + 1442695040888963407
-	}
-	if x == 42 {
-		sink = x
-	}
-}
-
-// itersPerMicro is calibrated once: spin iterations per microsecond.
-var itersPerMicro = func() float64 {
-	const n = 2_000_000
-	best := time.Duration(1 << 62)
-	for range 5 {
-		t := time.Now()
-		spin(n)
-		best = min(best, time.Since(t))
-	}
-	return n / (float64(best) / float64(time.Microsecond))
-}()
 
 // slots is the concurrency every variant gets: the CPU budget's slot count.
 var slots = func() int {
@@ -149,10 +125,13 @@ func newExec(b *testing.B) *cpuwork.Executor {
 }
 
 func BenchmarkPeers(b *testing.B) {
-	b.Logf("slots %d, GOMAXPROCS %d, %.0f spin iterations per µs", slots, runtime.GOMAXPROCS(0), itersPerMicro)
+	b.Logf("slots %d, GOMAXPROCS %d", slots, runtime.GOMAXPROCS(0))
 	for _, work := range []time.Duration{0, time.Microsecond, 10 * time.Microsecond, 100 * time.Microsecond} {
-		iters := int(itersPerMicro * float64(work) / float64(time.Microsecond))
-		task := func() { spin(iters) }
+		s := workload.NewSpin(work) // cpuwork bench's calibrated spinner
+		if work == 0 {
+			s.Iters = 0
+		}
+		task := func() { s.Run(0) }
 		for _, producers := range []int{1, 4 * runtime.GOMAXPROCS(0)} {
 			for _, r := range runners() {
 				name := fmt.Sprintf("work=%v/producers=%d/%s", work, producers, r.name)
@@ -186,11 +165,11 @@ func BenchmarkPeers(b *testing.B) {
 // (within a factor of 3, generous for a shared machine): a benchmark of
 // "10 µs tasks" that ran 1 µs tasks would compare nothing.
 func TestSpinIsCalibrated(t *testing.T) {
-	iters := int(itersPerMicro * 100)
+	sp := workload.NewSpin(100 * time.Microsecond)
 	best := time.Duration(1 << 62)
 	for range 20 {
 		s := time.Now()
-		spin(iters)
+		sp.Run(0)
 		best = min(best, time.Since(s))
 	}
 	if best < 33*time.Microsecond || best > 300*time.Microsecond {
