@@ -19,6 +19,7 @@ var priorityVariants = []struct{ name, desc string }{
 	{"os-thread-pool", "C4's OS-thread pool: critical on a goroutine locked to a thread pinned to the last CPU at SCHED_FIFO 50, else nice -10, as permitted"},
 	{"hybrid", "C4's hybrid: GOMAXPROCS = NumCPU/2 plus NumCPU/2 dedicated locked threads (SCHED_FIFO or nice -10) for critical"},
 	{"cpuwork", "Executor defaults: Do(Critical); Do(Batch) on SCHED_IDLE threads with Checkpoint every ~50 µs"},
+	{"cpuwork-nodemote", "Executor with NoDemotion: batch on ordinary goroutines, Checkpoint every ~50 µs"},
 	{"cpuwork-nocheckpoint", "Executor defaults without Checkpoint in the batch loop"},
 	{"cpuwork-sparep", "Executor with SCHED_IDLE batch threads and one spare P and slot (GOMAXPROCS = Slots = budget+1, SpareP), no Checkpoint: the lanes mechanism alone"},
 }
@@ -199,7 +200,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		}
 		dispatch = func(t time.Time) { ch <- t }
 		cleanup = append(cleanup, func() { close(ch) })
-	case "cpuwork", "cpuwork-nocheckpoint", "cpuwork-sparep":
+	case "cpuwork", "cpuwork-nodemote", "cpuwork-nocheckpoint", "cpuwork-sparep":
 		var q [cpuwork.NumClasses]int
 		for i := range q {
 			q[i] = 4096
@@ -208,14 +209,14 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		if variant == "cpuwork-sparep" {
 			slots++ // one slot (and one P) more than batch may hold: Critical never waits for batch
 		}
-		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: q, WatchInterval: -1, SpareP: variant == "cpuwork-sparep"})
+		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: q, WatchInterval: -1, SpareP: variant == "cpuwork-sparep", NoDemotion: variant == "cpuwork-nodemote"})
 		if cerr != nil {
 			return res, cerr
 		}
 		res.priv = "none: SCHED_IDLE batch threads need no privilege"
 		ctx := context.Background()
 		steps := int(unit.D / (50 * time.Microsecond))
-		if variant != "cpuwork" {
+		if variant != "cpuwork" && variant != "cpuwork-nodemote" {
 			steps = 1
 		}
 		batchLoop(func() {
