@@ -1,0 +1,304 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"runtime/pprof"
+	"runtime/trace"
+)
+
+// sampleEvery: the admission fast path times one task in sampleEvery (a
+// clock read costs about half the fast path) and records it with that
+// weight; queued tasks are always timed.
+const sampleEvery = 8
+
+// taskCtx is the context a task's fn receives. It carries the task's slot,
+// so Checkpoint can hand the slot over and a nested Do or For on the same
+// executor runs on it instead of waiting for a second slot.
+type taskCtx struct {
+	context.Context
+	e       *Executor
+	class   Class
+	timed   bool  // slot time is measured (weight 1 if queued, sampleEvery if sampled)
+	weight  int64 // histogram weight of this task's timing
+	noSlot  bool  // the slot was given up by a Checkpoint whose ctx ended
+	start   int64 // now() when the current slot period began (timed tasks)
+	stride  int32 // Checkpoint calls between clock reads
+	calls   int32
+	lastChk int64 // now() at the last clock read in Checkpoint
+	lastGs  int64 // now() at the last Gosched
+	w       waiter
+}
+
+type taskKey struct{}
+
+// Value returns the task itself for the package's private key, and
+// otherwise delegates to the parent.
+func (t *taskCtx) Value(key any) any {
+	if key == (taskKey{}) {
+		return t
+	}
+	return t.Context.Value(key)
+}
+
+func taskOf(ctx context.Context) *taskCtx {
+	if t, ok := ctx.(*taskCtx); ok {
+		return t
+	}
+	t, _ := ctx.Value(taskKey{}).(*taskCtx)
+	return t
+}
+
+var errNilFunc = errors.New("cpuwork: nil task function")
+
+func invalidClass(c Class) error {
+	return fmt.Errorf("cpuwork: invalid class %d (want Critical..Background)", uint8(c))
+}
+
+// Do waits for a slot for class c, runs fn, releases the slot and returns
+// fn's error.
+//
+// Critical and Interactive tasks run on the caller's own goroutine: no
+// hand-off, and the caller's stack, thread (cgo) and profiler labels stay.
+// Batch and Background tasks are handed to an executor worker, and Do waits
+// for them to finish.
+//
+// fn receives a context derived from ctx that carries the task's slot: pass
+// it to Checkpoint, and to nested Do or For calls, which then run on the
+// slot already held instead of waiting for a second one (no nested
+// deadlock). Do not use it after fn returns.
+//
+// Errors: ErrClosed after Close; ErrSaturated when c's queue is full; ctx's
+// error when ctx ends while the task is queued (fn then never runs); a
+// *PanicError when fn panics; otherwise fn's error.
+//
+// Cost (docs/performance.md): about 50 ns and one 160-byte allocation when
+// a slot is free and nobody waits.
+func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
+	if !c.valid() {
+		return invalidClass(c)
+	}
+	if fn == nil {
+		return errNilFunc
+	}
+	if tc := taskOf(ctx); tc != nil && tc.e == e && !tc.noSlot {
+		return e.inline(ctx, tc, fn)
+	}
+	if c.runsOnWorker() {
+		t, err := e.submit(ctx, c, fn)
+		if err != nil {
+			return err
+		}
+		<-t.done
+		return t.err
+	}
+	s := &e.stats[c]
+	tc := &taskCtx{Context: ctx, e: e, class: c}
+	tc.w.class = c
+	if !e.tryAcquire() {
+		if err := e.acquireSlow(ctx, tc); err != nil {
+			return err
+		}
+	} else if n, err := e.admitFast(c); err != nil {
+		return err
+	} else if n%sampleEvery == 0 {
+		tc.timed, tc.weight, tc.start = true, sampleEvery, now()
+		s.queueWait.record(0, sampleEvery)
+	}
+	if c == Critical && e.critLane != nil {
+		return e.runOnLane(ctx, tc, fn)
+	}
+	return e.run(tc, fn)
+}
+
+// admitFast counts an admission made by tryAcquire and then checks for
+// Close. Counting first means that either this check sees the executor
+// closed (the slot is given back, ErrClosed) or Close sees the admission
+// and waits for the task.
+func (e *Executor) admitFast(c Class) (uint64, error) {
+	s := &e.stats[c]
+	n := s.admitted.Add(1)
+	if e.closed.Load() {
+		s.admitted.Add(^uint64(0))
+		s.rejected.Add(1)
+		if c.runsOnWorker() {
+			e.lowRunning.Add(-1)
+		}
+		e.release()
+		return 0, ErrClosed
+	}
+	return n, nil
+}
+
+// acquireSlow queues tc's waiter and blocks until it is granted a slot or
+// ctx ends.
+func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
+	c, s := tc.class, &e.stats[tc.class]
+	w := &tc.w
+	w.ready = make(chan struct{}, 1)
+	w.enq = now()
+	e.mu.Lock()
+	if e.closed.Load() {
+		e.mu.Unlock()
+		s.rejected.Add(1)
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		e.mu.Unlock()
+		s.canceled.Add(1)
+		return err
+	}
+	if e.queues[c].n >= e.limit[c] {
+		e.mu.Unlock()
+		s.rejected.Add(1)
+		return ErrSaturated
+	}
+	e.enqueueLocked(w, false)
+	e.dispatchLocked()
+	e.unlockAndWake()
+	if err := e.await(ctx, w); err != nil {
+		return err
+	}
+	tc.timed, tc.weight, tc.start = true, 1, now()
+	s.queueWait.record(tc.start-w.enq, 1)
+	return nil
+}
+
+// await blocks until w, queued by the caller, is granted a slot (nil), is
+// failed by Close (ErrClosed) or its ctx ends while it is still queued
+// (ctx's error; a slot granted at that moment is given back).
+func (e *Executor) await(ctx context.Context, w *waiter) error {
+	s := &e.stats[w.class]
+	select {
+	case <-w.ready:
+	case <-ctx.Done():
+		e.mu.Lock()
+		if w.queued {
+			e.removeLocked(w)
+			e.mu.Unlock()
+			s.canceled.Add(1)
+			return ctx.Err()
+		}
+		e.mu.Unlock()
+		<-w.ready // granted or closed out just now
+		if w.granted {
+			w.granted = false
+			if !w.requeued {
+				s.admitted.Add(^uint64(0)) // counted at grant; it never ran
+			}
+			e.ungrant(w)
+			s.canceled.Add(1)
+			return ctx.Err()
+		}
+	}
+	if !w.granted {
+		s.rejected.Add(1)
+		return ErrClosed
+	}
+	w.granted = false
+	return nil
+}
+
+// ungrant gives back a slot granted to a waiter that will not use it.
+func (e *Executor) ungrant(w *waiter) {
+	if w.class.runsOnWorker() {
+		e.lowRunning.Add(-1)
+	}
+	if w.est != 0 {
+		e.stats[w.class].inflight.Add(-w.est)
+		w.est = 0
+	}
+	e.release()
+}
+
+// runOnLane runs an admitted Critical task on the critical lane. If the
+// lane refuses it or ctx ends before a lane thread takes it, the slot is
+// given back and the task never runs.
+func (e *Executor) runOnLane(ctx context.Context, tc *taskCtx, fn func(context.Context) error) error {
+	ran := false
+	err := e.critLane.Do(ctx, func() error {
+		ran = true
+		return e.run(tc, fn)
+	})
+	if !ran {
+		s := &e.stats[tc.class]
+		s.admitted.Add(^uint64(0))
+		s.canceled.Add(1)
+		e.release()
+	}
+	return err
+}
+
+// run executes fn under tc's slot with labels, a trace region and panic
+// recovery, then accounts and releases the slot.
+func (e *Executor) run(tc *taskCtx, fn func(context.Context) error) (err error) {
+	defer e.finish(tc)
+	if !e.noLabels {
+		e.setLabels(tc)
+		defer pprof.SetGoroutineLabels(tc.Context)
+	}
+	if trace.IsEnabled() {
+		defer trace.StartRegion(tc, tc.class.String()).End()
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			e.stats[tc.class].panicked.Add(1)
+			err = &PanicError{Class: tc.class, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return fn(tc)
+}
+
+func (e *Executor) setLabels(tc *taskCtx) {
+	has := false
+	pprof.ForLabels(tc.Context, func(string, string) bool { has = true; return false })
+	if has {
+		pprof.SetGoroutineLabels(pprof.WithLabels(tc.Context, pprof.Labels(LabelKey, tc.class.String())))
+		return
+	}
+	pprof.SetGoroutineLabels(e.labels[tc.class])
+}
+
+// finish accounts a finished task and releases its slot.
+func (e *Executor) finish(tc *taskCtx) {
+	s := &e.stats[tc.class]
+	if tc.timed {
+		e.charge(tc, now())
+	}
+	if tc.w.est != 0 {
+		s.inflight.Add(-tc.w.est)
+		tc.w.est = 0
+	}
+	s.completed.Add(1)
+	if !tc.noSlot {
+		if tc.class.runsOnWorker() {
+			e.lowRunning.Add(-1)
+		}
+		e.release()
+	}
+}
+
+// charge records the slot time of tc's current slot period, ending at end.
+func (e *Executor) charge(tc *taskCtx, end int64) {
+	s := &e.stats[tc.class]
+	d := end - tc.start
+	s.slotTime.record(d, uint64(tc.weight))
+	s.used.Add(d * tc.weight)
+	if tc.weight == 1 {
+		s.lastSlotNs.Store(d)
+	}
+}
+
+// inline runs a nested task on the slot its caller already holds.
+func (e *Executor) inline(ctx context.Context, tc *taskCtx, fn func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.stats[tc.class].panicked.Add(1)
+			err = &PanicError{Class: tc.class, Value: r, Stack: debug.Stack()}
+		}
+	}()
+	e.stats[tc.class].nested.Add(1)
+	return fn(ctx)
+}

@@ -1,0 +1,97 @@
+package cpuwork
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/osthread"
+)
+
+// DefaultQueueLimit is the per-class queue bound used when
+// Options.QueueLimit leaves a class at 0.
+const DefaultQueueLimit = 1024
+
+// MaxSlots is the largest slot count an executor accepts.
+const MaxSlots = 4096
+
+// Default weights of the classes that share slots by weight.
+const (
+	DefaultInteractiveWeight = 4
+	DefaultBatchWeight       = 1
+)
+
+// Options configures an Executor. The zero value is valid: slots follow the
+// detected CPU budget (budget.Budget.Slots: floor of the budget, at least 1,
+// at most GOMAXPROCS), each class queues up to DefaultQueueLimit tasks, and
+// Interactive and Batch share slots 4:1.
+type Options struct {
+	// Slots fixes the number of tasks that run at once. 0 means follow the
+	// CPU budget, re-read every WatchInterval. Valid: 0..MaxSlots.
+	Slots int
+
+	// QueueLimit bounds each class's queue; a submission to a full queue
+	// returns ErrSaturated at once. 0 means DefaultQueueLimit; negative
+	// values are invalid.
+	QueueLimit [NumClasses]int
+
+	// Weights are the relative shares of measured slot time that
+	// Interactive and Batch get while both wait (weighted fair queuing on
+	// measured slot time, the virtual-time form of deficit round robin).
+	// 0 means the default (Interactive 4, Batch 1). Critical is always
+	// served first and Background last, so their weights are ignored.
+	Weights [NumClasses]int
+
+	// WatchInterval is how often the budget is re-read when Slots is 0.
+	// 0 means budget.DefaultWatchInterval (1s); negative means never: the
+	// slot count stays what New detected.
+	WatchInterval time.Duration
+
+	// DisableProfileLabels turns off the cpuwork.class pprof label that
+	// tasks otherwise run with (saves ~12 ns per task).
+	DisableProfileLabels bool
+
+	// Logger receives budget changes and watcher errors. nil logs nothing.
+	Logger *slog.Logger
+
+	// NoDemotion runs Batch and Background workers as plain goroutines.
+	// By default each of them is locked to its own OS thread set to
+	// BatchSched (SCHED_IDLE; nice 19 where that is refused), so the kernel
+	// preempts batch work the instant a latency-sensitive thread wants the
+	// CPU. Demotion needs no privileges. See osthread.
+	NoDemotion bool
+
+	// BatchSched is the scheduling of demoted worker threads; the zero
+	// value means osthread.Demoted (SCHED_IDLE).
+	BatchSched osthread.Sched
+
+	// SpareP keeps one P free of batch work: Batch and Background together
+	// hold at most GOMAXPROCS-1 slots (at least 1), so goroutines outside
+	// the executor and Critical/Interactive work always find a P, and with
+	// demoted threads the kernel runs them first. Used as designed,
+	// GOMAXPROCS and Slots are both the budget plus one: batch then keeps
+	// every core of the budget and latency-sensitive work has its own P and
+	// slot (maxprocs.Set(maxprocs.BudgetPlusOne) sets GOMAXPROCS so). With
+	// GOMAXPROCS and Slots at the budget, it costs batch 1/GOMAXPROCS of its
+	// throughput. The executor never changes GOMAXPROCS itself. Measured
+	// effect: docs/architecture.md.
+	SpareP bool
+
+	// PaceQuota turns on quota pacing: when Slots is 0 and the budget comes
+	// from a CFS quota, the executor runs ceil(quota) slots instead of
+	// floor and paces Batch and Background admission to keep the process
+	// under its quota (pacer.go); Critical and Interactive are never paced.
+	// Off by default: in `cpuwork bench --scenario quota` (1.25 CPUs) it
+	// avoided throttling but gave a worse round p99 than the floor policy
+	// and used less of the quota (docs/architecture.md).
+	PaceQuota bool
+
+	// CriticalLane, when set, runs Critical tasks admitted by Do on a
+	// dedicated lane of locked OS threads with these options (for cgo
+	// libraries that need a fixed thread, or an affinity and priority of
+	// their own) instead of on the caller's goroutine.
+	CriticalLane *osthread.Options
+
+	// detect replaces budget.Detect in tests.
+	detect func() (budget.Budget, error)
+}

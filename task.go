@@ -1,0 +1,183 @@
+package cpuwork
+
+import "context"
+
+// Task is the handle of an asynchronous task started by Go or TryGo.
+type Task struct {
+	tc   taskCtx
+	fn   func(context.Context) error
+	stop func() bool // stops the context watch of a queued task
+	done chan struct{}
+	err  error
+}
+
+// Done is closed when the task has finished or failed.
+func (t *Task) Done() <-chan struct{} { return t.done }
+
+// Err returns the task's error once Done is closed (fn's error, a
+// *PanicError, ctx's error if it ended while queued, or ErrClosed if Close
+// failed the queue), and nil before.
+func (t *Task) Err() error {
+	select {
+	case <-t.done:
+		return t.err
+	default:
+		return nil
+	}
+}
+
+// Wait blocks until the task finishes and returns its error, or returns
+// ctx's error if ctx ends first (the task keeps its place and still runs).
+func (t *Task) Wait(ctx context.Context) error {
+	select {
+	case <-t.done:
+		return t.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Class returns the task's class.
+func (t *Task) Class() Class { return t.tc.class }
+
+// Go submits fn to run asynchronously on an executor worker under a slot of
+// class c and returns its handle; the task's error reaches the submitter
+// through Task.Wait or Task.Err. If a slot is free the task starts now,
+// otherwise it queues.
+//
+// Errors (the task is then not started and no handle is returned):
+// ErrClosed after Close; ErrSaturated when c's queue is full; ctx's error if
+// ctx has already ended. If ctx ends while the task is queued, the task is
+// removed and finishes with ctx's error without running.
+func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	if !c.valid() {
+		return nil, invalidClass(c)
+	}
+	if fn == nil {
+		return nil, errNilFunc
+	}
+	return e.submit(ctx, c, fn)
+}
+
+// TryGo is Go without queuing: it starts fn only if a slot is free now and
+// no task is queued, and returns ErrSaturated otherwise.
+func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	if !c.valid() {
+		return nil, invalidClass(c)
+	}
+	if fn == nil {
+		return nil, errNilFunc
+	}
+	s := &e.stats[c]
+	if e.closed.Load() {
+		s.rejected.Add(1)
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		s.canceled.Add(1)
+		return nil, err
+	}
+	if !e.tryAcquireFor(c) {
+		s.rejected.Add(1)
+		return nil, ErrSaturated
+	}
+	t := e.newTask(ctx, c, fn)
+	if err := e.startFast(t); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (e *Executor) newTask(ctx context.Context, c Class, fn func(context.Context) error) *Task {
+	t := &Task{fn: fn, done: make(chan struct{})}
+	t.tc = taskCtx{Context: ctx, e: e, class: c}
+	t.tc.w.class, t.tc.w.task = c, t
+	return t
+}
+
+// startFast hands a task that already holds a slot to a worker.
+func (e *Executor) startFast(t *Task) error {
+	s := &e.stats[t.tc.class]
+	n, err := e.admitFast(t.tc.class)
+	if err != nil {
+		return err
+	}
+	if n%sampleEvery == 0 {
+		t.tc.timed, t.tc.weight, t.tc.start = true, sampleEvery, now()
+		s.queueWait.record(0, sampleEvery)
+	}
+	e.pools[t.tc.class.pool()].runq <- t
+	return nil
+}
+
+func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	s := &e.stats[c]
+	if e.closed.Load() {
+		s.rejected.Add(1)
+		return nil, ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		s.canceled.Add(1)
+		return nil, err
+	}
+	t := e.newTask(ctx, c, fn)
+	if e.tryAcquireFor(c) {
+		if err := e.startFast(t); err != nil {
+			return nil, err
+		}
+		return t, nil
+	}
+	if ctx.Done() != nil {
+		t.stop = context.AfterFunc(ctx, func() { e.cancelQueued(t) })
+	}
+	t.tc.w.enq = now()
+	e.mu.Lock()
+	var err error
+	switch {
+	case e.closed.Load():
+		err = ErrClosed
+	case e.queues[c].n >= e.limit[c]:
+		err = ErrSaturated
+	}
+	if err != nil {
+		e.mu.Unlock()
+		if t.stop != nil {
+			t.stop()
+		}
+		s.rejected.Add(1)
+		return nil, err
+	}
+	e.enqueueLocked(&t.tc.w, false)
+	e.dispatchLocked()
+	e.unlockAndWake()
+	return t, nil
+}
+
+// cancelQueued fails a queued task whose context ended.
+func (e *Executor) cancelQueued(t *Task) {
+	e.mu.Lock()
+	if !t.tc.w.queued {
+		e.mu.Unlock()
+		return
+	}
+	e.removeLocked(&t.tc.w)
+	e.mu.Unlock()
+	e.stats[t.tc.class].canceled.Add(1)
+	t.err = t.tc.Context.Err()
+	close(t.done)
+}
+
+func (e *Executor) runTask(t *Task) {
+	if t.stop != nil {
+		t.stop()
+	}
+	tc := &t.tc
+	if tc.w.granted { // it waited in the queue
+		s := &e.stats[tc.class]
+		tc.timed, tc.weight, tc.start = true, 1, now()
+		s.queueWait.record(tc.start-tc.w.enq, 1)
+		tc.w.granted = false
+	}
+	t.err = e.run(tc, t.fn)
+	close(t.done)
+}
