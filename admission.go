@@ -124,7 +124,7 @@ func (e *Executor) vtime(c Class) float64 {
 }
 
 func (e *Executor) grantLocked(w *waiter) {
-	w.granted = true
+	w.granted, w.started = true, true
 	s := &e.stats[w.class]
 	if !w.requeued {
 		s.admitted.Add(1)

@@ -7,6 +7,8 @@ import "context"
 // an error other than fn's own, the zero T is returned.
 func Call[T any](ctx context.Context, e *Executor, c Class, fn func(context.Context) (T, error)) (T, error) {
 	var v T
+	mustCtx(ctx)
+	mustExec(e)
 	if fn == nil {
 		return v, errNilFunc
 	}

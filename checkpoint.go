@@ -42,16 +42,26 @@ import (
 // assertion, one atomic load and a counter; the clock is read only every
 // so many calls, a stride adapted to keep clock reads ~25-100 µs apart.
 //
+// Checkpoint belongs to the goroutine that runs the task: while [Executor.For]
+// runs chunks of the task on helpers, a Checkpoint with the task's ctx only
+// yields the P. ctx must not be nil (a nil ctx panics).
+//
 // It returns ctx's error once ctx has ended (checked when the clock is
 // read, and while re-queued), or ErrClosed when the executor closed while
 // the task was re-queued; the task should then return. With a context that
 // does not come from a task, Checkpoint only yields the P (steps 2 and 3)
 // and reports ctx's error.
 func Checkpoint(ctx context.Context) error {
+	mustCtx(ctx)
 	tc := taskOf(ctx)
-	if tc == nil {
+	if tc == nil || tc.shared.Load() != 0 {
 		return checkpointFree(ctx)
 	}
+	return tc.checkpoint(ctx)
+}
+
+// checkpoint is Checkpoint for the goroutine that owns tc.
+func (tc *taskCtx) checkpoint(ctx context.Context) error {
 	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 || (tc.class >= Batch && tc.e.paced.Load()) {
 		if err := tc.e.yield(ctx, tc); err != nil {
 			return err

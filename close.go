@@ -1,17 +1,18 @@
 package cpuwork
 
-import (
-	"context"
-	"time"
-)
+import "context"
 
 // Close stops admission: from now on every submission returns ErrClosed.
 // Queued tasks keep being admitted as slots free up until ctx ends; then
 // the ones still queued fail with ErrClosed (their submitters get it from
-// Do or Task.Wait). Close waits for running tasks up to ctx, stops the
-// workers once they are done, and returns nil if everything finished or
-// ctx's error if not. Calling Close again waits again.
+// Do or Task.Wait). Close waits for running tasks up to ctx and returns
+// nil once everything finished, workers and the critical lane stopped, or
+// ctx's error if ctx ends first. In that case the executor still stops its
+// workers and lane by itself when the last running task ends (nothing
+// polls). Calling Close again waits again. A nil ctx panics.
 func (e *Executor) Close(ctx context.Context) error {
+	mustCtx(ctx)
+	mustExec(e)
 	e.mu.Lock()
 	e.closed.Store(true)
 	e.mu.Unlock()
@@ -24,33 +25,40 @@ func (e *Executor) Close(ctx context.Context) error {
 			e.pacerStop() // resumes admission so queued batch work can drain
 			<-e.pacerDone
 		}
+		go func() { // lives until the last task ends
+			<-e.drained
+			e.shutdown()
+		}()
 	})
-	tick := time.NewTicker(time.Millisecond)
-	defer tick.Stop()
-	for !e.idle() {
-		select {
-		case <-ctx.Done():
-			e.failQueued()
-			// Tasks admitted just before Close may still be on their way
-			// to a worker: stop the workers only once nothing runs.
-			go func() {
-				for !e.idle() {
-					time.Sleep(time.Millisecond)
-				}
-				e.stopWorkers()
-			}()
-			return ctx.Err()
-		case <-tick.C:
-		}
+	e.checkDrained()
+	select {
+	case <-e.shutDown:
+		return e.laneErr
+	case <-ctx.Done():
+		e.failQueued()
+		return ctx.Err()
 	}
+}
+
+// checkDrained closes e.drained once the executor is closed and idle. Every
+// path that can make it idle after Close calls it: a task's finish, a
+// queued waiter's cancellation or failure, a slot given back unused.
+func (e *Executor) checkDrained() {
+	if e.closed.Load() && e.idle() {
+		e.drainOnce.Do(func() { close(e.drained) })
+	}
+}
+
+// shutdown stops the workers and the critical lane of a drained executor.
+func (e *Executor) shutdown() {
 	e.stopWorkers()
 	for _, p := range e.pools {
 		p.wg.Wait()
 	}
 	if e.critLane != nil {
-		return e.critLane.Close(ctx)
+		e.laneErr = e.critLane.Close(context.Background()) // its tasks are done: it stops at once
 	}
-	return nil
+	close(e.shutDown)
 }
 
 // idle reports whether no task is queued or running.
@@ -92,6 +100,7 @@ func (e *Executor) failQueued() {
 		t.err = ErrClosed
 		close(t.done)
 	}
+	e.checkDrained()
 }
 
 func (e *Executor) stopWorkers() {

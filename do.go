@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
+	"sync/atomic"
 )
 
 // sampleEvery: the admission fast path times one task in sampleEvery (a
@@ -29,7 +30,11 @@ type taskCtx struct {
 	calls   int32
 	lastChk int64 // now() at the last clock read in Checkpoint
 	lastGs  int64 // now() at the last Gosched
-	w       waiter
+	// shared counts For loops running chunks of this task on helper
+	// goroutines: while it is non-zero, Checkpoint with this context from
+	// any goroutine only yields the P (the slot is the owner's to hand over).
+	shared atomic.Int32
+	w      waiter
 }
 
 type taskKey struct{}
@@ -53,6 +58,20 @@ func taskOf(ctx context.Context) *taskCtx {
 
 var errNilFunc = errors.New("cpuwork: nil task function")
 
+// mustCtx and mustExec panic on the programming errors the standard library
+// also panics on (a nil Context, as in context.WithCancel(nil)).
+func mustCtx(ctx context.Context) {
+	if ctx == nil {
+		panic("cpuwork: nil Context")
+	}
+}
+
+func mustExec(e *Executor) {
+	if e == nil {
+		panic("cpuwork: method called on a nil *Executor (create one with New)")
+	}
+}
+
 func invalidClass(c Class) error {
 	return fmt.Errorf("cpuwork: invalid class %d (want Critical..Background)", uint8(c))
 }
@@ -70,6 +89,9 @@ func invalidClass(c Class) error {
 // slot already held instead of waiting for a second one (no nested
 // deadlock). Do not use it after fn returns.
 //
+// A ctx that is already done returns ctx's error without running fn, in
+// every class. A nil ctx or a nil *Executor panics (programming errors).
+//
 // Errors: ErrClosed after Close; ErrSaturated when c's queue is full; ctx's
 // error when ctx ends while the task is queued (fn then never runs); a
 // *PanicError when fn panics; otherwise fn's error.
@@ -77,11 +99,17 @@ func invalidClass(c Class) error {
 // Cost (docs/performance.md): about 50 ns and one 160-byte allocation when
 // a slot is free and nobody waits.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
+	mustCtx(ctx)
+	mustExec(e)
 	if !c.valid() {
 		return invalidClass(c)
 	}
 	if fn == nil {
 		return errNilFunc
+	}
+	if err := ctx.Err(); err != nil { // one rule for every class: a done ctx never runs fn
+		e.stats[c].canceled.Add(1)
+		return err
 	}
 	if tc := taskOf(ctx); tc != nil && tc.e == e && !tc.noSlot {
 		return e.inline(ctx, tc, fn)
@@ -123,10 +151,8 @@ func (e *Executor) admitFast(c Class) (uint64, error) {
 	if e.closed.Load() {
 		s.admitted.Add(^uint64(0))
 		s.rejected.Add(1)
-		if c.runsOnWorker() {
-			e.lowRunning.Add(-1)
-		}
-		e.release()
+		var noEst int64
+		e.releaseSlot(c, &noEst)
 		return 0, ErrClosed
 	}
 	return n, nil
@@ -179,6 +205,7 @@ func (e *Executor) await(ctx context.Context, w *waiter) error {
 			e.removeLocked(w)
 			e.mu.Unlock()
 			s.canceled.Add(1)
+			e.checkDrained()
 			return ctx.Err()
 		}
 		e.mu.Unlock()
@@ -202,15 +229,26 @@ func (e *Executor) await(ctx context.Context, w *waiter) error {
 }
 
 // ungrant gives back a slot granted to a waiter that will not use it.
-func (e *Executor) ungrant(w *waiter) {
-	if w.class.runsOnWorker() {
+func (e *Executor) ungrant(w *waiter) { e.releaseSlot(w.class, &w.est) }
+
+// releaseSlot is the one path by which a slot held for class c goes back:
+// a task finished, a granted waiter was cancelled, an admission was undone
+// by Close. It drops the class's in-flight slot-time estimate (*est) and
+// its SpareP count, frees the slot and hands it to the next waiter, and,
+// after Close, signals a drained executor. (A Checkpoint hands its slot
+// over under the lock instead: Executor.yield.)
+func (e *Executor) releaseSlot(c Class, est *int64) {
+	if *est != 0 {
+		e.stats[c].inflight.Add(-*est)
+		*est = 0
+	}
+	if c.runsOnWorker() {
 		e.lowRunning.Add(-1)
 	}
-	if w.est != 0 {
-		e.stats[w.class].inflight.Add(-w.est)
-		w.est = 0
-	}
 	e.release()
+	if e.closed.Load() {
+		e.checkDrained()
+	}
 }
 
 // runOnLane runs an admitted Critical task on the critical lane. If the
@@ -226,7 +264,7 @@ func (e *Executor) runOnLane(ctx context.Context, tc *taskCtx, fn func(context.C
 		s := &e.stats[tc.class]
 		s.admitted.Add(^uint64(0))
 		s.canceled.Add(1)
-		e.release()
+		e.releaseSlot(tc.class, &tc.w.est)
 	}
 	return err
 }
@@ -267,16 +305,11 @@ func (e *Executor) finish(tc *taskCtx) {
 	if tc.timed {
 		e.charge(tc, now())
 	}
-	if tc.w.est != 0 {
-		s.inflight.Add(-tc.w.est)
-		tc.w.est = 0
-	}
 	s.completed.Add(1)
 	if !tc.noSlot {
-		if tc.class.runsOnWorker() {
-			e.lowRunning.Add(-1)
-		}
-		e.release()
+		e.releaseSlot(tc.class, &tc.w.est)
+	} else if e.closed.Load() {
+		e.checkDrained()
 	}
 }
 

@@ -15,6 +15,13 @@ var ErrSaturated = errors.New("cpuwork: executor saturated")
 // queued tasks that Close could not run before its context ended.
 var ErrClosed = errors.New("cpuwork: executor closed")
 
+// ErrGoexit is the error of an asynchronous task (Go, TryGo, or Do of a
+// Batch or Background task) whose fn called runtime.Goexit, as t.FailNow
+// and t.Fatal do in tests. The worker that ran it is replaced. A task that
+// runs on the caller's goroutine (Do of Critical or Interactive) exits
+// that goroutine as Goexit does, after its slot is released.
+var ErrGoexit = errors.New("cpuwork: task called runtime.Goexit")
+
 // PanicError is the error a task's panic becomes. The executor recovers the
 // panic on the goroutine that ran the task, records it in Stats and returns
 // it to the submitter; it keeps running other tasks.

@@ -47,7 +47,7 @@ func ExampleFor() {
 	for i := range data {
 		data[i] = float64(i)
 	}
-	err := cpuwork.For(context.Background(), e, cpuwork.Batch, len(data), func(lo, hi int) error {
+	err := e.For(context.Background(), cpuwork.Batch, len(data), func(lo, hi int) error {
 		for i := lo; i < hi; i++ {
 			data[i] *= 2
 		}

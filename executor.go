@@ -64,6 +64,12 @@ type Executor struct {
 	watchStop context.CancelFunc
 	watchDone chan struct{}
 	closeOnce sync.Once
+	// drained is closed once the executor is closed and no task is queued
+	// or running (checkDrained); shutDown once workers and lane stopped.
+	drained   chan struct{}
+	drainOnce sync.Once
+	shutDown  chan struct{}
+	laneErr   error
 }
 
 // New returns an executor configured by o, with its worker goroutines
@@ -100,7 +106,7 @@ func New(o Options) (*Executor, error) {
 		}
 	}
 	if e.log == nil {
-		e.log = slog.New(discardHandler{})
+		e.log = slog.New(slog.DiscardHandler)
 	}
 	batchSched := o.BatchSched
 	if batchSched.Policy == 0 && batchSched.Nice == 0 && batchSched.RTPriority == 0 && batchSched.CPUs == nil {
@@ -109,13 +115,6 @@ func New(o Options) (*Executor, error) {
 	e.spareP = o.SpareP
 	e.pools[poolNormal] = newPool(e, "normal", false, osthread.Sched{})
 	e.pools[poolDemoted] = newPool(e, "demoted", !o.NoDemotion, batchSched)
-	if o.CriticalLane != nil {
-		lane, err := osthread.Start(*o.CriticalLane)
-		if err != nil {
-			return nil, fmt.Errorf("cpuwork: start the critical lane: %w", err)
-		}
-		e.critLane = lane
-	}
 	slots := o.Slots
 	detect := o.detect
 	if detect == nil {
@@ -132,6 +131,16 @@ func New(o Options) (*Executor, error) {
 			slots = pacedSlots(b)
 		}
 	}
+	// Nothing has started yet: an error above leaves nothing behind. The
+	// lane is the first thing started, so its failure leaves nothing either.
+	if o.CriticalLane != nil {
+		lane, err := osthread.Start(*o.CriticalLane)
+		if err != nil {
+			return nil, fmt.Errorf("cpuwork: start the critical lane: %w", err)
+		}
+		e.critLane = lane
+	}
+	e.drained, e.shutDown = make(chan struct{}), make(chan struct{})
 	e.mu.Lock()
 	e.setSlotsLocked(slots)
 	e.unlockAndWake()
@@ -156,12 +165,6 @@ func (e *Executor) warnOnce(msg string, args ...any) {
 	e.warned.Do(func() { e.log.Warn(msg, args...) })
 }
 
-type discardHandler struct{}
-
-func (discardHandler) Enabled(context.Context, slog.Level) bool  { return false }
-func (discardHandler) Handle(context.Context, slog.Record) error { return nil }
-func (d discardHandler) WithAttrs([]slog.Attr) slog.Handler      { return d }
-func (d discardHandler) WithGroup(string) slog.Handler           { return d }
 
 // follow re-reads the budget and resizes the slot count when it changes.
 func (e *Executor) follow(ctx context.Context, interval time.Duration, detect func() (budget.Budget, error)) {

@@ -184,7 +184,7 @@ func TestInvalidArgumentsAreErrors(t *testing.T) {
 	if _, err := e.Go(ctx, Class(7), func(context.Context) error { return nil }); err == nil {
 		t.Error("Go: invalid class accepted")
 	}
-	if err := For(ctx, e, Batch, -1, func(int, int) error { return nil }); err == nil {
+	if err := e.For(ctx, Batch, -1, func(int, int) error { return nil }); err == nil {
 		t.Error("For: negative n accepted")
 	}
 	if err := e.SetSlots(0); err == nil {
@@ -479,7 +479,7 @@ func TestNestedDoAndForRunOnTheHeldSlot(t *testing.T) {
 	var sum atomic.Int64
 	err := e.Do(context.Background(), Interactive, func(ctx context.Context) error {
 		return e.Do(ctx, Critical, func(ctx context.Context) error {
-			return For(ctx, e, Batch, 1000, func(lo, hi int) error {
+			return e.For(ctx, Batch, 1000, func(lo, hi int) error {
 				for i := lo; i < hi; i++ {
 					sum.Add(int64(i))
 				}

@@ -2,7 +2,6 @@ package cpuwork
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime/debug"
 	"sync"
@@ -21,7 +20,7 @@ const (
 )
 
 // For runs fn over the index range [0, n) in chunks [lo, hi), in parallel,
-// under class c of executor e, and returns the first error.
+// under class c, and returns the first error.
 //
 // The caller always works: it first takes a slot for class c (as Do does,
 // queueing if needed) or, inside a task of e, uses that task's slot. It
@@ -41,11 +40,19 @@ const (
 // ctx): that waits for a second slot while this loop holds slots, the
 // nested-acquisition deadlock; run such work before or after the loop, or
 // use a Do whose fn calls For. n < 0 is an error;
-// n == 0 returns nil without running fn.
-func For(ctx context.Context, e *Executor, c Class, n int, fn func(lo, hi int) error) error {
+// n == 0 returns nil without running fn. A ctx that is done before the
+// loop starts returns ctx's error without running fn.
+//
+// fn may call Checkpoint with the enclosing task's ctx (or a nested Do
+// with it): while the loop runs, that ctx is shared by several goroutines,
+// so such a Checkpoint only yields the P (steps 2 and 3 of Checkpoint);
+// the loop itself hands the slot over between the caller's chunks. A For
+// nested in a chunk of another For on the same task runs its chunks one
+// after another on the chunk's goroutine.
+func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) error) error {
+	mustCtx(ctx)
+	mustExec(e)
 	switch {
-	case e == nil:
-		return errors.New("cpuwork: For with a nil executor")
 	case fn == nil:
 		return errNilFunc
 	case n < 0:
@@ -56,11 +63,40 @@ func For(ctx context.Context, e *Executor, c Class, n int, fn func(lo, hi int) e
 		return invalidClass(c)
 	}
 	if tc := taskOf(ctx); tc != nil && tc.e == e && !tc.noSlot {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if tc.shared.Load() != 0 {
+			return forSequential(ctx, tc.class, n, fn)
+		}
 		return e.forBody(ctx, tc, n, fn)
 	}
 	return e.Do(ctx, c, func(ctx context.Context) error {
 		return e.forBody(ctx, taskOf(ctx), n, fn)
 	})
+}
+
+// For is e.For.
+//
+// Deprecated: use the method [Executor.For].
+func For(ctx context.Context, e *Executor, c Class, n int, fn func(lo, hi int) error) error {
+	return e.For(ctx, c, n, fn)
+}
+
+// forSequential runs fn's chunks one after another on the calling
+// goroutine (a For nested in a chunk of a For on the same task).
+func forSequential(ctx context.Context, c Class, n int, fn func(lo, hi int) error) error {
+	st := &forState{fn: fn, class: c}
+	const chunk = 256
+	for lo := 0; lo < n; lo += chunk {
+		if err := st.call(int64(lo), int64(min(lo+chunk, n))); err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 type forState struct {
@@ -153,6 +189,11 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 	st.chunk = chunk
 	st.next.Store(lo)
 
+	// From here on, fn may run on helpers while the caller's task context
+	// is captured in fn: Checkpoint with that context stays on the safe
+	// path (it only yields the P) until the loop ends.
+	tc.shared.Add(1)
+	defer tc.shared.Add(-1)
 	var wg sync.WaitGroup
 	chunks := (remaining + chunk - 1) / chunk
 	helpers := min(chunks-1, slots-1)
@@ -171,7 +212,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 		if !ok || !st.run(lo, hi) {
 			break
 		}
-		if err := Checkpoint(tc); err != nil {
+		if err := tc.checkpoint(tc); err != nil {
 			st.fail(err)
 			break
 		}
@@ -182,15 +223,24 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 
 // forHelper runs chunks on a slot taken with tryAcquire until the range is
 // done, the loop stops, or a task is queued (then it gives the slot back).
+// Its slot is given back on every path, runtime.Goexit in fn included
+// (the loop then fails with ErrGoexit).
 func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup) {
-	defer wg.Done()
 	t0 := now()
+	returned := false
+	defer func() {
+		if !returned {
+			st.fail(ErrGoexit)
+		}
+		e.stats[st.class].used.Add(now() - t0)
+		e.release()
+		wg.Done()
+	}()
 	for e.waiting.Load() == 0 {
 		lo, hi, ok := st.claim()
 		if !ok || !st.run(lo, hi) {
 			break
 		}
 	}
-	e.stats[st.class].used.Add(now() - t0)
-	e.release()
+	returned = true
 }

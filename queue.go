@@ -10,11 +10,22 @@ type waiter struct {
 	queued     bool
 	granted    bool
 	requeued   bool // a running task that yielded at a Checkpoint
+	// started is set, under the executor's lock, when w is first granted
+	// a slot: from then on w belongs to its running task, and only that
+	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.
+	started bool
 	ready      chan struct{}
 	task       *Task
 	enq        int64 // now() when queued
 	est        int64 // slot time charged to inflight at grant
 }
+
+// cancelableLocked reports whether a cancellation from outside the task
+// (its context's AfterFunc, or Close failing the queue) may remove w: only
+// while w is queued and has never held a slot. A task re-queued at a
+// Checkpoint is in the queue again, but its fn is running: its own
+// Checkpoint handles its context's end.
+func (w *waiter) cancelableLocked() bool { return w.queued && !w.started }
 
 type waitQueue struct {
 	head, tail *waiter

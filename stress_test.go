@@ -156,7 +156,7 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 		// would wait for a second slot (documented), so none is made.
 		nestedOK = false
 		var once sync.Once
-		report(For(ctx, e, c, 1+r.IntN(64), func(lo, hi int) error {
+		report(e.For(ctx, c, 1+r.IntN(64), func(lo, hi int) error {
 			var err error
 			once.Do(func() { err = body(ctx) })
 			return err

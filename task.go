@@ -50,6 +50,8 @@ func (t *Task) Class() Class { return t.tc.class }
 // ctx has already ended. If ctx ends while the task is queued, the task is
 // removed and finishes with ctx's error without running.
 func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	mustCtx(ctx)
+	mustExec(e)
 	if !c.valid() {
 		return nil, invalidClass(c)
 	}
@@ -62,6 +64,8 @@ func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) err
 // TryGo is Go without queuing: it starts fn only if a slot is free now and
 // no task is queued, and returns ErrSaturated otherwise.
 func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	mustCtx(ctx)
+	mustExec(e)
 	if !c.valid() {
 		return nil, invalidClass(c)
 	}
@@ -106,6 +110,7 @@ func (e *Executor) startFast(t *Task) error {
 		t.tc.timed, t.tc.weight, t.tc.start = true, sampleEvery, now()
 		s.queueWait.record(0, sampleEvery)
 	}
+	t.tc.w.started = true // never queued, so no cancellation can race this
 	e.pools[t.tc.class.pool()].runq <- t
 	return nil
 }
@@ -156,7 +161,7 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 // cancelQueued fails a queued task whose context ended.
 func (e *Executor) cancelQueued(t *Task) {
 	e.mu.Lock()
-	if !t.tc.w.queued {
+	if !t.tc.w.cancelableLocked() {
 		e.mu.Unlock()
 		return
 	}
@@ -165,12 +170,24 @@ func (e *Executor) cancelQueued(t *Task) {
 	e.stats[t.tc.class].canceled.Add(1)
 	t.err = t.tc.Context.Err()
 	close(t.done)
+	e.checkDrained()
 }
 
+// runTask runs a task handed to a worker and closes its Done channel on
+// every path: fn's return, a panic (run recovers it) or runtime.Goexit
+// (the task then fails with ErrGoexit; the worker goroutine ends and its
+// pool starts a replacement).
 func (e *Executor) runTask(t *Task) {
 	if t.stop != nil {
 		t.stop()
 	}
+	returned := false
+	defer func() {
+		if !returned { // fn called runtime.Goexit: run's deferred finish released the slot
+			t.err = ErrGoexit
+			close(t.done)
+		}
+	}()
 	tc := &t.tc
 	if tc.w.granted { // it waited in the queue
 		s := &e.stats[tc.class]
@@ -179,5 +196,6 @@ func (e *Executor) runTask(t *Task) {
 		tc.w.granted = false
 	}
 	t.err = e.run(tc, t.fn)
+	returned = true
 	close(t.done)
 }

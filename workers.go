@@ -77,9 +77,18 @@ func (p *workerPool) stopLocked() {
 }
 
 func (p *workerPool) run() {
-	defer p.wg.Done()
+	stopped := false // the loop ended on a stop sentinel, not by Goexit
+	defer func() {
+		if !stopped { // a task called runtime.Goexit: take this worker's place
+			p.e.mu.Lock()
+			p.startLocked()
+			p.e.mu.Unlock()
+		}
+		p.wg.Done()
+	}()
 	if !p.demote {
 		p.loop()
+		stopped = true
 		return
 	}
 	// The thread is locked for the worker's whole life and never unlocked:
@@ -93,6 +102,7 @@ func (p *workerPool) run() {
 			}
 		}
 		p.loop()
+		stopped = true
 	})
 }
 

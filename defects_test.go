@@ -1,0 +1,288 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/osthread"
+	"go.uber.org/goleak"
+)
+
+// Regression tests for the executor defects found by randomized testing
+// from outside the project (issue 9). Each failed before its fix.
+
+// A task's context watch (context.AfterFunc) can run late: after the task
+// was granted a slot, started, and re-queued itself at a Checkpoint. The
+// watch must then leave the task alone; before the fix it removed the
+// re-queued waiter, closed Task.Done while fn was still running, and fn
+// blocked in Checkpoint forever.
+func TestALateCancelNeverTouchesATaskThatStarted(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, NoDemotion: true})
+	release := hold(t, e, 1) // the Batch task queues, then is granted
+	running := make(chan struct{})
+	critQueued := make(chan struct{})
+	var runs atomic.Int32
+	ctx, cancelCtx := context.WithCancel(context.Background())
+	defer cancelCtx()
+	task, err := e.Go(ctx, Batch, func(ctx context.Context) error {
+		runs.Add(1)
+		close(running)
+		<-critQueued
+		return Checkpoint(ctx) // hands the slot to Critical and re-queues
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(t, e, Batch, 1)
+	release()
+	<-running
+	critGate := make(chan struct{})
+	critDone := make(chan error, 1)
+	go func() {
+		critDone <- e.Do(context.Background(), Critical, func(context.Context) error { <-critGate; return nil })
+	}()
+	waitQueued(t, e, Critical, 1)
+	close(critQueued)
+	waitQueued(t, e, Batch, 1) // the Batch task is re-queued behind Critical
+	// What a context.AfterFunc that fired just now would do.
+	e.cancelQueued(task)
+	select {
+	case <-task.Done():
+		t.Fatalf("Task.Done closed while fn is still running (err %v)", task.Err())
+	default:
+	}
+	close(critGate)
+	if err := <-critDone; err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := task.Wait(ctx); err != nil {
+		t.Fatalf("task: %v (runs %d)", err, runs.Load())
+	}
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("fn ran %d times", n)
+	}
+}
+
+// runtime.Goexit inside a task (t.FailNow in a test) must not kill a
+// worker for good or leave the submitter waiting.
+func TestGoexitInATaskIsAnErrorAndTheWorkerIsReplaced(t *testing.T) {
+	for _, demote := range []bool{false, true} {
+		name := "on ordinary workers"
+		if demote {
+			name = "on demoted workers"
+		}
+		t.Run(name, func(t *testing.T) {
+			e := newExec(t, Options{Slots: 2, NoDemotion: !demote})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			for _, c := range []Class{Interactive, Batch, Background} {
+				for range 3 { // more than Slots: every worker would be gone
+					task, err := e.Go(ctx, c, func(context.Context) error { runtime.Goexit(); return nil })
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := task.Wait(ctx); !errors.Is(err, ErrGoexit) {
+						t.Fatalf("%s: Wait = %v, want ErrGoexit", c, err)
+					}
+				}
+				if !c.runsOnWorker() {
+					continue // Do runs it on this goroutine: see below
+				}
+				if err := e.Do(ctx, c, func(context.Context) error { runtime.Goexit(); return nil }); !errors.Is(err, ErrGoexit) {
+					t.Fatalf("%s: Do = %v, want ErrGoexit", c, err)
+				}
+			}
+			// Do on the caller's goroutine: Goexit ends the caller, the
+			// slot comes back.
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				e.Do(ctx, Interactive, func(context.Context) error { runtime.Goexit(); return nil })
+			}()
+			<-done
+			for _, c := range []Class{Critical, Interactive, Batch, Background} {
+				task, err := e.Go(ctx, c, func(context.Context) error { return nil })
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := task.Wait(ctx); err != nil {
+					t.Fatalf("%s after Goexits: %v", c, err)
+				}
+			}
+			st := e.Stats()
+			if st.Free != st.Slots {
+				t.Fatalf("free %d of %d slots after every task ended", st.Free, st.Slots)
+			}
+		})
+	}
+}
+
+// Checkpoint called with the enclosing task's context from For's chunk
+// callbacks runs on several goroutines at once: it must be safe (run with
+// -race) and never hand the task's slot over from a helper.
+func TestCheckpointFromForChunksIsSafe(t *testing.T) {
+	e := newExec(t, Options{Slots: 3, NoDemotion: true})
+	stop := make(chan struct{})
+	var helped atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // keeps a Critical task waiting now and then
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			time.Sleep(200 * time.Microsecond) // leaves slots free for For's helpers in between
+			e.Do(context.Background(), Critical, func(context.Context) error { spin(20 * time.Microsecond); return nil })
+		}
+	}()
+	for range 20 {
+		err := e.Do(context.Background(), Batch, func(ctx context.Context) error {
+			owner := goid()
+			return e.For(ctx, Batch, 2000, func(lo, hi int) error {
+				if goid() != owner {
+					helped.Add(1)
+				}
+				for range hi - lo {
+					if err := Checkpoint(ctx); err != nil {
+						return err
+					}
+					spin(time.Microsecond)
+				}
+				return nil
+			})
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	if helped.Load() == 0 {
+		t.Fatal("no chunk ran on a helper: the test did not exercise concurrent Checkpoints")
+	}
+}
+
+// A context that is done before admission means fn never runs and the
+// context's error is returned, for every class and every entry point.
+func TestADoneContextNeverRunsTheTaskInAnyClass(t *testing.T) {
+	e := newExec(t, Options{Slots: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for c := range Class(NumClasses) {
+		ran := false
+		fn := func(context.Context) error { ran = true; return nil }
+		if err := e.Do(ctx, c, fn); !errors.Is(err, context.Canceled) {
+			t.Errorf("Do(%s) = %v", c, err)
+		}
+		if _, err := e.Go(ctx, c, fn); !errors.Is(err, context.Canceled) {
+			t.Errorf("Go(%s) = %v", c, err)
+		}
+		if _, err := e.TryGo(ctx, c, fn); !errors.Is(err, context.Canceled) {
+			t.Errorf("TryGo(%s) = %v", c, err)
+		}
+		if err := e.For(ctx, c, 10, func(int, int) error { ran = true; return nil }); !errors.Is(err, context.Canceled) {
+			t.Errorf("For(%s) = %v", c, err)
+		}
+		if ran {
+			t.Errorf("%s: fn ran with a done context", c)
+		}
+	}
+	// Nested on a held slot too.
+	live, stop := context.WithCancel(context.Background())
+	err := e.Do(live, Interactive, func(ctx context.Context) error {
+		stop()
+		return e.Do(ctx, Interactive, func(context.Context) error { t.Error("nested fn ran"); return nil })
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("nested Do = %v", err)
+	}
+	if st := e.Stats(); st.Free != st.Slots {
+		t.Errorf("free %d of %d", st.Free, st.Slots)
+	}
+}
+
+// New must not leave the critical lane's threads behind when it fails,
+// and Close with an expired context must finish the job (workers, lane)
+// once the last task ends, without a polling goroutine.
+func TestNewFailureAndAnExpiredCloseLeakNothing(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	_, err := New(Options{CriticalLane: &osthread.Options{Threads: 1},
+		detect: func() (budget.Budget, error) { return budget.Budget{}, errors.New("no budget") }})
+	if err == nil {
+		t.Fatal("New succeeded without a budget")
+	}
+	e, err := New(Options{Slots: 1, CriticalLane: &osthread.Options{Threads: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	started := make(chan struct{})
+	task, err := e.Go(context.Background(), Batch, func(context.Context) error { close(started); <-gate; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	if err := e.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want DeadlineExceeded", err)
+	}
+	close(gate)
+	if err := task.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// A nil context is a programming error, reported the same way by every
+// method: a panic that says so (as the standard library does).
+func TestNilContextPanicsEverywhere(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	fn := func(context.Context) error { return nil }
+	//lint:ignore SA1012 the point of the test
+	var nilCtx context.Context
+	cases := map[string]func(){
+		"Do":         func() { e.Do(nilCtx, Interactive, fn) },
+		"Go":         func() { e.Go(nilCtx, Interactive, fn) },
+		"TryGo":      func() { e.TryGo(nilCtx, Interactive, fn) },
+		"For":        func() { e.For(nilCtx, Interactive, 1, func(int, int) error { return nil }) },
+		"Call":       func() { Call(nilCtx, e, Interactive, func(context.Context) (int, error) { return 0, nil }) },
+		"Checkpoint": func() { Checkpoint(nilCtx) },
+		"Close":      func() { e.Close(nilCtx) },
+	}
+	for name, f := range cases {
+		t.Run(name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				if s, _ := r.(string); !strings.Contains(s, "nil Context") {
+					t.Fatalf("recovered %v, want a panic naming the nil Context", r)
+				}
+			}()
+			f()
+		})
+	}
+	var nilExec *Executor
+	t.Run("nil executor", func(t *testing.T) {
+		defer func() {
+			r := recover()
+			if s, _ := r.(string); !strings.Contains(s, "nil *Executor") {
+				t.Fatalf("recovered %v, want a panic naming the nil *Executor", r)
+			}
+		}()
+		nilExec.For(context.Background(), Interactive, 1, func(int, int) error { return nil })
+	})
+}
