@@ -142,7 +142,7 @@ func TestSparePKeepsBatchBelowGOMAXPROCS(t *testing.T) {
 }
 
 func TestCriticalLaneRunsCriticalTasksOnItsThreads(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, CriticalLane: &osthread.Options{Threads: 1, Sched: osthread.Sched{Policy: osthread.Other, CPUs: []int{0}}}})
+	e := newExec(t, Options{Slots: 1, CriticalLane: &osthread.Options{Threads: 1, Sched: osthread.Sched{CPUs: []int{0}}}})
 	err := e.Do(context.Background(), Critical, func(ctx context.Context) error {
 		s, _, err := policyHere()
 		if err != nil {

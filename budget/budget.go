@@ -225,8 +225,10 @@ func (d *detector) detect() (Budget, error) {
 // max(2, ceil(leaf quota)) when the leaf has a quota; the GOMAXPROCS
 // variable (a positive integer) overrides both.
 func runtimeDefault(b Budget) int {
-	if n, err := strconv.Atoi(b.GOMAXPROCSEnv); err == nil && n > 0 {
-		return n
+	// The runtime parses the variable as a positive int32 and ignores
+	// anything else (runtime/proc.go, schedinit).
+	if n, err := strconv.ParseInt(b.GOMAXPROCSEnv, 10, 32); err == nil && n > 0 {
+		return int(n)
 	}
 	procs := b.Affinity
 	if b.LeafCores > 0 {
@@ -274,6 +276,12 @@ func (d *detector) readCgroup(b *Budget) error {
 	b.CgroupVersion, b.CgroupPath, b.CgroupDir = h.Version, h.Path, h.Dir
 	for i, dir := range cgroupfs.Ancestors(h.Dir, h.MountPoint) {
 		q, ok, err := d.readQuota(h.Version, dir)
+		if errors.Is(err, cgroupfs.ErrMalformed) {
+			// The Go runtime ignores a limit it cannot parse
+			// (runtime/cgroup_linux.go, adjustCgroupGOMAXPROCS): so do we.
+			b.Notes = append(b.Notes, err.Error()+": limit ignored, as the Go runtime ignores it")
+			continue
+		}
 		if err != nil {
 			return err
 		}

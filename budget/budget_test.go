@@ -118,13 +118,50 @@ func TestDetectFixtures(t *testing.T) {
 	}
 }
 
-func TestDetectMalformedFilesNameTheFile(t *testing.T) {
+// A limit file the Go runtime cannot parse makes the runtime ignore that
+// limit (GOROOT/src/runtime/cgroup_linux.go: adjustCgroupGOMAXPROCS skips
+// on error); Detect does the same, and says so in a note naming the file.
+func TestDetectIgnoresAMalformedLimitWithANote(t *testing.T) {
 	tests := []struct{ fixture, file string }{
 		{"malformed-cpumax", "cpu.max"},
-		{"malformed-quota", "cpuacct/a"},
+		{"malformed-quota", "cpu,cpuacct/a"},
+		{"empty-period", "cpu/a"},
+		{"period-zero", "cpu/a"},
+		{"quota-maxint", "cpu/a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.fixture+" is ignored with a note naming "+tt.file, func(t *testing.T) {
+			b, err := fixture(tt.fixture, 4, "").detect()
+			if err != nil {
+				t.Fatalf("Detect failed where the runtime falls back: %v", err)
+			}
+			if len(b.Limits) != 0 || b.Source != SourceAffinity || b.Cores != 4 {
+				t.Errorf("limits %+v, source %s, cores %v: want the limit ignored", b.Limits, b.Source, b.Cores)
+			}
+			notes := strings.Join(b.Notes, "\n")
+			if !strings.Contains(notes, tt.file) || !strings.Contains(notes, "ignored") {
+				t.Errorf("notes %q do not name %q as ignored", notes, tt.file)
+			}
+		})
+	}
+}
+
+func TestRuntimeDefaultIgnoresAGOMAXPROCSTheRuntimeIgnores(t *testing.T) {
+	for env, want := range map[string]int{"3": 3, "99999999999": 4, "-1": 4, "x": 4, "2147483647": 2147483647} {
+		b, err := fixture("nolimit", 4, env).detect()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.RuntimeGOMAXPROCS != want {
+			t.Errorf("GOMAXPROCS=%s: RuntimeGOMAXPROCS %d, want %d (the runtime parses it as a positive int32)", env, b.RuntimeGOMAXPROCS, want)
+		}
+	}
+}
+
+func TestDetectMalformedFilesNameTheFile(t *testing.T) {
+	tests := []struct{ fixture, file string }{
 		{"truncated-cgroup", "/proc/self/cgroup"},
 		{"truncated-mountinfo", "/proc/self/mountinfo"},
-		{"empty-period", "cpu/a"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.fixture+" is an error naming "+tt.file, func(t *testing.T) {

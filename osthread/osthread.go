@@ -44,26 +44,46 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Policy is a Linux scheduling policy (sched(7)).
+// Policy is a Linux scheduling policy (sched(7)), or Inherit. Its values
+// are this package's, not the kernel's SCHED_* numbers, so that the zero
+// value can mean "leave the thread's policy as it is".
 type Policy int
 
 const (
+	// Inherit, the zero value, leaves the thread's policy and nice value
+	// as they are (a new thread inherits both from the thread that made
+	// it). A zero Sched therefore changes nothing but, if set, the CPUs.
+	Inherit Policy = iota
 	// Other is SCHED_OTHER (SCHED_NORMAL), the default time-sharing policy.
-	Other Policy = unix.SCHED_NORMAL
+	Other
 	// Batch is SCHED_BATCH: like Other, but the scheduler assumes the
 	// thread is CPU-bound and penalises its wake-ups slightly.
-	Batch Policy = unix.SCHED_BATCH
+	Batch
 	// Idle is SCHED_IDLE: runs only when nothing of another policy wants
 	// the CPU, and is preempted at once when something does.
-	Idle Policy = unix.SCHED_IDLE
+	Idle
 	// FIFO is SCHED_FIFO, real-time first-in first-out (needs CAP_SYS_NICE).
-	FIFO Policy = unix.SCHED_FIFO
+	FIFO
 	// RR is SCHED_RR, real-time round robin (needs CAP_SYS_NICE).
-	RR Policy = unix.SCHED_RR
+	RR
 )
+
+var kernelPolicy = [...]uint32{Other: unix.SCHED_NORMAL, Batch: unix.SCHED_BATCH, Idle: unix.SCHED_IDLE, FIFO: unix.SCHED_FIFO, RR: unix.SCHED_RR}
+
+// policyOf maps a kernel SCHED_* number to a Policy.
+func policyOf(k uint32) Policy {
+	for p, v := range kernelPolicy {
+		if p != int(Inherit) && v == k {
+			return Policy(p)
+		}
+	}
+	return Policy(-int(k) - 1) // unknown to this package; String shows the number
+}
 
 func (p Policy) String() string {
 	switch p {
+	case Inherit:
+		return "inherited"
 	case Other:
 		return "SCHED_OTHER"
 	case Batch:
@@ -75,19 +95,23 @@ func (p Policy) String() string {
 	case RR:
 		return "SCHED_RR"
 	}
-	return "SCHED(" + strconv.Itoa(int(p)) + ")"
+	return "SCHED(" + strconv.Itoa(-int(p)-1) + ")"
 }
 
 // ErrPermission is wrapped by errors for scheduling changes the process is
 // not allowed to make.
 var ErrPermission = errors.New("osthread: permission denied")
 
-// Sched is the scheduling of one OS thread.
+// Sched is the scheduling of one OS thread. The zero value leaves the
+// thread as it is: applying it needs no privilege whatever the thread's
+// current policy and nice value.
 type Sched struct {
+	// Policy is the policy to set; Inherit (zero) keeps the current policy
+	// and nice value, and then Nice and RTPriority must be 0.
 	Policy Policy
 	// Nice is -20..19 for Other and Batch (ignored by the kernel for Idle,
 	// FIFO and RR). Lower is more favoured; below the current value needs
-	// CAP_SYS_NICE.
+	// CAP_SYS_NICE. With Policy Other, 0 sets nice 0.
 	Nice int
 	// RTPriority is 1..99 for FIFO and RR, 0 otherwise.
 	RTPriority int
@@ -103,6 +127,10 @@ var Nice19 = Sched{Policy: Other, Nice: 19}
 
 func (s Sched) validate() error {
 	switch s.Policy {
+	case Inherit:
+		if s.Nice != 0 || s.RTPriority != 0 {
+			return fmt.Errorf("osthread: nice %d / RTPriority %d need a Policy (the zero Policy keeps the thread's own)", s.Nice, s.RTPriority)
+		}
 	case Other, Batch, Idle:
 		if s.Nice < -20 || s.Nice > 19 {
 			return fmt.Errorf("osthread: nice %d out of range -20..19", s.Nice)
@@ -143,9 +171,12 @@ func (s Sched) ApplyCurrent() error {
 			return fmt.Errorf("osthread: sched_setaffinity(%d, %v): %w", tid, s.CPUs, err)
 		}
 	}
+	if s.Policy == Inherit {
+		return nil
+	}
 	attr := unix.SchedAttr{
 		Size:     unix.SizeofSchedAttr,
-		Policy:   uint32(s.Policy),
+		Policy:   kernelPolicy[s.Policy],
 		Nice:     int32(s.Nice),
 		Priority: uint32(s.RTPriority),
 	}
@@ -176,7 +207,7 @@ func ThreadSched(tid int) (Sched, error) {
 	if err := unix.SchedGetaffinity(tid, &set); err != nil {
 		return Sched{}, fmt.Errorf("osthread: sched_getaffinity(%d): %w", tid, err)
 	}
-	s := Sched{Policy: Policy(attr.Policy), Nice: int(attr.Nice), RTPriority: int(attr.Priority)}
+	s := Sched{Policy: policyOf(attr.Policy), Nice: int(attr.Nice), RTPriority: int(attr.Priority)}
 	for c := 0; c < 1024; c++ {
 		if set.IsSet(c) {
 			s.CPUs = append(s.CPUs, c)
@@ -214,7 +245,7 @@ func ThreadStat(pid, tid int) (policy Policy, nice, rtprio int, err error) {
 	if err != nil {
 		return 0, 0, 0, fmt.Errorf("osthread: %s: policy: %w", p, err)
 	}
-	return Policy(pol), nice, rtprio, nil
+	return policyOf(uint32(pol)), nice, rtprio, nil
 }
 
 // LockNonMain calls fn on a goroutine locked to an OS thread that is not

@@ -232,8 +232,11 @@ func TestUnprivilegedProcessGetsClearErrors(t *testing.T) {
 	if err := copyFile(exe, bin); err != nil {
 		t.Fatal(err)
 	}
-	for _, mode := range []string{"demote", "promote-nice", "promote-fifo"} {
+	for _, mode := range []string{"demote", "promote-nice", "promote-fifo", "zero-at-nice-5"} {
 		cmd := exec.Command(bin, "-test.run=^$")
+		if mode == "zero-at-nice-5" { // every thread of the helper starts at nice 5
+			cmd = exec.Command("nice", "-n", "5", bin, "-test.run=^$")
+		}
 		cmd.Env = append(os.Environ(), helperEnv+"="+mode)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 		out, err := cmd.CombinedOutput()
@@ -274,6 +277,23 @@ func unprivilegedHelper(mode string) int {
 		s = Sched{Policy: Other, Nice: -10}
 	case "promote-fifo":
 		s = Sched{Policy: FIFO, RTPriority: 10}
+	case "zero-at-nice-5":
+		// The zero Sched leaves the thread alone: no privilege needed even
+		// though "nice 0" would be a raise from 5.
+		l, err := Start(Options{Threads: 1})
+		if err != nil {
+			fmt.Println("zero Sched at nice 5:", err)
+			return 1
+		}
+		defer l.Close(context.Background())
+		for _, tid := range l.TIDs() {
+			if _, nice, _, err := ThreadStat(os.Getpid(), tid); err != nil || nice != 5 {
+				fmt.Printf("lane thread %d at nice %d (%v), want 5 kept\n", tid, nice, err)
+				return 1
+			}
+		}
+		fmt.Println("zero Sched kept nice 5")
+		return 0
 	}
 	l, err := Start(Options{Threads: 1, Sched: s})
 	switch {

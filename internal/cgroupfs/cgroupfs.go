@@ -21,6 +21,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"strconv"
 	"strings"
@@ -100,6 +101,20 @@ type Mount struct {
 	SuperOptions []string // field 11: for cgroup v1, holds the controllers
 }
 
+// splitSpaces splits a mountinfo line at ' ', the only separator the kernel
+// writes (fs/proc_namespace.c, show_mountinfo). Unlike strings.Fields it
+// keeps '\v', '\f' and '\r', which the kernel does not escape in paths
+// (GOROOT/src/internal/runtime/cgroup test case "long-escaped-path").
+func splitSpaces(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, " ") {
+		if f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // ParseMountInfo parses the text of /proc/PID/mountinfo. Lines that are not
 // cgroup mounts are parsed only as far as their filesystem type.
 func ParseMountInfo(data []byte) ([]Mount, error) {
@@ -117,11 +132,11 @@ func ParseMountInfo(data []byte) ([]Mount, error) {
 		if !ok {
 			return nil, malformed("mountinfo line %d: no \" - \" separator", n)
 		}
-		f := strings.Fields(pre)
+		f := splitSpaces(pre)
 		if len(f) < 6 {
 			return nil, malformed("mountinfo line %d: %d fields before the separator, want at least 6", n, len(f))
 		}
-		g := strings.Fields(post)
+		g := splitSpaces(post)
 		if len(g) < 1 {
 			return nil, malformed("mountinfo line %d: no filesystem type", n)
 		}
@@ -384,17 +399,27 @@ func ParseCPUStat(data []byte) (Stat, error) {
 		case "nr_throttled":
 			s.ThrottledPeriods = x
 		case "throttled_time":
-			s.ThrottledTime = time.Duration(x)
+			s.ThrottledTime = saturated(x, time.Nanosecond)
 		case "throttled_usec":
-			s.ThrottledTime = time.Duration(x) * time.Microsecond
+			s.ThrottledTime = saturated(x, time.Microsecond)
 		case "usage_usec":
-			s.Usage = time.Duration(x) * time.Microsecond
+			s.Usage = saturated(x, time.Microsecond)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return Stat{}, malformed("cpu.stat: %v", err)
 	}
 	return s, nil
+}
+
+// saturated converts a kernel counter of unit-sized ticks to a Duration,
+// clamped at the largest Duration instead of wrapping to a negative one
+// (runc's tests carry "throttled_time 18446744073709551615").
+func saturated(x uint64, unit time.Duration) time.Duration {
+	if x > uint64(math.MaxInt64/int64(unit)) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(x) * unit
 }
 
 func trunc(b []byte) string {

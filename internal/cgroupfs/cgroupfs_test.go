@@ -2,6 +2,7 @@ package cgroupfs
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 )
@@ -105,5 +106,31 @@ func TestUnescape(t *testing.T) {
 		if _, err := Unescape(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%q: %v", bad, err)
 		}
+	}
+}
+
+func TestParseCPUStatSaturatesHugeCounters(t *testing.T) {
+	s, err := ParseCPUStat([]byte("nr_periods 1\nnr_throttled 1\nthrottled_time 18446744073709551615\nusage_usec 18446744073709551615\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ThrottledTime < 0 || s.Usage < 0 {
+		t.Fatalf("counters wrapped negative: %+v", s)
+	}
+	if s.ThrottledTime != time.Duration(math.MaxInt64) || s.Usage != time.Duration(math.MaxInt64) {
+		t.Errorf("want saturation at MaxInt64: %+v", s)
+	}
+}
+
+// The kernel separates mountinfo fields with ' ' and escapes only ' ',
+// '\t', '\n' and '\\' (show_path): '\v', '\f' and '\r' stay in paths.
+func TestMountInfoKeepsUnescapedControlCharacters(t *testing.T) {
+	line := "25 21 0:22 / /sys/fs/cgroup/a\vb\fc\rd rw,nosuid - cgroup2 cgroup2 rw\n"
+	ms, err := ParseMountInfo([]byte(line))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ms) != 1 || ms[0].MountPoint != "/sys/fs/cgroup/a\vb\fc\rd" {
+		t.Fatalf("mounts %+v", ms)
 	}
 }
