@@ -62,6 +62,10 @@ func Checkpoint(ctx context.Context) error {
 
 // checkpoint is Checkpoint for the goroutine that owns tc.
 func (tc *taskCtx) checkpoint(ctx context.Context) error {
+	if tc.noSlot { // lost at an earlier Checkpoint: nothing to hand over
+		checkpointFree(ctx)
+		return tc.slotErr
+	}
 	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 || (tc.class >= Batch && tc.e.paced.Load()) {
 		if err := tc.e.yield(ctx, tc); err != nil {
 			return err
@@ -212,7 +216,7 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		e.mu.Unlock()
 	}
 	if err != nil {
-		tc.noSlot = true
+		tc.noSlot, tc.slotErr = true, err
 		if err != ErrClosed {
 			s.canceled.Add(^uint64(0)) // await counted a cancel; the task itself was admitted
 		} else {

@@ -286,3 +286,50 @@ func TestNilContextPanicsEverywhere(t *testing.T) {
 		nilExec.For(context.Background(), Interactive, 1, func(int, int) error { return nil })
 	})
 }
+
+// A task whose Checkpoint lost its slot (its ctx ended while it was
+// re-queued) and that keeps calling Checkpoint must not hand over a slot
+// it no longer holds. Found by the stress test: one slot too many after
+// Close.
+func TestCheckpointAfterTheSlotWasLostGivesNothingBack(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, NoDemotion: true})
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan struct{})
+	critQueued := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Do(ctx, Batch, func(ctx context.Context) error {
+			close(started)
+			<-critQueued
+			cancel()
+			var errs int
+			for range 100 { // keeps calling Checkpoint after it failed
+				if Checkpoint(ctx) != nil {
+					errs++
+				}
+			}
+			if errs != 100 {
+				return errors.New("Checkpoint forgot that the slot was lost")
+			}
+			return nil
+		})
+	}()
+	<-started
+	critGate := make(chan struct{})
+	critDone := make(chan error, 1)
+	go func() {
+		critDone <- e.Do(context.Background(), Critical, func(context.Context) error { <-critGate; return nil })
+	}()
+	waitQueued(t, e, Critical, 1)
+	close(critQueued)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	close(critGate)
+	if err := <-critDone; err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats(); st.Free != st.Slots {
+		t.Fatalf("%d of %d slots free after every task ended", st.Free, st.Slots)
+	}
+}

@@ -25,6 +25,7 @@ type taskCtx struct {
 	timed   bool  // slot time is measured (weight 1 if queued, sampleEvery if sampled)
 	weight  int64 // histogram weight of this task's timing
 	noSlot  bool  // the slot was given up by a Checkpoint whose ctx ended
+	slotErr error // why (ctx's error or ErrClosed); Checkpoint repeats it
 	start   int64 // now() when the current slot period began (timed tasks)
 	stride  int32 // Checkpoint calls between clock reads
 	calls   int32

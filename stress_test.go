@@ -4,26 +4,51 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"os"
+	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 )
 
-// TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError submits a random mix
-// of Do, Go, TryGo, Call and For across all classes with random
-// cancellations, panics, nested calls, Checkpoints and slot-count changes,
-// then Closes at a random moment. Each task records how often it ran; each
-// submitter records what it got. At the end every task ran exactly once and
-// returned nil, or ran at most once and its submitter saw an error (a task
-// that never ran must have an error, and a task that panicked a PanicError).
+// TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError runs many short
+// executor lifetimes, each with random options (slots, SpareP, demotion,
+// queue limits), random submitters mixing Do, Go, TryGo, Call, For and For
+// inside a task with Checkpoints from its chunks, across all classes, with
+// random cancellations (before, while queued, at the moment of the grant,
+// while re-queued at a Checkpoint), deadlines, panics, runtime.Goexit,
+// nested calls, SetSlots, and Close at a random moment with a random grace.
+// Each task records how often it ran; each submitter what it got. Every
+// task must run exactly once and return its own result, or run at most
+// once and its submitter see an error; nothing may hang (a hang fails the
+// test by its timeout) and the executor must end idle with every slot free.
+//
+// CPUWORK_STRESS_RUNS sets the number of runs (default 2000; 200 with
+// -short) for a longer campaign.
 func TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError(t *testing.T) {
-	seeds := []uint64{1, 2, 3}
+	runs := 2000
 	if testing.Short() {
-		seeds = seeds[:1]
+		runs = 200
 	}
-	for _, seed := range seeds {
-		t.Run("seed", func(t *testing.T) { stress(t, seed) })
+	if s := os.Getenv("CPUWORK_STRESS_RUNS"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("CPUWORK_STRESS_RUNS=%q: want a positive integer", s)
+		}
+		runs = n
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CPUWORK_STRESS_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (CPUWORK_STRESS_SEED=%d reproduces), %d runs", seed, seed, runs)
+	for i := range runs {
+		stress(t, seed+uint64(i))
+		if t.Failed() {
+			t.Fatalf("run with seed %d failed", seed+uint64(i))
+		}
 	}
 }
 
@@ -32,17 +57,25 @@ type outcome struct {
 	err      error
 	reported atomic.Bool
 	panics   bool
+	goexits  bool
 }
 
 func stress(t *testing.T, seed uint64) {
-	e, err := New(Options{Slots: 2, QueueLimit: [NumClasses]int{8, 8, 8, 8}, SpareP: seed%2 == 0})
+	r := rand.New(rand.NewPCG(seed, 7))
+	o := Options{
+		Slots:      1 + r.IntN(4),
+		SpareP:     r.IntN(3) == 0,
+		NoDemotion: r.IntN(4) != 0, // demoted threads are slower to start: a quarter of the runs
+		QueueLimit: [NumClasses]int{1 + r.IntN(8), 1 + r.IntN(8), 1 + r.IntN(8), 1 + r.IntN(8)},
+	}
+	e, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	const submitters, perSubmitter = 8, 150
+	submitters, perSubmitter := 2+r.IntN(4), 5+r.IntN(20)
 	outs := make([]*outcome, submitters*perSubmitter)
 	var wg sync.WaitGroup
-	closeAt := rand.New(rand.NewPCG(seed, 99)).IntN(submitters * perSubmitter)
+	closeAt := r.IntN(submitters*perSubmitter + 1)
 	var submitted atomic.Int64
 	closeDone := make(chan error, 1)
 	var closeOnce sync.Once
@@ -50,13 +83,13 @@ func stress(t *testing.T, seed uint64) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := rand.New(rand.NewPCG(seed, uint64(s)))
+			r := rand.New(rand.NewPCG(seed, uint64(s)+100))
 			for i := range perSubmitter {
 				o := &outcome{}
 				outs[s*perSubmitter+i] = o
 				if submitted.Add(1) == int64(closeAt) {
 					closeOnce.Do(func() {
-						grace := time.Duration(r.IntN(3)) * time.Millisecond
+						grace := time.Duration(r.IntN(1500)) * time.Microsecond
 						go func() {
 							ctx, cancel := context.WithTimeout(context.Background(), grace)
 							defer cancel()
@@ -64,7 +97,7 @@ func stress(t *testing.T, seed uint64) {
 						}()
 					})
 				}
-				if r.IntN(50) == 0 {
+				if r.IntN(30) == 0 {
 					e.SetSlots(1 + r.IntN(4))
 				}
 				runOne(e, r, o)
@@ -73,26 +106,40 @@ func stress(t *testing.T, seed uint64) {
 	}
 	wg.Wait()
 	closeOnce.Do(func() { closeDone <- nil })
-	if err := e.Close(context.Background()); err != nil {
-		t.Fatalf("final Close: %v", err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.Close(ctx); err != nil {
+		t.Fatalf("seed %d: final Close: %v (stats %+v)", seed, err, e.Stats())
 	}
 	<-closeDone
+	st := e.Stats()
+	if st.Free != st.Slots {
+		t.Fatalf("seed %d: %d of %d slots free after Close (options %+v, stats %+v)", seed, st.Free, st.Slots, o, st)
+	}
+	for c, cs := range st.Classes {
+		if cs.Queued != 0 || cs.Running != 0 {
+			t.Fatalf("seed %d: class %s has %d queued, %d running after Close", seed, Class(c), cs.Queued, cs.Running)
+		}
+	}
 	for i, o := range outs {
 		runs := o.runs.Load()
 		if !o.reported.Load() {
-			t.Fatalf("task %d: submitter never got a result", i)
+			t.Fatalf("seed %d: task %d: submitter never got a result", seed, i)
 		}
 		var pe *PanicError
 		switch {
 		case runs > 1:
-			t.Fatalf("task %d ran %d times", i, runs)
+			t.Fatalf("seed %d: task %d ran %d times", seed, i, runs)
 		case runs == 0 && o.err == nil:
-			t.Fatalf("task %d never ran and its submitter got no error", i)
+			t.Fatalf("seed %d: task %d never ran and its submitter got no error", seed, i)
 		case o.panics && runs == 1 && o.err == nil:
-			t.Fatalf("task %d panicked but its submitter got no error", i)
+			t.Fatalf("seed %d: task %d panicked but its submitter got no error", seed, i)
+		case o.goexits && runs == 1 && o.err == nil: // ErrGoexit, or an earlier error of the same For loop
+			t.Fatalf("seed %d: task %d called Goexit but its submitter got %v", seed, i, o.err)
 		case runs == 1 && o.err != nil && !errors.Is(o.err, errTask) && !errors.As(o.err, &pe) &&
-			!errors.Is(o.err, context.Canceled) && !errors.Is(o.err, ErrClosed):
-			t.Fatalf("task %d ran but got %v", i, o.err)
+			!errors.Is(o.err, context.Canceled) && !errors.Is(o.err, context.DeadlineExceeded) &&
+			!errors.Is(o.err, ErrClosed) && !errors.Is(o.err, ErrGoexit):
+			t.Fatalf("seed %d: task %d ran but got %v", seed, i, o.err)
 		}
 	}
 }
@@ -103,37 +150,76 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 	c := Class(r.IntN(NumClasses))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if r.IntN(5) == 0 {
-		delay := time.Duration(r.IntN(200)) * time.Microsecond
+	switch r.IntN(8) {
+	case 0: // cancelled at a random moment: before, while queued, at the grant, while running or re-queued
+		delay := time.Duration(r.IntN(300)) * time.Microsecond
 		go func() { time.Sleep(delay); cancel() }()
+	case 1: // a deadline
+		var dcancel context.CancelFunc
+		ctx, dcancel = context.WithTimeout(ctx, time.Duration(r.IntN(500))*time.Microsecond)
+		defer dcancel()
+	case 2:
+		if r.IntN(4) == 0 {
+			cancel() // done before submission: must never run
+		}
 	}
-	o.panics = r.IntN(20) == 0
+	o.panics = r.IntN(25) == 0
+	o.goexits = !o.panics && r.IntN(25) == 0
 	failing := r.IntN(20) == 0
 	work := time.Duration(r.IntN(300)) * time.Microsecond
-	nestedOK := true
+	mode := r.IntN(6)
+	// For's fn has no task context: a Do inside it with the outer ctx would
+	// wait for a second slot while the loop holds one (documented), so
+	// mode 4 makes no nested call.
+	nested := r.IntN(4) == 0 && mode != 4
 	body := func(ctx context.Context) error {
 		o.runs.Add(1)
 		end := time.Now().Add(work)
 		for time.Now().Before(end) {
-			if err := Checkpoint(ctx); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, ErrClosed) {
+			if err := Checkpoint(ctx); err != nil && !errors.Is(err, context.Canceled) &&
+				!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrClosed) {
 				return err
 			}
 		}
-		if r := int(work) % 4; r == 0 && nestedOK { // nested call on the same slot
-			if err := e.Do(ctx, Critical, func(context.Context) error { return nil }); err != nil {
+		if nested { // nested call on the same slot
+			if err := e.Do(ctx, Critical, func(context.Context) error { return nil }); err != nil &&
+				!errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				return err
 			}
 		}
-		if o.panics {
+		switch {
+		case o.panics:
 			panic("stress panic")
-		}
-		if failing {
+		case o.goexits:
+			runtime.Goexit()
+		case failing:
 			return errTask
 		}
 		return nil
 	}
 	report := func(err error) { o.err = err; o.reported.Store(true) }
-	switch r.IntN(5) {
+	if o.goexits && mode < 2 && !c.runsOnWorker() || o.goexits && mode >= 4 {
+		// Do of Critical/Interactive and For run fn on the submitter's own
+		// goroutine: Goexit ends it. Run the submission on a goroutine of
+		// its own; ErrGoexit stands for "the goroutine exited".
+		done := make(chan struct{})
+		returned := false
+		go func() {
+			defer close(done)
+			submit(e, ctx, c, mode, r, body, report)
+			returned = true
+		}()
+		<-done
+		if !returned {
+			report(ErrGoexit)
+		}
+		return
+	}
+	submit(e, ctx, c, mode, r, body, report)
+}
+
+func submit(e *Executor, ctx context.Context, c Class, mode int, r *rand.Rand, body func(context.Context) error, report func(error)) {
+	switch mode {
 	case 0, 1:
 		report(e.Do(ctx, c, body))
 	case 2:
@@ -152,14 +238,29 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 		}
 		report(t.Wait(context.Background()))
 	case 4:
-		// For's fn has no task context: a Do inside it with the outer ctx
-		// would wait for a second slot (documented), so none is made.
-		nestedOK = false
+		// For's fn has no task context of its own: it runs body once.
 		var once sync.Once
 		report(e.For(ctx, c, 1+r.IntN(64), func(lo, hi int) error {
 			var err error
 			once.Do(func() { err = body(ctx) })
 			return err
+		}))
+	case 5:
+		// For inside a task, its chunks calling Checkpoint with the task's
+		// context from helpers (issue 9, defect 3).
+		n := 1 + r.IntN(200)
+		report(e.Do(ctx, c, func(tctx context.Context) error {
+			var once sync.Once
+			return e.For(tctx, c, n, func(lo, hi int) error {
+				var err error
+				once.Do(func() { err = body(tctx) })
+				for range hi - lo {
+					if cerr := Checkpoint(tctx); cerr != nil && err == nil {
+						err = cerr
+					}
+				}
+				return err
+			})
 		}))
 	}
 }
