@@ -165,7 +165,6 @@ func (e *Executor) warnOnce(msg string, args ...any) {
 	e.warned.Do(func() { e.log.Warn(msg, args...) })
 }
 
-
 // follow re-reads the budget and resizes the slot count when it changes.
 func (e *Executor) follow(ctx context.Context, interval time.Duration, detect func() (budget.Budget, error)) {
 	defer close(e.watchDone)

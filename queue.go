@@ -14,10 +14,10 @@ type waiter struct {
 	// a slot: from then on w belongs to its running task, and only that
 	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.
 	started bool
-	ready      chan struct{}
-	task       *Task
-	enq        int64 // now() when queued
-	est        int64 // slot time charged to inflight at grant
+	ready   chan struct{}
+	task    *Task
+	enq     int64 // now() when queued
+	est     int64 // slot time charged to inflight at grant
 }
 
 // cancelableLocked reports whether a cancellation from outside the task
