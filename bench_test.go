@@ -68,4 +68,4 @@ func BenchmarkGoWait(b *testing.B) { benchGoWait(b, Options{Slots: 2}) }
 
 // BenchmarkGoWaitNoDemotion: plain worker goroutines; the difference to
 // GoWait is the cost demotion adds.
-func BenchmarkGoWaitNoDemotion(b *testing.B) { benchGoWait(b, Options{Slots: 2, NoDemotion: true}) }
+func BenchmarkGoWaitNoDemotion(b *testing.B) { benchGoWait(b, Options{Slots: 2, Demotion: DemoteNever}) }

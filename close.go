@@ -55,6 +55,9 @@ func (e *Executor) shutdown() {
 	for _, p := range e.pools {
 		p.wg.Wait()
 	}
+	if e.guard != nil {
+		e.guard.close()
+	}
 	if e.critLane != nil {
 		e.laneErr = e.critLane.Close(context.Background()) // its tasks are done: it stops at once
 	}

@@ -24,7 +24,7 @@ import (
 // re-queued waiter, closed Task.Done while fn was still running, and fn
 // blocked in Checkpoint forever.
 func TestALateCancelNeverTouchesATaskThatStarted(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, NoDemotion: true})
+	e := newExec(t, Options{Slots: 1, Demotion: DemoteNever})
 	release := hold(t, e, 1) // the Batch task queues, then is granted
 	running := make(chan struct{})
 	critQueued := make(chan struct{})
@@ -81,7 +81,7 @@ func TestGoexitInATaskIsAnErrorAndTheWorkerIsReplaced(t *testing.T) {
 			name = "on demoted workers"
 		}
 		t.Run(name, func(t *testing.T) {
-			e := newExec(t, Options{Slots: 2, NoDemotion: !demote})
+			e := newExec(t, Options{Slots: 2, Demotion: map[bool]Demotion{true: DemoteAlways, false: DemoteNever}[demote]})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			for _, c := range []Class{Interactive, Batch, Background} {
@@ -130,7 +130,7 @@ func TestGoexitInATaskIsAnErrorAndTheWorkerIsReplaced(t *testing.T) {
 // callbacks runs on several goroutines at once: it must be safe (run with
 // -race) and never hand the task's slot over from a helper.
 func TestCheckpointFromForChunksIsSafe(t *testing.T) {
-	e := newExec(t, Options{Slots: 3, NoDemotion: true})
+	e := newExec(t, Options{Slots: 3, Demotion: DemoteNever})
 	stop := make(chan struct{})
 	var helped atomic.Int64
 	var wg sync.WaitGroup
@@ -292,7 +292,7 @@ func TestNilContextPanicsEverywhere(t *testing.T) {
 // it no longer holds. Found by the stress test: one slot too many after
 // Close.
 func TestCheckpointAfterTheSlotWasLostGivesNothingBack(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, NoDemotion: true})
+	e := newExec(t, Options{Slots: 1, Demotion: DemoteNever})
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	critQueued := make(chan struct{})

@@ -44,6 +44,8 @@ type Executor struct {
 	lowRunning atomic.Int64
 	spareP     bool
 	warned     sync.Once
+	demotion   Demotion
+	guard      *guard // nil when Batch and Background are not demoted
 	critLane   *osthread.Lane
 	// paced is set by the pacer while Batch and Background must wait for
 	// the quota's next window.
@@ -113,8 +115,12 @@ func New(o Options) (*Executor, error) {
 		batchSched = osthread.Demoted
 	}
 	e.spareP = o.SpareP
-	e.pools[poolNormal] = newPool(e, "normal", false, osthread.Sched{})
-	e.pools[poolDemoted] = newPool(e, "demoted", !o.NoDemotion, batchSched)
+	e.demotion = o.Demotion
+	if o.Demotion == DemoteAlways || o.Demotion == DemoteAuto && o.SpareP {
+		e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
+	}
+	e.pools[poolNormal] = newPool(e, "normal", nil)
+	e.pools[poolDemoted] = newPool(e, "demoted", e.guard)
 	slots := o.Slots
 	detect := o.detect
 	if detect == nil {
@@ -139,6 +145,9 @@ func New(o Options) (*Executor, error) {
 			return nil, fmt.Errorf("cpuwork: start the critical lane: %w", err)
 		}
 		e.critLane = lane
+	}
+	if e.guard != nil {
+		e.guard.start()
 	}
 	e.drained, e.shutDown = make(chan struct{}), make(chan struct{})
 	e.mu.Lock()

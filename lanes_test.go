@@ -2,8 +2,10 @@ package cpuwork
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -20,7 +22,7 @@ func policyHere() (osthread.Sched, int, error) {
 }
 
 func TestBatchRunsOnDemotedThreadsAndOthersDoNot(t *testing.T) {
-	e := newExec(t, Options{Slots: 2})
+	e := newExec(t, Options{Slots: 2, Demotion: DemoteAlways})
 	ctx := context.Background()
 	var batchTIDs sync.Map
 	check := func(c Class, want osthread.Policy) func(context.Context) error {
@@ -83,7 +85,7 @@ func TestBatchRunsOnDemotedThreadsAndOthersDoNot(t *testing.T) {
 }
 
 func TestNoDemotionKeepsBatchOnNormalThreads(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, NoDemotion: true})
+	e := newExec(t, Options{Slots: 1, Demotion: DemoteNever})
 	err := e.Do(context.Background(), Batch, func(context.Context) error {
 		s, _, err := policyHere()
 		if err == nil && s.Policy != osthread.Other {
@@ -162,4 +164,90 @@ func TestCriticalLaneRunsCriticalTasksOnItsThreads(t *testing.T) {
 	if _, err := New(Options{Slots: 1, CriticalLane: &osthread.Options{Threads: 0}}); err == nil {
 		t.Error("invalid lane options accepted")
 	}
+}
+
+func TestDemoteAutoDemotesOnlyWithSpareP(t *testing.T) {
+	for _, spare := range []bool{false, true} {
+		want := osthread.Other
+		if spare {
+			want = osthread.Idle
+		}
+		t.Run(fmt.Sprintf("SpareP %v: batch runs %s", spare, want), func(t *testing.T) {
+			e := newExec(t, Options{Slots: 2, SpareP: spare})
+			err := e.Do(context.Background(), Batch, func(context.Context) error {
+				s, _, err := policyHere()
+				if err == nil && s.Policy != want {
+					err = fmt.Errorf("batch runs %s", s.Policy)
+				}
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st := e.Stats(); st.Demotion.Enabled != spare {
+				t.Errorf("Stats.Demotion.Enabled %v", st.Demotion.Enabled)
+			}
+		})
+	}
+}
+
+// A demoted worker pinned to one CPU beside a CPU-bound process pinned to
+// the same CPU is starved by the kernel while it holds a P: the guard must
+// notice, suspend demotion, and the worker's next task must run at the
+// thread's original policy (promoted in place with CAP_SYS_NICE, or on a
+// fresh thread without). No timing is asserted beyond generous bounds.
+func TestStarvationGuardUndoesDemotionOfAStarvedWorker(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs: the test pins a competitor to CPU 1")
+	}
+	cpu := []int{1}
+	e := newExec(t, Options{Slots: 1, Demotion: DemoteAlways, BatchSched: osthread.Sched{Policy: osthread.Idle, CPUs: cpu}})
+	hog := exec.Command("sh", "-c", "while :; do :; done")
+	if err := hog.Start(); err != nil {
+		t.Skipf("cannot start a CPU-bound competitor: %v", err)
+	}
+	defer func() { hog.Process.Kill(); hog.Wait() }()
+	var set unix.CPUSet
+	set.Set(cpu[0])
+	if err := unix.SchedSetaffinity(hog.Process.Pid, &set); err != nil {
+		t.Fatalf("pin the competitor: %v", err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	var sawIdle bool
+	err := e.Do(ctx, Batch, func(ctx context.Context) error {
+		s, _, err := policyHere()
+		sawIdle = err == nil && s.Policy == osthread.Idle
+		for e.Stats().Demotion.Suspensions == 0 {
+			if time.Now().After(deadline) {
+				return errors.New("the guard never fired while the worker was starved")
+			}
+			spin(100 * time.Microsecond)
+			Checkpoint(ctx)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sawIdle {
+		t.Fatal("the first batch task did not run on a SCHED_IDLE thread")
+	}
+	// Demotion is suspended (for at least guardCooldown): the next task runs
+	// at the original policy.
+	err = e.Do(ctx, Batch, func(context.Context) error {
+		s, tid, err := policyHere()
+		if err == nil && s.Policy != osthread.Other {
+			err = fmt.Errorf("after the guard fired, batch runs %s on thread %d", s.Policy, tid)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stats().Demotion
+	if st.Suspensions < 1 || st.Active || st.Promotions+st.Retired < 1 || st.StarvedTime <= 0 {
+		t.Fatalf("demotion stats %+v", st)
+	}
+	t.Logf("demotion stats %+v", st)
 }

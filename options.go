@@ -54,15 +54,17 @@ type Options struct {
 	// Logger receives budget changes and watcher errors. nil logs nothing.
 	Logger *slog.Logger
 
-	// NoDemotion runs Batch and Background workers as plain goroutines.
-	// By default each of them is locked to its own OS thread set to
-	// BatchSched (SCHED_IDLE; nice 19 where that is refused), so the kernel
-	// preempts batch work the instant a latency-sensitive thread wants the
-	// CPU. Demotion needs no privileges. See osthread.
-	NoDemotion bool
+	// Demotion chooses when Batch and Background workers run on OS threads
+	// demoted to BatchSched, so that the kernel runs every other thread
+	// first. The zero value, DemoteAuto, demotes only with SpareP; every
+	// demotion is watched by a starvation guard that undoes it for a
+	// while when a demoted thread waits for the CPU while it holds a P
+	// (see Demotion). Demotion needs no privileges; undoing it in place
+	// needs CAP_SYS_NICE, and without it the worker's thread is replaced.
+	Demotion Demotion
 
 	// BatchSched is the scheduling of demoted worker threads; the zero
-	// value means osthread.Demoted (SCHED_IDLE).
+	// value means osthread.Demoted (SCHED_IDLE; nice 19 where refused).
 	BatchSched osthread.Sched
 
 	// SpareP keeps one P free of batch work: Batch and Background together

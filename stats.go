@@ -57,6 +57,29 @@ type Stats struct {
 	Free    int                    // slots free now (negative while shrinking)
 	Closed  bool                   // Close has been called
 	Classes [NumClasses]ClassStats // indexed by Class
+	// Demotion reports the demotion of Batch and Background worker
+	// threads and its starvation guard (Options.Demotion).
+	Demotion DemotionStats
+}
+
+// DemotionStats reports the demotion of Batch and Background worker
+// threads and what its starvation guard did.
+type DemotionStats struct {
+	Policy  Demotion // Options.Demotion
+	Enabled bool     // workers are demotable (DemoteAlways, or DemoteAuto with SpareP)
+	Active  bool     // demotion is in force now: enabled and not suspended by the guard
+	// Suspensions counts the times the guard saw a demoted worker, while
+	// it ran a task, runnable but not running for 4 ms over consecutive
+	// 5 ms windows in each of which it ran less than half the time, and
+	// suspended demotion (for 1 s, doubling on repeats up to 1 min).
+	Suspensions uint64
+	// Promotions counts starved threads promoted in place (needs
+	// CAP_SYS_NICE); Retired counts worker threads replaced by fresh,
+	// undemoted ones because the kernel refused to undo their demotion.
+	Promotions, Retired uint64
+	// StarvedTime is the time demoted workers spent runnable but not
+	// running in the guard's starved windows while they ran tasks.
+	StarvedTime time.Duration
 }
 
 // Stats returns a snapshot of the executor's counters and per-class
@@ -65,6 +88,12 @@ type Stats struct {
 func (e *Executor) Stats() Stats {
 	e.mu.Lock()
 	st := Stats{Slots: e.slots, Free: int(e.free.Load()), Closed: e.closed.Load()}
+	st.Demotion.Policy = e.demotion
+	if g := e.guard; g != nil {
+		st.Demotion.Enabled, st.Demotion.Active = true, g.allowed()
+		st.Demotion.Suspensions, st.Demotion.Promotions = g.suspensions.Load(), g.promotions.Load()
+		st.Demotion.Retired, st.Demotion.StarvedTime = g.retired.Load(), time.Duration(g.starvedNs.Load())
+	}
 	var queued [NumClasses]int
 	for c := range e.queues {
 		queued[c] = e.queues[c].n

@@ -65,7 +65,7 @@ func stress(t *testing.T, seed uint64) {
 	o := Options{
 		Slots:      1 + r.IntN(4),
 		SpareP:     r.IntN(3) == 0,
-		NoDemotion: r.IntN(4) != 0, // demoted threads are slower to start: a quarter of the runs
+		Demotion:   Demotion(r.IntN(3)), // auto, never, always
 		QueueLimit: [NumClasses]int{1 + r.IntN(8), 1 + r.IntN(8), 1 + r.IntN(8), 1 + r.IntN(8)},
 	}
 	e, err := New(o)

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/cpuwork/cpuwork/osthread"
+	"golang.org/x/sys/unix"
 )
 
 // workerPool runs asynchronous tasks: one worker per slot, plus spares lent
@@ -14,12 +15,13 @@ type workerPool struct {
 	runq    chan *Task // granted tasks plus stop sentinels (nil) never exceed its capacity
 	workers int
 	spares  int
-	// demote locks each worker to its own OS thread and applies sched
-	// (falling back to nice 19 where the policy is refused).
-	demote bool
-	sched  osthread.Sched
-	wg     sync.WaitGroup
-	e      *Executor
+	// guard, when set, runs each worker on its own locked OS thread,
+	// demoted while the starvation guard allows it.
+	guard *guard
+	wg    sync.WaitGroup
+	// Callbacks into the executor: its lock, and running a task.
+	lock, unlock func()
+	runTask      func(*Task)
 }
 
 const (
@@ -34,8 +36,9 @@ func (c Class) pool() int {
 	return poolNormal
 }
 
-func newPool(e *Executor, name string, demote bool, sched osthread.Sched) *workerPool {
-	return &workerPool{name: name, runq: make(chan *Task, 2*MaxSlots+64), demote: demote, sched: sched, e: e}
+func newPool(e *Executor, name string, g *guard) *workerPool {
+	return &workerPool{name: name, runq: make(chan *Task, 2*MaxSlots+64), guard: g,
+		lock: e.mu.Lock, unlock: e.mu.Unlock, runTask: e.runTask}
 }
 
 // resizeLocked starts or stops workers so that n run (spares aside).
@@ -77,40 +80,46 @@ func (p *workerPool) stopLocked() {
 }
 
 func (p *workerPool) run() {
-	stopped := false // the loop ended on a stop sentinel, not by Goexit
+	stopped := false // the loop ended on a stop sentinel, not by Goexit or retirement
 	defer func() {
-		if !stopped { // a task called runtime.Goexit: take this worker's place
-			p.e.mu.Lock()
+		if !stopped { // a task called runtime.Goexit, or the thread retired: take this worker's place
+			p.lock()
 			p.startLocked()
-			p.e.mu.Unlock()
+			p.unlock()
 		}
 		p.wg.Done()
 	}()
-	if !p.demote {
-		p.loop()
-		stopped = true
+	if p.guard == nil {
+		stopped = p.loop(nil)
 		return
 	}
 	// The thread is locked for the worker's whole life and never unlocked:
-	// it exits with the goroutine, taking its changed priority with it.
+	// it exits with the goroutine, taking a changed priority with it.
 	osthread.LockNonMain(func() {
-		if err := p.sched.ApplyCurrent(); err != nil {
-			if err2 := osthread.Nice19.ApplyCurrent(); err2 != nil {
-				p.e.warnOnce("cpuwork: cannot demote batch worker threads; they run at normal priority", "err", err2)
-			} else {
-				p.e.warnOnce("cpuwork: batch worker threads demoted to nice 19 instead", "policy", p.sched.Policy.String(), "err", err)
-			}
-		}
-		p.loop()
-		stopped = true
+		w := p.guard.register(unix.Gettid())
+		defer p.guard.unregister(w)
+		stopped = p.loop(w)
 	})
 }
 
-func (p *workerPool) loop() {
+// loop runs tasks until a stop sentinel (true) or until the guard retires
+// the worker's thread (false; the task at hand goes back to the queue).
+func (p *workerPool) loop(w *guardedWorker) bool {
 	for t := range p.runq {
 		if t == nil {
-			return
+			return true
 		}
-		p.e.runTask(t)
+		if w == nil {
+			p.runTask(t)
+			continue
+		}
+		if !p.guard.adjust(w) {
+			p.runq <- t // runq never holds more than slots + sentinels: room enough
+			return false
+		}
+		w.busy.Store(true)
+		p.runTask(t)
+		w.busy.Store(false)
 	}
+	return true
 }

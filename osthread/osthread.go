@@ -158,10 +158,17 @@ func (s Sched) validate() error {
 // afterwards (let the goroutine exit locked). It returns an error wrapping
 // ErrPermission, naming CAP_SYS_NICE, when the kernel refuses.
 func (s Sched) ApplyCurrent() error {
+	return s.ApplyThread(unix.Gettid())
+}
+
+// ApplyThread applies s to thread tid of this process (sched_setattr(2)
+// and sched_setaffinity(2) on that thread only). Use it on a thread that
+// a goroutine keeps locked, for example to undo a demotion; the same
+// permission rules and errors as ApplyCurrent apply.
+func (s Sched) ApplyThread(tid int) error {
 	if err := s.validate(); err != nil {
 		return err
 	}
-	tid := unix.Gettid()
 	if s.CPUs != nil {
 		var set unix.CPUSet
 		for _, c := range s.CPUs {

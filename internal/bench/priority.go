@@ -209,7 +209,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		if variant == "cpuwork-sparep" {
 			slots++ // one slot (and one P) more than batch may hold: Critical never waits for batch
 		}
-		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: q, WatchInterval: -1, SpareP: variant == "cpuwork-sparep", NoDemotion: variant == "cpuwork-nodemote"})
+		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: q, WatchInterval: -1, SpareP: variant == "cpuwork-sparep", Demotion: map[bool]cpuwork.Demotion{true: cpuwork.DemoteNever}[variant == "cpuwork-nodemote"]})
 		if cerr != nil {
 			return res, cerr
 		}

@@ -1,0 +1,287 @@
+package cpuwork
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cpuwork/cpuwork/osthread"
+	"golang.org/x/sys/unix"
+)
+
+// Demotion chooses when Batch and Background work runs on OS threads
+// demoted to Options.BatchSched (SCHED_IDLE by default).
+//
+// A demoted thread lets the kernel run any other thread of the machine
+// first. That is what makes latency-sensitive goroutines fast when they
+// have a P of their own (Options.SpareP). But a demoted thread holds a Go P
+// while it runs Go code: when another CPU-bound process competes in the
+// same cgroup, the kernel starves the thread for long stretches, and the
+// goroutines queued on its P, its timers and every stop-the-world wait for
+// it. Measurements: docs/architecture.md ("Demotion and the starvation
+// guard").
+type Demotion uint8
+
+const (
+	// DemoteAuto, the default, demotes only when Options.SpareP is set
+	// (batch work then never holds the last P), under the starvation guard.
+	// Without SpareP, Batch and Background run on ordinary goroutines and
+	// Checkpoint alone hands their slots and Ps to more urgent work.
+	DemoteAuto Demotion = iota
+	// DemoteNever runs Batch and Background workers as ordinary goroutines.
+	DemoteNever
+	// DemoteAlways demotes with or without SpareP, under the starvation
+	// guard.
+	DemoteAlways
+)
+
+func (d Demotion) String() string {
+	switch d {
+	case DemoteAuto:
+		return "auto"
+	case DemoteNever:
+		return "never"
+	case DemoteAlways:
+		return "always"
+	}
+	return "Demotion(" + strconv.Itoa(int(d)) + ")"
+}
+
+// The starvation guard samples, every guardInterval, each demoted worker
+// thread that runs a task: its CPU time (the thread's CPU-time clock,
+// clock_gettime(2) with the clockid of another thread of this process,
+// which the kernel reads through task_sched_runtime and so is current
+// even while the thread waits) and its state (field 3 of
+// /proc/self/task/TID/stat). A window in which the thread was runnable
+// ('R') yet ran for less than half of it counts as starved; the time it
+// did not run accumulates over consecutive starved windows. When that
+// reaches guardStarved, the kernel is giving the thread's CPU to someone
+// else while the thread holds a P. (The run delay of
+// /proc/self/task/TID/schedstat would be the natural sensor, but the
+// kernel adds to it only when the waiting thread finally runs: a starved
+// thread's run delay stays flat until its starvation ends.) The guard then
+// suspends demotion for a cool-down
+// (guardCooldown, doubling on each repeat up to guardMaxCooldown). During
+// a suspension a worker promotes its own thread back to the policy it
+// started with at its next task; where the kernel refuses (leaving
+// SCHED_IDLE or lowering nice needs CAP_SYS_NICE or RLIMIT_NICE), the
+// worker exits, its thread is discarded with it, and a fresh, undemoted
+// worker takes its place. With the privilege, the guard promotes a starved
+// thread at once, in the middle of its task. After the cool-down workers
+// demote again (always permitted).
+const (
+	guardInterval    = 5 * time.Millisecond
+	guardStarved     = 4 * time.Millisecond
+	guardCooldown    = time.Second
+	guardMaxCooldown = time.Minute
+)
+
+// guard is the starvation guard of one executor's demoted pool.
+type guard struct {
+	sched osthread.Sched                // what demoted workers apply
+	warn  func(msg string, args ...any) // once per executor
+	info  func(msg string, args ...any)
+
+	suspendedUntil atomic.Int64 // now() until which demotion is suspended; 0: never
+	cooldown       time.Duration
+	lastFire       int64
+
+	suspensions atomic.Uint64
+	promotions  atomic.Uint64
+	retired     atomic.Uint64
+	starvedNs   atomic.Int64
+
+	mu      sync.Mutex
+	workers map[*guardedWorker]struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// guardedWorker is one demotable worker thread.
+type guardedWorker struct {
+	tid     int
+	orig    osthread.Sched // the thread's scheduling before demotion
+	demoted atomic.Bool
+	busy    atomic.Bool
+	stat    *os.File // /proc/self/task/TID/stat, nil if unreadable
+	clock   int32    // the thread's CPU-time clockid
+	// Guard goroutine only: the previous sample and the current streak.
+	lastCPU, lastWall int64
+	sampled           bool
+	starving          int64       // ns not running over consecutive starved windows
+	promoteTried      atomic.Bool // an in-place promotion was tried since the last demotion
+}
+
+// threadClock is the clockid of thread tid's CPU-time clock
+// (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) in the kernel's
+// include/linux/posix-timers.h; what glibc's pthread_getcpuclockid makes).
+func threadClock(tid int) int32 {
+	const cpuclockSched, perThread = 2, 4
+	return int32(^uint32(tid)<<3) | cpuclockSched | perThread
+}
+
+func newGuard(sched osthread.Sched, warn, info func(string, ...any)) *guard {
+	g := &guard{sched: sched, warn: warn, info: info, cooldown: guardCooldown,
+		workers: map[*guardedWorker]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+	return g
+}
+
+func (g *guard) start() { go g.run() }
+
+// allowed reports whether demotion is in force now.
+func (g *guard) allowed() bool {
+	u := g.suspendedUntil.Load()
+	return u == 0 || now() >= u
+}
+
+// register is called by a new worker on its locked thread.
+func (g *guard) register(tid int) *guardedWorker {
+	w := &guardedWorker{tid: tid, clock: threadClock(tid)}
+	if s, err := osthread.Current(); err == nil {
+		w.orig = osthread.Sched{Policy: s.Policy, Nice: s.Nice, RTPriority: s.RTPriority}
+	} else {
+		w.orig = osthread.Sched{Policy: osthread.Other}
+	}
+	if f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/stat", tid)); err == nil {
+		w.stat = f
+	}
+	g.mu.Lock()
+	g.workers[w] = struct{}{}
+	g.mu.Unlock()
+	return w
+}
+
+func (g *guard) unregister(w *guardedWorker) {
+	g.mu.Lock()
+	delete(g.workers, w)
+	g.mu.Unlock()
+	if w.stat != nil {
+		w.stat.Close()
+	}
+}
+
+// adjust brings the calling worker's thread to the scheduling the guard
+// wants now, before it runs a task. It returns false when the thread must
+// be retired: demotion is suspended and the kernel refuses to undo it.
+func (g *guard) adjust(w *guardedWorker) bool {
+	want := g.allowed()
+	switch {
+	case want && !w.demoted.Load():
+		if err := g.sched.ApplyCurrent(); err != nil {
+			if err2 := osthread.Nice19.ApplyCurrent(); err2 != nil {
+				g.warn("cpuwork: cannot demote batch worker threads; they run at normal priority", "err", err2)
+				return true
+			}
+			g.warn("cpuwork: batch worker threads demoted to nice 19 instead", "policy", g.sched.Policy.String(), "err", err)
+		}
+		w.promoteTried.Store(false)
+		w.demoted.Store(true)
+	case !want && w.demoted.Load():
+		if err := w.orig.ApplyCurrent(); err != nil {
+			g.retired.Add(1)
+			return false
+		}
+		w.demoted.Store(false)
+	}
+	return true
+}
+
+func (g *guard) close() {
+	close(g.stop)
+	<-g.done
+}
+
+func (g *guard) run() {
+	defer close(g.done)
+	t := time.NewTicker(guardInterval)
+	defer t.Stop()
+	buf := make([]byte, 512)
+	var starved []*guardedWorker
+	for {
+		select {
+		case <-g.stop:
+			return
+		case <-t.C:
+		}
+		starved = starved[:0]
+		g.mu.Lock()
+		for w := range g.workers {
+			if w.stat == nil || !w.demoted.Load() || !w.busy.Load() {
+				w.sampled = false
+				continue
+			}
+			var ts unix.Timespec
+			if unix.ClockGettime(w.clock, &ts) != nil {
+				continue
+			}
+			cpu, wall := ts.Nano(), now()
+			runnable := threadRunnable(w.stat, buf)
+			if w.sampled {
+				ran, elapsed := cpu-w.lastCPU, wall-w.lastWall
+				if runnable && 2*ran < elapsed {
+					w.starving += elapsed - ran
+					g.starvedNs.Add(elapsed - ran)
+				} else {
+					w.starving = 0
+				}
+				if w.starving >= int64(guardStarved) {
+					starved = append(starved, w)
+					w.starving = 0
+				}
+			}
+			w.lastCPU, w.lastWall, w.sampled = cpu, wall, true
+		}
+		g.mu.Unlock()
+		if len(starved) > 0 {
+			g.fire(starved)
+		}
+	}
+}
+
+// fire suspends demotion and promotes the starved threads in place where
+// the kernel permits it.
+//
+// A suspension already in force is not renewed by the same starvation: a
+// demoted thread that could not be promoted stays starved until its task
+// ends, and counting it again would only stretch the cool-down.
+func (g *guard) fire(starved []*guardedWorker) {
+	for _, w := range starved {
+		if !w.promoteTried.Load() {
+			w.promoteTried.Store(true)
+			if err := w.orig.ApplyThread(w.tid); err == nil {
+				w.demoted.Store(false)
+				g.promotions.Add(1)
+			}
+		}
+	}
+	if !g.allowed() {
+		return
+	}
+	t := now()
+	if t-g.lastFire < int64(2*g.cooldown) && g.lastFire != 0 {
+		g.cooldown = min(2*g.cooldown, guardMaxCooldown)
+	} else {
+		g.cooldown = guardCooldown
+	}
+	g.lastFire = t
+	g.suspendedUntil.Store(t + int64(g.cooldown))
+	g.suspensions.Add(1)
+	g.info("cpuwork: demoted batch threads starved while holding a P; demotion suspended",
+		"threads", len(starved), "cooldown", g.cooldown)
+}
+
+// threadRunnable reports whether the thread whose /proc/self/task/TID/stat
+// is f is running or runnable (state 'R', field 3 of proc(5)).
+func threadRunnable(f *os.File, buf []byte) bool {
+	n, err := f.ReadAt(buf, 0)
+	if n == 0 && err != nil {
+		return false
+	}
+	s := string(buf[:n])
+	i := strings.LastIndexByte(s, ')') // the command may contain spaces and parentheses
+	return i >= 0 && i+2 < len(s) && s[i+2] == 'R'
+}
