@@ -116,7 +116,10 @@ func New(o Options) (*Executor, error) {
 	}
 	e.spareP = o.SpareP
 	e.demotion = o.Demotion
-	if o.Demotion == DemoteAlways || o.Demotion == DemoteAuto && o.SpareP {
+	if o.Demotion > DemoteAlways {
+		return nil, fmt.Errorf("cpuwork: Options.Demotion %d is not a Demotion", o.Demotion)
+	}
+	if o.Demotion == DemoteAlways || o.Demotion == DemoteWithSpareP && o.SpareP {
 		e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
 	}
 	e.pools[poolNormal] = newPool(e, "normal", nil)

@@ -17,34 +17,39 @@ import (
 // demoted to Options.BatchSched (SCHED_IDLE by default).
 //
 // A demoted thread lets the kernel run any other thread of the machine
-// first. That is what makes latency-sensitive goroutines fast when they
-// have a P of their own (Options.SpareP). But a demoted thread holds a Go P
-// while it runs Go code: when another CPU-bound process competes in the
-// same cgroup, the kernel starves the thread for long stretches, and the
-// goroutines queued on its P, its timers and every stop-the-world wait for
-// it. Measurements: docs/architecture.md ("Demotion and the starvation
-// guard").
+// first. On an otherwise idle machine, with a P that batch work never holds
+// (Options.SpareP), that makes latency-sensitive goroutines fast even
+// without Checkpoint. But a demoted thread holds a Go P while it runs Go
+// code: when another CPU-bound process competes in the same cgroup, the
+// kernel starves the thread for long stretches, and the goroutines queued
+// on its P, its timers and every stop-the-world wait for it. Measured
+// beside one CPU-bound process in the same cgroup, demoted batch made
+// critical p99 worse than plain goroutines, with or without SpareP, while
+// the default (Checkpoint on ordinary goroutines) kept its win in every
+// case (docs/architecture.md, "Demotion and the starvation guard"). So
+// demotion is opt-in, for processes that own their cgroup (a container
+// whose only CPU-bound process is the service).
 type Demotion uint8
 
 const (
-	// DemoteAuto, the default, demotes only when Options.SpareP is set
-	// (batch work then never holds the last P), under the starvation guard.
-	// Without SpareP, Batch and Background run on ordinary goroutines and
-	// Checkpoint alone hands their slots and Ps to more urgent work.
-	DemoteAuto Demotion = iota
-	// DemoteNever runs Batch and Background workers as ordinary goroutines.
-	DemoteNever
+	// DemoteNever, the default, runs Batch and Background work on ordinary
+	// goroutines: Checkpoint hands their slots and Ps to more urgent work.
+	DemoteNever Demotion = iota
+	// DemoteWithSpareP demotes only when Options.SpareP is set, under the
+	// starvation guard. The guard needs a P to run on, which SpareP keeps.
+	DemoteWithSpareP
 	// DemoteAlways demotes with or without SpareP, under the starvation
-	// guard.
+	// guard; without SpareP the guard cannot run while every P is held by
+	// a starved thread.
 	DemoteAlways
 )
 
 func (d Demotion) String() string {
 	switch d {
-	case DemoteAuto:
-		return "auto"
 	case DemoteNever:
 		return "never"
+	case DemoteWithSpareP:
+		return "with-sparep"
 	case DemoteAlways:
 		return "always"
 	}
@@ -72,23 +77,29 @@ func (d Demotion) String() string {
 // worker exits, its thread is discarded with it, and a fresh, undemoted
 // worker takes its place. With the privilege, the guard promotes a starved
 // thread at once, in the middle of its task. After the cool-down workers
-// demote again (always permitted).
+// demote again (always permitted). The suspension is process-wide.
 const (
 	guardInterval    = 5 * time.Millisecond
 	guardStarved     = 4 * time.Millisecond
-	guardCooldown    = time.Second
-	guardMaxCooldown = time.Minute
+	guardCooldown    = 10 * time.Second
+	guardMaxCooldown = 10 * time.Minute
 )
+
+// suspension is process-wide: competition for the CPU is a property of the
+// machine, not of one executor, so an executor created during a suspension
+// starts undemoted instead of paying for its own starvation episode.
+var suspension struct {
+	mu       sync.Mutex
+	until    atomic.Int64 // now() until which demotion is suspended; 0: never
+	cooldown time.Duration
+	lastFire int64
+}
 
 // guard is the starvation guard of one executor's demoted pool.
 type guard struct {
 	sched osthread.Sched                // what demoted workers apply
 	warn  func(msg string, args ...any) // once per executor
 	info  func(msg string, args ...any)
-
-	suspendedUntil atomic.Int64 // now() until which demotion is suspended; 0: never
-	cooldown       time.Duration
-	lastFire       int64
 
 	suspensions atomic.Uint64
 	promotions  atomic.Uint64
@@ -125,7 +136,7 @@ func threadClock(tid int) int32 {
 }
 
 func newGuard(sched osthread.Sched, warn, info func(string, ...any)) *guard {
-	g := &guard{sched: sched, warn: warn, info: info, cooldown: guardCooldown,
+	g := &guard{sched: sched, warn: warn, info: info,
 		workers: map[*guardedWorker]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
 	return g
 }
@@ -134,7 +145,7 @@ func (g *guard) start() { go g.run() }
 
 // allowed reports whether demotion is in force now.
 func (g *guard) allowed() bool {
-	u := g.suspendedUntil.Load()
+	u := suspension.until.Load()
 	return u == 0 || now() >= u
 }
 
@@ -258,20 +269,22 @@ func (g *guard) fire(starved []*guardedWorker) {
 			}
 		}
 	}
+	suspension.mu.Lock()
+	defer suspension.mu.Unlock()
 	if !g.allowed() {
 		return
 	}
 	t := now()
-	if t-g.lastFire < int64(2*g.cooldown) && g.lastFire != 0 {
-		g.cooldown = min(2*g.cooldown, guardMaxCooldown)
+	if t-suspension.lastFire < int64(2*suspension.cooldown) && suspension.lastFire != 0 {
+		suspension.cooldown = min(2*suspension.cooldown, guardMaxCooldown)
 	} else {
-		g.cooldown = guardCooldown
+		suspension.cooldown = guardCooldown
 	}
-	g.lastFire = t
-	g.suspendedUntil.Store(t + int64(g.cooldown))
+	suspension.lastFire = t
+	suspension.until.Store(t + int64(suspension.cooldown))
 	g.suspensions.Add(1)
 	g.info("cpuwork: demoted batch threads starved while holding a P; demotion suspended",
-		"threads", len(starved), "cooldown", g.cooldown)
+		"threads", len(starved), "cooldown", suspension.cooldown)
 }
 
 // threadRunnable reports whether the thread whose /proc/self/task/TID/stat
@@ -284,4 +297,17 @@ func threadRunnable(f *os.File, buf []byte) bool {
 	s := string(buf[:n])
 	i := strings.LastIndexByte(s, ')') // the command may contain spaces and parentheses
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'R'
+}
+
+// ResumeDemotion ends a suspension of demotion by the starvation guard now,
+// process-wide, and resets its cool-down: demotable workers demote again at
+// their next task. For benchmarks and tests that measure demotion from a
+// fresh start (as a new process would), or for an operator who knows that
+// the competing process is gone. The guard suspends again if starvation
+// recurs.
+func ResumeDemotion() {
+	suspension.mu.Lock()
+	defer suspension.mu.Unlock()
+	suspension.until.Store(0)
+	suspension.lastFire, suspension.cooldown = 0, 0
 }

@@ -166,14 +166,22 @@ func TestCriticalLaneRunsCriticalTasksOnItsThreads(t *testing.T) {
 	}
 }
 
-func TestDemoteAutoDemotesOnlyWithSpareP(t *testing.T) {
-	for _, spare := range []bool{false, true} {
-		want := osthread.Other
-		if spare {
-			want = osthread.Idle
-		}
-		t.Run(fmt.Sprintf("SpareP %v: batch runs %s", spare, want), func(t *testing.T) {
-			e := newExec(t, Options{Slots: 2, SpareP: spare})
+func TestDemotionIsOptInAndWithSparePNeedsSpareP(t *testing.T) {
+	for _, tt := range []struct {
+		d     Demotion
+		spare bool
+		want  osthread.Policy
+	}{
+		{DemoteNever, false, osthread.Other},
+		{DemoteNever, true, osthread.Other},
+		{DemoteWithSpareP, false, osthread.Other},
+		{DemoteWithSpareP, true, osthread.Idle},
+		{DemoteAlways, false, osthread.Idle},
+	} {
+		spare := tt.spare
+		t.Run(fmt.Sprintf("%s with SpareP %v: batch runs %s", tt.d, spare, tt.want), func(t *testing.T) {
+			want := tt.want
+			e := newExec(t, Options{Slots: 2, SpareP: spare, Demotion: tt.d})
 			err := e.Do(context.Background(), Batch, func(context.Context) error {
 				s, _, err := policyHere()
 				if err == nil && s.Policy != want {
@@ -184,7 +192,7 @@ func TestDemoteAutoDemotesOnlyWithSpareP(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if st := e.Stats(); st.Demotion.Enabled != spare {
+			if st := e.Stats(); st.Demotion.Enabled != (want == osthread.Idle) {
 				t.Errorf("Stats.Demotion.Enabled %v", st.Demotion.Enabled)
 			}
 		})
@@ -201,6 +209,7 @@ func TestStarvationGuardUndoesDemotionOfAStarvedWorker(t *testing.T) {
 		t.Skip("needs 2 CPUs: the test pins a competitor to CPU 1")
 	}
 	cpu := []int{1}
+	defer ResumeDemotion() // the suspension is process-wide: end it for the other tests
 	e := newExec(t, Options{Slots: 1, Demotion: DemoteAlways, BatchSched: osthread.Sched{Policy: osthread.Idle, CPUs: cpu}})
 	hog := exec.Command("sh", "-c", "while :; do :; done")
 	if err := hog.Start(); err != nil {

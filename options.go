@@ -54,13 +54,14 @@ type Options struct {
 	// Logger receives budget changes and watcher errors. nil logs nothing.
 	Logger *slog.Logger
 
-	// Demotion chooses when Batch and Background workers run on OS threads
-	// demoted to BatchSched, so that the kernel runs every other thread
-	// first. The zero value, DemoteAuto, demotes only with SpareP; every
-	// demotion is watched by a starvation guard that undoes it for a
-	// while when a demoted thread waits for the CPU while it holds a P
-	// (see Demotion). Demotion needs no privileges; undoing it in place
-	// needs CAP_SYS_NICE, and without it the worker's thread is replaced.
+	// Demotion chooses whether Batch and Background workers run on OS
+	// threads demoted to BatchSched, so that the kernel runs every other
+	// thread first. The zero value, DemoteNever, does not demote: demoted
+	// threads that hold a P lose to any CPU-bound process that shares the
+	// cgroup (see Demotion). When demoting, a starvation guard undoes the
+	// demotion for a cool-down once a demoted thread is starved while it
+	// runs a task. Demotion needs no privileges; undoing it in place needs
+	// CAP_SYS_NICE, and without it the worker's thread is replaced.
 	Demotion Demotion
 
 	// BatchSched is the scheduling of demoted worker threads; the zero

@@ -21,6 +21,7 @@ func benchCmd() *cobra.Command {
 		out       string
 		asJSON    bool
 		list      bool
+		compete   string
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -56,6 +57,12 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			}
 			if scenarios != "" {
 				cfg.Scenarios = strings.Split(scenarios, ",")
+			}
+			if compete != "" {
+				cfg.Compete = strings.Split(compete, ",")
+			}
+			if compete != "" {
+				cfg.Compete = strings.Split(compete, ",")
 			}
 			var bar *progressbar.ProgressBar
 			tty := term.IsTerminal(int(os.Stderr.Fd()))
@@ -105,6 +112,8 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	f.StringVar(&out, "out", "./cpuwork-report", "directory for index.html, results.json and histograms/ (\"\" = none)")
 	f.BoolVar(&asJSON, "json", false, "print results.json to stdout instead of tables (progress still goes to stderr)")
 	f.BoolVar(&list, "list", false, "list scenarios and variants with what each shows, then exit")
+	f.StringVar(&compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
+		" (default all; alone,nice0 with --quick): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root)")
 	return cmd
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,19 +14,25 @@ import (
 	"github.com/cpuwork/cpuwork/osthread"
 )
 
-var priorityVariants = []struct{ name, desc string }{
-	{"goroutines", "critical requests as plain goroutines beside GOMAXPROCS batch goroutines"},
-	{"two-pools", "a 1-worker critical pool and a GOMAXPROCS-worker batch pool"},
-	{"os-thread-pool", "C4's OS-thread pool: critical on a goroutine locked to a thread pinned to the last CPU at SCHED_FIFO 50, else nice -10, as permitted"},
-	{"hybrid", "C4's hybrid: GOMAXPROCS = NumCPU/2 plus NumCPU/2 dedicated locked threads (SCHED_FIFO or nice -10) for critical"},
-	{"cpuwork", "Executor defaults: Do(Critical); Do(Batch) on SCHED_IDLE threads with Checkpoint every ~50 µs"},
-	{"cpuwork-nodemote", "Executor with NoDemotion: batch on ordinary goroutines, Checkpoint every ~50 µs"},
-	{"cpuwork-nocheckpoint", "Executor defaults without Checkpoint in the batch loop"},
-	{"cpuwork-sparep", "Executor with SCHED_IDLE batch threads and one spare P and slot (GOMAXPROCS = Slots = budget+1, SpareP), no Checkpoint: the lanes mechanism alone"},
+// priorityVariants: compete marks the variants that also run in the
+// competition cases (Competitions).
+var priorityVariants = []struct {
+	name, desc string
+	compete    bool
+}{
+	{"goroutines", "critical requests as plain goroutines beside GOMAXPROCS batch goroutines", true},
+	{"goroutines-yield", "the same, the batch loops calling runtime.Gosched at every ~50 µs step where cpuwork's batch calls Checkpoint (at least as often as Checkpoint yields)", true},
+	{"two-pools", "a 1-worker critical pool and a GOMAXPROCS-worker batch pool", false},
+	{"os-thread-pool", "C4's OS-thread pool: critical on a goroutine locked to a thread pinned to the last CPU at SCHED_FIFO 50, else nice -10, as permitted", false},
+	{"hybrid", "C4's hybrid: GOMAXPROCS = NumCPU/2 plus NumCPU/2 dedicated locked threads (SCHED_FIFO or nice -10) for critical", false},
+	{"cpuwork", "Executor defaults: Do(Critical); Do(Batch) with Checkpoint every ~50 µs, batch on ordinary goroutines (DemoteNever)", true},
+	{"cpuwork-demote", "Executor with Demotion: DemoteAlways: batch on SCHED_IDLE threads under the starvation guard, Checkpoint every ~50 µs", true},
+	{"cpuwork-nocheckpoint", "Executor defaults without Checkpoint in the batch loop", false},
+	{"cpuwork-sparep", "Executor with SpareP and one spare P and slot (GOMAXPROCS = Slots = budget+1): batch on SCHED_IDLE threads (DemoteWithSpareP) under the guard, no Checkpoint", true},
 }
 
 // priority: critical requests of ~crit CPU arrive open-loop every interval
-// while batch work saturates every P.
+// while batch work saturates every P, alone and in each competition case.
 func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 	interval := 7 * time.Millisecond
 	s := &Scenario{
@@ -34,61 +41,124 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 		Claim: fmt.Sprintf("critical requests (~%v CPU, open-loop every %v) keep their latency while batch work saturates all %d Ps (C4: p99 47 -> 12.7 ms with locked OS threads)",
 			crit.Round(10*time.Microsecond), interval, runtime.GOMAXPROCS(0)),
 	}
-	for _, pv := range priorityVariants {
-		s.Variants = append(s.Variants, &Variant{Name: pv.name, Description: pv.desc, Valid: true})
-	}
-	critW := workload.NewSpin(crit)
-	batchW := workload.NewSpin(unit)
-	// Undisturbed batch throughput: batch alone for the same duration.
-	r.step("priority: batch alone (reference)")
-	alone := r.batchAlone(batchW)
-	units := map[string]float64{}
-	for round := 0; round < r.rounds; round++ {
-		for _, v := range s.Variants {
-			r.step(fmt.Sprintf("priority: %s (round %d/%d)", v.Name, round+1, r.rounds))
-			res, err := r.priorityOnce(v.Name, critW, batchW, interval)
-			if err != nil {
-				v.Valid, v.Invalid = false, err.Error()
-				continue
-			}
-			v.addRun(res.hist, res.series, res.u)
-			v.OfferedPS += res.offered / float64(r.rounds)
-			v.AchievedPS += res.achieved / float64(r.rounds)
-			units[v.Name] += res.batchCPUps / float64(r.rounds)
-			if res.priv != "" {
-				v.Privileges = res.priv
+	cases := r.competitions()
+	for _, cc := range cases {
+		for _, pv := range priorityVariants {
+			if cc.Name == "" || pv.compete {
+				s.Variants = append(s.Variants, &Variant{Name: pv.name + cc.suffix(), Description: pv.desc + "; " + cc.Desc, Valid: true})
 			}
 		}
 	}
+	critW := workload.NewSpin(crit)
+	batchW := workload.NewSpin(unit)
+	units := map[string]float64{}
+	alone := map[string]float64{}
+	for _, cc := range cases {
+		var vs []*Variant
+		for _, v := range s.Variants {
+			if _, suf := baseName(v.Name); suf == cc.suffix() {
+				vs = append(vs, v)
+			}
+		}
+		func() {
+			stop, err := cc.start()
+			if err != nil {
+				for _, v := range vs {
+					v.Valid, v.Invalid = false, "not measured: "+err.Error()
+				}
+				s.Notes = append(s.Notes, fmt.Sprintf("case %s not measured: %v", cc.Name, err))
+				r.done += 1 + len(vs)*r.rounds
+				return
+			}
+			defer stop()
+			// Undisturbed batch throughput in this case: batch alone.
+			r.step(fmt.Sprintf("priority: batch alone (reference%s)", cc.suffix()))
+			alone[cc.suffix()] = r.batchAlone(batchW)
+			for round := 0; round < r.rounds; round++ {
+				for _, v := range vs {
+					r.step(fmt.Sprintf("priority: %s (round %d/%d)", v.Name, round+1, r.rounds))
+					base, _ := baseName(v.Name)
+					res, err := r.priorityOnce(base, critW, batchW, interval)
+					if err != nil {
+						v.Valid, v.Invalid = false, err.Error()
+						continue
+					}
+					v.addRun(res.hist, res.series, res.u)
+					v.OfferedPS += res.offered / float64(r.rounds)
+					v.AchievedPS += res.achieved / float64(r.rounds)
+					units[v.Name] += res.batchCPUps / float64(r.rounds)
+					if res.priv != "" {
+						v.Privileges = res.priv
+					}
+					if res.demotion != "" {
+						v.setExtra("guard_suspensions", res.guardSuspensions)
+					}
+				}
+			}
+		}()
+	}
 	for _, v := range s.Variants {
+		_, suf := baseName(v.Name)
 		v.Throughput = v.AchievedPS
 		v.setExtra("batch_cpu_per_s", units[v.Name])
-		v.setExtra("batch_alone_cpu_per_s", alone)
-		if alone > 0 {
-			v.setExtra("batch_share_of_alone", units[v.Name]/alone)
+		v.setExtra("batch_alone_cpu_per_s", alone[suf])
+		if alone[suf] > 0 {
+			v.setExtra("batch_share_of_alone", units[v.Name]/alone[suf])
 		}
 		if v.Valid && v.OfferedPS > 0 && v.AchievedPS < 0.99*v.OfferedPS {
 			v.Valid, v.Invalid = false, fmt.Sprintf("achieved %.1f/s of %.1f/s offered", v.AchievedPS, v.OfferedPS)
 		}
 	}
 	s.ratios()
-	s.Notes = append(s.Notes, "requests are generated in-process by a goroutine sleeping to each intended time; its timer lateness counts as latency (open-loop), and even an idle P wakes from a timer ~0.5 ms late here (see the timers scenario), which sets a floor under every variant's p50")
-	g, cw := s.variant("goroutines"), s.variant("cpuwork")
-	if g.Valid && cw.Valid {
+	s.caseRatios()
+	s.Notes = append(s.Notes, "requests are generated in-process by a goroutine sleeping to each intended time; its timer lateness counts as latency (open-loop), for every variant alike")
+	var parts []string
+	holds := true
+	measured := false
+	for _, cc := range cases {
+		g, cw := s.variant("goroutines"+cc.suffix()), s.variant("cpuwork"+cc.suffix())
+		if g == nil || cw == nil || !g.Valid || !cw.Valid {
+			continue
+		}
+		measured = true
+		limit := 0.5
+		where := cc.Name
+		if cc.Name == "" {
+			limit, where = 0.1, "alone"
+		}
 		ratio := cw.Latency.P99 / g.Latency.P99
 		share := cw.Extra["batch_share_of_alone"]
-		holds := ratio <= 0.1 && share >= 0.85
+		ok := ratio <= limit && share >= 0.85
+		holds = holds && ok
+		parts = append(parts, fmt.Sprintf("%s: cpuwork p99 %.2f ms = %.3fx goroutines (%.2f ms; expected <= %.1fx), batch %.0f%% of batch alone (expected >= 85%%): %s",
+			where, cw.Latency.P99*1e3, ratio, g.Latency.P99*1e3, limit, share*100, holdsWord(ok)))
+	}
+	if measured {
 		s.Holds = boolp(holds)
-		s.Verdict = fmt.Sprintf("cpuwork critical p99 %.2f ms = %.3fx plain goroutines (%.2f ms; expected <= 0.1x) with batch at %.0f%% of its undisturbed throughput (expected >= 85%%): %s",
-			cw.Latency.P99*1e3, ratio, g.Latency.P99*1e3, share*100, holdsWord(holds))
-		if sp := s.variant("cpuwork-sparep"); sp != nil && sp.Valid {
-			r2, sh2 := sp.Latency.P99/g.Latency.P99, sp.Extra["batch_share_of_alone"]
-			ok := sp.Latency.P99 <= 0.001 && r2 <= 0.05 && sh2 >= 0.90
-			s.Verdict += fmt.Sprintf("; demoted lanes + one spare P, no Checkpoint, no privileges: p99 %.2f ms = %.3fx (expected <= 1 ms and <= 0.05x) with batch at %.0f%% (expected >= 90%%): %s",
-				sp.Latency.P99*1e3, r2, sh2*100, holdsWord(ok))
-		}
+		s.Verdict = strings.Join(parts, "; ")
 	}
 	return s
+}
+
+// caseRatios replaces the ratios of variants measured in a competition
+// case by ratios against the baseline measured in the same case.
+func (s *Scenario) caseRatios() {
+	for _, v := range s.Variants {
+		_, suf := baseName(v.Name)
+		if suf == "" {
+			continue
+		}
+		base := s.variant(s.Baseline + suf)
+		if base == nil || base.Latency.P99 == 0 {
+			continue
+		}
+		v.Ratio = map[string]float64{
+			"mean": v.Latency.Mean / base.Latency.Mean,
+			"p50":  v.Latency.P50 / base.Latency.P50,
+			"p99":  v.Latency.P99 / base.Latency.P99,
+			"p999": v.Latency.P999 / base.Latency.P999,
+		}
+	}
 }
 
 type onceResult struct {
@@ -99,6 +169,9 @@ type onceResult struct {
 	achieved   float64
 	batchCPUps float64
 	priv       string
+	// demotion state of the cpuwork variants at the end of the run
+	demotion         string
+	guardSuspensions float64
 }
 
 // batchAlone measures batch CPU-seconds per second with no critical load.
@@ -167,8 +240,13 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		}
 	}
 	switch variant {
-	case "goroutines":
-		batchLoop(func() { unit.Run(0) })
+	case "goroutines", "goroutines-yield":
+		if variant == "goroutines" {
+			batchLoop(func() { unit.Run(0) })
+		} else {
+			steps := int(unit.D / (50 * time.Microsecond))
+			batchLoop(func() { unit.RunChecked(steps, func() error { runtime.Gosched(); return nil }) })
+		}
 		dispatch = func(t time.Time) { cwg.Add(1); go func() { defer cwg.Done(); critical(t) }() }
 	case "two-pools", "os-thread-pool", "hybrid":
 		batchLoop(func() { unit.Run(0) })
@@ -200,7 +278,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		}
 		dispatch = func(t time.Time) { ch <- t }
 		cleanup = append(cleanup, func() { close(ch) })
-	case "cpuwork", "cpuwork-nodemote", "cpuwork-nocheckpoint", "cpuwork-sparep":
+	case "cpuwork", "cpuwork-demote", "cpuwork-nocheckpoint", "cpuwork-sparep":
 		var q [cpuwork.NumClasses]int
 		for i := range q {
 			q[i] = 4096
@@ -209,14 +287,18 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		if variant == "cpuwork-sparep" {
 			slots++ // one slot (and one P) more than batch may hold: Critical never waits for batch
 		}
-		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: q, WatchInterval: -1, SpareP: variant == "cpuwork-sparep", Demotion: map[bool]cpuwork.Demotion{true: cpuwork.DemoteNever}[variant == "cpuwork-nodemote"]})
+		cpuwork.ResumeDemotion() // each variant starts as a fresh process would
+		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: q, WatchInterval: -1, SpareP: variant == "cpuwork-sparep", Demotion: map[string]cpuwork.Demotion{"cpuwork-demote": cpuwork.DemoteAlways, "cpuwork-sparep": cpuwork.DemoteWithSpareP}[variant]})
 		if cerr != nil {
 			return res, cerr
 		}
-		res.priv = "none: SCHED_IDLE batch threads need no privilege"
+		res.priv = "none"
+		if variant == "cpuwork-demote" || variant == "cpuwork-sparep" {
+			res.priv = "none: SCHED_IDLE batch threads need no privilege (undoing it in place does: without it the guard replaces the thread)"
+		}
 		ctx := context.Background()
 		steps := int(unit.D / (50 * time.Microsecond))
-		if variant != "cpuwork" && variant != "cpuwork-nodemote" {
+		if variant != "cpuwork" && variant != "cpuwork-demote" {
 			steps = 1
 		}
 		batchLoop(func() {
@@ -234,7 +316,12 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 				e.Do(ctx, cpuwork.Critical, func(context.Context) error { critical(t); return nil })
 			}()
 		}
-		defer e.Close(context.Background())
+		defer func() {
+			d := e.Stats().Demotion
+			res.demotion = d.Policy.String()
+			res.guardSuspensions = float64(d.Suspensions)
+			e.Close(context.Background())
+		}()
 	default:
 		return res, fmt.Errorf("unknown priority variant %q", variant)
 	}

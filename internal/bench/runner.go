@@ -30,8 +30,8 @@ func Scenarios() []ScenarioInfo {
 	return []ScenarioInfo{
 		{"burst", "1.5 ms tasks (fib) arriving at once: bounding concurrency vs a goroutine per task", names(burstVariants)},
 		{"burst-long", "40 ms tasks arriving at once: where processor sharing makes every task late", names(burstVariants)},
-		{"priority", "critical requests beside batch work that saturates every P", names(priorityVariants)},
-		{"timers", "timer and netpoller latency beside busy CPU workers", names(timerVariants)},
+		{"priority", "critical requests beside batch work that saturates every P, alone and beside a competing CPU-bound process", priorityNames()},
+		{"timers", "timer and netpoller latency beside busy CPU workers, alone and beside a competing CPU-bound process", names(timerVariants)},
 		{"service", "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity", names(serviceVariants)},
 		{"quota", "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)", quotaNames()},
 		{"neighbour", "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)", names(neighbourVariants)},
@@ -43,6 +43,10 @@ type Config struct {
 	Scenarios []string      // empty: all
 	Duration  time.Duration // per variant per round for the time-based scenarios; 0: 3 s (quick: 0.6 s)
 	Quick     bool          // whole suite in about a minute, for smoke tests
+	// Compete lists the competition cases of the priority and timers
+	// scenarios by name (CompetitionNames); empty: all (alone and nice0
+	// with Quick).
+	Compete []string
 	// LoadGen is the command line that starts the load generator process
 	// for the service scenario (the cpuwork binary's hidden "loadgen"
 	// subcommand); LoadGen[0], the cpuwork binary, also runs the quota
@@ -76,6 +80,11 @@ func Run(cfg Config) (*Report, error) {
 	for _, w := range want {
 		if !slices.Contains(known, w) {
 			return nil, fmt.Errorf("unknown scenario %q (have %s)", w, strings.Join(known, ", "))
+		}
+	}
+	for _, c := range cfg.Compete {
+		if !slices.Contains(CompetitionNames(), c) {
+			return nil, fmt.Errorf("unknown competition case %q (have %s)", c, strings.Join(CompetitionNames(), ", "))
 		}
 	}
 	r := &Runner{cfg: cfg, rounds: 2, duration: cfg.Duration}
@@ -184,8 +193,18 @@ func (r *Runner) countSteps(want []string) int {
 				if w == "quota" && !r.cfg.Quick {
 					n += 2 * len(s.Variants) * r.rounds // three quotas
 				}
-				if w == "priority" {
-					n++ // batch alone
+				if w == "priority" || w == "timers" {
+					n = n - len(s.Variants)*r.rounds
+					for _, cc := range r.competitions() {
+						if w == "priority" {
+							n++ // batch alone
+						}
+						for _, v := range s.Variants {
+							if cc.Name == "" || !strings.Contains(v, "(alone only)") {
+								n += r.rounds
+							}
+						}
+					}
 				}
 			}
 		}
@@ -198,6 +217,18 @@ func (r *Runner) step(what string) {
 		r.cfg.Step(r.done, r.total, what)
 	}
 	r.done++
+}
+
+func priorityNames() []string {
+	var out []string
+	for _, v := range priorityVariants {
+		d := v.name + ": " + v.desc
+		if !v.compete {
+			d += " (alone only)"
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 func quotaNames() []string {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,21 +17,25 @@ import (
 
 var timerVariants = []struct{ name, desc string }{
 	{"pool", "GOMAXPROCS worker goroutines running 1 ms CPU jobs back to back"},
-	{"pool-gosched", "the same pool calling runtime.Gosched once per job (the C1 fix)"},
-	{"cpuwork", "the same jobs as Executor Batch tasks calling Checkpoint every ~50 µs"},
+	{"pool-gosched", "the same pool calling runtime.Gosched once per 1 ms job (the C1 fix)"},
+	{"pool-gosched-50us", "the same pool calling runtime.Gosched at every ~50 µs step, where cpuwork's jobs call Checkpoint: at least as often as Checkpoint yields (it yields every 1 ms, and within ~100 µs when goroutines are runnable)"},
+	{"cpuwork", "the same jobs as Executor Batch tasks (defaults) calling Checkpoint every ~50 µs"},
 }
 
 // timers: a 1 ms sleep-loop canary and a loopback TCP echo beside CPU
-// workers that occupy every P. Timers only fire when a P enters the
-// scheduler (Go issue 38860).
+// workers that occupy every P, alone and in each competition case.
+// Timers only fire when a P enters the scheduler (Go issue 38860).
 func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	s := &Scenario{
 		Name:     "timers",
 		Baseline: "pool",
 		Claim:    "busy CPU workers delay timers and the netpoller (Go issue 38860); yielding inside CPU loops fixes it (C1: runtime.Gosched every 1000 iterations)",
 	}
-	for _, tv := range timerVariants {
-		s.Variants = append(s.Variants, &Variant{Name: tv.name, Description: tv.desc, Valid: true})
+	cases := r.competitions()
+	for _, cc := range cases {
+		for _, tv := range timerVariants {
+			s.Variants = append(s.Variants, &Variant{Name: tv.name + cc.suffix(), Description: tv.desc + "; " + cc.Desc, Valid: true})
+		}
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -40,20 +45,41 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	go echoServer(ln)
 	job := workload.NewSpin(unit)
 	echo := map[string]*histT{}
-	for round := 0; round < r.rounds; round++ {
+	for _, cc := range cases {
+		var vs []*Variant
 		for _, v := range s.Variants {
-			r.step(fmt.Sprintf("timers: %s (round %d/%d)", v.Name, round+1, r.rounds))
-			canary, eh, series, u, err := r.timersOnce(v.Name, job, ln.Addr().String())
-			if err != nil {
-				v.Valid, v.Invalid = false, err.Error()
-				continue
+			if _, suf := baseName(v.Name); suf == cc.suffix() {
+				vs = append(vs, v)
 			}
-			v.addRun(canary, series, u)
-			if echo[v.Name] == nil {
-				echo[v.Name] = newHist()
-			}
-			echo[v.Name].Merge(eh)
 		}
+		func() {
+			stop, err := cc.start()
+			if err != nil {
+				for _, v := range vs {
+					v.Valid, v.Invalid = false, "not measured: "+err.Error()
+				}
+				s.Notes = append(s.Notes, fmt.Sprintf("case %s not measured: %v", cc.Name, err))
+				r.done += len(vs) * r.rounds
+				return
+			}
+			defer stop()
+			for round := 0; round < r.rounds; round++ {
+				for _, v := range vs {
+					r.step(fmt.Sprintf("timers: %s (round %d/%d)", v.Name, round+1, r.rounds))
+					base, _ := baseName(v.Name)
+					canary, eh, series, u, err := r.timersOnce(base, job, ln.Addr().String())
+					if err != nil {
+						v.Valid, v.Invalid = false, err.Error()
+						continue
+					}
+					v.addRun(canary, series, u)
+					if echo[v.Name] == nil {
+						echo[v.Name] = newHist()
+					}
+					echo[v.Name].Merge(eh)
+				}
+			}
+		}()
 	}
 	for _, v := range s.Variants {
 		if h := echo[v.Name]; h != nil {
@@ -66,12 +92,37 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 		v.Throughput = float64(v.Latency.Count) / max(v.WallS, 1e-9)
 	}
 	s.ratios()
-	p, cw := s.variant("pool"), s.variant("cpuwork")
-	if p.Valid && cw.Valid {
-		holds := cw.Latency.P99 <= 0.002 && p.Latency.P99 >= 0.010
+	s.caseRatios()
+	var parts []string
+	holds, measured := true, false
+	for _, cc := range cases {
+		p, cw := s.variant("pool"+cc.suffix()), s.variant("cpuwork"+cc.suffix())
+		if p == nil || cw == nil || !p.Valid || !cw.Valid {
+			continue
+		}
+		measured = true
+		ratio := cw.Latency.P99 / p.Latency.P99
+		var ok bool
+		var want string
+		if cc.Name == "" {
+			ok = cw.Latency.P99 <= 0.002 && p.Latency.P99 >= 0.010
+			want = "expected <= 2 ms vs >= 10 ms"
+		} else {
+			ok = ratio <= 0.5
+			want = "expected <= 0.5x"
+		}
+		holds = holds && ok
+		part := fmt.Sprintf("%s: canary p99 %.2f ms with Checkpoint vs %.2f ms for the busy pool (%.2fx; %s)",
+			map[bool]string{true: "alone", false: cc.Name}[cc.Name == ""], cw.Latency.P99*1e3, p.Latency.P99*1e3, ratio, want)
+		if g := s.variant("pool-gosched-50us" + cc.suffix()); g != nil && g.Valid {
+			part += fmt.Sprintf(", vs %.2f ms for a pool yielding every 50 µs (%.2fx)", g.Latency.P99*1e3, cw.Latency.P99/g.Latency.P99)
+		}
+		part += fmt.Sprintf("; echo p99 %.2f vs %.2f ms: %s", cw.Extra["echo_p99_s"]*1e3, p.Extra["echo_p99_s"]*1e3, holdsWord(ok))
+		parts = append(parts, part)
+	}
+	if measured {
 		s.Holds = boolp(holds)
-		s.Verdict = fmt.Sprintf("1 ms canary lateness p99: %.2f ms with Checkpoint vs %.2f ms without (expected <= 2 ms vs >= 10 ms); loopback echo p99 %.2f ms vs %.2f ms: %s",
-			cw.Latency.P99*1e3, p.Latency.P99*1e3, cw.Extra["echo_p99_s"]*1e3, p.Extra["echo_p99_s"]*1e3, holdsWord(holds))
+		s.Verdict = strings.Join(parts, "; ")
 	}
 	return s, nil
 }
@@ -118,6 +169,8 @@ func (r *Runner) timersOnce(variant string, job *workload.Spin, addr string) (ca
 				case "pool-gosched":
 					job.Run(0)
 					runtime.Gosched()
+				case "pool-gosched-50us":
+					job.RunChecked(steps, func() error { runtime.Gosched(); return nil })
 				case "cpuwork":
 					e.Do(ctx, cpuwork.Batch, func(ctx context.Context) error {
 						return job.RunChecked(steps, func() error { return cpuwork.Checkpoint(ctx) })
