@@ -68,4 +68,6 @@ func BenchmarkGoWait(b *testing.B) { benchGoWait(b, Options{Slots: 2}) }
 
 // BenchmarkGoWaitNoDemotion: plain worker goroutines; the difference to
 // GoWait is the cost demotion adds.
-func BenchmarkGoWaitNoDemotion(b *testing.B) { benchGoWait(b, Options{Slots: 2, Demotion: DemoteNever}) }
+func BenchmarkGoWaitNoDemotion(b *testing.B) {
+	benchGoWait(b, Options{Slots: 2, Demotion: DemoteNever})
+}
