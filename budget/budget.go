@@ -37,11 +37,11 @@ const (
 
 // Limit is a CFS bandwidth limit found at one level of the cgroup tree.
 type Limit struct {
-	Dir    string        // directory the limit was read from
-	Quota  time.Duration // CPU time allowed per period, summed over CPUs
-	Period time.Duration // enforcement period (100ms by default)
-	Cores  float64       // Quota/Period (1.25 = 1250m)
-	Leaf   bool          // true for the process's own cgroup
+	Dir    string        `json:"dir"`       // directory the limit was read from
+	Quota  time.Duration `json:"quota_ns"`  // CPU time allowed per period, summed over CPUs
+	Period time.Duration `json:"period_ns"` // enforcement period (100ms by default)
+	Cores  float64       `json:"cores"`     // Quota/Period (1.25 = 1250m)
+	Leaf   bool          `json:"leaf"`      // true for the process's own cgroup
 }
 
 // Budget is the CPU a process can really use, with the inputs it came from.
@@ -50,42 +50,42 @@ type Budget struct {
 	// Cores is the effective budget: the smaller of the affinity count and
 	// the tightest quota of the leaf cgroup and every ancestor visible in
 	// the mount.
-	Cores float64
+	Cores float64 `json:"cores"`
 	// Source names the input that set Cores; SourceDir is the cgroup
 	// directory for the cgroup sources.
-	Source    Source
-	SourceDir string
+	Source    Source `json:"source"`
+	SourceDir string `json:"source_dir"`
 
-	CgroupVersion int     // 0 (no CPU cgroup found), 1 or 2
-	CgroupPath    string  // the process's cgroup path from /proc/PID/cgroup
-	CgroupDir     string  // its directory in the mounted hierarchy
-	Limits        []Limit // every level with a quota, leaf first
+	CgroupVersion int     `json:"cgroup_version"` // 0 (no CPU cgroup found), 1 or 2
+	CgroupPath    string  `json:"cgroup_path"`    // the process's cgroup path from /proc/PID/cgroup
+	CgroupDir     string  `json:"cgroup_dir"`     // its directory in the mounted hierarchy
+	Limits        []Limit `json:"limits"`         // every level with a quota, leaf first
 	// LeafCores is the leaf cgroup's own quota in cores, 0 if none. The Go
 	// runtime reads only this one (GOROOT/src/runtime/cgroup_linux.go).
-	LeafCores float64
+	LeafCores float64 `json:"leaf_cores"`
 
-	Affinity   int // CPUs in the affinity mask (sched_getaffinity)
-	NumCPU     int // runtime.NumCPU() at process start (self only)
-	GOMAXPROCS int // current runtime.GOMAXPROCS(0) (self only; 0 for another PID)
+	Affinity   int `json:"affinity"`   // CPUs in the affinity mask (sched_getaffinity)
+	NumCPU     int `json:"num_cpu"`    // runtime.NumCPU() at process start (self only)
+	GOMAXPROCS int `json:"gomaxprocs"` // current runtime.GOMAXPROCS(0) (self only; 0 for another PID)
 	// GOMAXPROCSEnv is the GOMAXPROCS environment variable, "" if unset.
-	GOMAXPROCSEnv string
+	GOMAXPROCSEnv string `json:"gomaxprocs_env"`
 	// RuntimeGOMAXPROCS is what the Go runtime's default rule (Go >= 1.25)
 	// chooses: min(Affinity, max(2, ceil(LeafCores))) with a leaf quota,
 	// else Affinity; the GOMAXPROCS variable overrides it.
-	RuntimeGOMAXPROCS int
+	RuntimeGOMAXPROCS int `json:"runtime_gomaxprocs"`
 
 	// Shares (v1 cpu.shares, default 1024) and Weight (v2 cpu.weight,
 	// default 100) are the leaf's proportional-share settings, 0 if absent.
-	Shares uint64
-	Weight uint64
+	Shares uint64 `json:"shares"`
+	Weight uint64 `json:"weight"`
 	// RequestCores is the CPU request these imply under Kubernetes'
 	// conversion (shares = milliCPU*1024/1000; v2 weight maps back to
 	// shares per KEP-2254); 0 when they are at their defaults or absent.
-	RequestCores float64
+	RequestCores float64 `json:"request_cores"`
 
 	// Notes lists what could not be read and was ignored (for example a
 	// cgroup not visible in the mount namespace).
-	Notes []string
+	Notes []string `json:"notes"`
 }
 
 // Slots is the number of CPU-bound tasks to run at once within this budget:

@@ -21,13 +21,17 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/cgroupfs"
 	"github.com/opencontainers/cgroups"
-	"github.com/opencontainers/cgroups/manager"
+	cgfs "github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
 )
 
 // ErrPermission is wrapped when the process may not create or change
@@ -39,14 +43,23 @@ var ErrPermission = errors.New("cgroup: permission denied")
 // (no CPU controller, cpu.idle missing on an older kernel).
 var ErrUnsupported = errors.New("cgroup: not supported here")
 
+// ErrExist is wrapped when the group to create exists already: another
+// group of that name (a second `cpuwork run --name X`), or one left behind.
+// New never adopts a group it did not create.
+var ErrExist = errors.New("cgroup: group exists")
+
 // Config describes a CPU cgroup to create.
 type Config struct {
 	// Name is the group's leaf name: letters, digits, '-', '_' and '.',
 	// never a path separator or "..".
 	Name string
-	// Parent is the path of the parent group below the hierarchy's root;
-	// "" means "cpuwork". It is created if missing and removed by Remove
-	// once empty.
+	// Parent is where the group goes. A relative path ("" means
+	// "cpuwork") is below the calling process's own cgroup in each
+	// hierarchy the group uses, as systemd-run creates scopes under its
+	// slice: a command placed in the group stays inside every limit that
+	// applied to its caller. A path starting with '/' is below the
+	// hierarchy's root instead. Parent directories New creates are removed
+	// by Remove once empty; existing ones are never removed.
 	Parent string
 	// CPUs is the CFS quota in cores (1.5 = 1500m = 150 ms per 100 ms);
 	// 0 means no quota.
@@ -60,18 +73,27 @@ type Config struct {
 	// converted to cpu.weight.
 	Shares uint64
 	// Cpuset restricts the group to these CPUs ("0-1", "0,2"); "" inherits.
+	// Every CPU must be online. On cgroup v1 only a non-empty Cpuset makes
+	// the group join the cpuset hierarchy.
 	Cpuset string
 	// Idle sets cpu.idle: the group's threads are scheduled as SCHED_IDLE
 	// against other groups (Linux >= 5.15).
 	Idle bool
 }
 
-// Group is a cgroup created by New.
+// Group is a cgroup created by New. It exists in the hierarchies it
+// configures only: on v1 the cpu hierarchy (with cpuacct where the two
+// are mounted together) and, with a Cpuset, the cpuset hierarchy; on v2
+// the unified hierarchy. A process added to it keeps its memory, pids and
+// every other membership.
 type Group struct {
 	cfg     Config
-	path    string // below the hierarchy root, e.g. "/cpuwork/job1"
+	path    string // below the CPU hierarchy's root, e.g. "/cpuwork/job1"
 	m       cgroups.Manager
 	version int
+	dirs    map[string]string // controller ("cpu", "cpuset"; "" on v2) -> the group's directory
+	home    map[string]string // controller -> the caller's cgroup directory in that hierarchy
+	created []string          // parent directories New created, deepest first
 }
 
 // Version returns 2 on a cgroup v2 (unified) host and 1 otherwise.
@@ -89,9 +111,94 @@ func validName(s string) error {
 	return nil
 }
 
+// hierarchy is where the calling process sits in one cgroup hierarchy.
+type hierarchy struct {
+	mount string // the hierarchy's mount point
+	dir   string // the caller's cgroup directory
+}
+
+// callerHierarchy finds the calling process's cgroup for a v1 controller
+// ("cpu", "cpuset") or, on v2, in the unified hierarchy.
+func callerHierarchy(controller string) (hierarchy, error) {
+	cg, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("cgroup: %w", err)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("cgroup: %w", err)
+	}
+	lines, err := cgroupfs.ParseProcCgroup(cg)
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("cgroup: /proc/self/cgroup: %w", err)
+	}
+	mounts, err := cgroupfs.ParseMountInfo(mi)
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("cgroup: /proc/self/mountinfo: %w", err)
+	}
+	h, err := cgroupfs.FindController(lines, mounts, controller)
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("%w: the %s hierarchy: %v", ErrUnsupported, controller, err)
+	}
+	return hierarchy{mount: h.MountPoint, dir: h.Dir}, nil
+}
+
+// parseCPUList parses a kernel CPU list ("0-3,6").
+func parseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("cgroup: CPU list %q: %q is not a CPU number", s, lo)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("cgroup: CPU list %q: bad range %q", s, part)
+			}
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cgroup: CPU list %q is empty", s)
+	}
+	return out, nil
+}
+
+// checkCpuset checks that every CPU of list is online
+// (/sys/devices/system/cpu/online), so New fails with a clear error
+// instead of the kernel's "numerical result out of range".
+func checkCpuset(list string) error {
+	want, err := parseCPUList(list)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil // cannot check: let the kernel decide
+	}
+	online, err := parseCPUList(string(b))
+	if err != nil {
+		return nil
+	}
+	for _, c := range want {
+		if !slices.Contains(online, c) {
+			return fmt.Errorf("cgroup: cpuset %q: CPU %d is not online here (online: %s)", list, c, strings.TrimSpace(string(b)))
+		}
+	}
+	return nil
+}
+
 // New creates the group described by c and applies its limits. It returns
-// an error wrapping ErrPermission or ErrUnsupported with what is missing,
-// and never leaves a half-configured group behind.
+// an error wrapping ErrExist when the group exists already, ErrPermission
+// or ErrUnsupported with what is missing, and on every error leaves no
+// directory it created behind.
 func New(c Config) (*Group, error) {
 	if err := validName(c.Name); err != nil {
 		return nil, err
@@ -116,6 +223,11 @@ func New(c Config) (*Group, error) {
 	case c.Shares != 0 && (c.Shares < 2 || c.Shares > 262144):
 		return nil, fmt.Errorf("cgroup: shares %d out of range 2..262144", c.Shares)
 	}
+	if c.Cpuset != "" {
+		if err := checkCpuset(c.Cpuset); err != nil {
+			return nil, err
+		}
+	}
 	if os.Geteuid() != 0 {
 		// Delegated subtrees (systemd user slices) may still allow it; try,
 		// but say why when it fails.
@@ -123,7 +235,6 @@ func New(c Config) (*Group, error) {
 			return nil, err
 		}
 	}
-	g := &Group{cfg: c, path: "/" + strings.Trim(c.Parent, "/") + "/" + c.Name, version: Version()}
 	res := &cgroups.Resources{SkipDevices: true}
 	period := c.Period
 	if period == 0 {
@@ -136,6 +247,7 @@ func New(c Config) (*Group, error) {
 			return nil, fmt.Errorf("cgroup: %v cores is a quota of %dµs per %v: the kernel's minimum is 1000µs", c.CPUs, res.CpuQuota, period)
 		}
 	}
+	g := &Group{cfg: c, version: Version(), dirs: map[string]string{}, home: map[string]string{}}
 	switch {
 	case c.Weight != 0 && g.version == 1:
 		res.CpuShares = WeightToShares(c.Weight)
@@ -151,24 +263,112 @@ func New(c Config) (*Group, error) {
 		one := int64(1)
 		res.CPUIdle = &one
 	}
-	m, err := manager.New(&cgroups.Cgroup{Path: g.path, Resources: res})
+	controllers := []string{"cpu"}
+	if g.version == 1 && c.Cpuset != "" {
+		controllers = append(controllers, "cpuset")
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			g.removeDirs()
+		}
+	}()
+	for _, ctl := range controllers {
+		h, err := callerHierarchy(ctl)
+		if err != nil {
+			return nil, err
+		}
+		key := ctl
+		if g.version == 2 {
+			key = ""
+		}
+		base := h.dir
+		if strings.HasPrefix(c.Parent, "/") {
+			base = h.mount
+		}
+		parent := filepath.Join(base, c.Parent)
+		dir := filepath.Join(parent, c.Name)
+		if err := g.mkParents(h.mount, parent); err != nil {
+			return nil, err
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("%w: %s (another group of that name, or a leftover: New never adopts a group it did not create; remove it with rmdir once it is empty)", ErrExist, dir)
+			}
+			return nil, explain("create "+dir, err)
+		}
+		g.dirs[key], g.home[key] = dir, h.dir
+		if key == "cpu" || key == "" {
+			g.path = "/" + strings.TrimPrefix(strings.TrimPrefix(dir, h.mount), "/")
+		}
+	}
+	var err error
+	if g.version == 2 {
+		g.m, err = fs2.NewManager(&cgroups.Cgroup{Resources: res}, g.dirs[""])
+	} else {
+		paths := map[string]string{"cpu": g.dirs["cpu"]}
+		if d, ok := g.dirs["cpuset"]; ok {
+			paths["cpuset"] = d
+		}
+		if fi, err := os.Stat(filepath.Join(g.dirs["cpu"], "cpuacct.usage")); err == nil && !fi.IsDir() {
+			paths["cpuacct"] = g.dirs["cpu"] // cpu and cpuacct mounted together
+		}
+		g.m, err = cgfs.NewManager(&cgroups.Cgroup{Resources: res}, paths)
+	}
 	if err != nil {
+		return nil, explain("manage "+g.path, err)
+	}
+	// Apply(-1) prepares the directories (cpuset copies its parent's CPUs
+	// and memory nodes; v2 enables the controllers in the ancestors)
+	// without moving any process.
+	if err := g.m.Apply(-1); err != nil {
+		if g.version == 2 && errors.Is(err, syscall.EBUSY) {
+			return nil, fmt.Errorf("%w: create %s: cgroup v2 allows no processes in a group that delegates the cpu controller, and %s holds processes: pass a Parent starting with '/' (cpuwork run --parent /DIR), or use systemd-run --scope: %v",
+				ErrUnsupported, g.path, g.home[""], err)
+		}
 		return nil, explain("create "+g.path, err)
 	}
-	g.m = m
-	// Apply(-1) creates the directories without moving any process.
-	if err := m.Apply(-1); err != nil {
-		m.Destroy()
-		return nil, explain("create "+g.path, err)
-	}
-	if err := m.Set(res); err != nil {
-		m.Destroy()
+	if err := g.m.Set(res); err != nil {
 		if c.Idle && errors.Is(err, fs.ErrNotExist) {
 			return nil, fmt.Errorf("%w: cpu.idle (needs Linux >= 5.15): %v", ErrUnsupported, err)
 		}
 		return nil, explain("configure "+g.path, err)
 	}
+	ok = true
 	return g, nil
+}
+
+// mkParents creates the missing directories from the hierarchy's mount
+// point down to parent, recording each one it created.
+func (g *Group) mkParents(mount, parent string) error {
+	rel, err := filepath.Rel(mount, parent)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("cgroup: parent %s is outside the hierarchy mounted at %s", parent, mount)
+	}
+	d := mount
+	for _, p := range strings.Split(rel, string(filepath.Separator)) {
+		if p == "." || p == "" {
+			continue
+		}
+		d = filepath.Join(d, p)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			g.created = append([]string{d}, g.created...)
+		} else if !errors.Is(err, fs.ErrExist) {
+			return explain("create "+d, err)
+		}
+	}
+	return nil
+}
+
+// removeDirs removes the group's directories and the parents New created,
+// where empty.
+func (g *Group) removeDirs() {
+	for _, d := range g.dirs {
+		os.Remove(d)
+	}
+	for _, d := range g.created {
+		os.Remove(d) // fails harmlessly while another group lives there
+	}
 }
 
 func checkWritable() error {
@@ -213,9 +413,9 @@ func (g *Group) Path() string { return g.path }
 // Dir returns the group's directory in the CPU hierarchy.
 func (g *Group) Dir() string {
 	if g.version == 2 {
-		return g.m.Path("")
+		return g.dirs[""]
 	}
-	return g.m.Path("cpu")
+	return g.dirs["cpu"]
 }
 
 // Add moves process pid (all its threads) into the group.
@@ -230,19 +430,14 @@ func (g *Group) Add(pid int) error {
 func (g *Group) ProcsFile() string { return filepath.Join(g.Dir(), "cgroup.procs") }
 
 // ProcsFiles returns every cgroup.procs a process must write its PID to in
-// order to join the group in all hierarchies (one on v2; cpu, cpuacct,
-// cpuset and the others on v1), for a child that moves itself before exec.
+// order to join the group (one per hierarchy the group uses: the unified
+// one on v2; cpu, and cpuset with a Cpuset, on v1), for a child that moves
+// itself before exec. Its other memberships stay as they are.
 func (g *Group) ProcsFiles() []string {
 	var out []string
-	seen := map[string]bool{}
-	for _, p := range g.m.GetPaths() {
-		f := filepath.Join(p, "cgroup.procs")
-		if _, err := os.Stat(f); err != nil {
-			continue // a hierarchy this group does not use (devices is skipped)
-		}
-		if !seen[f] {
-			seen[f] = true
-			out = append(out, f)
+	for _, ctl := range []string{"cpu", "cpuset", ""} {
+		if d, ok := g.dirs[ctl]; ok {
+			out = append(out, filepath.Join(d, "cgroup.procs"))
 		}
 	}
 	return out
@@ -268,8 +463,8 @@ func (g *Group) Stat() (budget.Stat, error) {
 	if err != nil {
 		return st, err
 	}
-	if g.version == 1 { // v1: CPU time is in the cpuacct hierarchy (nanoseconds)
-		if b, err := os.ReadFile(filepath.Join(g.m.Path("cpuacct"), "cpuacct.usage")); err == nil {
+	if g.version == 1 { // v1: CPU time is cpuacct's, where mounted with cpu (nanoseconds)
+		if b, err := os.ReadFile(filepath.Join(g.dirs["cpu"], "cpuacct.usage")); err == nil {
 			var ns int64
 			if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &ns); err == nil {
 				st.Usage = time.Duration(ns)
@@ -280,13 +475,10 @@ func (g *Group) Stat() (budget.Stat, error) {
 }
 
 // evictOwnThreads moves the calling process's threads that are in the
-// group back to the root of each hierarchy (v1 tasks files).
+// group back to the cgroup the caller was in when New ran (v1 tasks files).
 func (g *Group) evictOwnThreads() {
-	for _, dir := range g.m.GetPaths() {
-		root := strings.TrimSuffix(dir, g.path)
-		if root == dir {
-			continue
-		}
+	for ctl, dir := range g.dirs {
+		root := g.home[ctl]
 		b, err := os.ReadFile(filepath.Join(dir, "tasks"))
 		if err != nil {
 			continue
@@ -318,9 +510,10 @@ func (g *Group) Pids() ([]int, error) {
 
 // Remove empties the group and removes its directories: processes left in
 // it get SIGKILL, except the calling process, whose own threads (moved in
-// with AddThread, for example lane threads) are moved back to the root of
-// the hierarchy instead. It waits up to 5 s for the group to empty. The
-// parent is removed too when this leaves it empty.
+// with AddThread, for example lane threads) are moved back to the cgroup
+// they came from instead. It waits up to 5 s for the group to empty. The
+// parent directories New created are removed too where this leaves them
+// empty.
 func (g *Group) Remove() error {
 	self := os.Getpid()
 	deadline := time.Now().Add(5 * time.Second)
@@ -341,24 +534,94 @@ func (g *Group) Remove() error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	var paths []string // copied: Destroy empties the manager's own map
-	for _, p := range g.m.GetPaths() {
-		paths = append(paths, p)
-	}
 	if err := g.m.Destroy(); err != nil {
 		return explain("remove "+g.path, err)
 	}
-	// Remove the parent levels (Config.Parent) where now empty: rmdir of a
-	// cgroup that still has children fails harmlessly.
-	levels := len(strings.Split(strings.Trim(g.cfg.Parent, "/"), "/"))
-	for _, p := range paths {
-		d := p
-		for range levels {
-			d = filepath.Dir(d)
-			if os.Remove(d) != nil {
-				break
+	g.removeDirs()
+	return nil
+}
+
+// OwnedName returns a group name that records its owner, the calling
+// process: prefix-PID-START, START being the process's start time in clock
+// ticks since boot (field 22 of /proc/PID/stat), so that a PID reused later
+// does not look like the owner. SweepOwned removes such groups once their
+// owner is gone.
+func OwnedName(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), startTime(os.Getpid()))
+}
+
+// startTime returns field 22 of /proc/PID/stat, or -1 when there is no
+// such process.
+func startTime(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3
+	if len(f) < 20 {
+		return -1
+	}
+	v, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// SweepOwned removes the groups named by OwnedName(prefix) under parent
+// (resolved as New resolves Config.Parent, in the cpu and cpuset
+// hierarchies on v1, the unified one on v2) whose owner process is gone
+// and which hold no process. It never touches a group with a live owner
+// or with processes, nor one whose name it did not make. It returns the
+// directories it removed.
+func SweepOwned(parent, prefix string) []string {
+	if parent == "" {
+		parent = "cpuwork"
+	}
+	var removed []string
+	for _, ctl := range []string{"cpu", "cpuset"} {
+		h, err := callerHierarchy(ctl)
+		if err != nil {
+			continue
+		}
+		base := h.dir
+		if strings.HasPrefix(parent, "/") {
+			base = h.mount
+		}
+		dir := filepath.Join(base, parent)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			var pid int
+			var start int64
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix+"-") {
+				continue
+			}
+			if n, err := fmt.Sscanf(strings.TrimPrefix(e.Name(), prefix+"-"), "%d-%d", &pid, &start); n != 2 || err != nil ||
+				e.Name() != fmt.Sprintf("%s-%d-%d", prefix, pid, start) {
+				continue
+			}
+			if startTime(pid) == start {
+				continue // its owner is alive
+			}
+			d := filepath.Join(dir, e.Name())
+			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err != nil || strings.TrimSpace(string(b)) != "" {
+				continue
+			}
+			if os.Remove(d) == nil {
+				removed = append(removed, d)
 			}
 		}
+		if Version() == 2 {
+			break
+		}
 	}
-	return nil
+	return removed
 }

@@ -22,6 +22,8 @@ func benchCmd() *cobra.Command {
 		asJSON    bool
 		list      bool
 		compete   string
+		repeat    int
+		seed      int64
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -51,7 +53,13 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 				}
 				return tw.Flush()
 			}
-			cfg := bench.Config{Duration: duration, Quick: quick}
+			if duration < 0 {
+				return fmt.Errorf("bench: --duration %v: must be positive (or 0 for the default)", duration)
+			}
+			if repeat < 0 {
+				return fmt.Errorf("bench: --repeat %d: must be >= 1 (or 0 for the default)", repeat)
+			}
+			cfg := bench.Config{Duration: duration, Quick: quick, Repeat: repeat, Seed: seed}
 			if exe, err := os.Executable(); err == nil {
 				cfg.LoadGen = []string{exe, "loadgen"}
 			}
@@ -112,6 +120,8 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	f.StringVar(&out, "out", "./cpuwork-report", "directory for index.html, results.json and histograms/ (\"\" = none)")
 	f.BoolVar(&asJSON, "json", false, "print results.json to stdout instead of tables (progress still goes to stderr)")
 	f.BoolVar(&list, "list", false, "list scenarios and variants with what each shows, then exit")
+	f.IntVar(&repeat, "repeat", 0, "how often every variant runs, in a shuffled order per repeat; tables give the median p99 with its range and verdicts say in how many repeats they hold (0 = 3, or 1 with --quick)")
+	f.Int64Var(&seed, "seed", 0, "seed of the per-repeat shuffles (0 = from the clock; printed in the report)")
 	f.StringVar(&compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
 		" (default all; alone,nice0 with --quick): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root)")
 	return cmd

@@ -49,6 +49,12 @@ All CPU amounts are in cores (1.25 = 1250m).`,
 				return err
 			}
 			r := budgetReport{PID: p, Budget: b, Slots: b.Slots(), Warning: b.Warning()}
+			if r.Limits == nil {
+				r.Limits = []budget.Limit{} // [] rather than null: docs/bench.md, "budget --json"
+			}
+			if r.Notes == nil {
+				r.Notes = []string{}
+			}
 			if asJSON {
 				enc := json.NewEncoder(cmd.OutOrStdout())
 				enc.SetIndent("", "  ")

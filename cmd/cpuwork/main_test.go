@@ -40,7 +40,7 @@ func TestBudgetJSONHasCoresAndSlots(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
-	if r["Cores"].(float64) <= 0 || r["slots"].(float64) < 1 || int(r["pid"].(float64)) != 1 {
+	if r["cores"].(float64) <= 0 || r["slots"].(float64) < 1 || int(r["pid"].(float64)) != 1 {
 		t.Errorf("report %v", r)
 	}
 	out, err = run(t, "budget", "--json")

@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
 
 	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 )
 
 // exitCode asks main to exit with a status after cleanup ran.
@@ -43,24 +47,36 @@ func runCmd() *cobra.Command {
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run a command in a new CPU cgroup (quota, weight, cpuset, idle) and report throttling",
 		Long: `Run CMD in a new cgroup, as systemd-run --scope would: CMD joins the group
-before it executes anything. SIGINT, SIGTERM and SIGHUP sent to cpuwork are
-forwarded to CMD; cpuwork exits with CMD's exit status (128+N when CMD was
-killed by signal N) and removes the cgroup on every path it controls: CMD
-exits, CMD is killed (even with SIGKILL), or cpuwork gets SIGINT/SIGTERM
-(after forwarding it and waiting for CMD). Processes CMD left in the group
-are killed. At exit it prints, on stderr, the CPU time used, the CFS
-periods, throttled periods and throttled time (--json: one JSON object).
+before it executes anything.
+
+What is created where: one group, by default cpuwork/run-PID-START below
+cpuwork's own cgroup (--parent to change), in the cpu hierarchy only (v1,
+with cpuacct where the two are mounted together; plus the cpuset hierarchy
+with --cpuset) or in the unified hierarchy (v2). What is kept: every other
+membership of the caller (memory, pids, systemd's unit, ...), so CMD stays
+inside every limit that applied to cpuwork. A group that exists already is
+refused (--name given twice never adopts the other run's group).
+
+Signals: CMD runs in a process group of its own; with a terminal, that
+group is the terminal's foreground group, so Ctrl-C reaches CMD once, from
+the terminal. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to cpuwork itself are
+forwarded to CMD. cpuwork exits with CMD's exit status (128+N when CMD was
+killed by signal N; 127 when CMD is not found, 126 when it cannot be
+executed) and removes the group on every path it controls, killing
+processes CMD left in it. If cpuwork itself is killed (SIGKILL), CMD is
+killed with it (Pdeathsig) and the next cpuwork run removes the group.
+At exit it prints, on stderr, the CPU time used, the CFS periods,
+throttled periods and throttled time (--json: one JSON object).
 
 Needs root or a delegated cgroup subtree; says exactly what is missing
-otherwise. CPU amounts are cores (1.5 = 1500m).`,
+otherwise. Where systemd is PID 1, systemd-run --scope -p CPUQuota=125%
+CMD is the alternative without a supervising process. CPU amounts are
+cores (1.5 = 1500m).`,
 		Example: `  cpuwork run --cpus 1.25 -- ./myservice --port 8080
   cpuwork run --weight 200 --cpuset 0-1 -- make -j4
   cpuwork run --idle --name batch -- ./reindex`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if cfg.Name == "" {
-				cfg.Name = "run-" + strconv.Itoa(os.Getpid())
-			}
 			return runIn(cfg, args, asJSON, cmd.ErrOrStderr())
 		},
 	}
@@ -70,14 +86,37 @@ otherwise. CPU amounts are cores (1.5 = 1500m).`,
 	f.DurationVar(&cfg.Period, "period", 0, "CFS period (1ms..1s); 0 = 100ms")
 	f.Uint64Var(&cfg.Weight, "weight", 0, "cgroup v2 cpu.weight 1..10000 (default 100; converted to shares on v1)")
 	f.Uint64Var(&cfg.Shares, "shares", 0, "cgroup v1 cpu.shares 2..262144 (default 1024; converted to weight on v2)")
-	f.StringVar(&cfg.Cpuset, "cpuset", "", "CPUs the command may use, e.g. 0-1 or 0,2 (default: inherit)")
+	f.StringVar(&cfg.Cpuset, "cpuset", "", "CPUs the command may use, e.g. 0-1 or 0,2; each must be online (default: inherit)")
 	f.BoolVar(&cfg.Idle, "idle", false, "set cpu.idle: the group runs only when other groups leave CPU idle (Linux >= 5.15)")
-	f.StringVar(&cfg.Name, "name", "", "cgroup name under cpuwork/ (default run-PID); no '/' or '..'")
+	f.StringVar(&cfg.Name, "name", "", "group name (default run-PID-START); refused if it exists; no '/' or '..'")
+	f.StringVar(&cfg.Parent, "parent", "", "parent of the group: relative to cpuwork's own cgroup (default cpuwork), or from the hierarchy root when it starts with '/'")
 	f.BoolVar(&asJSON, "json", false, "print the exit report as JSON on stderr")
 	return cmd
 }
 
+// runPrefix names the groups `cpuwork run` creates by default (with the
+// owner's PID and start time, so dead runs' groups can be swept).
+const runPrefix = "run"
+
+// parentEnv tells the exec-in stage which process must be its parent.
+const parentEnv = "CPUWORK_RUN_PARENT"
+
 func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) error {
+	if _, err := exec.LookPath(args[0]); err != nil {
+		fmt.Fprintf(report, "cpuwork run: %v\n", err)
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+			return exitCode(127)
+		}
+		return exitCode(126)
+	}
+	// Groups of runs that died without cleaning up (SIGKILL): their owner
+	// is gone and they are empty.
+	for _, d := range cgroup.SweepOwned(cfg.Parent, runPrefix) {
+		fmt.Fprintf(report, "cpuwork run: removed %s, left by a run that is gone\n", d)
+	}
+	if cfg.Name == "" {
+		cfg.Name = cgroup.OwnedName(runPrefix)
+	}
 	g, err := cgroup.New(cfg)
 	if err != nil {
 		return err
@@ -88,11 +127,41 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 		g.Remove()
 		return err
 	}
-	stage := append([]string{"exec-in"}, g.ProcsFiles()...)
-	child := exec.Command(exe, append(append(stage, "--"), args...)...)
+	// The child joins the group through open cgroup.procs files (never a
+	// path it could be talked into writing elsewhere), checks that cpuwork
+	// is still its parent, then executes CMD.
+	var files []*os.File
+	defer func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}()
+	for _, p := range g.ProcsFiles() {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			g.Remove()
+			return fmt.Errorf("run: open %s: %w", p, err)
+		}
+		files = append(files, f)
+	}
+	child := exec.Command(exe, append([]string{"exec-in", strconv.Itoa(len(files)), "--"}, args...)...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
+	child.ExtraFiles = files
+	child.Env = append(os.Environ(), parentEnv+"="+strconv.Itoa(os.Getpid()))
+	// CMD dies with cpuwork (Pdeathsig). The kernel sends it when the
+	// thread that forked exits: keep this goroutine on that thread until
+	// CMD is reaped.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	child.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	tty := foregroundTTY()
+	if tty {
+		// CMD's process group becomes the terminal's foreground group: the
+		// terminal's SIGINT/SIGQUIT/SIGTSTP reach CMD, once, and not cpuwork.
+		child.SysProcAttr.Foreground, child.SysProcAttr.Ctty = true, 0
+	}
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
 	start := time.Now()
 	if err := child.Start(); err != nil {
@@ -104,7 +173,7 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 		for {
 			select {
 			case s := <-sigs:
-				child.Process.Signal(s) // CMD decides; cpuwork waits for it
+				child.Process.Signal(s) // sent to cpuwork itself: CMD decides; cpuwork waits for it
 			case <-done:
 				return
 			}
@@ -112,6 +181,9 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 	}()
 	waitErr := child.Wait()
 	close(done)
+	if tty {
+		takeTerminalBack()
+	}
 	rep.WallS = time.Since(start).Seconds()
 	var ee *exec.ExitError
 	switch {
@@ -128,6 +200,9 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 	}
 	if st, err := g.Stat(); err == nil {
 		rep.CPUS, rep.Periods, rep.ThrottledPeriods, rep.ThrottledS = st.Usage.Seconds(), st.Periods, st.ThrottledPeriods, st.ThrottledTime.Seconds()
+	}
+	if rep.CPUS == 0 && child.ProcessState != nil { // no cgroup CPU accounting here: CMD's own rusage
+		rep.CPUS = (child.ProcessState.UserTime() + child.ProcessState.SystemTime()).Seconds()
 	}
 	rmErr := g.Remove()
 	rep.Removed = rmErr == nil
@@ -146,6 +221,22 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 	return rmErr
 }
 
+// foregroundTTY reports whether standard input is a terminal whose
+// foreground process group is cpuwork's own.
+func foregroundTTY() bool {
+	pgrp, err := unix.IoctlGetInt(0, unix.TIOCGPGRP)
+	return err == nil && pgrp == syscall.Getpgrp()
+}
+
+// takeTerminalBack makes cpuwork's process group the terminal's
+// foreground group again. cpuwork is in the background when it calls
+// tcsetpgrp, which would stop it with SIGTTOU unless ignored.
+func takeTerminalBack() {
+	signal.Ignore(syscall.SIGTTOU)
+	defer signal.Reset(syscall.SIGTTOU)
+	unix.IoctlSetPointerInt(0, unix.TIOCSPGRP, syscall.Getpgrp())
+}
+
 func sigSuffix(s string) string {
 	if s == "" {
 		return ""
@@ -160,35 +251,60 @@ func removedWord(err error) string {
 	return "removed"
 }
 
-// execInCmd is the hidden first stage of `run`: it joins the cgroup whose
-// cgroup.procs file it is given, then replaces itself with CMD.
+// cgroupMagics are the statfs magic numbers of cgroup v1 and v2
+// filesystems (CGROUP_SUPER_MAGIC, CGROUP2_SUPER_MAGIC in
+// include/uapi/linux/magic.h).
+var cgroupMagics = []int64{unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC}
+
+// execInCmd is the hidden first stage of `run`: it joins the cgroups whose
+// cgroup.procs files cpuwork passed it as open descriptors 3..3+N-1
+// (refusing any descriptor that is not on a cgroup filesystem), checks that
+// cpuwork is still its parent, then replaces itself with CMD. Exit status
+// 127: CMD not found; 126: CMD not executable.
 func execInCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:                "exec-in PROCS_FILE... -- CMD [ARGS...]",
+		Use:                "exec-in N -- CMD [ARGS...]",
 		Hidden:             true,
 		DisableFlagParsing: true,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			dash := -1
-			for i, a := range args {
-				if a == "--" {
-					dash = i
-					break
+			if len(args) < 3 || args[1] != "--" {
+				return errors.New("usage: exec-in N -- CMD [ARGS...]")
+			}
+			n, err := strconv.Atoi(args[0])
+			if err != nil || n < 1 || n > 16 {
+				return fmt.Errorf("exec-in: %q is not a number of descriptors (1..16)", args[0])
+			}
+			if want := os.Getenv(parentEnv); want != "" && want != strconv.Itoa(os.Getppid()) {
+				return fmt.Errorf("exec-in: cpuwork (pid %s) is gone; not starting %s", want, args[2])
+			}
+			for fd := 3; fd < 3+n; fd++ {
+				var st unix.Statfs_t
+				if err := unix.Fstatfs(fd, &st); err != nil {
+					return fmt.Errorf("exec-in: descriptor %d: %w", fd, err)
 				}
-			}
-			if dash < 1 || dash == len(args)-1 {
-				return errors.New("usage: exec-in PROCS_FILE... -- CMD [ARGS...]")
-			}
-			for _, f := range args[:dash] {
-				if err := os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
-					return fmt.Errorf("join cgroup: %w", err)
+				if !slices.Contains(cgroupMagics, int64(st.Type)) {
+					return fmt.Errorf("exec-in: descriptor %d is not a cgroup file (filesystem magic %#x); refusing to write to it", fd, st.Type)
 				}
+				if _, err := unix.Write(fd, []byte(strconv.Itoa(os.Getpid()))); err != nil {
+					return fmt.Errorf("exec-in: join cgroup (descriptor %d): %w", fd, err)
+				}
+				unix.Close(fd)
 			}
-			argv := args[dash+1:]
+			argv := args[2:]
 			path, err := exec.LookPath(argv[0])
 			if err != nil {
-				return err
+				fmt.Fprintln(os.Stderr, "cpuwork run:", err)
+				if errors.Is(err, exec.ErrNotFound) || errors.Is(err, fs.ErrNotExist) {
+					return exitCode(127)
+				}
+				return exitCode(126)
 			}
-			return syscall.Exec(path, argv, os.Environ())
+			err = syscall.Exec(path, argv, os.Environ())
+			fmt.Fprintf(os.Stderr, "cpuwork run: exec %s: %v\n", path, err)
+			if errors.Is(err, fs.ErrNotExist) {
+				return exitCode(127)
+			}
+			return exitCode(126)
 		},
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -34,6 +35,7 @@ func WriteTables(w io.Writer, rep *Report) {
 		}
 	}
 	fmt.Fprintln(w)
+	fmt.Fprintf(w, "repeats: %d per variant, in a shuffled order per repeat (seed %d); p99 is the median of the repeats [min-max]; other percentiles pool every repeat\n", rep.Repeat, rep.Seed)
 	for _, s := range rep.Scenarios {
 		fmt.Fprintf(w, "\n== %s ==\n", s.Name)
 		if s.Skipped != "" {
@@ -50,7 +52,7 @@ func WriteTables(w io.Writer, rep *Report) {
 		fmt.Fprintf(tw, "CPU s\tvalid\t\n")
 		for _, v := range s.Variants {
 			l := v.Latency
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3fx\t", v.Name, ms(l.Mean), ms(l.P50), ms(l.P90), ms(l.P99), ms(l.P999), ms(l.Max), v.Ratio["p99"])
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3fx\t", v.Name, ms(l.Mean), ms(l.P50), ms(l.P90), p99Spread(v), ms(l.P999), ms(l.Max), v.Ratio["p99"])
 			for _, c := range extraCols {
 				fmt.Fprintf(tw, "%s\t", c.format(v.Extra[c.key]))
 			}
@@ -71,6 +73,16 @@ func WriteTables(w io.Writer, rep *Report) {
 		}
 		fmt.Fprintf(w, "verdict: %s\n", s.Verdict)
 	}
+}
+
+// p99Spread prints the median p99 of the repeats and, with several, their
+// range.
+func p99Spread(v *Variant) string {
+	ps := v.p99s()
+	if len(ps) < 2 {
+		return ms(v.Latency.P99)
+	}
+	return fmt.Sprintf("%s [%s-%s]", ms(median(ps)), ms(slices.Min(ps)), ms(slices.Max(ps)))
 }
 
 type column struct {

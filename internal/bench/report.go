@@ -12,6 +12,7 @@ package bench
 import (
 	"os"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -29,6 +30,8 @@ type Report struct {
 	Started    time.Time   `json:"started"`
 	DurationS  float64     `json:"duration_s"`
 	Quick      bool        `json:"quick"`
+	Repeat     int         `json:"repeat"` // repeats of every variant
+	Seed       int64       `json:"seed"`   // seed of the per-repeat shuffles
 	Scenarios  []*Scenario `json:"scenarios"`
 	Workloads  []Workload  `json:"workloads"`
 	Command    string      `json:"command"`
@@ -67,6 +70,16 @@ type Scenario struct {
 	Notes    []string   `json:"notes,omitempty"`
 }
 
+// Repeat is one repeat of a variant: its own latency summary, throughput
+// (latency samples per second of its wall time), CPU seconds, and the
+// scenario's per-repeat figures (batch share, echo p99, ...).
+type Repeat struct {
+	Latency
+	ThroughputPS float64            `json:"throughput_per_s"`
+	CPUS         float64            `json:"cpu_s"`
+	Extra        map[string]float64 `json:"extra,omitempty"`
+}
+
 // Latency summarises a latency distribution in seconds.
 type Latency struct {
 	Count uint64  `json:"count"`
@@ -98,6 +111,9 @@ type Variant struct {
 	// Series holds (seconds since the variant's start, latency seconds)
 	// points, at most a few thousand, for the latency-over-time plot.
 	Series [][2]float64 `json:"series,omitempty"`
+	// Repeats summarises each repeat (round) of the variant on its own;
+	// Latency above is the pooled histogram of all of them.
+	Repeats []Repeat `json:"repeats,omitempty"`
 
 	hist *hdrhistogram.Histogram
 }
@@ -173,6 +189,11 @@ func (v *Variant) addRun(h *hdrhistogram.Histogram, series [][2]float64, u usage
 	}
 	v.hist.Merge(h)
 	v.Latency = latencyOf(v.hist)
+	rp := Repeat{Latency: latencyOf(h), CPUS: u.cpu}
+	if u.wall > 0 {
+		rp.ThroughputPS = float64(h.TotalCount()) / u.wall
+	}
+	v.Repeats = append(v.Repeats, rp)
 	if len(v.Series) < 4000 {
 		v.Series = append(v.Series, series...)
 	}
@@ -180,6 +201,69 @@ func (v *Variant) addRun(h *hdrhistogram.Histogram, series [][2]float64, u usage
 	v.WallS += u.wall
 	v.PeakGs = max(v.PeakGs, u.peakGs)
 	v.PeakRSS = max(v.PeakRSS, u.peakRSS)
+}
+
+// setRepeatExtra records a per-repeat figure of the latest repeat.
+func (v *Variant) setRepeatExtra(k string, x float64) {
+	if len(v.Repeats) == 0 {
+		return
+	}
+	rp := &v.Repeats[len(v.Repeats)-1]
+	if rp.Extra == nil {
+		rp.Extra = map[string]float64{}
+	}
+	rp.Extra[k] = x
+}
+
+// medianP99 is the median of the repeats' p99 (the pooled p99 when the
+// variant has no repeats).
+func (v *Variant) medianP99() float64 {
+	if len(v.Repeats) == 0 {
+		return v.Latency.P99
+	}
+	return median(v.p99s())
+}
+
+// p99s returns the p99 of each repeat in seconds.
+func (v *Variant) p99s() []float64 {
+	var out []float64
+	for _, r := range v.Repeats {
+		out = append(out, r.P99)
+	}
+	return out
+}
+
+// repeatExtras returns a per-repeat figure of each repeat.
+func (v *Variant) repeatExtras(k string) []float64 {
+	var out []float64
+	for _, r := range v.Repeats {
+		out = append(out, r.Extra[k])
+	}
+	return out
+}
+
+// median returns the median of xs (0 for none).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// agreement counts the repeats i for which ok(i) holds, over the repeats
+// that every variant involved has (repeats of one round ran side by side).
+func agreement(n int, ok func(i int) bool) (k int) {
+	for i := range n {
+		if ok(i) {
+			k++
+		}
+	}
+	return k
 }
 
 func (v *Variant) setExtra(k string, x float64) {
@@ -294,7 +378,7 @@ func (s *Scenario) ratios() {
 		v.Ratio = map[string]float64{
 			"mean": div(v.Latency.Mean, base.Latency.Mean),
 			"p50":  div(v.Latency.P50, base.Latency.P50),
-			"p99":  div(v.Latency.P99, base.Latency.P99),
+			"p99":  div(v.medianP99(), base.medianP99()),
 			"p999": div(v.Latency.P999, base.Latency.P999),
 		}
 		if base.Throughput > 0 {

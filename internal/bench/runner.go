@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -43,6 +44,11 @@ type Config struct {
 	Scenarios []string      // empty: all
 	Duration  time.Duration // per variant per round for the time-based scenarios; 0: 3 s (quick: 0.6 s)
 	Quick     bool          // whole suite in about a minute, for smoke tests
+	// Repeat is how often every variant runs (0: 3, or 1 with Quick). The
+	// variants of a scenario run in a shuffled order in each repeat.
+	Repeat int
+	// Seed seeds the shuffles (0: from the clock); the report prints it.
+	Seed int64
 	// Compete lists the competition cases of the priority and timers
 	// scenarios by name (CompetitionNames); empty: all (alone and nice0
 	// with Quick).
@@ -59,6 +65,7 @@ type Config struct {
 // Runner runs scenarios with one configuration.
 type Runner struct {
 	cfg      Config
+	rng      *rand.Rand
 	slots    int
 	rounds   int
 	duration time.Duration
@@ -87,9 +94,18 @@ func Run(cfg Config) (*Report, error) {
 			return nil, fmt.Errorf("unknown competition case %q (have %s)", c, strings.Join(CompetitionNames(), ", "))
 		}
 	}
-	r := &Runner{cfg: cfg, rounds: 2, duration: cfg.Duration}
-	if cfg.Quick {
-		r.rounds = 1
+	if cfg.Repeat < 0 {
+		return nil, fmt.Errorf("bench: Repeat %d must be >= 1", cfg.Repeat)
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = time.Now().UnixNano() % 1e9
+	}
+	r := &Runner{cfg: cfg, rounds: cfg.Repeat, duration: cfg.Duration, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 1))}
+	if r.rounds == 0 {
+		r.rounds = 3
+		if cfg.Quick {
+			r.rounds = 1
+		}
 	}
 	if r.duration <= 0 {
 		r.duration = 3 * time.Second
@@ -102,7 +118,7 @@ func Run(cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("bench: %w", err)
 	}
 	r.slots = b.Slots()
-	rep := &Report{Machine: describeMachine(), Started: time.Now(), Quick: cfg.Quick,
+	rep := &Report{Machine: describeMachine(), Started: time.Now(), Quick: cfg.Quick, Repeat: r.rounds, Seed: cfg.Seed,
 		Command: strings.Join(os.Args, " "), SchemaNote: "docs/bench.md#results-json"}
 
 	src, err := workload.NewSource()
@@ -210,6 +226,14 @@ func (r *Runner) countSteps(want []string) int {
 		}
 	}
 	return n
+}
+
+// shuffled returns vs in a random order (seeded by Config.Seed): each
+// repeat runs the variants in another order, so drift hits all of them.
+func (r *Runner) shuffled(vs []*Variant) []*Variant {
+	out := slices.Clone(vs)
+	r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
 }
 
 func (r *Runner) step(what string) {

@@ -208,6 +208,12 @@ type Hierarchy struct {
 // ErrNoCgroup when no line names a CPU hierarchy and ErrNotVisible when no
 // mount reaches the cgroup.
 func FindCPU(lines []CgroupLine, mounts []Mount) (Hierarchy, error) {
+	return FindController(lines, mounts, "cpu")
+}
+
+// FindController is FindCPU for any v1 controller ("cpu", "cpuset"): the
+// v1 hierarchy that has it, else the v2 hierarchy.
+func FindController(lines []CgroupLine, mounts []Mount, controller string) (Hierarchy, error) {
 	var h Hierarchy
 	for _, l := range lines {
 		if l.ID == 0 && h.Version == 0 {
@@ -215,7 +221,7 @@ func FindCPU(lines []CgroupLine, mounts []Mount) (Hierarchy, error) {
 			continue
 		}
 		for _, c := range l.Controllers {
-			if c == "cpu" {
+			if c == controller {
 				h = Hierarchy{Version: 1, Path: l.Path}
 			}
 		}
@@ -228,7 +234,7 @@ func FindCPU(lines []CgroupLine, mounts []Mount) (Hierarchy, error) {
 	}
 	for _, m := range mounts {
 		switch {
-		case h.Version == 1 && m.FSType == "cgroup" && contains(m.SuperOptions, "cpu"):
+		case h.Version == 1 && m.FSType == "cgroup" && contains(m.SuperOptions, controller):
 		case h.Version == 2 && m.FSType == "cgroup2":
 		default:
 			continue
