@@ -93,9 +93,13 @@ func (e *Executor) pickLocked() *waiter {
 	lc := e.lowCap.Load()
 	low := !e.paced.Load() && (lc == 0 || e.lowRunning.Load() < lc) // Batch/Background may take a slot
 	batch := low && e.queues[Batch].n > 0
+	bgDue := low && e.queues[Background].n > 0 &&
+		(e.sinceBackground >= backgroundEvery || now()-e.queues[Background].head.enq >= int64(backgroundMaxWait))
 	switch {
 	case e.queues[Critical].n > 0:
 		c = Critical
+	case bgDue:
+		c = Background
 	case e.queues[Interactive].n > 0 && batch:
 		c = Interactive
 		if e.vtime(Batch) < e.vtime(Interactive) {
@@ -112,6 +116,12 @@ func (e *Executor) pickLocked() *waiter {
 	}
 	w := e.queues[c].popFront()
 	e.dequeuedLocked(c)
+	switch {
+	case c == Background:
+		e.sinceBackground = 0
+	case e.queues[Background].n > 0:
+		e.sinceBackground++
+	}
 	return w
 }
 
@@ -126,6 +136,10 @@ func (e *Executor) vtime(c Class) float64 {
 func (e *Executor) grantLocked(w *waiter) {
 	w.granted, w.started = true, true
 	s := &e.stats[w.class]
+	if !w.requeued && e.shed[w.class].target > 0 {
+		t := now()
+		e.codelGrantLocked(w.class, t-w.enq, t)
+	}
 	if !w.requeued {
 		s.admitted.Add(1)
 	}

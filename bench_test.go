@@ -63,11 +63,11 @@ func benchGoWait(b *testing.B, o Options) {
 	}
 }
 
-// BenchmarkGoWait: the worker is demoted (SCHED_IDLE, locked to its thread).
+// BenchmarkGoWait: the default, plain worker goroutines.
 func BenchmarkGoWait(b *testing.B) { benchGoWait(b, Options{Slots: 2}) }
 
-// BenchmarkGoWaitNoDemotion: plain worker goroutines; the difference to
-// GoWait is the cost demotion adds.
-func BenchmarkGoWaitNoDemotion(b *testing.B) {
-	benchGoWait(b, Options{Slots: 2, Demotion: DemoteNever})
+// BenchmarkGoWaitDemoted: the worker is demoted (SCHED_IDLE, locked to its
+// thread, DemoteAlways); the difference to GoWait is the cost demotion adds.
+func BenchmarkGoWaitDemoted(b *testing.B) {
+	benchGoWait(b, Options{Slots: 2, Demotion: DemoteAlways})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -331,5 +332,133 @@ func TestCheckpointAfterTheSlotWasLostGivesNothingBack(t *testing.T) {
 	}
 	if st := e.Stats(); st.Free != st.Slots {
 		t.Fatalf("%d of %d slots free after every task ended", st.Free, st.Slots)
+	}
+}
+
+// Deadline-aware admission: a task whose deadline is nearer than the
+// estimated queue wait is refused at once, never runs, and is counted as
+// shed; one with time enough queues as usual.
+func TestADeadlineTheQueueCannotMeetIsShedAtOnce(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	e.stats[Interactive].avgSlotNs.Store(int64(100 * time.Millisecond)) // what the class's tasks take
+	queued := make(chan error, 1)
+	go func() { queued <- e.Do(context.Background(), Interactive, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Interactive, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	ran := false
+	err := e.Do(ctx, Interactive, func(context.Context) error { ran = true; return nil })
+	var se *shedError
+	if !errors.Is(err, ErrSaturated) || !errors.As(err, &se) || ran {
+		t.Fatalf("Do with a 20 ms deadline behind ~200 ms of queue: err %v, ran %v", err, ran)
+	}
+	if st := e.Stats().Classes[Interactive]; st.Shed != 1 || st.Rejected != 1 {
+		t.Errorf("shed %d rejected %d, want 1 and 1", st.Shed, st.Rejected)
+	}
+	long, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	done := make(chan error, 1)
+	go func() { done <- e.Do(long, Interactive, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Interactive, 2)
+	release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a deadline the queue can meet: %v", err)
+	}
+}
+
+// The queue-wait target's controller: an interval whose smallest granted
+// wait stayed above the target makes the class shed arrivals that would
+// queue behind others; an interval under the target ends it; an arrival
+// that finds the queue empty is never shed.
+func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
+	var mqw [NumClasses]time.Duration
+	mqw[Interactive] = time.Millisecond
+	e := newExec(t, Options{Slots: 1, MaxQueueWait: mqw})
+	iv := int64(codelInterval)
+	e.mu.Lock()
+	st := &e.shed[Interactive]
+	st.intervalStart = 0
+	e.codelGrantLocked(Interactive, int64(5*time.Millisecond), iv/2) // above the target
+	e.codelGrantLocked(Interactive, int64(3*time.Millisecond), iv+1) // interval ends: smallest 3 ms > 1 ms
+	shedding := st.shedding
+	e.mu.Unlock()
+	if !shedding {
+		t.Fatal("a standing queue (smallest wait 3 ms over a 1 ms target) does not shed")
+	}
+	// Shedding, but the queue is empty: the arrival is admitted.
+	if err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("an arrival at an empty queue: %v", err)
+	}
+	// Shedding with a queue: refused at once.
+	release := hold(t, e, 1)
+	queued := make(chan error, 1)
+	e.mu.Lock()
+	st.shedding, st.intervalStart = false, now() // let one task queue
+	e.mu.Unlock()
+	go func() { queued <- e.Do(context.Background(), Interactive, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Interactive, 1)
+	e.mu.Lock()
+	st.shedding, st.intervalStart = true, now()
+	e.mu.Unlock()
+	err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil })
+	if !errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "queue-wait target") {
+		t.Fatalf("an arrival behind a standing queue: %v", err)
+	}
+	release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	// An interval whose smallest wait is under the target ends shedding.
+	e.mu.Lock()
+	st.intervalStart, st.minWait = 0, int64(time.Hour)
+	e.codelGrantLocked(Interactive, int64(100*time.Microsecond), iv+1)
+	shedding = st.shedding
+	e.mu.Unlock()
+	if shedding {
+		t.Fatal("an interval under the target did not end shedding")
+	}
+	if st := e.Stats().Classes[Interactive]; st.Shed != 1 {
+		t.Errorf("Shed %d, want 1", st.Shed)
+	}
+}
+
+// Background progresses under sustained Interactive load: it gets a slot
+// after backgroundEvery grants to other classes while it waits.
+func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{0, 4096, 0, 0}})
+	release := hold(t, e, 1)
+	var mu sync.Mutex
+	var order []Class
+	record := func(c Class) func(context.Context) error {
+		return func(context.Context) error { mu.Lock(); order = append(order, c); mu.Unlock(); return nil }
+	}
+	bg, err := e.Go(context.Background(), Background, record(Background))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(t, e, Background, 1)
+	var tasks []*Task
+	for range 3 * backgroundEvery {
+		task, err := e.Go(context.Background(), Interactive, record(Interactive))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, task)
+	}
+	release()
+	ctx := context.Background()
+	if err := bg.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		task.Wait(ctx)
+	}
+	i := slices.Index(order, Background)
+	if i < 0 || i > backgroundEvery {
+		t.Fatalf("Background ran after %d Interactive tasks, want at most %d", i, backgroundEvery)
 	}
 }

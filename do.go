@@ -167,20 +167,9 @@ func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
 	w.ready = make(chan struct{}, 1)
 	w.enq = now()
 	e.mu.Lock()
-	if e.closed.Load() {
+	if err := e.queueAdmitLocked(ctx, c); err != nil {
 		e.mu.Unlock()
-		s.rejected.Add(1)
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		e.mu.Unlock()
-		s.canceled.Add(1)
 		return err
-	}
-	if e.queues[c].n >= e.limit[c] {
-		e.mu.Unlock()
-		s.rejected.Add(1)
-		return ErrSaturated
 	}
 	e.enqueueLocked(w, false)
 	e.dispatchLocked()
@@ -322,6 +311,11 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 	s.used.Add(d * tc.weight)
 	if tc.weight == 1 {
 		s.lastSlotNs.Store(d)
+	}
+	if old := s.avgSlotNs.Load(); old == 0 {
+		s.avgSlotNs.Store(d)
+	} else {
+		s.avgSlotNs.Store(old + (d-old)>>ewmaShift) // racy by design: an estimate
 	}
 }
 

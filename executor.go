@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"runtime"
 	"runtime/pprof"
 	"sync"
@@ -34,9 +35,13 @@ type Executor struct {
 	lag    [NumClasses]float64 // virtual-time offsets for Interactive, Batch
 	weight [NumClasses]float64
 	limit  [NumClasses]int
+	shed   [NumClasses]shedState // queue-wait targets (shed.go)
+	// sinceBackground counts grants to other classes while Background
+	// waits (the Background starvation guard, shed.go).
+	sinceBackground int
 	// pools run asynchronous tasks: poolNormal for Critical and
-	// Interactive, poolDemoted (OS threads at SCHED_IDLE unless
-	// Options.NoDemotion) for Batch and Background.
+	// Interactive, poolDemoted for Batch and Background (on demoted OS
+	// threads when Options.Demotion says so).
 	pools [2]*workerPool
 	// lowCap bounds the slots Batch and Background hold together (0: no
 	// bound; Options.SpareP); lowRunning counts those they hold.
@@ -95,6 +100,10 @@ func New(o Options) (*Executor, error) {
 		default:
 			e.limit[c] = l
 		}
+		if o.MaxQueueWait[c] < 0 {
+			return nil, fmt.Errorf("cpuwork: Options.MaxQueueWait[%s] is %v, must be >= 0", c, o.MaxQueueWait[c])
+		}
+		e.shed[c] = shedState{target: int64(o.MaxQueueWait[c]), minWait: math.MaxInt64}
 		if o.Weights[c] < 0 {
 			return nil, fmt.Errorf("cpuwork: Options.Weights[%s] is %d, must be >= 0", c, o.Weights[c])
 		}

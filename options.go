@@ -35,6 +35,19 @@ type Options struct {
 	// values are invalid.
 	QueueLimit [NumClasses]int
 
+	// MaxQueueWait is a queue-wait target per class; 0 (the default) is
+	// none. When the smallest queue wait of the class's tasks granted a slot
+	// over an interval (100 ms, or 10 slot times if longer) stays above it,
+	// the queue is standing rather than absorbing a burst, and new tasks of
+	// the class that would queue are refused at once with an error
+	// wrapping ErrSaturated, until an interval's smallest wait is under the
+	// target again (CoDel's test, applied at the door). Admitted tasks then
+	// keep a bounded wait; the excess is shed in microseconds. Pick a
+	// target of a few service times of the class (shed.go). Independently
+	// of it, a task whose ctx deadline is nearer than the estimated queue
+	// wait is refused the same way.
+	MaxQueueWait [NumClasses]time.Duration
+
 	// Weights are the relative shares of measured slot time that
 	// Interactive and Batch get while both wait (weighted fair queuing on
 	// measured slot time, the virtual-time form of deficit round robin).

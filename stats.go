@@ -15,6 +15,8 @@ type classStats struct {
 	panicked  atomic.Uint64
 	nested    atomic.Uint64 // ran inline on an enclosing task's slot
 	yields    atomic.Uint64 // slots handed over at a Checkpoint
+	shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
+	avgSlotNs atomic.Int64  // moving average of measured slot times, ns (shed.go)
 
 	used       atomic.Int64 // slot time charged, ns (weighted by sampling)
 	inflight   atomic.Int64 // estimated slot time of granted tasks still running, ns
@@ -35,6 +37,7 @@ type ClassStats struct {
 	Admitted  uint64 // tasks that got a slot
 	Completed uint64 // tasks that finished running, whatever their result
 	Rejected  uint64 // submissions refused with ErrSaturated or ErrClosed
+	Shed      uint64 // of Rejected: refused because the ctx deadline could not be met or the class's queue stood above Options.MaxQueueWait
 	Canceled  uint64 // tasks whose context ended while queued
 	Panicked  uint64 // tasks whose fn panicked (also counted in Completed)
 	Nested    uint64 // Do calls run inline on an enclosing task's slot
@@ -106,6 +109,7 @@ func (e *Executor) Stats() Stats {
 			Completed: s.completed.Load(),
 			Admitted:  s.admitted.Load(),
 			Rejected:  s.rejected.Load(),
+			Shed:      s.shed.Load(),
 			Canceled:  s.canceled.Load(),
 			Panicked:  s.panicked.Load(),
 			Nested:    s.nested.Load(),

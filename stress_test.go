@@ -18,7 +18,8 @@ import (
 // queue limits), random submitters mixing Do, Go, TryGo, Call, For and For
 // inside a task with Checkpoints from its chunks, across all classes, with
 // random cancellations (before, while queued, at the moment of the grant,
-// while re-queued at a Checkpoint), deadlines, panics, runtime.Goexit,
+// while re-queued at a Checkpoint), deadlines (and deadline-aware
+// shedding), queue-wait targets, panics, runtime.Goexit,
 // nested calls, SetSlots, and Close at a random moment with a random grace.
 // Each task records how often it ran; each submitter what it got. Every
 // task must run exactly once and return its own result, or run at most
@@ -67,6 +68,11 @@ func stress(t *testing.T, seed uint64) {
 		SpareP:     r.IntN(3) == 0,
 		Demotion:   Demotion(r.IntN(3)), // auto, never, always
 		QueueLimit: [NumClasses]int{1 + r.IntN(8), 1 + r.IntN(8), 1 + r.IntN(8), 1 + r.IntN(8)},
+	}
+	if r.IntN(3) == 0 { // queue-wait targets: shedding at the door
+		for c := range o.MaxQueueWait {
+			o.MaxQueueWait[c] = time.Duration(r.IntN(300)) * time.Microsecond
+		}
 	}
 	e, err := New(o)
 	if err != nil {

@@ -137,19 +137,11 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 	}
 	t.tc.w.enq = now()
 	e.mu.Lock()
-	var err error
-	switch {
-	case e.closed.Load():
-		err = ErrClosed
-	case e.queues[c].n >= e.limit[c]:
-		err = ErrSaturated
-	}
-	if err != nil {
+	if err := e.queueAdmitLocked(ctx, c); err != nil {
 		e.mu.Unlock()
 		if t.stop != nil {
 			t.stop()
 		}
-		s.rejected.Add(1)
 		return nil, err
 	}
 	e.enqueueLocked(&t.tc.w, false)
