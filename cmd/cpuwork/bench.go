@@ -115,7 +115,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&scenarios, "scenario", "", "comma-separated scenarios to run (default all; see --list)")
-	f.DurationVar(&duration, "duration", 0, "time per variant per round for the time-based scenarios (priority, timers); 0 = 3s, or 0.6s with --quick")
+	f.DurationVar(&duration, "duration", 0, "time per variant per repeat for the time-based scenarios (priority, timers, and service up to 2s); must be positive; 0 = 2s, or 0.6s with --quick")
 	f.BoolVar(&quick, "quick", false, "smaller bursts, one round, short durations: the whole suite in about a minute (smoke test, not for conclusions)")
 	f.StringVar(&out, "out", "./cpuwork-report", "directory for index.html, results.json and histograms/ (\"\" = none)")
 	f.BoolVar(&asJSON, "json", false, "print results.json to stdout instead of tables (progress still goes to stderr)")
@@ -123,7 +123,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	f.IntVar(&repeat, "repeat", 0, "how often every variant runs, in a shuffled order per repeat; tables give the median p99 with its range and verdicts say in how many repeats they hold (0 = 3, or 1 with --quick)")
 	f.Int64Var(&seed, "seed", 0, "seed of the per-repeat shuffles (0 = from the clock; printed in the report)")
 	f.StringVar(&compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
-		" (default all; alone,nice0 with --quick): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root)")
+		" (default alone,nice0,sibling; alone,nice0 with --quick): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root)")
 	return cmd
 }
 

@@ -38,14 +38,15 @@ func CompetitionNames() []string {
 }
 
 // competitions returns the cases this run measures: Config.Compete, or by
-// default every case (alone and nice0 with Quick).
+// default alone, nice0 and sibling (alone and nice0 with Quick); nice19
+// runs when asked for.
 func (r *Runner) competitions() []competition {
 	want := r.cfg.Compete
 	if len(want) == 0 {
 		if r.cfg.Quick {
 			return Competitions[:2]
 		}
-		return Competitions
+		want = []string{"alone", "nice0", "sibling"}
 	}
 	var out []competition
 	for _, c := range Competitions {

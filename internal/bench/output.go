@@ -116,7 +116,7 @@ func extraColumns(scenario string) []column {
 		count := func(x float64) string { return fmt.Sprintf("%.0f", x) }
 		return []column{
 			{"small_p99_s", "small p99", ms}, {"large_p99_s", "large p99", ms},
-			{"achieved_of_offered", "achieved", pct}, {"shed", "shed 503", count}, {"errors", "errors", count},
+			{"goodput_of_offered", "goodput", pct}, {"shed", "shed 503", count}, {"errors", "errors", count},
 		}
 	}
 	return nil

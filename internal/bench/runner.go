@@ -42,7 +42,7 @@ func Scenarios() []ScenarioInfo {
 // Config selects and sizes the run.
 type Config struct {
 	Scenarios []string      // empty: all
-	Duration  time.Duration // per variant per round for the time-based scenarios; 0: 3 s (quick: 0.6 s)
+	Duration  time.Duration // per variant per repeat for the time-based scenarios; 0: 2 s (quick: 0.6 s)
 	Quick     bool          // whole suite in about a minute, for smoke tests
 	// Repeat is how often every variant runs (0: 3, or 1 with Quick). The
 	// variants of a scenario run in a shuffled order in each repeat.
@@ -108,7 +108,7 @@ func Run(cfg Config) (*Report, error) {
 		}
 	}
 	if r.duration <= 0 {
-		r.duration = 3 * time.Second
+		r.duration = 2 * time.Second
 		if cfg.Quick {
 			r.duration = 600 * time.Millisecond
 		}
@@ -201,7 +201,7 @@ func (r *Runner) countSteps(want []string) int {
 			if s.Name == w {
 				n += len(s.Variants) * r.rounds
 				if w == "service" {
-					n += 3 * len(s.Variants) * r.rounds // four load levels per variant
+					n += 4 * len(s.Variants) * r.rounds // five load levels per variant
 				}
 				if w == "neighbour" {
 					n += len(s.Variants) * r.rounds // two probes
@@ -231,6 +231,13 @@ func (r *Runner) countSteps(want []string) int {
 // shuffled returns vs in a random order (seeded by Config.Seed): each
 // repeat runs the variants in another order, so drift hits all of them.
 func (r *Runner) shuffled(vs []*Variant) []*Variant {
+	out := slices.Clone(vs)
+	r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	return out
+}
+
+// shuffledNames is shuffled for a scenario's variant table.
+func (r *Runner) shuffledNames(vs []struct{ name, desc string }) []struct{ name, desc string } {
 	out := slices.Clone(vs)
 	r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
