@@ -625,3 +625,22 @@ func SweepOwned(parent, prefix string) []string {
 	}
 	return removed
 }
+
+// OpenProcs opens the group's cgroup.procs files (ProcsFiles) for
+// writing, so a child can be handed them as descriptors and join the group
+// before it executes anything (cpuwork's exec-in stage). The caller closes
+// them once the child has started.
+func (g *Group) OpenProcs() ([]*os.File, error) {
+	var out []*os.File
+	for _, p := range g.ProcsFiles() {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, explain("open "+p, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}

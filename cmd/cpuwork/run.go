@@ -130,20 +130,16 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 	// The child joins the group through open cgroup.procs files (never a
 	// path it could be talked into writing elsewhere), checks that cpuwork
 	// is still its parent, then executes CMD.
-	var files []*os.File
+	files, err := g.OpenProcs()
+	if err != nil {
+		g.Remove()
+		return err
+	}
 	defer func() {
 		for _, f := range files {
 			f.Close()
 		}
 	}()
-	for _, p := range g.ProcsFiles() {
-		f, err := os.OpenFile(p, os.O_WRONLY, 0)
-		if err != nil {
-			g.Remove()
-			return fmt.Errorf("run: open %s: %w", p, err)
-		}
-		files = append(files, f)
-	}
 	child := exec.Command(exe, append([]string{"exec-in", strconv.Itoa(len(files)), "--"}, args...)...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
 	child.ExtraFiles = files

@@ -95,6 +95,22 @@ func TestReportFilesFromARealShortRun(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "histograms", "burst-test-cpuwork.json")); err != nil {
 		t.Error(err)
 	}
+	for _, want := range []string{`class="summary"`, `<a href="#burst-test">`, "<table>", "p99 (median [range] of repeats)"} {
+		if !bytes.Contains(page, []byte(want)) {
+			t.Errorf("index.html lacks %q", want)
+		}
+	}
+	if !bytes.Contains(data, []byte(`"repeats"`)) {
+		t.Error("results.json has no per-repeat summaries")
+	}
+}
+
+func TestFileNamesAreSafe(t *testing.T) {
+	for in, want := range map[string]string{"service-naive@95%.json": "service-naive_95pct.json", "cpuwork+nice0": "cpuwork-with-nice0", "quota-P=1@0.25": "quota-P_1_0.25"} {
+		if got := fileName(in); got != want {
+			t.Errorf("fileName(%q) = %q, want %q", in, got, want)
+		}
+	}
 }
 
 func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {

@@ -155,17 +155,16 @@ func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Dur
 		}
 		defer hg.Remove()
 	}
-	inGroup := func(g *cgroup.Group, args ...string) *exec.Cmd {
-		a := append([]string{"exec-in"}, g.ProcsFiles()...)
-		cmd := exec.Command(self, append(append(a, "--", self), args...)...)
-		cmd.Env = withoutEnv(os.Environ(), "GOMAXPROCS")
-		cmd.Stderr = os.Stderr
-		return cmd
-	}
 	var hog *exec.Cmd
 	if variant != "no-hog" {
-		hog = inGroup(hg, "hog", "--threads", strconv.Itoa(runtime.NumCPU()), "--duration", (d + 2*time.Second).String())
-		if err := hog.Start(); err != nil {
+		var done func()
+		hog, done, err = inGroup(self, hg, "hog", "--threads", strconv.Itoa(runtime.NumCPU()), "--duration", (d + 2*time.Second).String())
+		if err != nil {
+			return fmt.Errorf("neighbour: hog: %w", err)
+		}
+		err = hog.Start()
+		done()
+		if err != nil {
 			return fmt.Errorf("neighbour: start hog: %w", err)
 		}
 		defer func() { hog.Process.Kill(); hog.Wait() }()
@@ -173,7 +172,12 @@ func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Dur
 	}
 	m := startMeter()
 	t0 := time.Now()
-	out, err := inGroup(pg, "probe", "--interval", "10ms", "--duration", d.String(), "--iters", strconv.Itoa(iters)).Output()
+	probe, done, err := inGroup(self, pg, "probe", "--interval", "10ms", "--duration", d.String(), "--iters", strconv.Itoa(iters))
+	if err != nil {
+		return fmt.Errorf("neighbour: probe: %w", err)
+	}
+	out, err := probe.Output()
+	done()
 	u := m.stop()
 	if err != nil {
 		return fmt.Errorf("neighbour: probe: %w", err)

@@ -103,6 +103,7 @@ func extraColumns(scenario string) []column {
 		return []column{
 			{"batch_cpu_per_s", "batch CPU/s", func(x float64) string { return fmt.Sprintf("%.2f", x) }},
 			{"batch_share_of_alone", "batch vs alone", pct},
+			{"gc_stop_max_s", "GC stop max", ms},
 		}
 	case scenario == "timers":
 		return []column{{"echo_p50_s", "echo p50", ms}, {"echo_p99_s", "echo p99", ms}}
@@ -157,9 +158,9 @@ func WriteDir(dir string, rep *Report) error {
 	}
 	type plotSet struct {
 		Scenario *Scenario
-		Percent  template.HTML
-		OverTime template.HTML
-		CPU      template.HTML
+		Plots    []template.HTML
+		Table    template.HTML
+		ID       string
 	}
 	var sets []plotSet
 	for _, s := range rep.Scenarios {
@@ -175,60 +176,185 @@ func WriteDir(dir string, rep *Report) error {
 			if err != nil {
 				return err
 			}
-			name := fmt.Sprintf("%s-%s.json", s.Name, v.Name)
+			name := fileName(s.Name + "-" + v.Name + ".json")
 			if err := os.WriteFile(filepath.Join(dir, "histograms", name), b, 0o644); err != nil {
 				return err
 			}
 		}
-		ps := plotSet{Scenario: s}
-		var err error
-		if ps.Percent, err = percentilePlot(s); err != nil {
+		ps := plotSet{Scenario: s, Table: htmlTable(s), ID: fileName(s.Name)}
+		// One percentile plot per group of at most 8 variants (a
+		// competition case, a load level); latency over time only where
+		// arrivals are spread in time (not for bursts); CPU per variant.
+		for _, g := range variantGroups(s) {
+			pl, err := percentilePlot(s, g.title, g.vs)
+			if err != nil {
+				return err
+			}
+			ps.Plots = append(ps.Plots, pl)
+		}
+		if !strings.HasPrefix(s.Name, "burst") {
+			g := variantGroups(s)[0]
+			pl, err := overTimePlot(s, g.title, g.vs)
+			if err != nil {
+				return err
+			}
+			ps.Plots = append(ps.Plots, pl)
+		}
+		pl, err := cpuPlot(s)
+		if err != nil {
 			return err
 		}
-		if ps.OverTime, err = overTimePlot(s); err != nil {
-			return err
-		}
-		if ps.CPU, err = cpuPlot(s); err != nil {
-			return err
-		}
+		ps.Plots = append(ps.Plots, pl)
 		sets = append(sets, ps)
 	}
-	var tables bytes.Buffer
-	WriteTables(&tables, rep)
 	f, err := os.Create(filepath.Join(dir, "index.html"))
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	return pageTmpl.Execute(f, map[string]any{"Report": rep, "Sets": sets, "Tables": tables.String()})
+	return pageTmpl.Execute(f, map[string]any{"Report": rep, "Sets": sets})
+}
+
+// fileName makes s safe as a file name or an HTML id: letters, digits,
+// '-', '_' and '.' stay, '%' becomes "pct", the rest '_'.
+func fileName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == '%':
+			b.WriteString("pct")
+		case r == '+':
+			b.WriteString("-with-")
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}
+
+type variantGroup struct {
+	title string
+	vs    []*Variant
+}
+
+// variantGroups splits a scenario's variants for plotting: by competition
+// case ("+nice0"), by load or quota level ("@95%"), at most 8 per group.
+func variantGroups(s *Scenario) []variantGroup {
+	var groups []variantGroup
+	index := map[string]int{}
+	for _, v := range s.Variants {
+		if v.hist == nil {
+			continue
+		}
+		key := ""
+		if i := strings.IndexAny(v.Name, "+@"); i >= 0 {
+			key = v.Name[i:]
+		}
+		k, ok := index[key]
+		if !ok || len(groups[k].vs) == 8 {
+			title := s.Name
+			if key != "" {
+				title += " " + key
+			}
+			groups = append(groups, variantGroup{title: title})
+			k = len(groups) - 1
+			index[key] = k
+		}
+		groups[k].vs = append(groups[k].vs, v)
+	}
+	if len(groups) == 0 {
+		groups = append(groups, variantGroup{title: s.Name})
+	}
+	return groups
+}
+
+// htmlTable is a scenario's table as HTML (the terminal table's columns).
+func htmlTable(s *Scenario) template.HTML {
+	var b strings.Builder
+	esc := template.HTMLEscapeString
+	cols := extraColumns(s.Name)
+	b.WriteString("<table><tr><th>variant</th><th>p50</th><th>p90</th><th>p99 (median [range] of repeats)</th><th>p999</th><th>max</th><th>p99 vs " + esc(s.Baseline) + "</th>")
+	for _, c := range cols {
+		b.WriteString("<th>" + esc(c.title) + "</th>")
+	}
+	b.WriteString("<th>CPU s</th><th>valid</th></tr>\n")
+	for _, v := range s.Variants {
+		l := v.Latency
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.3fx</td>",
+			esc(v.Name), ms(l.P50), ms(l.P90), esc(p99Spread(v)), ms(l.P999), ms(l.Max), v.Ratio["p99"])
+		for _, c := range cols {
+			b.WriteString("<td>" + esc(c.format(v.Extra[c.key])) + "</td>")
+		}
+		valid := "yes"
+		if !v.Valid {
+			valid = "no: " + v.Invalid
+		}
+		fmt.Fprintf(&b, "<td>%.2f</td><td>%s</td></tr>\n", v.CPU, esc(valid))
+	}
+	b.WriteString("</table>")
+	return template.HTML(b.String())
+}
+
+// status is a scenario's verdict in one word, for the summary.
+func status(s *Scenario) string {
+	switch {
+	case s.Skipped != "":
+		return "skipped"
+	case s.Holds == nil:
+		return "not judged"
+	case *s.Holds:
+		return "holds"
+	}
+	return "does not hold"
 }
 
 var pageTmpl = template.Must(template.New("page").
-	Funcs(template.FuncMap{"deref": func(b *bool) bool { return b != nil && *b }}).
+	Funcs(template.FuncMap{"status": status, "cls": func(s *Scenario) string { return strings.ReplaceAll(status(s), " ", "-") },
+		"id": fileName}).
 	Parse(pageHTML))
 
 const pageHTML = `<!doctype html>
 <html><head><meta charset="utf-8"><title>cpuwork bench</title>
-<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto;padding:0 1em}
-pre{background:#f6f6f6;padding:1em;overflow-x:auto;font-size:12px}
-.plots{display:flex;flex-wrap:wrap;gap:1em}.plots div{flex:1 1 340px}
-.holds{color:#070}.fails{color:#a00}</style></head><body>
+<style>body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em auto;padding:0 1em;color:#222}
+table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
+td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
+.summary td{text-align:left;vertical-align:top}
+.holds{background:#e3f4e3;color:#064}.does-not-hold{background:#fbe4e4;color:#900}.skipped,.not-judged{background:#eee;color:#555}
+.tag{display:inline-block;padding:1px 8px;border-radius:9px;font-weight:600;white-space:nowrap}
+.plots{display:flex;flex-wrap:wrap;gap:.5em}.plots div{flex:0 1 440px}.plots svg{width:100%;height:auto}
+.verdict{padding:.5em .8em;border-radius:6px}</style></head><body>
 <h1>cpuwork bench</h1>
-<p>Started {{.Report.Started.Format "2006-01-02 15:04:05 MST"}}, {{printf "%.0f" .Report.DurationS}} s{{if .Report.Quick}} (quick){{end}}.
-Latency runs from each task's arrival (intended send time, or the burst's start) to its completion.
-All variants of a scenario ran in this one process, alternated. Schema: docs/bench.md.</p>
-{{range .Sets}}<h2>{{.Scenario.Name}}</h2>
+<p>{{with .Report}}{{.Machine.CPUs}} CPUs, budget {{printf "%.3g" .Machine.BudgetCores}} cores ({{.Machine.BudgetSource}}), GOMAXPROCS {{.Machine.GOMAXPROCS}}, {{.Machine.GoVersion}}, kernel {{.Machine.Kernel}}, cgroup v{{.Machine.CgroupVersion}}.
+Started {{.Started.Format "2006-01-02 15:04 MST"}}, {{printf "%.0f" .DurationS}} s{{if .Quick}} (quick: a smoke test, no conclusions){{end}};
+{{.Repeat}} repeat(s) per variant in a shuffled order (seed {{.Seed}}).{{end}}
+Latency runs from each task's arrival (intended send time, or the burst's start) to its completion. Schema and method: docs/bench.md.</p>
+<h2>Summary</h2>
+<table class="summary"><tr><th>scenario</th><th>claim</th><th>verdict</th><th>what was measured</th></tr>
+{{range .Sets}}<tr><td><a href="#{{.ID}}">{{.Scenario.Name}}</a></td><td>{{.Scenario.Claim}}</td>
+<td><span class="tag {{cls .Scenario}}">{{status .Scenario}}</span></td><td>{{if .Scenario.Skipped}}{{.Scenario.Skipped}}{{else}}{{.Scenario.Verdict}}{{end}}</td></tr>
+{{end}}</table>
+{{range .Sets}}<h2 id="{{.ID}}">{{.Scenario.Name}}</h2>
 {{if .Scenario.Skipped}}<p>Skipped: {{.Scenario.Skipped}}</p>{{else}}
 <p>{{.Scenario.Claim}}</p>
-<p class="{{if deref .Scenario.Holds}}holds{{else}}fails{{end}}"><b>Verdict:</b> {{.Scenario.Verdict}}</p>
-<div class="plots"><div>{{.Percent}}</div><div>{{.OverTime}}</div><div>{{.CPU}}</div></div>
+<p class="verdict {{cls .Scenario}}"><b>{{status .Scenario}}:</b> {{.Scenario.Verdict}}</p>
+{{.Table}}
+{{range .Scenario.Notes}}<p><small>note: {{.}}</small></p>{{end}}
+<div class="plots">{{range .Plots}}<div>{{.}}</div>{{end}}</div>
 {{end}}{{end}}
-<h2>Tables</h2><pre>{{.Tables}}</pre>
 </body></html>
 `
 
-func svg(p *plot.Plot) (template.HTML, error) {
-	w, err := p.WriterTo(6*vg.Inch, 4*vg.Inch, "svg")
+func svg(p *plot.Plot) (out template.HTML, err error) {
+	// A plot that cannot be drawn (gonum panics, e.g. a log axis with no
+	// positive value) costs its place on the page, never the report.
+	defer func() {
+		if r := recover(); r != nil {
+			out, err = template.HTML("<p><small>plot not drawn: "+template.HTMLEscapeString(fmt.Sprint(r))+"</small></p>"), nil
+		}
+	}()
+	w, err := p.WriterTo(5.5*vg.Inch, 3.8*vg.Inch, "svg")
 	if err != nil {
 		return "", err
 	}
@@ -236,18 +362,18 @@ func svg(p *plot.Plot) (template.HTML, error) {
 	if _, err := w.WriteTo(&b); err != nil {
 		return "", err
 	}
-	out := b.String()
-	if i := strings.Index(out, "<svg"); i > 0 {
-		out = out[i:] // drop the XML prolog for inline use
+	s := b.String()
+	if i := strings.Index(s, "<svg"); i > 0 {
+		s = s[i:] // drop the XML prolog for inline use
 	}
-	return template.HTML(out), nil
+	return template.HTML(s), nil
 }
 
 // percentilePlot: latency (ms, log) against percentile on the HdrHistogram
 // "1/(1-q)" axis, one line per variant.
-func percentilePlot(s *Scenario) (template.HTML, error) {
+func percentilePlot(s *Scenario, title string, vs []*Variant) (template.HTML, error) {
 	p := plot.New()
-	p.Title.Text = s.Name + ": latency by percentile"
+	p.Title.Text = title + ": latency by percentile"
 	p.X.Label.Text = "percentile"
 	p.X.Tick.Marker = percentileTicks{}
 	p.Y.Label.Text = "latency (ms)"
@@ -256,10 +382,7 @@ func percentilePlot(s *Scenario) (template.HTML, error) {
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
 	var args []any
-	for _, v := range s.Variants {
-		if v.hist == nil {
-			continue
-		}
+	for _, v := range vs {
 		var pts plotter.XYs
 		for _, q := range []float64{10, 25, 50, 75, 90, 95, 99, 99.5, 99.9} {
 			y := float64(v.hist.ValueAtQuantile(q)) / 1e3
@@ -267,39 +390,55 @@ func percentilePlot(s *Scenario) (template.HTML, error) {
 		}
 		args = append(args, v.Name, pts)
 	}
-	if len(args) > 0 {
-		if err := plotutil.AddLinePoints(p, args...); err != nil {
-			return "", err
-		}
-		p.X.Max += 0.2 // room for the last tick's label
+	if len(args) == 0 {
+		return "", nil // nothing measured (every variant invalid): no plot
 	}
+	if err := plotutil.AddLinePoints(p, args...); err != nil {
+		return "", err
+	}
+	p.X.Max += 0.2 // room for the last tick's label
 	return svg(p)
 }
 
-// overTimePlot: sampled latency against time since the variant's start.
-func overTimePlot(s *Scenario) (template.HTML, error) {
+// overTimePlot: the p99 of each 100 ms window against time since the
+// variant's start (repeats overlaid), one line per variant.
+func overTimePlot(s *Scenario, title string, vs []*Variant) (template.HTML, error) {
 	p := plot.New()
-	p.Title.Text = s.Name + ": latency over time"
-	p.X.Label.Text = "seconds since start (rounds overlaid)"
+	p.Title.Text = title + ": p99 per 100 ms"
+	p.X.Label.Text = "seconds since start (repeats overlaid)"
 	p.Y.Label.Text = "latency (ms)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = msTicks{}
-	for i, v := range s.Variants {
-		if len(v.Series) == 0 {
-			continue
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	var args []any
+	for _, v := range vs {
+		windows := map[int][]float64{}
+		last := 0
+		for _, pt := range v.Series {
+			w := int(pt[0] * 10)
+			windows[w] = append(windows[w], pt[1])
+			last = max(last, w)
 		}
-		pts := make(plotter.XYs, len(v.Series))
-		for j, pt := range v.Series {
-			pts[j] = plotter.XY{X: pt[0], Y: math.Max(pt[1]*1e3, 0.001)}
+		var pts plotter.XYs
+		for w := 0; w <= last; w++ {
+			xs := windows[w]
+			if len(xs) == 0 {
+				continue
+			}
+			slices.Sort(xs)
+			q := xs[min(len(xs)-1, int(math.Ceil(0.99*float64(len(xs))))-1)]
+			pts = append(pts, plotter.XY{X: (float64(w) + 0.5) / 10, Y: math.Max(q*1e3, 0.001)})
 		}
-		sc, err := plotter.NewScatter(pts)
-		if err != nil {
-			return "", err
+		if len(pts) > 0 {
+			args = append(args, v.Name, pts)
 		}
-		sc.GlyphStyle.Color = plotutil.Color(i)
-		sc.GlyphStyle.Radius = vg.Points(1)
-		p.Add(sc)
-		p.Legend.Add(v.Name, sc)
+	}
+	if len(args) == 0 {
+		return "", nil
+	}
+	if err := plotutil.AddLines(p, args...); err != nil {
+		return "", err
 	}
 	return svg(p)
 }

@@ -96,6 +96,9 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 					if res.demotion != "" {
 						v.setExtra("guard_suspensions", res.guardSuspensions)
 					}
+					v.setRepeatExtra("gc_stops", res.gcStops)
+					v.setRepeatExtra("gc_stop_max_s", res.gcStopMax)
+					v.setExtra("gc_stop_max_s", max(v.Extra["gc_stop_max_s"], res.gcStopMax))
 				}
 			}
 		}()
@@ -182,6 +185,8 @@ type onceResult struct {
 	// demotion state of the cpuwork variants at the end of the run
 	demotion         string
 	guardSuspensions float64
+	// GC stop-the-world: stopping pauses and the largest one (s)
+	gcStops, gcStopMax float64
 }
 
 // batchAlone measures batch CPU-seconds per second with no critical load.
@@ -225,6 +230,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 	var dispatch func(intended time.Time)
 	var cleanup []func()
 	m := startMeter()
+	pauses := startPauses()
 	t0 := time.Now()
 	expected := int(r.duration / interval)
 	rec := newRecorder(t0, expected)
@@ -357,6 +363,9 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 	bwg.Wait()
 	wall := time.Since(t0)
 	res.u = m.stop()
+	if n, mx, ok := pauses.stop(); ok {
+		res.gcStops, res.gcStopMax = float64(n), mx
+	}
 	res.hist, res.series = rec.merged(), rec.series
 	res.offered = float64(sent) / r.duration.Seconds()
 	res.achieved = float64(res.hist.TotalCount()) / r.duration.Seconds()

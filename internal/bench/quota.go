@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"runtime"
 	"strconv"
 	"sync"
@@ -161,18 +160,18 @@ func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, gorou
 		return err
 	}
 	defer g.Remove()
-	args := append([]string{"exec-in"}, g.ProcsFiles()...)
-	args = append(args, "--", self, "quota-child", "--mode", qv.mode, "--rounds", strconv.Itoa(rounds),
+	cmd, done, err := inGroup(self, g, "quota-child", "--mode", qv.mode, "--rounds", strconv.Itoa(rounds),
 		"--goroutines", strconv.Itoa(goroutines), "--iters", strconv.Itoa(iters))
-	cmd := exec.Command(self, args...)
-	cmd.Env = withoutEnv(os.Environ(), "GOMAXPROCS")
+	if err != nil {
+		return err
+	}
 	if qv.env != "" {
 		cmd.Env = append(cmd.Env, "GOMAXPROCS="+qv.env)
 	}
-	cmd.Stderr = os.Stderr
 	m := startMeter()
 	t0 := time.Now()
 	out, err := cmd.Output()
+	done()
 	wall := time.Since(t0)
 	u := m.stop()
 	if err != nil {

@@ -232,6 +232,9 @@ func (r *Runner) countSteps(want []string) int {
 // repeat runs the variants in another order, so drift hits all of them.
 func (r *Runner) shuffled(vs []*Variant) []*Variant {
 	out := slices.Clone(vs)
+	if r.rng == nil {
+		return out
+	}
 	r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	return out
 }
@@ -239,7 +242,9 @@ func (r *Runner) shuffled(vs []*Variant) []*Variant {
 // shuffledNames is shuffled for a scenario's variant table.
 func (r *Runner) shuffledNames(vs []struct{ name, desc string }) []struct{ name, desc string } {
 	out := slices.Clone(vs)
-	r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	if r.rng != nil {
+		r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
+	}
 	return out
 }
 
