@@ -37,7 +37,7 @@ type Options struct {
 
 	// MaxQueueWait is a queue-wait target per class; 0 (the default) is
 	// none. When the smallest queue wait of the class's tasks granted a slot
-	// over an interval (100 ms, or 10 slot times if longer) stays above it,
+	// over an interval (100 ms, or 2 slot times if longer) stays above it,
 	// the queue is standing rather than absorbing a burst, and new tasks of
 	// the class that would queue are refused at once with an error
 	// wrapping ErrSaturated, until an interval's smallest wait is under the

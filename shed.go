@@ -20,7 +20,7 @@ import (
 //     shedding: CoDel's test (Nichols and Jacobson, "Controlling Queue
 //     Delay", ACM Queue 2012), applied at the door instead of at the head:
 //     when the smallest queue wait of the tasks granted a slot during an
-//     interval (100 ms, or 10 of the class's slot times if longer) stayed
+//     interval (100 ms, or 2 of the class's slot times if longer) stayed
 //     above the target, the queue is standing, not absorbing a burst, and
 //     new arrivals of the class are refused until an interval's smallest
 //     wait is back under the target. An arrival that finds its class queue
@@ -123,7 +123,7 @@ func (e *Executor) codelGrantLocked(c Class, wait, t int64) {
 // target (an interval without grants keeps the previous decision).
 func (e *Executor) codelTickLocked(c Class, t int64) {
 	st := &e.shed[c]
-	interval := max(int64(codelInterval), 10*e.stats[c].avgSlotNs.Load())
+	interval := max(int64(codelInterval), 2*e.stats[c].avgSlotNs.Load())
 	if t-st.intervalStart < interval {
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -72,37 +73,66 @@ func (c competition) suffix() string {
 }
 
 // start starts the competitor and returns the function that stops it and
-// removes what it created. A case the machine cannot offer (no cgroup
-// permission) returns an error saying why.
-func (c competition) start() (stop func(), err error) {
+// removes what it created, and alive, which reports whether the competitor
+// still runs (a case whose competitor died is not a competition case). A
+// case the machine cannot offer (no cgroup permission) returns an error
+// saying why.
+//
+// The competitor dies with the bench (Pdeathsig), which the kernel ties to
+// the thread that forked it: the fork happens on a goroutine locked to its
+// thread until stop, never on a thread that a locked goroutine (a demoted
+// worker) could later take and end.
+func (c competition) start() (stop func(), alive func() bool, err error) {
 	if c.Name == "" {
-		return func() {}, nil
+		return func() {}, func() bool { return true }, nil
 	}
 	var g *cgroup.Group
 	if c.Name == "sibling" {
 		if os.Geteuid() != 0 {
-			return nil, fmt.Errorf("%w: the sibling-cgroup case needs root to create a cgroup", cgroup.ErrPermission)
+			return nil, nil, fmt.Errorf("%w: the sibling-cgroup case needs root to create a cgroup", cgroup.ErrPermission)
 		}
 		g, err = cgroup.New(cgroup.Config{Name: fmt.Sprintf("compete-%d", os.Getpid()), Weight: 100})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	cmd := exec.Command("sh", "-c", "while :; do :; done")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	started, quit, exited := make(chan error), make(chan struct{}), make(chan struct{})
+	var waitErr error
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread must outlive the competitor
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		go func() { waitErr = cmd.Wait(); close(exited) }()
+		<-quit
+	}()
+	if err := <-started; err != nil {
 		if g != nil {
 			g.Remove()
 		}
-		return nil, fmt.Errorf("start the competitor: %w", err)
+		return nil, nil, fmt.Errorf("start the competitor: %w", err)
 	}
 	stop = func() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
+		<-exited
+		close(quit)
 		if g != nil {
 			g.Remove()
 		}
 	}
+	alive = func() bool {
+		select {
+		case <-exited:
+			return false
+		default:
+			return true
+		}
+	}
+	_ = waitErr
 	switch c.Name {
 	case "nice19":
 		err = unix.Setpriority(unix.PRIO_PROCESS, cmd.Process.Pid, 19)
@@ -111,10 +141,10 @@ func (c competition) start() (stop func(), err error) {
 	}
 	if err != nil {
 		stop()
-		return nil, fmt.Errorf("competitor %s: %w", c.Name, err)
+		return nil, nil, fmt.Errorf("competitor %s: %w", c.Name, err)
 	}
 	time.Sleep(20 * time.Millisecond) // let it reach the busy loop
-	return stop, nil
+	return stop, alive, nil
 }
 
 // baseName strips a competition suffix from a variant name.

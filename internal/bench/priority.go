@@ -61,7 +61,7 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 			}
 		}
 		func() {
-			stop, err := cc.start()
+			stop, alive, err := cc.start()
 			if err != nil {
 				for _, v := range vs {
 					v.Valid, v.Invalid = false, "not measured: "+err.Error()
@@ -79,6 +79,9 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 					r.step(fmt.Sprintf("priority: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
 					base, _ := baseName(v.Name)
 					res, err := r.priorityOnce(base, critW, batchW, interval)
+					if err == nil && !alive() {
+						err = fmt.Errorf("the competitor of case %s died during the run", cc.Name)
+					}
 					if err != nil {
 						v.Valid, v.Invalid = false, err.Error()
 						continue

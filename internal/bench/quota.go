@@ -192,7 +192,13 @@ func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, gorou
 		at += time.Duration(d)
 		rec.record(h, t0.Add(at), time.Duration(d))
 	}
-	u.cpu = st.Usage.Seconds() // the child's CPU, from the cgroup
+	u.cpu = st.Usage.Seconds() // the child's CPU, from the cgroup (v2 usage_usec, v1 cpuacct co-mounted with cpu)
+	if u.cpu == 0 && cmd.ProcessState != nil {
+		// v1 with cpuacct mounted apart: the group does not join that
+		// hierarchy (cgroup.New joins only what it configures); the child
+		// is one process, so its own rusage is the same figure.
+		u.cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
+	}
 	v.addRun(rec.merged(), rec.series, u)
 	v.Throughput = float64(len(ns)) / max(wall.Seconds(), 1e-9)
 	v.setExtra("periods", v.Extra["periods"]+float64(st.Periods))

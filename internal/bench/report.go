@@ -109,8 +109,9 @@ type Variant struct {
 	Ratio       map[string]float64 `json:"ratio_to_baseline,omitempty"`
 	Privileges  string             `json:"privileges,omitempty"`
 	// Series holds (seconds since the variant's start, latency seconds)
-	// points, at most a few thousand, for the latency-over-time plot.
-	Series [][2]float64 `json:"series,omitempty"`
+	// points, at most a few thousand, for the latency-over-time plot (not
+	// in results.json: the HDR histograms carry the distribution).
+	Series [][2]float64 `json:"-"`
 	// Repeats summarises each repeat (round) of the variant on its own;
 	// Latency above is the pooled histogram of all of them.
 	Repeats []Repeat `json:"repeats,omitempty"`

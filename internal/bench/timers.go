@@ -53,7 +53,7 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 			}
 		}
 		func() {
-			stop, err := cc.start()
+			stop, alive, err := cc.start()
 			if err != nil {
 				for _, v := range vs {
 					v.Valid, v.Invalid = false, "not measured: "+err.Error()
@@ -68,6 +68,9 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 					r.step(fmt.Sprintf("timers: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
 					base, _ := baseName(v.Name)
 					canary, eh, series, u, err := r.timersOnce(base, job, ln.Addr().String())
+					if err == nil && !alive() {
+						err = fmt.Errorf("the competitor of case %s died during the run", cc.Name)
+					}
 					if err != nil {
 						v.Valid, v.Invalid = false, err.Error()
 						continue
