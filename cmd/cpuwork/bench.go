@@ -34,11 +34,15 @@ published claim holds here.
 
 Latency is measured from each task's arrival (its intended send time under
 open-loop load, or the burst's start) to its completion, in HDR histograms.
-All variants of a scenario run in this one process, alternated over rounds,
-and are reported as ratios against the scenario's baseline. A variant whose
+The variants of a scenario run alternated, in a shuffled order per repeat
+(burst, burst-long, priority and timers in this one process; quota,
+neighbour and service with child processes), and are reported as ratios
+against the scenario's baseline; p99 is the median of the repeats with
+their range. A variant whose
 achieved rate is below 99% of the offered rate is marked invalid.
 
-The default suite takes about 3 minutes on 2 cores; --quick about a minute.
+The default suite takes about 8 minutes on 2 cores (3 repeats of every
+variant, in a shuffled order per repeat); --quick about a minute.
 The report directory gets index.html (plots, opens offline), results.json
 and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 		Args: cobra.NoArgs,

@@ -72,7 +72,7 @@ func (r *Runner) burst(name string, n int, c time.Duration, w workload.Workload)
 		s.Holds = boolp(holds)
 		s.Verdict = fmt.Sprintf("measured from arrival, semaphore mean latency %.2fx goroutine-per-task and cpuwork %.2fx (C5 claimed 0.01x, measuring from the goroutine's start, after the semaphore): %s",
 			ratio, cw.Latency.Mean/g.Latency.Mean, holdsWord(holds))
-		s.Notes = append(s.Notes, "tasks shorter than the 10 ms preemption slice: goroutine-per-task runs them nearly FIFO too, so bounding changes little when latency counts from arrival (RESEARCH: short tasks finish at about the same times)")
+		s.Notes = append(s.Notes, "tasks shorter than the 10 ms preemption slice: goroutine-per-task runs them nearly FIFO too, so bounding changes little when latency counts from arrival (compare burst-long, where tasks are longer than the slice)")
 	default:
 		ratio := cw.Latency.Mean / g.Latency.Mean
 		over := cw.Extra["makespan_over_ideal"]

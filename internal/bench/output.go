@@ -242,8 +242,8 @@ type variantGroup struct {
 // variantGroups splits a scenario's variants for plotting: by competition
 // case ("+nice0"), by load or quota level ("@95%"), at most 8 per group.
 func variantGroups(s *Scenario) []variantGroup {
-	var groups []variantGroup
-	index := map[string]int{}
+	var keys []string
+	byKey := map[string][]*Variant{}
 	for _, v := range s.Variants {
 		if v.hist == nil {
 			continue
@@ -252,17 +252,22 @@ func variantGroups(s *Scenario) []variantGroup {
 		if i := strings.IndexAny(v.Name, "+@"); i >= 0 {
 			key = v.Name[i:]
 		}
-		k, ok := index[key]
-		if !ok || len(groups[k].vs) == 8 {
-			title := s.Name
-			if key != "" {
-				title += " " + key
-			}
-			groups = append(groups, variantGroup{title: title})
-			k = len(groups) - 1
-			index[key] = k
+		if _, ok := byKey[key]; !ok {
+			keys = append(keys, key)
 		}
-		groups[k].vs = append(groups[k].vs, v)
+		byKey[key] = append(byKey[key], v)
+	}
+	var groups []variantGroup
+	for _, key := range keys {
+		vs := byKey[key]
+		n := (len(vs) + 7) / 8 // plots for this key, sharing the variants evenly
+		for i := range n {
+			title := strings.TrimSpace(s.Name + " " + key)
+			if n > 1 {
+				title += fmt.Sprintf(" (%d/%d)", i+1, n)
+			}
+			groups = append(groups, variantGroup{title: title, vs: vs[i*len(vs)/n : (i+1)*len(vs)/n]})
+		}
 	}
 	if len(groups) == 0 {
 		groups = append(groups, variantGroup{title: s.Name})
@@ -320,7 +325,7 @@ const pageHTML = `<!doctype html>
 <style>body{font-family:system-ui,sans-serif;max-width:1400px;margin:1.5em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
-.summary td{text-align:left;vertical-align:top}
+.summary td,.summary th{text-align:left;vertical-align:top}
 .holds{background:#e3f4e3;color:#064}.does-not-hold{background:#fbe4e4;color:#900}.skipped,.not-judged{background:#eee;color:#555}
 .tag{display:inline-block;padding:1px 8px;border-radius:9px;font-weight:600;white-space:nowrap}
 .plots{display:flex;flex-wrap:wrap;gap:.5em}.plots div{flex:0 1 440px}.plots svg{width:100%;height:auto}
@@ -486,6 +491,15 @@ func (percentileTicks) Ticks(min, max float64) []plot.Tick {
 // on a log axis.
 type msTicks struct{}
 
+// msLabel writes a value in milliseconds in human units: "0.5", "20",
+// "1.5 s" (never "1.5e+03").
+func msLabel(v float64) string {
+	if v >= 1000 {
+		return strconv.FormatFloat(v/1000, 'f', -1, 64) + " s"
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
+}
+
 func (msTicks) Ticks(min, max float64) []plot.Tick {
 	steps := []float64{1, 2, 5}
 	if max/min < 20 { // a narrow range: label more values
@@ -496,7 +510,7 @@ func (msTicks) Ticks(min, max float64) []plot.Tick {
 		for _, m := range steps {
 			v := m * math.Pow(10, e)
 			if v >= min && v <= max {
-				t = append(t, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'g', 3, 64)})
+				t = append(t, plot.Tick{Value: v, Label: msLabel(v)})
 			}
 		}
 	}
