@@ -24,6 +24,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -353,6 +354,7 @@ func (g *Group) mkParents(mount, parent string) error {
 		d = filepath.Join(d, p)
 		if err := os.Mkdir(d, 0o755); err == nil {
 			g.created = append([]string{d}, g.created...)
+			madeParents.Store(d, struct{}{})
 		} else if !errors.Is(err, fs.ErrExist) {
 			return explain("create "+d, err)
 		}
@@ -360,16 +362,29 @@ func (g *Group) mkParents(mount, parent string) error {
 	return nil
 }
 
-// removeDirs removes the group's directories and the parents New created,
-// where empty.
+// madeParents holds the parent directories this process created (for any
+// group): when groups sharing a parent are removed in another order than
+// they were made, the last one out removes the parent.
+var madeParents sync.Map // path -> struct{}
+
+// removeDirs removes the group's directories and, where empty, every
+// parent directory this process created (deepest first); never one that
+// existed before.
 func (g *Group) removeDirs() {
 	for _, d := range g.dirs {
 		os.Remove(d)
 	}
-	for _, d := range g.created {
-		os.Remove(d) // fails harmlessly while another group lives there
+	var parents []string
+	madeParents.Range(func(k, _ any) bool { parents = append(parents, k.(string)); return true })
+	slices.SortFunc(parents, func(a, b string) int { return len(b) - len(a) })
+	for _, d := range parents {
+		if os.Remove(d) == nil || errors.Is(d2err(d), fs.ErrNotExist) {
+			madeParents.Delete(d)
+		} // else: another group still lives there
 	}
 }
+
+func d2err(d string) error { _, err := os.Stat(d); return err }
 
 func checkWritable() error {
 	root := "/sys/fs/cgroup"
