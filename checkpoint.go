@@ -55,19 +55,43 @@ import (
 // does not come from a task, Checkpoint only yields the P (steps 2 and 3)
 // and reports ctx's error.
 func Checkpoint(ctx context.Context) error {
+	// The fast path (a task's own context, nobody to yield to, not yet
+	// time to read the clock): a type assertion, four loads and a counter,
+	// no further call.
+	tc, ok := ctx.(*taskCtx)
+	if !ok || tc.shared.Load() != 0 || tc.noSlot != holdsSlot {
+		return checkpointSlow(ctx)
+	}
+	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 || (tc.class >= Batch && tc.e.paced.Load()) {
+		return tc.checkpoint(ctx)
+	}
+	tc.calls++
+	if tc.calls < tc.stride {
+		return nil
+	}
+	return tc.check(ctx)
+}
+
+// checkpointSlow is Checkpoint for every context but a task's own,
+// unshared, slot-holding one.
+func checkpointSlow(ctx context.Context) error {
 	mustCtx(ctx)
 	tc := taskOf(ctx)
-	if tc == nil || tc.shared.Load() != 0 {
+	switch {
+	case tc == nil || tc.shared.Load() != 0:
 		return checkpointFree(ctx)
+	case tc.noSlot != holdsSlot: // lost at an earlier Checkpoint: nothing to hand over
+		checkpointFree(ctx)
+		return tc.noSlot.err(ctx)
 	}
 	return tc.checkpoint(ctx)
 }
 
 // checkpoint is Checkpoint for the goroutine that owns tc.
 func (tc *taskCtx) checkpoint(ctx context.Context) error {
-	if tc.noSlot { // lost at an earlier Checkpoint: nothing to hand over
+	if tc.noSlot != holdsSlot {
 		checkpointFree(ctx)
-		return tc.slotErr
+		return tc.noSlot.err(ctx)
 	}
 	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 || (tc.class >= Batch && tc.e.paced.Load()) {
 		if err := tc.e.yield(ctx, tc); err != nil {
@@ -219,7 +243,10 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		e.mu.Unlock()
 	}
 	if err != nil {
-		tc.noSlot, tc.slotErr = true, err
+		tc.noSlot = lostByCtx
+		if err == ErrClosed {
+			tc.noSlot = lostByClose
+		}
 		if err != ErrClosed {
 			s.canceled.Add(^uint64(0)) // await counted a cancel; the task itself was admitted
 		} else {

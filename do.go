@@ -18,24 +18,43 @@ const sampleEvery = 8
 // taskCtx is the context a task's fn receives. It carries the task's slot,
 // so Checkpoint can hand the slot over and a nested Do or For on the same
 // executor runs on it instead of waiting for a second slot.
+// (Fields are ordered to pack: the whole struct is one 128-byte
+// allocation per task.)
 type taskCtx struct {
 	context.Context
 	e       *Executor
-	class   Class
-	timed   bool  // slot time is measured (weight 1 if queued, sampleEvery if sampled)
 	weight  int64 // histogram weight of this task's timing
-	noSlot  bool  // the slot was given up by a Checkpoint whose ctx ended
-	slotErr error // why (ctx's error or ErrClosed); Checkpoint repeats it
 	start   int64 // now() when the current slot period began (timed tasks)
-	stride  int32 // Checkpoint calls between clock reads
-	calls   int32
 	lastChk int64 // now() at the last clock read in Checkpoint
 	lastGs  int64 // now() at the last Gosched
+	stride  int32 // Checkpoint calls between clock reads
+	calls   int32
 	// shared counts For loops running chunks of this task on helper
 	// goroutines: while it is non-zero, Checkpoint with this context from
 	// any goroutine only yields the P (the slot is the owner's to hand over).
 	shared atomic.Int32
+	class  Class
+	timed  bool // slot time is measured (weight 1 if queued, sampleEvery if sampled)
+	// noSlot is set when a Checkpoint gave the slot up and did not get it
+	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed).
+	noSlot lostSlot
 	w      waiter
+}
+
+type lostSlot uint8
+
+const (
+	holdsSlot lostSlot = iota
+	lostByCtx
+	lostByClose
+)
+
+// err is what a Checkpoint repeats once the slot is lost.
+func (l lostSlot) err(ctx context.Context) error {
+	if l == lostByClose {
+		return ErrClosed
+	}
+	return ctx.Err()
 }
 
 type taskKey struct{}
@@ -112,7 +131,7 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 		e.stats[c].canceled.Add(1)
 		return err
 	}
-	if tc := taskOf(ctx); tc != nil && tc.e == e && !tc.noSlot {
+	if tc := taskOf(ctx); tc != nil && tc.e == e && tc.noSlot == holdsSlot {
 		return e.inline(ctx, tc, fn)
 	}
 	if c.runsOnWorker() {
@@ -296,7 +315,7 @@ func (e *Executor) finish(tc *taskCtx) {
 		e.charge(tc, now())
 	}
 	s.completed.Add(1)
-	if !tc.noSlot {
+	if tc.noSlot == holdsSlot {
 		e.releaseSlot(tc.class, &tc.w.est)
 	} else if e.closed.Load() {
 		e.checkDrained()

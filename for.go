@@ -62,7 +62,7 @@ func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) 
 	case !c.valid():
 		return invalidClass(c)
 	}
-	if tc := taskOf(ctx); tc != nil && tc.e == e && !tc.noSlot {
+	if tc := taskOf(ctx); tc != nil && tc.e == e && tc.noSlot == holdsSlot {
 		if err := ctx.Err(); err != nil {
 			return err
 		}

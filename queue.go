@@ -5,8 +5,12 @@ import "time"
 // waiter is a queued claim on a slot: a blocked Do caller or Checkpoint
 // (ready is signalled), or an asynchronous task (sent to a worker).
 type waiter struct {
-	class      Class
 	prev, next *waiter
+	ready      chan struct{}
+	task       *Task
+	enq        int64 // now() when queued
+	est        int64 // slot time charged to inflight at grant
+	class      Class
 	queued     bool
 	granted    bool
 	requeued   bool // a running task that yielded at a Checkpoint
@@ -14,10 +18,6 @@ type waiter struct {
 	// a slot: from then on w belongs to its running task, and only that
 	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.
 	started bool
-	ready   chan struct{}
-	task    *Task
-	enq     int64 // now() when queued
-	est     int64 // slot time charged to inflight at grant
 }
 
 // cancelableLocked reports whether a cancellation from outside the task
