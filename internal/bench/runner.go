@@ -201,7 +201,7 @@ func (r *Runner) countSteps(want []string) int {
 			if s.Name == w {
 				n += len(s.Variants) * r.rounds
 				if w == "service" {
-					n += 4 * len(s.Variants) * r.rounds // five load levels per variant
+					n += 4*len(s.Variants)*r.rounds + 1 // five load levels per variant, and the capacity measurement
 				}
 				if w == "neighbour" {
 					n += len(s.Variants) * r.rounds // two probes
