@@ -79,6 +79,10 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			var bar *progressbar.ProgressBar
 			tty := term.IsTerminal(int(os.Stderr.Fd()))
 			cfg.Step = func(done, total int, what string) {
+				if total == 0 { // a notice, not a step
+					fmt.Fprintln(os.Stderr, what)
+					return
+				}
 				if !tty { // logs and CI: one plain line per step
 					fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", done+1, total, what)
 					return

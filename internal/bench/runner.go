@@ -126,6 +126,9 @@ func Run(cfg Config) (*Report, error) {
 		return nil, err
 	}
 	// Real workloads: measured at start, so the report says what an item costs here.
+	if cfg.Step != nil {
+		cfg.Step(-1, 0, "calibrating the workloads (time per item on one core, a few seconds)")
+	}
 	for _, name := range workload.Names() {
 		w, err := workload.New(name, src)
 		wl := Workload{Name: name}
