@@ -277,10 +277,10 @@ func (v *Variant) setExtra(k string, x float64) {
 // usage is what one round of a variant cost the process.
 type usage struct {
 	serviceS float64 // mean time a task's own work took, where a scenario measures it
-	cpu     float64 // user+system CPU seconds (getrusage)
-	wall    float64
-	peakGs  int
-	peakRSS int64
+	cpu      float64 // user+system CPU seconds (getrusage)
+	wall     float64
+	peakGs   int
+	peakRSS  int64
 }
 
 // meter measures CPU time (getrusage RUSAGE_SELF), wall time, and samples
