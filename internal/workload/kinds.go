@@ -18,7 +18,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/DataDog/zstd"
 	kzstd "github.com/klauspost/compress/zstd"
 	"golang.org/x/image/draw"
 )
@@ -240,33 +239,6 @@ func (w *thumbWL) Run(i int) error {
 	cfg, err := jpeg.DecodeConfig(&out)
 	if err != nil || cfg.Width != tw || cfg.Height != th {
 		return fmt.Errorf("thumbnail: %s: encoded %dx%d (%v), want %dx%d", w.names[i], cfg.Width, cfg.Height, err, tw, th)
-	}
-	return nil
-}
-
-type zstdWL struct{ items [][]byte }
-
-func newZstd(src *Source) (Workload, error) {
-	text, err := src.GoText()
-	if err != nil {
-		return nil, err
-	}
-	return &zstdWL{items: chunks(text, 64<<10, 64)}, nil
-}
-
-func (w *zstdWL) Name() string { return "zstd-cgo" }
-func (w *zstdWL) Run(i int) error {
-	in := w.items[i%len(w.items)]
-	z, err := zstd.CompressLevel(nil, in, 3)
-	if err != nil {
-		return err
-	}
-	out, err := zstd.Decompress(nil, z)
-	if err != nil {
-		return err
-	}
-	if !bytes.Equal(out, in) {
-		return fmt.Errorf("zstd-cgo: round trip of item %d differs", i)
 	}
 	return nil
 }
