@@ -74,6 +74,10 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 			// Undisturbed batch throughput in this case: batch alone.
 			r.step(fmt.Sprintf("priority: batch alone (reference%s)", cc.suffix()))
 			alone[cc.suffix()] = r.batchAlone(batchW)
+			r.warmUp("priority"+cc.suffix(), vs, func(v *Variant) {
+				base, _ := baseName(v.Name)
+				r.priorityOnce(base, critW, batchW, interval)
+			})
 			for round := 0; round < r.rounds; round++ {
 				for _, v := range r.shuffled(vs) {
 					r.step(fmt.Sprintf("priority: %s (repeat %d/%d)", v.Name, round+1, r.rounds))

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/internal/workload"
 )
 
@@ -64,13 +65,14 @@ type Config struct {
 
 // Runner runs scenarios with one configuration.
 type Runner struct {
-	cfg      Config
-	rng      *rand.Rand
-	slots    int
-	rounds   int
-	duration time.Duration
-	done     int
-	total    int
+	cfg          Config
+	loadgenGroup *cgroup.Group // the service scenario's load generator cgroup, when root
+	rng          *rand.Rand
+	slots        int
+	rounds       int
+	duration     time.Duration
+	done         int
+	total        int
 }
 
 // Run runs the configured scenarios and returns the report.
@@ -129,7 +131,19 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.Step != nil {
 		cfg.Step(-1, 0, "calibrating the workloads (time per item on one core, a few seconds)")
 	}
-	for _, name := range workload.Names() {
+	// Only the workloads the chosen scenarios use (priority and timers use
+	// the calibrated spinner, which needs no data).
+	uses := map[string][]string{"burst": {"fib"}, "service": {"regexp", "gzip"}}
+	var names []string
+	for _, sc := range want {
+		for _, n := range uses[sc] {
+			if !slices.Contains(names, n) {
+				names = append(names, n)
+			}
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
 		w, err := workload.New(name, src)
 		wl := Workload{Name: name}
 		if err == nil {
@@ -229,6 +243,24 @@ func (r *Runner) countSteps(want []string) int {
 		}
 	}
 	return n
+}
+
+// warmUp runs each variant once for a short, discarded run (executors,
+// pools, locked threads and caches start before anything is measured).
+// Skipped with Quick.
+func (r *Runner) warmUp(what string, vs []*Variant, run func(v *Variant)) {
+	if r.cfg.Quick {
+		return
+	}
+	if r.cfg.Step != nil {
+		r.cfg.Step(-1, 0, what+": warming up every variant (short runs, discarded)")
+	}
+	d := r.duration
+	r.duration = min(d, 200*time.Millisecond)
+	defer func() { r.duration = d }()
+	for _, v := range vs {
+		run(v)
+	}
 }
 
 // shuffled returns vs in a random order (seeded by Config.Seed): each

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/internal/workload"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
@@ -107,6 +108,17 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	// what the real service costs (HTTP, and the workloads' speed in it).
 	// The naive server at half the estimate gives the process CPU time per
 	// served request; capacity = slots / that.
+	if os.Geteuid() == 0 {
+		if g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("bench-loadgen-%d", os.Getpid()), Weight: 100}); err == nil {
+			r.loadgenGroup = g
+			defer func() { g.Remove(); r.loadgenGroup = nil }()
+			s.Notes = append(s.Notes, "the load generator runs in a cgroup of its own (weight 100), the same for every variant")
+		} else {
+			s.Notes = append(s.Notes, "the load generator shares the bench's cgroup: "+err.Error())
+		}
+	} else {
+		s.Notes = append(s.Notes, "the load generator shares the bench's cgroup (a cgroup of its own needs root)")
+	}
 	r.step("service: measuring capacity (naive server at half the estimated capacity)")
 	cal := &Variant{Name: "calibration", Valid: true}
 	capacity := estimate
@@ -252,6 +264,16 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", d.String())
 	cmd := exec.Command(loadgen[0], args...)
 	cmd.Stderr = os.Stderr
+	if r.loadgenGroup != nil {
+		// The generator in a cgroup of its own with a fixed weight: the
+		// same CPU conditions for every variant, whatever the server does.
+		c, done, err := inGroup(loadgen[0], r.loadgenGroup, args...)
+		if err != nil {
+			return err
+		}
+		defer done()
+		cmd = c
+	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err

@@ -63,6 +63,10 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 				return
 			}
 			defer stop()
+			r.warmUp("timers"+cc.suffix(), vs, func(v *Variant) {
+				base, _ := baseName(v.Name)
+				r.timersOnce(base, job, ln.Addr().String())
+			})
 			for round := 0; round < r.rounds; round++ {
 				for _, v := range r.shuffled(vs) {
 					r.step(fmt.Sprintf("timers: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
