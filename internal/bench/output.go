@@ -351,7 +351,9 @@ Latency runs from each task's arrival (intended send time, or the burst's start)
 </body></html>
 `
 
-func svg(p *plot.Plot) (out template.HTML, err error) {
+func svg(p *plot.Plot) (template.HTML, error) { return svgSized(p, 5.5*vg.Inch, 3.8*vg.Inch) }
+
+func svgSized(p *plot.Plot, w, h vg.Length) (out template.HTML, err error) {
 	// A plot that cannot be drawn (gonum panics, e.g. a log axis with no
 	// positive value) costs its place on the page, never the report.
 	defer func() {
@@ -359,12 +361,12 @@ func svg(p *plot.Plot) (out template.HTML, err error) {
 			out, err = template.HTML("<p><small>plot not drawn: "+template.HTMLEscapeString(fmt.Sprint(r))+"</small></p>"), nil
 		}
 	}()
-	w, err := p.WriterTo(5.5*vg.Inch, 3.8*vg.Inch, "svg")
+	wt, err := p.WriterTo(w, h, "svg")
 	if err != nil {
 		return "", err
 	}
 	var b bytes.Buffer
-	if _, err := w.WriteTo(&b); err != nil {
+	if _, err := wt.WriteTo(&b); err != nil {
 		return "", err
 	}
 	s := b.String()
@@ -459,18 +461,19 @@ func cpuPlot(s *Scenario) (template.HTML, error) {
 		vals = append(vals, v.CPU)
 		names = append(names, v.Name)
 	}
-	bars, err := plotter.NewBarChart(vals, vg.Points(20))
+	// Horizontal bars: every variant's name is readable, however many.
+	bars, err := plotter.NewBarChart(vals, vg.Points(9))
 	if err != nil {
 		return "", err
 	}
+	bars.Horizontal = true
 	bars.Color = plotutil.Color(0)
 	p.Add(bars)
-	p.NominalX(names...)
-	if len(names) > 5 {
-		p.X.Tick.Label.Rotation = math.Pi / 6
-		p.X.Tick.Label.XAlign, p.X.Tick.Label.YAlign = -0.9, -0.2
-	}
-	return svg(p)
+	p.NominalY(names...)
+	p.Y.Label.Text = ""
+	p.X.Label.Text = "CPU seconds (all repeats)"
+	p.Y.Tick.Label.Font.Size = vg.Points(8)
+	return svgSized(p, 5.5*vg.Inch, max(3*vg.Inch, vg.Length(len(names))*0.17*vg.Inch+vg.Inch))
 }
 
 // percentileTicks labels the 1/(1-q) log axis with percentiles.
