@@ -462,3 +462,18 @@ func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
 		t.Fatalf("Background ran after %d Interactive tasks, want at most %d", i, backgroundEvery)
 	}
 }
+
+// An invalid class never answers with another class's data.
+func TestHistogramsOfAnInvalidClassAreEmpty(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	for range 5 {
+		e.Do(context.Background(), Critical, func(context.Context) error { return nil })
+	}
+	bad := Class(NumClasses) // Critical's data before the fix (c % NumClasses)
+	if h := e.QueueWaitHistogram(bad); len(h.Count) != 0 || h.SumSeconds != 0 {
+		t.Errorf("QueueWaitHistogram(%d) = %+v", bad, h)
+	}
+	if h := e.SlotTimeHistogram(bad); len(h.Count) != 0 {
+		t.Errorf("SlotTimeHistogram(%d) = %+v", bad, h)
+	}
+}

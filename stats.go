@@ -136,14 +136,21 @@ type Histogram struct {
 
 // QueueWaitHistogram and SlotTimeHistogram return class c's raw
 // distributions (for a Prometheus collector), with empty buckets at either
-// end left out.
+// end left out. An invalid class returns the zero Histogram (never another
+// class's data).
 func (e *Executor) QueueWaitHistogram(c Class) Histogram {
-	return e.hist(&e.stats[c%NumClasses].queueWait)
+	if !c.valid() {
+		return Histogram{}
+	}
+	return e.hist(&e.stats[c].queueWait)
 }
 
 // SlotTimeHistogram: see QueueWaitHistogram.
 func (e *Executor) SlotTimeHistogram(c Class) Histogram {
-	return e.hist(&e.stats[c%NumClasses].slotTime)
+	if !c.valid() {
+		return Histogram{}
+	}
+	return e.hist(&e.stats[c].slotTime)
 }
 
 func (e *Executor) hist(h *histogram) Histogram {
