@@ -123,7 +123,9 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	cal := &Variant{Name: "calibration", Valid: true}
 	capacity := estimate
 	if err := r.serviceOnce(cal, "naive", small, large, estimate/2, loadgen); err == nil {
-		if served := cal.Extra["goodput_per_s"] * min(r.duration, 2*time.Second).Seconds(); served > 0 && cal.CPU > 0 {
+		// Served requests of this one run (goodput_per_s is averaged over
+		// the repeats, so it cannot be used here).
+		if served := cal.Repeats[0].Extra["served"]; served > 0 && cal.CPU > 0 {
 			capacity = float64(r.slots) / (cal.CPU / served)
 		}
 	}
@@ -336,6 +338,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	}
 	v.addRun(rec.merged(), rec.series, u)
 	v.setRepeatExtra("shed_share", float64(shed)/float64(max(len(results), 1)))
+	v.setRepeatExtra("served", float64(ok))
 	v.OfferedPS += rate / float64(r.rounds)
 	v.AchievedPS += float64(len(results)) / d.Seconds() / float64(r.rounds) // sent by the generator
 	v.setExtra("goodput_per_s", v.Extra["goodput_per_s"]+float64(ok)/d.Seconds()/float64(r.rounds))
