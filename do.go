@@ -86,6 +86,21 @@ func mustCtx(ctx context.Context) {
 	}
 }
 
+// checkArgs is the argument check every submission starts with: it panics
+// on a nil ctx or executor and returns an error for an invalid class or a
+// nil fn.
+func (e *Executor) checkArgs(ctx context.Context, c Class, fn func(context.Context) error) error {
+	mustCtx(ctx)
+	mustExec(e)
+	if !c.valid() {
+		return invalidClass(c)
+	}
+	if fn == nil {
+		return errNilFunc
+	}
+	return nil
+}
+
 func mustExec(e *Executor) {
 	if e == nil {
 		panic("cpuwork: method called on a nil *Executor (create one with New)")
@@ -119,13 +134,8 @@ func invalidClass(c Class) error {
 // Cost (docs/performance.md): about 50 ns and one 160-byte allocation when
 // a slot is free and nobody waits.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
-	mustCtx(ctx)
-	mustExec(e)
-	if !c.valid() {
-		return invalidClass(c)
-	}
-	if fn == nil {
-		return errNilFunc
+	if err := e.checkArgs(ctx, c, fn); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil { // one rule for every class: a done ctx never runs fn
 		e.stats[c].canceled.Add(1)

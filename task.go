@@ -50,13 +50,8 @@ func (t *Task) Class() Class { return t.tc.class }
 // ctx has already ended. If ctx ends while the task is queued, the task is
 // removed and finishes with ctx's error without running.
 func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
-	mustCtx(ctx)
-	mustExec(e)
-	if !c.valid() {
-		return nil, invalidClass(c)
-	}
-	if fn == nil {
-		return nil, errNilFunc
+	if err := e.checkArgs(ctx, c, fn); err != nil {
+		return nil, err
 	}
 	return e.submit(ctx, c, fn)
 }
@@ -64,25 +59,14 @@ func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) err
 // TryGo is Go without queuing: it starts fn only if a slot is free now and
 // no task is queued, and returns ErrSaturated otherwise.
 func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
-	mustCtx(ctx)
-	mustExec(e)
-	if !c.valid() {
-		return nil, invalidClass(c)
+	if err := e.checkArgs(ctx, c, fn); err != nil {
+		return nil, err
 	}
-	if fn == nil {
-		return nil, errNilFunc
-	}
-	s := &e.stats[c]
-	if e.closed.Load() {
-		s.rejected.Add(1)
-		return nil, ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		s.canceled.Add(1)
+	if err := e.openFor(ctx, c); err != nil {
 		return nil, err
 	}
 	if !e.tryAcquireFor(c) {
-		s.rejected.Add(1)
+		e.stats[c].rejected.Add(1)
 		return nil, ErrSaturated
 	}
 	t := e.newTask(ctx, c, fn)
@@ -115,14 +99,23 @@ func (e *Executor) startFast(t *Task) error {
 	return nil
 }
 
-func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+// openFor returns, and counts, why a task of class c cannot be submitted
+// now: ErrClosed after Close, or ctx's error once ctx has ended.
+func (e *Executor) openFor(ctx context.Context, c Class) error {
 	s := &e.stats[c]
 	if e.closed.Load() {
 		s.rejected.Add(1)
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		s.canceled.Add(1)
+		return err
+	}
+	return nil
+}
+
+func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
+	if err := e.openFor(ctx, c); err != nil {
 		return nil, err
 	}
 	t := e.newTask(ctx, c, fn)
