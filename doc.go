@@ -35,7 +35,10 @@
 //     caller's goroutine once admitted: no hand-off, the caller's stack,
 //     profiler labels and (for cgo) thread stay. Batch and Background tasks,
 //     and every task started with Go or TryGo, run on executor-owned worker
-//     goroutines.
+//     goroutines. Options.Demotion can put Batch and Background workers on
+//     SCHED_IDLE threads (opt-in, under a starvation guard: a demoted
+//     thread that holds a P loses to any CPU-bound process sharing its
+//     cgroup).
 //   - Admission fast path. When a slot is free and nobody is queued, Do
 //     takes it with one compare-and-swap, no lock. Queued tasks are never
 //     overtaken by new arrivals.
@@ -45,12 +48,15 @@
 //   - For. A chunked parallel loop that runs on the caller's slot plus the
 //     slots that are free now; it never waits for a second slot, so nested
 //     use cannot deadlock.
-//   - Load shedding, never loss. A full class queue gives ErrSaturated at
-//     once; a context that ends while queued gives its error and the task
-//     never runs; Close stops admission with ErrClosed, drains or fails the
-//     queue, and waits for running tasks. A panic becomes a *PanicError.
-//     Every submitted task either runs exactly once or its submitter gets
-//     an error.
+//   - Load shedding, never loss. A full class queue, a ctx deadline the
+//     estimated queue wait cannot meet, or a class queue standing above
+//     Options.MaxQueueWait gives an error wrapping ErrSaturated at once; a
+//     context that is done before admission, or ends while queued, gives
+//     its error and the task never runs; Close stops admission with
+//     ErrClosed, drains or fails the queue, and waits for running tasks. A
+//     panic becomes a *PanicError, runtime.Goexit ErrGoexit. Every
+//     submitted task either runs exactly once or its submitter gets an
+//     error.
 //   - Observability. Tasks run under the pprof label cpuwork.class=<class>
 //     and, while an execution trace is recording, inside a runtime/trace
 //     region named after the class. Stats reports per-class counters and
