@@ -30,7 +30,7 @@ func Scenarios() []ScenarioInfo {
 		return out
 	}
 	return []ScenarioInfo{
-		{"burst", "1.5 ms tasks (fib) arriving at once: bounding concurrency vs a goroutine per task", names(burstVariants)},
+		{"burst", "~1 ms tasks (fib; the report prints the size measured in the run) arriving at once: bounding concurrency vs a goroutine per task", names(burstVariants)},
 		{"burst-long", "40 ms tasks arriving at once: where processor sharing makes every task late", names(burstVariants)},
 		{"priority", "critical requests beside batch work that saturates every P, alone and beside a competing CPU-bound process", priorityNames()},
 		{"timers", "timer and netpoller latency beside busy CPU workers, alone and beside a competing CPU-bound process", names(timerVariants)},
