@@ -77,19 +77,15 @@ func Checkpoint(ctx context.Context) error {
 func checkpointSlow(ctx context.Context) error {
 	mustCtx(ctx)
 	tc := taskOf(ctx)
-	switch {
-	case tc == nil || tc.shared.Load() != 0:
+	if tc == nil || tc.shared.Load() != 0 {
 		return checkpointFree(ctx)
-	case tc.noSlot != holdsSlot: // lost at an earlier Checkpoint: nothing to hand over
-		checkpointFree(ctx)
-		return tc.noSlot.err(ctx)
 	}
-	return tc.checkpoint(ctx)
+	return tc.checkpoint(ctx) // also the slot-lost case
 }
 
 // checkpoint is Checkpoint for the goroutine that owns tc.
 func (tc *taskCtx) checkpoint(ctx context.Context) error {
-	if tc.noSlot != holdsSlot {
+	if tc.noSlot != holdsSlot { // lost at an earlier Checkpoint: nothing to hand over
 		checkpointFree(ctx)
 		return tc.noSlot.err(ctx)
 	}

@@ -44,12 +44,7 @@ func TestALateCancelNeverTouchesATaskThatStarted(t *testing.T) {
 	waitQueued(t, e, Batch, 1)
 	release()
 	<-running
-	critGate := make(chan struct{})
-	critDone := make(chan error, 1)
-	go func() {
-		critDone <- e.Do(context.Background(), Critical, func(context.Context) error { <-critGate; return nil })
-	}()
-	waitQueued(t, e, Critical, 1)
+	critGate, critDone := queueCritical(t, e)
 	close(critQueued)
 	waitQueued(t, e, Batch, 1) // the Batch task is re-queued behind Critical
 	// What a context.AfterFunc that fired just now would do.
@@ -316,12 +311,7 @@ func TestCheckpointAfterTheSlotWasLostGivesNothingBack(t *testing.T) {
 		})
 	}()
 	<-started
-	critGate := make(chan struct{})
-	critDone := make(chan error, 1)
-	go func() {
-		critDone <- e.Do(context.Background(), Critical, func(context.Context) error { <-critGate; return nil })
-	}()
-	waitQueued(t, e, Critical, 1)
+	critGate, critDone := queueCritical(t, e)
 	close(critQueued)
 	if err := <-done; err != nil {
 		t.Fatal(err)
@@ -476,4 +466,16 @@ func TestHistogramsOfAnInvalidClassAreEmpty(t *testing.T) {
 	if h := e.SlotTimeHistogram(bad); len(h.Count) != 0 {
 		t.Errorf("SlotTimeHistogram(%d) = %+v", bad, h)
 	}
+}
+
+// queueCritical submits a Critical task that queues for a slot and, once it
+// has one, holds it until gate is closed; done gets its Do's result.
+func queueCritical(t *testing.T, e *Executor) (gate chan struct{}, done chan error) {
+	t.Helper()
+	gate, done = make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- e.Do(context.Background(), Critical, func(context.Context) error { <-gate; return nil })
+	}()
+	waitQueued(t, e, Critical, 1)
+	return gate, done
 }

@@ -378,13 +378,11 @@ func (g *Group) removeDirs() {
 	madeParents.Range(func(k, _ any) bool { parents = append(parents, k.(string)); return true })
 	slices.SortFunc(parents, func(a, b string) int { return len(b) - len(a) })
 	for _, d := range parents {
-		if os.Remove(d) == nil || errors.Is(d2err(d), fs.ErrNotExist) {
+		if err := os.Remove(d); err == nil || errors.Is(err, fs.ErrNotExist) {
 			madeParents.Delete(d)
 		} // else: another group still lives there
 	}
 }
-
-func d2err(d string) error { _, err := os.Stat(d); return err }
 
 func checkWritable() error {
 	root := "/sys/fs/cgroup"

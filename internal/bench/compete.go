@@ -99,7 +99,6 @@ func (c competition) start() (stop func(), alive func() bool, err error) {
 	cmd := exec.Command("sh", "-c", "while :; do :; done")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	started, quit, exited := make(chan error), make(chan struct{}), make(chan struct{})
-	var waitErr error
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread must outlive the competitor
 		if err := cmd.Start(); err != nil {
@@ -107,7 +106,7 @@ func (c competition) start() (stop func(), alive func() bool, err error) {
 			return
 		}
 		started <- nil
-		go func() { waitErr = cmd.Wait(); close(exited) }()
+		go func() { cmd.Wait(); close(exited) }()
 		<-quit
 	}()
 	if err := <-started; err != nil {
@@ -132,7 +131,6 @@ func (c competition) start() (stop func(), alive func() bool, err error) {
 			return true
 		}
 	}
-	_ = waitErr
 	switch c.Name {
 	case "nice19":
 		err = unix.Setpriority(unix.PRIO_PROCESS, cmd.Process.Pid, 19)

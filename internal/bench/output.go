@@ -454,7 +454,6 @@ func overTimePlot(s *Scenario, title string, vs []*Variant) (template.HTML, erro
 func cpuPlot(s *Scenario) (template.HTML, error) {
 	p := plot.New()
 	p.Title.Text = s.Name + ": CPU time used"
-	p.Y.Label.Text = "CPU seconds (all rounds)"
 	var vals plotter.Values
 	var names []string
 	for _, v := range s.Variants {
