@@ -217,3 +217,15 @@ func (e *Executor) removeLocked(w *waiter) {
 	e.queues[w.class].remove(w)
 	e.dequeuedLocked(w.class)
 }
+
+// setPaced is the pacer's callback: it pauses (true) or resumes (false)
+// Batch and Background admission. On resume the free slots go to the Batch
+// and Background tasks waiting.
+func (e *Executor) setPaced(paced bool) {
+	if e.paced.Swap(paced) == paced || paced {
+		return
+	}
+	e.mu.Lock()
+	e.dispatchLocked()
+	e.unlockAndWake()
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
 	"sync/atomic"
@@ -299,12 +298,7 @@ func (e *Executor) run(tc *taskCtx, fn func(context.Context) error) (err error) 
 	if trace.IsEnabled() {
 		defer trace.StartRegion(tc, tc.class.String()).End()
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			e.stats[tc.class].panicked.Add(1)
-			err = &PanicError{Class: tc.class, Value: r, Stack: debug.Stack()}
-		}
-	}()
+	defer recoverTask(tc.class, &err, &e.stats[tc.class].panicked)
 	return fn(tc)
 }
 
@@ -350,12 +344,7 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 
 // inline runs a nested task on the slot its caller already holds.
 func (e *Executor) inline(ctx context.Context, tc *taskCtx, fn func(context.Context) error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			e.stats[tc.class].panicked.Add(1)
-			err = &PanicError{Class: tc.class, Value: r, Stack: debug.Stack()}
-		}
-	}()
+	defer recoverTask(tc.class, &err, &e.stats[tc.class].panicked)
 	e.stats[tc.class].nested.Add(1)
 	return fn(ctx)
 }

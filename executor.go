@@ -145,7 +145,7 @@ func New(o Options) (*Executor, error) {
 		}
 		slots = b.Slots()
 		if _, _, ok := quotaOf(b); ok && o.PaceQuota {
-			e.pacer = newPacer(e, b)
+			e.pacer = newPacer(b, e.setPaced)
 			slots = pacedSlots(b)
 		}
 	}

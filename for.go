@@ -3,7 +3,6 @@ package cpuwork
 import (
 	"context"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -119,11 +118,7 @@ func (st *forState) fail(err error) {
 
 // call runs one chunk, turning a panic into a *PanicError.
 func (st *forState) call(lo, hi int64) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = &PanicError{Class: st.class, Value: r, Stack: debug.Stack()}
-		}
-	}()
+	defer recoverTask(st.class, &err, nil)
 	return st.fn(int(lo), int(hi))
 }
 

@@ -38,12 +38,15 @@ const (
 )
 
 type pacer struct {
-	mu     sync.Mutex // guards the configuration against reconfigure
-	e      *Executor
-	quota  float64       // cores
-	period time.Duration // CFS period
-	dir    string        // cgroup whose cpu.stat counts throttling ("" = none)
-	target float64
+	mu sync.Mutex // guards the configuration against reconfigure
+	// setPaced pauses (true) or resumes (false) Batch and Background
+	// admission; it is called at every step and must be cheap when the
+	// state does not change.
+	setPaced func(paced bool)
+	quota    float64       // cores
+	period   time.Duration // CFS period
+	dir      string        // cgroup whose cpu.stat counts throttling ("" = none)
+	target   float64
 
 	// injectable for tests
 	cpu       func() time.Duration
@@ -55,8 +58,8 @@ type pacer struct {
 	haveThrot bool
 }
 
-func newPacer(e *Executor, b budget.Budget) *pacer {
-	p := &pacer{e: e, target: 0.9, cpu: processCPU}
+func newPacer(b budget.Budget, setPaced func(bool)) *pacer {
+	p := &pacer{setPaced: setPaced, target: 0.9, cpu: processCPU}
 	p.configure(b)
 	p.throttled = func() (uint64, bool) {
 		if p.dir == "" {
@@ -129,7 +132,7 @@ func (p *pacer) run(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():
-			p.set(false)
+			p.setPaced(false)
 			return
 		case <-t.C:
 			p.step()
@@ -163,15 +166,5 @@ func (p *pacer) step() {
 	used := p.samples[len(p.samples)-1] - p.samples[0]
 	window := time.Duration(len(p.samples)-1) * p.period / pacingSteps
 	allowed := p.target * p.quota * float64(window)
-	p.set(float64(used) >= allowed)
-}
-
-func (p *pacer) set(paced bool) {
-	if p.e.paced.Swap(paced) == paced || paced {
-		return
-	}
-	// Resumed: hand free slots to the Batch and Background tasks waiting.
-	p.e.mu.Lock()
-	p.e.dispatchLocked()
-	p.e.unlockAndWake()
+	p.setPaced(float64(used) >= allowed)
 }

@@ -13,7 +13,7 @@ import (
 func fakePacer(e *Executor, quota float64, perStep *time.Duration, throttled *uint64) *pacer {
 	var cpu time.Duration
 	return &pacer{
-		e: e, quota: quota, period: 100 * time.Millisecond, target: 0.9,
+		setPaced: e.setPaced, quota: quota, period: 100 * time.Millisecond, target: 0.9,
 		cpu:       func() time.Duration { cpu += *perStep; return cpu },
 		throttled: func() (uint64, bool) { return *throttled, true },
 	}
@@ -75,7 +75,7 @@ func TestPacedBatchWaitsWhileInteractiveRuns(t *testing.T) {
 	step := time.Duration(0)
 	var thr uint64
 	p := fakePacer(e, 1, &step, &thr)
-	p.set(true)
+	p.setPaced(true)
 	task, err := e.Go(context.Background(), Batch, func(context.Context) error { return nil })
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,7 @@ func TestPacedBatchWaitsWhileInteractiveRuns(t *testing.T) {
 	if q := e.Stats().Classes[Batch].Queued; q != 1 {
 		t.Errorf("queued batch %d", q)
 	}
-	p.set(false)
+	p.setPaced(false)
 	if err := task.Wait(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -17,16 +17,6 @@ var ErrClosed = errors.New("osthread: lane closed")
 // ErrFull is returned by Go when the lane's queue is full.
 var ErrFull = errors.New("osthread: lane queue full")
 
-// PanicError is the error a task's panic becomes.
-type PanicError struct {
-	Value any
-	Stack []byte
-}
-
-func (p *PanicError) Error() string {
-	return fmt.Sprintf("osthread: task panicked: %v\n\n%s", p.Value, p.Stack)
-}
-
 // Options configures a lane.
 type Options struct {
 	// Threads is the number of locked threads (1..1024).
@@ -123,24 +113,35 @@ func (l *Lane) TIDs() []int { return append([]int(nil), l.tids...) }
 // Sched returns the scheduling the lane's threads run with.
 func (l *Lane) Sched() Sched { return l.sched }
 
-// Do runs fn on one of the lane's threads and returns its error, a
-// *PanicError if it panicked, ErrClosed after Close, or ctx's error if ctx
-// ends before a thread takes the task (fn then never runs). Once fn has
-// started, Do waits for it.
+// Do runs fn on one of the lane's threads and returns its error,
+// ErrClosed after Close, or ctx's error if ctx ends before a thread takes
+// the task (fn then never runs). Once fn has started, Do waits for it.
+//
+// A panic in fn is recovered on the lane thread, which goes on serving, and
+// raised again in Do's caller with the same value, as if fn had run there
+// (the errgroup and conc convention; the lane thread's stack is not kept).
+// Package cpuwork recovers its tasks' panics itself and returns them as
+// *cpuwork.PanicError, so an executor's critical lane never sees one.
 func (l *Lane) Do(ctx context.Context, fn func() error) error {
 	if fn == nil {
 		return errors.New("osthread: nil task")
 	}
 	var started atomic.Bool
 	var err error
+	var p *recovered
 	done := make(chan struct{})
 	task := func() {
 		defer close(done)
 		if !started.CompareAndSwap(false, true) {
 			return // canceled before it started
 		}
-		err = call(fn)
+		p, err = call(fn)
 	}
+	defer func() {
+		if p != nil {
+			panic(p.value)
+		}
+	}()
 	if err := l.send(ctx, task, true); err != nil {
 		return err
 	}
@@ -158,17 +159,16 @@ func (l *Lane) Do(ctx context.Context, fn func() error) error {
 
 // Go queues fn to run on one of the lane's threads without waiting. It
 // returns ErrFull when the queue is full and ErrClosed after Close. A panic
-// in fn is recovered and passed to onPanic if it is not nil.
-func (l *Lane) Go(fn func(), onPanic func(*PanicError)) error {
+// in fn is recovered on the lane thread, which goes on serving, and its
+// value and stack (runtime/debug.Stack) are passed to onPanic if it is not
+// nil.
+func (l *Lane) Go(fn func(), onPanic func(value any, stack []byte)) error {
 	if fn == nil {
 		return errors.New("osthread: nil task")
 	}
 	task := func() {
-		if err := call(func() error { fn(); return nil }); err != nil && onPanic != nil {
-			var pe *PanicError
-			if errors.As(err, &pe) {
-				onPanic(pe)
-			}
+		if p, _ := call(func() error { fn(); return nil }); p != nil && onPanic != nil {
+			onPanic(p.value, p.stack)
 		}
 	}
 	return l.send(context.Background(), task, false)
@@ -201,13 +201,21 @@ func (l *Lane) send(ctx context.Context, task func(), wait bool) error {
 	}
 }
 
-func call(fn func() error) (err error) {
+// recovered is a panic caught on a lane thread.
+type recovered struct {
+	value any
+	stack []byte
+}
+
+// call runs fn and catches its panic. A panic(nil) is caught too: since Go
+// 1.21 it panics with a *runtime.PanicNilError.
+func call(fn func() error) (p *recovered, err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = &PanicError{Value: r, Stack: debug.Stack()}
+			p = &recovered{value: r, stack: debug.Stack()}
 		}
 	}()
-	return fn()
+	return nil, fn()
 }
 
 // Close stops accepting tasks, lets the threads finish the queued ones and

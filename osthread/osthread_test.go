@@ -1,6 +1,7 @@
 package osthread
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -167,10 +168,28 @@ func TestLaneTasksPanicsCancellationAndClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = l.Do(context.Background(), func() error { panic("in lane") })
-	var pe *PanicError
-	if !errors.As(err, &pe) || pe.Value != "in lane" {
-		t.Errorf("panic: %v", err)
+	// A panic is raised again in Do's caller with its value; the lane
+	// thread survives it and Go's onPanic gets the value and the stack.
+	func() {
+		defer func() {
+			if r := recover(); r != "in lane" {
+				t.Errorf("Do's caller recovered %v, want the task's panic value", r)
+			}
+		}()
+		l.Do(context.Background(), func() error { panic("in lane") })
+		t.Error("Do returned after its task panicked")
+	}()
+	got := make(chan string, 1)
+	if err := l.Go(func() { panic("in Go") }, func(v any, stack []byte) {
+		got <- fmt.Sprintf("%v %t", v, bytes.Contains(stack, []byte("osthread")))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if g := <-got; g != "in Go true" {
+		t.Errorf("onPanic got %q, want the value and a stack", g)
+	}
+	if err := l.Do(context.Background(), func() error { return nil }); err != nil {
+		t.Errorf("after panics: %v", err)
 	}
 	boom := errors.New("boom")
 	if err := l.Do(context.Background(), func() error { return boom }); err != boom {
