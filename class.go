@@ -11,7 +11,7 @@ const (
 	// call Checkpoint hand their slot over while Critical work waits.
 	Critical Class = iota
 	// Interactive is the default class for request-serving CPU work. It
-	// shares slots with Batch by weight (Options.Weights).
+	// shares slots with Batch by weight (Options.InteractiveWeight, Options.BatchWeight).
 	Interactive
 	// Batch is throughput work. It runs on executor-owned worker
 	// goroutines and shares slots with Interactive by weight.

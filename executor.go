@@ -104,17 +104,24 @@ func New(o Options) (*Executor, error) {
 			return nil, fmt.Errorf("cpuwork: Options.MaxQueueWait[%s] is %v, must be >= 0", c, o.MaxQueueWait[c])
 		}
 		e.shed[c] = shedState{target: int64(o.MaxQueueWait[c]), minWait: math.MaxInt64}
-		if o.Weights[c] < 0 {
-			return nil, fmt.Errorf("cpuwork: Options.Weights[%s] is %d, must be >= 0", c, o.Weights[c])
-		}
 		e.weight[c] = 1
 		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(LabelKey, c.String()))
 	}
-	e.weight[Interactive], e.weight[Batch] = DefaultInteractiveWeight, DefaultBatchWeight
-	for _, c := range []Class{Interactive, Batch} {
-		if o.Weights[c] > 0 {
-			e.weight[c] = float64(o.Weights[c])
+	weight := func(name string, w, def int) (float64, error) {
+		if w < 0 {
+			return 0, fmt.Errorf("cpuwork: Options.%s is %d, must be >= 0", name, w)
 		}
+		if w == 0 {
+			w = def
+		}
+		return float64(w), nil
+	}
+	var err error
+	if e.weight[Interactive], err = weight("InteractiveWeight", o.InteractiveWeight, DefaultInteractiveWeight); err != nil {
+		return nil, err
+	}
+	if e.weight[Batch], err = weight("BatchWeight", o.BatchWeight, DefaultBatchWeight); err != nil {
+		return nil, err
 	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
@@ -129,7 +136,11 @@ func New(o Options) (*Executor, error) {
 		return nil, fmt.Errorf("cpuwork: Options.Demotion %d is not a Demotion", o.Demotion)
 	}
 	if o.Demotion == DemoteAlways || o.Demotion == DemoteWithSpareP && o.SpareP {
-		e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
+		if osthread.Supported {
+			e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
+		} else {
+			e.warnOnce("cpuwork: Options.Demotion needs Linux thread scheduling; batch workers run undemoted", "goos", runtime.GOOS)
+		}
 	}
 	e.pools[poolNormal] = newPool(e, "normal", nil)
 	e.pools[poolDemoted] = newPool(e, "demoted", e.guard)
@@ -189,22 +200,12 @@ func (e *Executor) warnOnce(msg string, args ...any) {
 // follow re-reads the budget and resizes the slot count when it changes.
 func (e *Executor) follow(ctx context.Context, interval time.Duration, detect func() (budget.Budget, error)) {
 	defer close(e.watchDone)
-	if interval == 0 {
-		interval = budget.DefaultWatchInterval
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		b, err := detect()
-		if err != nil {
-			e.log.Warn("cpuwork: re-read CPU budget", "err", err)
+	for c := range budget.WatchFunc(ctx, interval, detect) {
+		if c.Err != nil {
+			e.log.Warn("cpuwork: re-read CPU budget", "err", c.Err)
 			continue
 		}
+		b := c.Budget
 		n := b.Slots()
 		if e.pacer != nil {
 			e.pacer.reconfigure(b)

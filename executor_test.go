@@ -74,7 +74,7 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{Slots: -1},
 		{Slots: MaxSlots + 1},
 		{Slots: 1, QueueLimit: [NumClasses]int{Batch: -1}},
-		{Slots: 1, Weights: [NumClasses]int{Interactive: -2}},
+		{Slots: 1, InteractiveWeight: -2},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) gave no error", o)
@@ -294,7 +294,7 @@ func TestQueuedTasksAreServedCriticalFirstThenFIFO(t *testing.T) {
 func TestInteractiveAndBatchShareByWeight(t *testing.T) {
 	// One slot, both classes always queued, equal task cost: with weights
 	// 3:1 Interactive should get about 3 of every 4 slots.
-	e := newExec(t, Options{Slots: 1, Weights: [NumClasses]int{Interactive: 3, Batch: 1}})
+	e := newExec(t, Options{Slots: 1, InteractiveWeight: 3, BatchWeight: 1})
 	release := hold(t, e, 1)
 	var mu sync.Mutex
 	var order []Class

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/osthread"
-	"golang.org/x/sys/unix"
 )
 
 // Demotion chooses when Batch and Background work runs on OS threads
@@ -127,14 +126,6 @@ type guardedWorker struct {
 	promoteTried      atomic.Bool // an in-place promotion was tried since the last demotion
 }
 
-// threadClock is the clockid of thread tid's CPU-time clock
-// (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED) in the kernel's
-// include/linux/posix-timers.h; what glibc's pthread_getcpuclockid makes).
-func threadClock(tid int) int32 {
-	const cpuclockSched, perThread = 2, 4
-	return int32(^uint32(tid)<<3) | cpuclockSched | perThread
-}
-
 func newGuard(sched osthread.Sched, warn, info func(string, ...any)) *guard {
 	g := &guard{sched: sched, warn: warn, info: info,
 		workers: map[*guardedWorker]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
@@ -225,11 +216,11 @@ func (g *guard) run() {
 				w.sampled = false
 				continue
 			}
-			var ts unix.Timespec
-			if unix.ClockGettime(w.clock, &ts) != nil {
+			cpu, ok := threadCPU(w.clock)
+			if !ok {
 				continue
 			}
-			cpu, wall := ts.Nano(), now()
+			wall := now()
 			runnable := threadRunnable(w.stat, buf)
 			if w.sampled {
 				ran, elapsed := cpu-w.lastCPU, wall-w.lastWall

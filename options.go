@@ -48,12 +48,15 @@ type Options struct {
 	// wait is refused the same way.
 	MaxQueueWait [NumClasses]time.Duration
 
-	// Weights are the relative shares of measured slot time that
-	// Interactive and Batch get while both wait (weighted fair queuing on
-	// measured slot time, the virtual-time form of deficit round robin).
-	// 0 means the default (Interactive 4, Batch 1). Critical is always
-	// served first and Background last, so their weights are ignored.
-	Weights [NumClasses]int
+	// InteractiveWeight and BatchWeight are the relative shares of
+	// measured slot time that Interactive and Batch get while both wait
+	// (weighted fair queuing on measured slot time, the virtual-time form
+	// of deficit round robin). 0 means the default: DefaultInteractiveWeight
+	// (4) and DefaultBatchWeight (1); a negative weight makes New fail.
+	// Critical is always served first and Background last: they have no
+	// weight.
+	InteractiveWeight int
+	BatchWeight       int
 
 	// WatchInterval is how often the budget is re-read when Slots is 0.
 	// 0 means budget.DefaultWatchInterval (1s); negative means never: the

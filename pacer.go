@@ -4,8 +4,9 @@ import (
 	"context"
 	"math"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/cputime"
 
 	"github.com/cpuwork/cpuwork/budget"
 )
@@ -77,15 +78,8 @@ func newPacer(b budget.Budget, setPaced func(bool)) *pacer {
 // quotaOf reports whether b comes from a CFS quota, and its period and
 // the cgroup directory that set it.
 func quotaOf(b budget.Budget) (period time.Duration, dir string, ok bool) {
-	if b.Source != budget.SourceCgroupV1 && b.Source != budget.SourceCgroupV2 {
-		return 0, "", false
-	}
-	for _, l := range b.Limits {
-		if l.Dir == b.SourceDir {
-			return l.Period, l.Dir, true
-		}
-	}
-	return 100 * time.Millisecond, b.SourceDir, true
+	l, ok := b.Limiting()
+	return l.Period, l.Dir, ok
 }
 
 func (p *pacer) configure(b budget.Budget) {
@@ -99,19 +93,16 @@ func (p *pacer) configure(b budget.Budget) {
 // pacedSlots is the slot count under pacing: ceil(quota), at most
 // GOMAXPROCS (when known), at least 1.
 func pacedSlots(b budget.Budget) int {
-	n := int(math.Ceil(b.Cores - 1e-9))
+	n := budget.Whole(b.Cores, true)
 	if b.GOMAXPROCS > 0 {
 		n = min(n, b.GOMAXPROCS)
 	}
-	return max(n, 1)
+	return n
 }
 
 func processCPU() time.Duration {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	d, _ := cputime.Process()
+	return d
 }
 
 // reconfigure follows a budget change: a new quota or period; without a

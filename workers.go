@@ -4,7 +4,6 @@ import (
 	"sync"
 
 	"github.com/cpuwork/cpuwork/osthread"
-	"golang.org/x/sys/unix"
 )
 
 // workerPool runs asynchronous tasks: one worker per slot, plus spares lent
@@ -96,7 +95,7 @@ func (p *workerPool) run() {
 	// The thread is locked for the worker's whole life and never unlocked:
 	// it exits with the goroutine, taking a changed priority with it.
 	osthread.LockNonMain(func() {
-		w := p.guard.register(unix.Gettid())
+		w := p.guard.register(osthread.Gettid())
 		defer p.guard.unregister(w)
 		stopped = p.loop(w)
 	})

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/internal/cgroupfs"
-	"golang.org/x/sys/unix"
 )
 
 // ErrMalformed is wrapped by errors about a cgroup or /proc file whose text
@@ -33,6 +32,9 @@ const (
 	SourceCgroupV1 Source = "cgroup v1 cpu.cfs_quota_us"
 	// SourceCgroupV2: a cgroup v2 cpu.max.
 	SourceCgroupV2 Source = "cgroup v2 cpu.max"
+	// SourceRuntime: a system without cgroups or /proc (not Linux); Cores
+	// is runtime.NumCPU().
+	SourceRuntime Source = "runtime"
 )
 
 // Limit is a CFS bandwidth limit found at one level of the cgroup tree.
@@ -97,11 +99,11 @@ type Budget struct {
 // worse than 1 task, docs/architecture.md). The 0.25 core left over serves
 // the runtime, the GC and non-admitted goroutines.
 func (b Budget) Slots() int {
-	n := int(math.Floor(b.Cores + 1e-9))
-	if b.GOMAXPROCS > 0 && n > b.GOMAXPROCS {
-		n = b.GOMAXPROCS
+	n := Whole(b.Cores, false)
+	if b.GOMAXPROCS > 0 {
+		n = min(n, b.GOMAXPROCS)
 	}
-	return max(n, 1)
+	return n
 }
 
 // Warning returns a one-line explanation when the GOMAXPROCS in force (or
@@ -124,12 +126,41 @@ func (b Budget) Warning() string {
 }
 
 func (b Budget) period() time.Duration {
-	for _, l := range b.Limits {
-		if l.Dir == b.SourceDir {
-			return l.Period
-		}
+	if l, ok := b.Limiting(); ok && l.Period > 0 {
+		return l.Period
 	}
 	return 100 * time.Millisecond
+}
+
+// Limiting returns the CFS limit that sets Cores: the cgroup (leaf or
+// ancestor) whose quota is the budget, with its period and directory, where
+// cpu.stat counts the throttling that matters. ok is false when Cores does
+// not come from a quota (Source is affinity or runtime).
+func (b Budget) Limiting() (l Limit, ok bool) {
+	if b.Source != SourceCgroupV1 && b.Source != SourceCgroupV2 {
+		return Limit{}, false
+	}
+	for _, l := range b.Limits {
+		if l.Dir == b.SourceDir {
+			return l, true
+		}
+	}
+	return Limit{Dir: b.SourceDir, Period: 100 * time.Millisecond, Cores: b.Cores}, true
+}
+
+// Whole rounds cores (float64) to a whole number of CPUs, down or up,
+// at least 1. A budget within 1e-9 of a whole number counts as that number,
+// so that a quota of 200 ms per 100 ms is 2 whichever way it is rounded.
+// Every rounding of a budget in cpuwork (Slots, the paced executor's ceil,
+// package maxprocs) goes through it.
+func Whole(cores float64, up bool) int {
+	var n float64
+	if up {
+		n = math.Ceil(cores - 1e-9)
+	} else {
+		n = math.Floor(cores + 1e-9)
+	}
+	return max(int(n), 1)
 }
 
 // Detect returns the CPU budget of the calling process. It reads
@@ -151,16 +182,13 @@ func DetectPID(pid int) (Budget, error) {
 	if pid <= 0 {
 		return Budget{}, fmt.Errorf("budget: pid %d: must be positive", pid)
 	}
+	if !haveProc {
+		return Budget{}, fmt.Errorf("budget: pid %d: %w: another process's budget is read from Linux's /proc (GOOS %s)", pid, errors.ErrUnsupported, runtime.GOOS)
+	}
 	d := &detector{
-		pid: strconv.Itoa(pid),
-		affinity: func() (int, error) {
-			var set unix.CPUSet
-			if err := unix.SchedGetaffinity(pid, &set); err != nil {
-				return 0, fmt.Errorf("budget: sched_getaffinity(%d): %w", pid, err)
-			}
-			return set.Count(), nil
-		},
-		env: func(k string) string { return environOf(pid, k) },
+		pid:      strconv.Itoa(pid),
+		affinity: func() (int, error) { return affinityOf(pid) },
+		env:      func(k string) string { return environOf(pid, k) },
 	}
 	return d.detect()
 }
@@ -178,14 +206,8 @@ type detector struct {
 
 func selfDetector() *detector {
 	return &detector{
-		pid: "self",
-		affinity: func() (int, error) {
-			var set unix.CPUSet
-			if err := unix.SchedGetaffinity(0, &set); err != nil {
-				return 0, fmt.Errorf("budget: sched_getaffinity: %w", err)
-			}
-			return set.Count(), nil
-		},
+		pid:        "self",
+		affinity:   func() (int, error) { return affinityOf(0) },
 		numCPU:     runtime.NumCPU(),
 		gomaxprocs: runtime.GOMAXPROCS(0),
 		env:        os.Getenv,
@@ -207,15 +229,17 @@ func (d *detector) detect() (Budget, error) {
 	if d.env != nil {
 		b.GOMAXPROCSEnv = d.env("GOMAXPROCS")
 	}
-	if err := d.readCgroup(&b); err != nil {
+	if !haveProc && d.root == "" {
+		b.Source = SourceRuntime
+		b.Notes = append(b.Notes, "no cgroups or affinity on "+runtime.GOOS+": the budget is runtime.NumCPU()")
+	} else if err := d.readCgroup(&b); err != nil {
 		return b, err
 	}
 	b.RuntimeGOMAXPROCS = runtimeDefault(b)
 	if b.Shares != 0 && b.Shares != 1024 {
 		b.RequestCores = float64(b.Shares) / 1024
 	} else if b.Weight != 0 && b.Weight != 100 {
-		// KEP-2254: weight = 1 + (shares-2)*9999/262142, inverted.
-		b.RequestCores = (2 + float64(b.Weight-1)*262142/9999) / 1024
+		b.RequestCores = float64(cgroupfs.WeightToShares(b.Weight)) / 1024
 	}
 	return b, nil
 }
@@ -429,10 +453,14 @@ const DefaultWatchInterval = time.Second
 // at most one pending report: a slow reader sees the latest, never a stale
 // one. It is closed after ctx is done.
 func Watch(ctx context.Context, interval time.Duration) <-chan Change {
-	return watch(ctx, interval, Detect)
+	return WatchFunc(ctx, interval, Detect)
 }
 
-func watch(ctx context.Context, interval time.Duration, detect func() (Budget, error)) <-chan Change {
+// WatchFunc is Watch with the caller's detection function: for example
+// func() (Budget, error) { return DetectPID(pid) } to follow another
+// process, or a fixture in tests. It is the one budget follower of the
+// module: the executor (Options.WatchInterval) and package maxprocs use it.
+func WatchFunc(ctx context.Context, interval time.Duration, detect func() (Budget, error)) <-chan Change {
 	if interval <= 0 {
 		interval = DefaultWatchInterval
 	}

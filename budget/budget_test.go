@@ -253,7 +253,7 @@ func TestWatchReportsFirstReadingThenOnlyChanges(t *testing.T) {
 		}
 		return Budget{Cores: last}, nil
 	}
-	ch := watch(ctx, time.Millisecond, detect)
+	ch := WatchFunc(ctx, time.Millisecond, detect)
 	first := <-ch
 	if first.Budget.Cores != 1 {
 		t.Fatalf("first %v", first.Budget.Cores)

@@ -24,7 +24,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -61,19 +60,14 @@ func (p Policy) String() string {
 // Procs applies p to a budget of cores (float64, 1.25 = 1250m), capped at
 // the affinity count for Floor and Ceil.
 func (p Policy) Procs(cores float64, affinity int) int {
-	var n int
-	switch p {
-	case Ceil:
-		n = int(math.Ceil(cores - 1e-9))
-	case BudgetPlusOne:
-		return max(int(math.Floor(cores+1e-9)), 1) + 1
-	default:
-		n = int(math.Floor(cores + 1e-9))
+	if p == BudgetPlusOne {
+		return budget.Whole(cores, false) + 1
 	}
+	n := budget.Whole(cores, p == Ceil)
 	if affinity > 0 {
 		n = min(n, affinity)
 	}
-	return max(n, 1)
+	return n
 }
 
 type config struct {
@@ -140,29 +134,17 @@ func Set(p Policy, opts ...Option) (undo func(), err error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			interval := c.interval
-			if interval <= 0 {
-				interval = budget.DefaultWatchInterval
-			}
-			t := time.NewTicker(interval)
-			defer t.Stop()
 			last := b.Cores
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				nb, err := c.detect()
-				if err != nil {
+			for ch := range budget.WatchFunc(ctx, c.interval, c.detect) {
+				if ch.Err != nil {
 					if c.log != nil {
-						c.log.Warn("maxprocs: re-read budget", "err", err)
+						c.log.Warn("maxprocs: re-read budget", "err", ch.Err)
 					}
 					continue
 				}
-				if nb.Cores != last {
-					last = nb.Cores
-					apply(nb)
+				if ch.Budget.Cores != last {
+					last = ch.Budget.Cores
+					apply(ch.Budget)
 				}
 			}
 		}()

@@ -7,8 +7,6 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/sys/unix"
 )
 
 // ErrClosed is returned for tasks submitted to a lane after Close began.
@@ -78,12 +76,12 @@ func Start(o Options) (*Lane, error) {
 					return
 				}
 				if o.Place != nil {
-					if err := o.Place(unix.Gettid()); err != nil {
-						ready <- started{err: fmt.Errorf("osthread: place thread %d: %w", unix.Gettid(), err)}
+					if err := o.Place(Gettid()); err != nil {
+						ready <- started{err: fmt.Errorf("osthread: place thread %d: %w", Gettid(), err)}
 						return
 					}
 				}
-				ready <- started{tid: unix.Gettid()}
+				ready <- started{tid: Gettid()}
 				for fn := range l.tasks {
 					fn()
 				}

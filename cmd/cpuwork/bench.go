@@ -7,7 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/cpuwork/cpuwork/internal/bench"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/bench"
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"

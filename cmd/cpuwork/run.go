@@ -252,6 +252,26 @@ func removedWord(err error) string {
 // include/uapi/linux/magic.h).
 var cgroupMagics = []int64{unix.CGROUP_SUPER_MAGIC, unix.CGROUP2_SUPER_MAGIC}
 
+// lockForExec locks the calling goroutine to its thread for good (it goes
+// on to execve), gives that thread the parent-death signal SIGKILL and
+// checks that the parent is still parent. The kernel keeps the signal per
+// thread and clears it in every thread a process creates
+// (kernel/fork.c, copy_process), so the Pdeathsig cpuwork set when it
+// forked this process holds only on its first thread, and the goroutine
+// may have migrated off it: without this, CMD could outlive a SIGKILLed
+// cpuwork. The check after prctl closes the race with a parent that died
+// before it.
+func lockForExec(parent int) error {
+	runtime.LockOSThread()
+	if err := unix.Prctl(unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_PDEATHSIG): %w", err)
+	}
+	if os.Getppid() != parent {
+		return fmt.Errorf("cpuwork (pid %d) is gone", parent)
+	}
+	return nil
+}
+
 // execInCmd is the hidden first stage of `run`: it joins the cgroups whose
 // cgroup.procs files cpuwork passed it as open descriptors 3..3+N-1
 // (refusing any descriptor that is not on a cgroup filesystem), checks that
@@ -270,8 +290,14 @@ func execInCmd() *cobra.Command {
 			if err != nil || n < 1 || n > 16 {
 				return fmt.Errorf("exec-in: %q is not a number of descriptors (1..16)", args[0])
 			}
-			if want := os.Getenv(parentEnv); want != "" && want != strconv.Itoa(os.Getppid()) {
-				return fmt.Errorf("exec-in: cpuwork (pid %s) is gone; not starting %s", want, args[2])
+			want := os.Getppid()
+			if w := os.Getenv(parentEnv); w != "" {
+				if want, err = strconv.Atoi(w); err != nil {
+					return fmt.Errorf("exec-in: %s=%q is not a PID", parentEnv, w)
+				}
+			}
+			if err := lockForExec(want); err != nil {
+				return fmt.Errorf("exec-in: %w; not starting %s", err, args[2])
 			}
 			for fd := 3; fd < 3+n; fd++ {
 				var st unix.Statfs_t

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -372,5 +373,38 @@ func TestBudgetJSONIsSnakeCaseWithEmptyLists(t *testing.T) {
 	}
 	if len(keys) < 5 {
 		t.Errorf("too few keys in %s", out)
+	}
+}
+
+// The kernel keeps the parent-death signal per thread and clears it for
+// every thread a process creates (copy_process), so the exec-in stage's Go
+// runtime threads have none. If exec-in's goroutine had migrated off the
+// main thread before execve, CMD would inherit no Pdeathsig and outlive a
+// SIGKILLed cpuwork (seen as 1 failure in 30 runs of the SIGKILL test).
+// lockForExec must leave the calling goroutine on a thread that has it.
+func TestExecInThreadCarriesTheParentDeathSignal(t *testing.T) {
+	got := make(chan int, 1)
+	go func() {
+		// A new goroutine locked to a thread: never the process's first
+		// thread's inherited signal, whatever thread it lands on.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
+			t.Error(err)
+		}
+		if err := lockForExec(os.Getppid()); err != nil {
+			t.Error(err)
+		}
+		var sig int
+		if err := unix.Prctl(unix.PR_GET_PDEATHSIG, uintptr(unsafe.Pointer(&sig)), 0, 0, 0); err != nil {
+			t.Error(err)
+		}
+		got <- sig
+	}()
+	if sig := <-got; sig != int(syscall.SIGKILL) {
+		t.Fatalf("the exec-ing thread's parent-death signal is %d, want SIGKILL (%d)", sig, syscall.SIGKILL)
+	}
+	if err := lockForExec(os.Getppid() + 100000); err == nil {
+		t.Error("lockForExec accepted a parent that is not ours")
 	}
 }

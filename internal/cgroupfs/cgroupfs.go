@@ -434,3 +434,14 @@ func trunc(b []byte) string {
 	}
 	return string(b)
 }
+
+// WeightToShares converts a cgroup v2 cpu.weight (1..10000) to v1
+// cpu.shares by inverting KEP-2254's mapping
+// (weight = 1 + (shares-2)*9999/262142, the one runc, the kubelet and
+// github.com/opencontainers/cgroups use); 0 (unset) stays 0.
+func WeightToShares(w uint64) uint64 {
+	if w == 0 {
+		return 0
+	}
+	return 2 + (w-1)*262142/9999
+}

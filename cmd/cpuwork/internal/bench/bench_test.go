@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 	"go.uber.org/goleak"
 )
 

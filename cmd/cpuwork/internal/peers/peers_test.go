@@ -11,7 +11,7 @@ import (
 	"github.com/alitto/pond/v2"
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/budget"
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 	"github.com/panjf2000/ants/v2"
 	"github.com/sourcegraph/conc/pool"
 	"golang.org/x/sync/errgroup"

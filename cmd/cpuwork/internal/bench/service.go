@@ -18,7 +18,7 @@ import (
 
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/cgroup"
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cgroup"
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 )
 
 // ScenarioInfo describes one scenario for --list.
@@ -20,24 +20,117 @@ type ScenarioInfo struct {
 	Variants []string
 }
 
+// scenarioDef is one row of the scenario table: everything the runner
+// knows of a scenario is here, once.
+type scenarioDef struct {
+	name, desc string
+	variants   func() []string // "name: description" per variant
+	uses       []string        // workloads calibrated before the run
+	// steps is the number of measured steps, for the progress display,
+	// given the number of variants.
+	steps func(r *Runner, variants []string) int
+	run   func(r *Runner) (*Scenario, error)
+}
+
+// needsBinary runs a scenario that starts children from the cpuwork binary.
+func needsBinary(name string, run func(r *Runner, bin []string) (*Scenario, error)) func(r *Runner) (*Scenario, error) {
+	return func(r *Runner) (*Scenario, error) {
+		if len(r.cfg.LoadGen) == 0 {
+			return &Scenario{Name: name, Skipped: "no cpuwork binary to run children with"}, nil
+		}
+		return run(r, r.cfg.LoadGen)
+	}
+}
+
+func perVariant(r *Runner, vs []string) int { return len(vs) * r.rounds }
+
+// competed counts the priority and timers steps: every variant in every
+// competition case it takes part in, plus, for priority, batch alone.
+func competed(batchAlone bool) func(r *Runner, vs []string) int {
+	return func(r *Runner, vs []string) int {
+		n := 0
+		for _, cc := range r.competitions() {
+			if batchAlone {
+				n++
+			}
+			for _, v := range vs {
+				if cc.Name == "" || !strings.Contains(v, "(alone only)") {
+					n += r.rounds
+				}
+			}
+		}
+		return n
+	}
+}
+
+var scenarioTable = []scenarioDef{
+	{name: "burst", desc: "~1 ms tasks (fib; the report prints the size measured in the run) arriving at once: bounding concurrency vs a goroutine per task",
+		variants: func() []string { return describe(burstVariants) }, uses: []string{"fib"}, steps: perVariant,
+		run: func(r *Runner) (*Scenario, error) {
+			n := 1000
+			if r.cfg.Quick {
+				n = 200
+			}
+			fib := workload.NewFib(1500 * time.Microsecond)
+			c, _ := workload.Calibrate(fib, 5)
+			return r.burst("burst", n, c, fib), nil
+		}},
+	{name: "burst-long", desc: "40 ms tasks arriving at once: where processor sharing makes every task late",
+		variants: func() []string { return describe(burstVariants) }, steps: perVariant,
+		run: func(r *Runner) (*Scenario, error) {
+			n := 100
+			if r.cfg.Quick {
+				n = 20
+			}
+			spin := workload.NewSpin(40 * time.Millisecond)
+			return r.burst("burst-long", n, spin.D, spin), nil
+		}},
+	{name: "priority", desc: "critical requests beside batch work that saturates every P, alone and beside a competing CPU-bound process",
+		variants: priorityNames, steps: competed(true),
+		run: func(r *Runner) (*Scenario, error) { return r.priority(200*time.Microsecond, time.Millisecond), nil }},
+	{name: "timers", desc: "timer and netpoller latency beside busy CPU workers, alone and beside a competing CPU-bound process",
+		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
+		run: func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) }},
+	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity",
+		variants: func() []string { return describe(serviceVariants) }, uses: []string{"regexp", "gzip"},
+		steps: func(r *Runner, vs []string) int { return 5*len(vs)*r.rounds + 1 }, // five load levels per variant, and the capacity measurement
+		run: func(r *Runner) (*Scenario, error) {
+			if len(r.cfg.LoadGen) == 0 {
+				return &Scenario{Name: "service", Skipped: "no load generator command configured"}, nil
+			}
+			return r.service(r.cfg.LoadGen)
+		}},
+	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
+		variants: quotaNames,
+		steps: func(r *Runner, vs []string) int {
+			if r.cfg.Quick {
+				return len(vs) * r.rounds
+			}
+			return 3 * len(vs) * r.rounds // three quotas
+		},
+		run: needsBinary("quota", func(r *Runner, bin []string) (*Scenario, error) { return r.quota(bin[0]), nil })},
+	{name: "neighbour", desc: "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)",
+		variants: func() []string { return describe(neighbourVariants) },
+		steps:    func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
+		run:      needsBinary("neighbour", func(r *Runner, bin []string) (*Scenario, error) { return r.neighbour(bin[0]), nil })},
+}
+
+// describe lists a variant table as "name: description".
+func describe(vs []struct{ name, desc string }) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.name+": "+v.desc)
+	}
+	return out
+}
+
 // Scenarios lists the scenarios in the order they run.
 func Scenarios() []ScenarioInfo {
-	names := func(vs []struct{ name, desc string }) []string {
-		var out []string
-		for _, v := range vs {
-			out = append(out, v.name+": "+v.desc)
-		}
-		return out
+	var out []ScenarioInfo
+	for _, d := range scenarioTable {
+		out = append(out, ScenarioInfo{d.name, d.desc, d.variants()})
 	}
-	return []ScenarioInfo{
-		{"burst", "~1 ms tasks (fib; the report prints the size measured in the run) arriving at once: bounding concurrency vs a goroutine per task", names(burstVariants)},
-		{"burst-long", "40 ms tasks arriving at once: where processor sharing makes every task late", names(burstVariants)},
-		{"priority", "critical requests beside batch work that saturates every P, alone and beside a competing CPU-bound process", priorityNames()},
-		{"timers", "timer and netpoller latency beside busy CPU workers, alone and beside a competing CPU-bound process", names(timerVariants)},
-		{"service", "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity", names(serviceVariants)},
-		{"quota", "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)", quotaNames()},
-		{"neighbour", "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)", names(neighbourVariants)},
-	}
+	return out
 }
 
 // Config selects and sizes the run.
@@ -77,10 +170,9 @@ type Runner struct {
 
 // Run runs the configured scenarios and returns the report.
 func Run(cfg Config) (*Report, error) {
-	all := Scenarios()
 	var known []string
-	for _, s := range all {
-		known = append(known, s.Name)
+	for _, d := range scenarioTable {
+		known = append(known, d.name)
 	}
 	want := cfg.Scenarios
 	if len(want) == 0 {
@@ -133,10 +225,9 @@ func Run(cfg Config) (*Report, error) {
 	}
 	// Only the workloads the chosen scenarios use (priority and timers use
 	// the calibrated spinner, which needs no data).
-	uses := map[string][]string{"burst": {"fib"}, "service": {"regexp", "gzip"}}
 	var names []string
-	for _, sc := range want {
-		for _, n := range uses[sc] {
+	for _, d := range r.chosen(want) {
+		for _, n := range d.uses {
 			if !slices.Contains(names, n) {
 				names = append(names, n)
 			}
@@ -157,53 +248,14 @@ func Run(cfg Config) (*Report, error) {
 		rep.Workloads = append(rep.Workloads, wl)
 	}
 
-	r.total = r.countSteps(want)
-	for _, name := range want {
-		var s *Scenario
-		switch name {
-		case "burst":
-			n := 1000
-			if cfg.Quick {
-				n = 200
-			}
-			fib := workload.NewFib(1500 * time.Microsecond)
-			c, _ := workload.Calibrate(fib, 5)
-			s = r.burst("burst", n, c, fib)
-		case "burst-long":
-			n := 100
-			if cfg.Quick {
-				n = 20
-			}
-			spin := workload.NewSpin(40 * time.Millisecond)
-			s = r.burst("burst-long", n, spin.D, spin)
-		case "priority":
-			s = r.priority(200*time.Microsecond, time.Millisecond)
-		case "timers":
-			s, err = r.timers(time.Millisecond)
-			if err != nil {
-				s = &Scenario{Name: "timers", Skipped: err.Error()}
-			}
-		case "quota":
-			if len(cfg.LoadGen) == 0 {
-				s = &Scenario{Name: "quota", Skipped: "no cpuwork binary to run children with"}
-				break
-			}
-			s = r.quota(cfg.LoadGen[0])
-		case "neighbour":
-			if len(cfg.LoadGen) == 0 {
-				s = &Scenario{Name: "neighbour", Skipped: "no cpuwork binary to run children with"}
-				break
-			}
-			s = r.neighbour(cfg.LoadGen[0])
-		case "service":
-			if len(cfg.LoadGen) == 0 {
-				s = &Scenario{Name: "service", Skipped: "no load generator command configured"}
-				break
-			}
-			s, err = r.service(cfg.LoadGen)
-			if err != nil {
-				s = &Scenario{Name: "service", Skipped: err.Error()}
-			}
+	r.total = 0
+	for _, d := range r.chosen(want) {
+		r.total += d.steps(r, d.variants())
+	}
+	for _, d := range r.chosen(want) {
+		s, err := d.run(r)
+		if err != nil {
+			s = &Scenario{Name: d.name, Skipped: err.Error()}
 		}
 		rep.Scenarios = append(rep.Scenarios, s)
 	}
@@ -211,38 +263,17 @@ func Run(cfg Config) (*Report, error) {
 	return rep, nil
 }
 
-func (r *Runner) countSteps(want []string) int {
-	n := 0
+// chosen returns the table rows named in want, in want's order.
+func (r *Runner) chosen(want []string) []scenarioDef {
+	var out []scenarioDef
 	for _, w := range want {
-		for _, s := range Scenarios() {
-			if s.Name == w {
-				n += len(s.Variants) * r.rounds
-				if w == "service" {
-					n += 4*len(s.Variants)*r.rounds + 1 // five load levels per variant, and the capacity measurement
-				}
-				if w == "neighbour" {
-					n += len(s.Variants) * r.rounds // two probes
-				}
-				if w == "quota" && !r.cfg.Quick {
-					n += 2 * len(s.Variants) * r.rounds // three quotas
-				}
-				if w == "priority" || w == "timers" {
-					n = n - len(s.Variants)*r.rounds
-					for _, cc := range r.competitions() {
-						if w == "priority" {
-							n++ // batch alone
-						}
-						for _, v := range s.Variants {
-							if cc.Name == "" || !strings.Contains(v, "(alone only)") {
-								n += r.rounds
-							}
-						}
-					}
-				}
+		for _, d := range scenarioTable {
+			if d.name == w {
+				out = append(out, d)
 			}
 		}
 	}
-	return n
+	return out
 }
 
 // warmUp runs each variant once for a short, discarded run (executors,

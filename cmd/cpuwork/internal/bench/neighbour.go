@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/cgroup"
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 )
 
 // ProbeChild is the hidden `cpuwork probe` process: every interval, open

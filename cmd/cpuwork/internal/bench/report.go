@@ -15,8 +15,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/cputime"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/cpuwork/cpuwork/budget"
@@ -321,12 +322,8 @@ func (m *meter) stop() usage {
 }
 
 func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime) + tv(ru.Stime)
+	d, _ := cputime.Process()
+	return d.Seconds()
 }
 
 func rssBytes() int64 {

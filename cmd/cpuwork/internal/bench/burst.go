@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 	"golang.org/x/sync/errgroup"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 )
 
 var timerVariants = []struct{ name, desc string }{
@@ -45,50 +45,20 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	go echoServer(ln)
 	job := workload.NewSpin(unit)
 	echo := map[string]*histT{}
-	for _, cc := range cases {
-		var vs []*Variant
-		for _, v := range s.Variants {
-			if _, suf := baseName(v.Name); suf == cc.suffix() {
-				vs = append(vs, v)
-			}
+	r.eachCase(s, "timers", cases, nil, func(cc competition, v *Variant, warm bool) error {
+		base, _ := baseName(v.Name)
+		canary, eh, series, u, err := r.timersOnce(base, job, ln.Addr().String())
+		if warm || err != nil {
+			return err
 		}
-		func() {
-			stop, alive, err := cc.start()
-			if err != nil {
-				for _, v := range vs {
-					v.Valid, v.Invalid = false, "not measured: "+err.Error()
-				}
-				s.Notes = append(s.Notes, fmt.Sprintf("case %s not measured: %v", cc.Name, err))
-				r.done += len(vs) * r.rounds
-				return
-			}
-			defer stop()
-			r.warmUp("timers"+cc.suffix(), vs, func(v *Variant) {
-				base, _ := baseName(v.Name)
-				r.timersOnce(base, job, ln.Addr().String())
-			})
-			for round := 0; round < r.rounds; round++ {
-				for _, v := range r.shuffled(vs) {
-					r.step(fmt.Sprintf("timers: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
-					base, _ := baseName(v.Name)
-					canary, eh, series, u, err := r.timersOnce(base, job, ln.Addr().String())
-					if err == nil && !alive() {
-						err = fmt.Errorf("the competitor of case %s died during the run", cc.Name)
-					}
-					if err != nil {
-						v.Valid, v.Invalid = false, err.Error()
-						continue
-					}
-					v.addRun(canary, series, u)
-					v.setRepeatExtra("echo_p99_s", latencyOf(eh).P99)
-					if echo[v.Name] == nil {
-						echo[v.Name] = newHist()
-					}
-					echo[v.Name].Merge(eh)
-				}
-			}
-		}()
-	}
+		v.addRun(canary, series, u)
+		v.setRepeatExtra("echo_p99_s", latencyOf(eh).P99)
+		if echo[v.Name] == nil {
+			echo[v.Name] = newHist()
+		}
+		echo[v.Name].Merge(eh)
+		return nil
+	})
 	for _, v := range s.Variants {
 		if h := echo[v.Name]; h != nil {
 			l := latencyOf(h)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/cgroup"
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 )
 
 // QuotaChild is the hidden `cpuwork quota-child` process of the quota

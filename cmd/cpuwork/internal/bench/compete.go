@@ -152,3 +152,53 @@ func baseName(v string) (base, suffix string) {
 	}
 	return v, ""
 }
+
+// eachCase runs the variants of s in every competition case: it starts the
+// case's competitor (a case whose competitor cannot start leaves its
+// variants not measured, with the reason), calls reference (if not nil)
+// for the case's reference steps, warms the variants up, then runs every
+// variant r.rounds times in a shuffled order. once runs one variant and
+// records the result unless warm; an error, or a competitor found dead
+// after the run, marks the variant invalid. The competitor is stopped on
+// every path.
+func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, reference func(cc competition), once func(cc competition, v *Variant, warm bool) error) {
+	for _, cc := range cases {
+		var vs []*Variant
+		for _, v := range s.Variants {
+			if _, suf := baseName(v.Name); suf == cc.suffix() {
+				vs = append(vs, v)
+			}
+		}
+		func() {
+			stop, alive, err := cc.start()
+			if err != nil {
+				for _, v := range vs {
+					v.Valid, v.Invalid = false, "not measured: "+err.Error()
+				}
+				s.Notes = append(s.Notes, fmt.Sprintf("case %s not measured: %v", cc.Name, err))
+				r.done += len(vs) * r.rounds
+				if reference != nil {
+					r.done++
+				}
+				return
+			}
+			defer stop()
+			if reference != nil {
+				reference(cc)
+			}
+			r.warmUp(scenario+cc.suffix(), vs, func(v *Variant) { once(cc, v, true) })
+			for round := 0; round < r.rounds; round++ {
+				for _, v := range r.shuffled(vs) {
+					r.step(fmt.Sprintf("%s: %s (repeat %d/%d)", scenario, v.Name, round+1, r.rounds))
+					err := once(cc, v, false)
+					if err == nil && !alive() {
+						err = fmt.Errorf("the competitor of case %s died during the run", cc.Name)
+					}
+					if err != nil {
+						v.Valid, v.Invalid = false, err.Error()
+					}
+				}
+			}
+		}()
+	}
+}

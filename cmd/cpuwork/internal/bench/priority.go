@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
-	"github.com/cpuwork/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 	"github.com/cpuwork/cpuwork/osthread"
 )
 
@@ -53,63 +53,34 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 	batchW := workload.NewSpin(unit)
 	units := map[string]float64{}
 	alone := map[string]float64{}
-	for _, cc := range cases {
-		var vs []*Variant
-		for _, v := range s.Variants {
-			if _, suf := baseName(v.Name); suf == cc.suffix() {
-				vs = append(vs, v)
-			}
+	r.eachCase(s, "priority", cases, func(cc competition) {
+		// Undisturbed batch throughput in this case: batch alone.
+		r.step(fmt.Sprintf("priority: batch alone (reference%s)", cc.suffix()))
+		alone[cc.suffix()] = r.batchAlone(batchW)
+	}, func(cc competition, v *Variant, warm bool) error {
+		base, _ := baseName(v.Name)
+		res, err := r.priorityOnce(base, critW, batchW, interval)
+		if warm || err != nil {
+			return err
 		}
-		func() {
-			stop, alive, err := cc.start()
-			if err != nil {
-				for _, v := range vs {
-					v.Valid, v.Invalid = false, "not measured: "+err.Error()
-				}
-				s.Notes = append(s.Notes, fmt.Sprintf("case %s not measured: %v", cc.Name, err))
-				r.done += 1 + len(vs)*r.rounds
-				return
-			}
-			defer stop()
-			// Undisturbed batch throughput in this case: batch alone.
-			r.step(fmt.Sprintf("priority: batch alone (reference%s)", cc.suffix()))
-			alone[cc.suffix()] = r.batchAlone(batchW)
-			r.warmUp("priority"+cc.suffix(), vs, func(v *Variant) {
-				base, _ := baseName(v.Name)
-				r.priorityOnce(base, critW, batchW, interval)
-			})
-			for round := 0; round < r.rounds; round++ {
-				for _, v := range r.shuffled(vs) {
-					r.step(fmt.Sprintf("priority: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
-					base, _ := baseName(v.Name)
-					res, err := r.priorityOnce(base, critW, batchW, interval)
-					if err == nil && !alive() {
-						err = fmt.Errorf("the competitor of case %s died during the run", cc.Name)
-					}
-					if err != nil {
-						v.Valid, v.Invalid = false, err.Error()
-						continue
-					}
-					v.addRun(res.hist, res.series, res.u)
-					v.OfferedPS += res.offered / float64(r.rounds)
-					v.AchievedPS += res.achieved / float64(r.rounds)
-					units[v.Name] += res.batchCPUps / float64(r.rounds)
-					if a := alone[cc.suffix()]; a > 0 {
-						v.setRepeatExtra("batch_share_of_alone", res.batchCPUps/a)
-					}
-					if res.priv != "" {
-						v.Privileges = res.priv
-					}
-					if res.demotion != "" {
-						v.setExtra("guard_suspensions", res.guardSuspensions)
-					}
-					v.setRepeatExtra("gc_stops", res.gcStops)
-					v.setRepeatExtra("gc_stop_max_s", res.gcStopMax)
-					v.setExtra("gc_stop_max_s", max(v.Extra["gc_stop_max_s"], res.gcStopMax))
-				}
-			}
-		}()
-	}
+		v.addRun(res.hist, res.series, res.u)
+		v.OfferedPS += res.offered / float64(r.rounds)
+		v.AchievedPS += res.achieved / float64(r.rounds)
+		units[v.Name] += res.batchCPUps / float64(r.rounds)
+		if a := alone[cc.suffix()]; a > 0 {
+			v.setRepeatExtra("batch_share_of_alone", res.batchCPUps/a)
+		}
+		if res.priv != "" {
+			v.Privileges = res.priv
+		}
+		if res.demotion != "" {
+			v.setExtra("guard_suspensions", res.guardSuspensions)
+		}
+		v.setRepeatExtra("gc_stops", res.gcStops)
+		v.setRepeatExtra("gc_stop_max_s", res.gcStopMax)
+		v.setExtra("gc_stop_max_s", max(v.Extra["gc_stop_max_s"], res.gcStopMax))
+		return nil
+	})
 	for _, v := range s.Variants {
 		_, suf := baseName(v.Name)
 		v.Throughput = v.AchievedPS

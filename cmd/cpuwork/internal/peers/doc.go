@@ -2,8 +2,8 @@
 // to bound CPU-bound work: a goroutine per task, a channel semaphore,
 // errgroup.SetLimit, semaphore.Weighted, ants v2, pond v2 and conc's pool.
 //
-// It is its own module so that the cpuwork module never depends on the
-// peers. Run from this directory:
+// It lives in the CLI's module (cmd/cpuwork) so that the library module
+// never depends on the peers. Run from this directory:
 //
 //	go test -run '^$' -bench . -count 10 | tee new.txt
 //	go run golang.org/x/perf/cmd/benchstat@latest new.txt

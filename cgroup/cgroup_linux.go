@@ -1,0 +1,583 @@
+//go:build linux
+
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/cgroupfs"
+	"github.com/opencontainers/cgroups"
+	cgfs "github.com/opencontainers/cgroups/fs"
+	"github.com/opencontainers/cgroups/fs2"
+)
+
+// Group is a cgroup created by New. It exists in the hierarchies it
+// configures only: on v1 the cpu hierarchy (with cpuacct where the two
+// are mounted together) and, with a Cpuset, the cpuset hierarchy; on v2
+// the unified hierarchy. A process added to it keeps its memory, pids and
+// every other membership.
+type Group struct {
+	cfg     Config
+	path    string // below the CPU hierarchy's root, e.g. "/cpuwork/job1"
+	m       cgroups.Manager
+	version int
+	dirs    map[string]string // controller ("cpu", "cpuset"; "" on v2) -> the group's directory
+	home    map[string]string // controller -> the caller's cgroup directory in that hierarchy
+	created []string          // parent directories New created, deepest first
+}
+
+// Version returns 2 on a cgroup v2 (unified) host and 1 otherwise.
+func Version() int {
+	if cgroups.IsCgroup2UnifiedMode() {
+		return 2
+	}
+	return 1
+}
+
+// hierarchy is where the calling process sits in one cgroup hierarchy.
+type hierarchy struct {
+	mount string // the hierarchy's mount point
+	dir   string // the caller's cgroup directory
+}
+
+// callerHierarchy finds the calling process's cgroup for a v1 controller
+// ("cpu", "cpuset") or, on v2, in the unified hierarchy.
+func callerHierarchy(controller string) (hierarchy, error) {
+	cg, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("cgroup: %w", err)
+	}
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("cgroup: %w", err)
+	}
+	lines, err := cgroupfs.ParseProcCgroup(cg)
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("cgroup: /proc/self/cgroup: %w", err)
+	}
+	mounts, err := cgroupfs.ParseMountInfo(mi)
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("cgroup: /proc/self/mountinfo: %w", err)
+	}
+	h, err := cgroupfs.FindController(lines, mounts, controller)
+	if err != nil {
+		return hierarchy{}, fmt.Errorf("%w: the %s hierarchy: %v", ErrUnsupported, controller, err)
+	}
+	return hierarchy{mount: h.MountPoint, dir: h.Dir}, nil
+}
+
+// parseCPUList parses a kernel CPU list ("0-3,6").
+func parseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("cgroup: CPU list %q: %q is not a CPU number", s, lo)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("cgroup: CPU list %q: bad range %q", s, part)
+			}
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cgroup: CPU list %q is empty", s)
+	}
+	return out, nil
+}
+
+// checkCpuset checks that every CPU of list is online
+// (/sys/devices/system/cpu/online), so New fails with a clear error
+// instead of the kernel's "numerical result out of range".
+func checkCpuset(list string) error {
+	want, err := parseCPUList(list)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return nil // cannot check: let the kernel decide
+	}
+	online, err := parseCPUList(string(b))
+	if err != nil {
+		return nil
+	}
+	for _, c := range want {
+		if !slices.Contains(online, c) {
+			return fmt.Errorf("cgroup: cpuset %q: CPU %d is not online here (online: %s)", list, c, strings.TrimSpace(string(b)))
+		}
+	}
+	return nil
+}
+
+// New creates the group described by c and applies its limits. It returns
+// an error wrapping ErrExist when the group exists already, ErrPermission
+// or ErrUnsupported with what is missing, and on every error leaves no
+// directory it created behind.
+func New(c Config) (*Group, error) {
+	if err := validName(c.Name); err != nil {
+		return nil, err
+	}
+	if c.Parent == "" {
+		c.Parent = "cpuwork"
+	}
+	for _, p := range strings.Split(strings.Trim(c.Parent, "/"), "/") {
+		if err := validName(p); err != nil {
+			return nil, fmt.Errorf("cgroup: parent %q: %w", c.Parent, err)
+		}
+	}
+	switch {
+	case c.CPUs < 0 || math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0):
+		return nil, fmt.Errorf("cgroup: CPUs %v must be a non-negative number of cores", c.CPUs)
+	case c.Period != 0 && (c.Period < time.Millisecond || c.Period > time.Second):
+		return nil, fmt.Errorf("cgroup: period %v out of the kernel's range 1ms..1s", c.Period)
+	case c.Weight != 0 && c.Shares != 0:
+		return nil, errors.New("cgroup: set Weight or Shares, not both")
+	case c.Weight > 10000:
+		return nil, fmt.Errorf("cgroup: weight %d out of range 1..10000", c.Weight)
+	case c.Shares != 0 && (c.Shares < 2 || c.Shares > 262144):
+		return nil, fmt.Errorf("cgroup: shares %d out of range 2..262144", c.Shares)
+	}
+	if c.Cpuset != "" {
+		if err := checkCpuset(c.Cpuset); err != nil {
+			return nil, err
+		}
+	}
+	if os.Geteuid() != 0 {
+		// Delegated subtrees (systemd user slices) may still allow it; try,
+		// but say why when it fails.
+		if err := checkWritable(); err != nil {
+			return nil, err
+		}
+	}
+	res := &cgroups.Resources{SkipDevices: true}
+	period := c.Period
+	if period == 0 {
+		period = 100 * time.Millisecond
+	}
+	if c.CPUs > 0 {
+		res.CpuPeriod = uint64(period / time.Microsecond)
+		res.CpuQuota = int64(math.Round(c.CPUs * float64(period/time.Microsecond)))
+		if res.CpuQuota < 1000 {
+			return nil, fmt.Errorf("cgroup: %v cores is a quota of %dµs per %v: the kernel's minimum is 1000µs", c.CPUs, res.CpuQuota, period)
+		}
+	}
+	g := &Group{cfg: c, version: Version(), dirs: map[string]string{}, home: map[string]string{}}
+	switch {
+	case c.Weight != 0 && g.version == 1:
+		res.CpuShares = WeightToShares(c.Weight)
+	case c.Weight != 0:
+		res.CpuWeight = c.Weight
+	case c.Shares != 0 && g.version == 2:
+		res.CpuWeight = cgroups.ConvertCPUSharesToCgroupV2Value(c.Shares)
+	case c.Shares != 0:
+		res.CpuShares = c.Shares
+	}
+	res.CpusetCpus = c.Cpuset
+	if c.Idle {
+		one := int64(1)
+		res.CPUIdle = &one
+	}
+	controllers := []string{"cpu"}
+	if g.version == 1 && c.Cpuset != "" {
+		controllers = append(controllers, "cpuset")
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			g.removeDirs()
+		}
+	}()
+	for _, ctl := range controllers {
+		h, err := callerHierarchy(ctl)
+		if err != nil {
+			return nil, err
+		}
+		key := ctl
+		if g.version == 2 {
+			key = ""
+		}
+		base := h.dir
+		if strings.HasPrefix(c.Parent, "/") {
+			base = h.mount
+		}
+		parent := filepath.Join(base, c.Parent)
+		dir := filepath.Join(parent, c.Name)
+		if err := g.mkParents(h.mount, parent); err != nil {
+			return nil, err
+		}
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			if errors.Is(err, fs.ErrExist) {
+				return nil, fmt.Errorf("%w: %s (another group of that name, or a leftover: New never adopts a group it did not create; remove it with rmdir once it is empty)", ErrExist, dir)
+			}
+			return nil, explain("create "+dir, err)
+		}
+		g.dirs[key], g.home[key] = dir, h.dir
+		if key == "cpu" || key == "" {
+			g.path = "/" + strings.TrimPrefix(strings.TrimPrefix(dir, h.mount), "/")
+		}
+	}
+	var err error
+	if g.version == 2 {
+		g.m, err = fs2.NewManager(&cgroups.Cgroup{Resources: res}, g.dirs[""])
+	} else {
+		paths := map[string]string{"cpu": g.dirs["cpu"]}
+		if d, ok := g.dirs["cpuset"]; ok {
+			paths["cpuset"] = d
+		}
+		if fi, err := os.Stat(filepath.Join(g.dirs["cpu"], "cpuacct.usage")); err == nil && !fi.IsDir() {
+			paths["cpuacct"] = g.dirs["cpu"] // cpu and cpuacct mounted together
+		}
+		g.m, err = cgfs.NewManager(&cgroups.Cgroup{Resources: res}, paths)
+	}
+	if err != nil {
+		return nil, explain("manage "+g.path, err)
+	}
+	// Apply(-1) prepares the directories (cpuset copies its parent's CPUs
+	// and memory nodes; v2 enables the controllers in the ancestors)
+	// without moving any process.
+	if err := g.m.Apply(-1); err != nil {
+		if g.version == 2 && errors.Is(err, syscall.EBUSY) {
+			return nil, fmt.Errorf("%w: create %s: cgroup v2 allows no processes in a group that delegates the cpu controller, and %s holds processes: pass a Parent starting with '/' (cpuwork run --parent /DIR), or use systemd-run --scope: %v",
+				ErrUnsupported, g.path, g.home[""], err)
+		}
+		return nil, explain("create "+g.path, err)
+	}
+	if err := g.m.Set(res); err != nil {
+		if c.Idle && errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: cpu.idle (needs Linux >= 5.15): %v", ErrUnsupported, err)
+		}
+		return nil, explain("configure "+g.path, err)
+	}
+	ok = true
+	return g, nil
+}
+
+// mkParents creates the missing directories from the hierarchy's mount
+// point down to parent, recording each one it created.
+func (g *Group) mkParents(mount, parent string) error {
+	rel, err := filepath.Rel(mount, parent)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("cgroup: parent %s is outside the hierarchy mounted at %s", parent, mount)
+	}
+	d := mount
+	for _, p := range strings.Split(rel, string(filepath.Separator)) {
+		if p == "." || p == "" {
+			continue
+		}
+		d = filepath.Join(d, p)
+		if err := os.Mkdir(d, 0o755); err == nil {
+			g.created = append([]string{d}, g.created...)
+			madeParents.Store(d, struct{}{})
+		} else if !errors.Is(err, fs.ErrExist) {
+			return explain("create "+d, err)
+		}
+	}
+	return nil
+}
+
+// madeParents holds the parent directories this process created (for any
+// group): when groups sharing a parent are removed in another order than
+// they were made, the last one out removes the parent.
+var madeParents sync.Map // path -> struct{}
+
+// removeDirs removes the group's directories and, where empty, every
+// parent directory this process created (deepest first); never one that
+// existed before.
+func (g *Group) removeDirs() {
+	for _, d := range g.dirs {
+		os.Remove(d)
+	}
+	var parents []string
+	madeParents.Range(func(k, _ any) bool { parents = append(parents, k.(string)); return true })
+	slices.SortFunc(parents, func(a, b string) int { return len(b) - len(a) })
+	for _, d := range parents {
+		if err := os.Remove(d); err == nil || errors.Is(err, fs.ErrNotExist) {
+			madeParents.Delete(d)
+		} // else: another group still lives there
+	}
+}
+
+func checkWritable() error {
+	root := "/sys/fs/cgroup"
+	if Version() == 1 {
+		root = "/sys/fs/cgroup/cpu"
+	}
+	if unixAccessW(root) != nil {
+		return fmt.Errorf("%w: not root and %s is not writable by uid %d (run as root, or in a delegated cgroup subtree)", ErrPermission, root, os.Geteuid())
+	}
+	return nil
+}
+
+func unixAccessW(p string) error { return syscall.Access(p, 2 /* W_OK */) }
+
+// explain wraps a library error with what is missing.
+func explain(what string, err error) error {
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		return fmt.Errorf("%w: %s: the cgroup filesystem is mounted read-only (containers usually need --cgroupns=private and a writable /sys/fs/cgroup): %v", ErrPermission, what, err)
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EACCES), errors.Is(err, syscall.EPERM):
+		return fmt.Errorf("%w: %s: %v (run as root, or in a delegated subtree)", ErrPermission, what, err)
+	case errors.Is(err, fs.ErrNotExist) || strings.Contains(err.Error(), "no such file"):
+		return fmt.Errorf("%w: %s: a controller file is missing (on v2, the cpu and cpuset controllers must be enabled in the parent's cgroup.subtree_control): %v", ErrUnsupported, what, err)
+	}
+	return fmt.Errorf("cgroup: %s: %w", what, err)
+}
+
+// Path returns the group's path below the hierarchy root.
+func (g *Group) Path() string { return g.path }
+
+// Dir returns the group's directory in the CPU hierarchy.
+func (g *Group) Dir() string {
+	if g.version == 2 {
+		return g.dirs[""]
+	}
+	return g.dirs["cpu"]
+}
+
+// Add moves process pid (all its threads) into the group.
+func (g *Group) Add(pid int) error {
+	if err := g.m.Apply(pid); err != nil {
+		return explain(fmt.Sprintf("move pid %d into %s", pid, g.path), err)
+	}
+	return nil
+}
+
+// ProcsFile returns the CPU hierarchy's cgroup.procs of the group.
+func (g *Group) ProcsFile() string { return filepath.Join(g.Dir(), "cgroup.procs") }
+
+// ProcsFiles returns every cgroup.procs a process must write its PID to in
+// order to join the group (one per hierarchy the group uses: the unified
+// one on v2; cpu, and cpuset with a Cpuset, on v1), for a child that moves
+// itself before exec. Its other memberships stay as they are.
+func (g *Group) ProcsFiles() []string {
+	var out []string
+	for _, ctl := range []string{"cpu", "cpuset", ""} {
+		if d, ok := g.dirs[ctl]; ok {
+			out = append(out, filepath.Join(d, "cgroup.procs"))
+		}
+	}
+	return out
+}
+
+// AddThread moves one thread into the group: v1 writes it to the cpu
+// hierarchy's tasks file; v2 allows it only if the group is threaded, which
+// this package does not set up, so it returns ErrUnsupported there.
+func (g *Group) AddThread(tid int) error {
+	if g.version == 2 {
+		return fmt.Errorf("%w: moving single threads needs a threaded cgroup v2 subtree", ErrUnsupported)
+	}
+	p := filepath.Join(g.Dir(), "tasks")
+	if err := os.WriteFile(p, []byte(fmt.Sprint(tid)), 0o644); err != nil {
+		return explain(fmt.Sprintf("move thread %d into %s", tid, g.path), err)
+	}
+	return nil
+}
+
+// Stat returns the group's CPU bandwidth counters and CPU time.
+func (g *Group) Stat() (budget.Stat, error) {
+	st, err := budget.ReadStatDir(g.Dir())
+	if err != nil {
+		return st, err
+	}
+	if g.version == 1 { // v1: CPU time is cpuacct's, where mounted with cpu (nanoseconds)
+		if b, err := os.ReadFile(filepath.Join(g.dirs["cpu"], "cpuacct.usage")); err == nil {
+			var ns int64
+			if _, err := fmt.Sscan(strings.TrimSpace(string(b)), &ns); err == nil {
+				st.Usage = time.Duration(ns)
+			}
+		}
+	}
+	return st, nil
+}
+
+// evictOwnThreads moves the calling process's threads that are in the
+// group back to the cgroup the caller was in when New ran (v1 tasks files).
+func (g *Group) evictOwnThreads() {
+	for ctl, dir := range g.dirs {
+		root := g.home[ctl]
+		b, err := os.ReadFile(filepath.Join(dir, "tasks"))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if _, err := os.Stat("/proc/self/task/" + f); err == nil {
+				os.WriteFile(filepath.Join(root, "tasks"), []byte(f), 0o644)
+			}
+		}
+	}
+}
+
+// Pids returns the processes in the group, from cgroup.procs of its CPU
+// hierarchy directory.
+func (g *Group) Pids() ([]int, error) {
+	b, err := os.ReadFile(g.ProcsFile())
+	if err != nil {
+		return nil, fmt.Errorf("cgroup: %w", err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		var p int
+		if _, err := fmt.Sscan(f, &p); err == nil {
+			pids = append(pids, p)
+		}
+	}
+	return pids, nil
+}
+
+// Remove empties the group and removes its directories: processes left in
+// it get SIGKILL, except the calling process, whose own threads (moved in
+// with AddThread, for example lane threads) are moved back to the cgroup
+// they came from instead. It waits up to 5 s for the group to empty. The
+// parent directories New created are removed too where this leaves them
+// empty.
+func (g *Group) Remove() error {
+	self := os.Getpid()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		pids, err := g.Pids()
+		if err != nil || len(pids) == 0 {
+			break
+		}
+		for _, p := range pids {
+			if p == self {
+				g.evictOwnThreads()
+				continue
+			}
+			syscall.Kill(p, syscall.SIGKILL)
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup: %s still holds pids %v after SIGKILL", g.path, pids)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := g.m.Destroy(); err != nil {
+		return explain("remove "+g.path, err)
+	}
+	g.removeDirs()
+	return nil
+}
+
+// OwnedName returns a group name that records its owner, the calling
+// process: prefix-PID-START, START being the process's start time in clock
+// ticks since boot (field 22 of /proc/PID/stat), so that a PID reused later
+// does not look like the owner. SweepOwned removes such groups once their
+// owner is gone.
+func OwnedName(prefix string) string {
+	return fmt.Sprintf("%s-%d-%d", prefix, os.Getpid(), startTime(os.Getpid()))
+}
+
+// startTime returns field 22 of /proc/PID/stat, or -1 when there is no
+// such process.
+func startTime(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return -1
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return -1
+	}
+	f := strings.Fields(s[i+1:]) // f[0] is field 3
+	if len(f) < 20 {
+		return -1
+	}
+	v, err := strconv.ParseInt(f[19], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
+// SweepOwned removes the groups named by OwnedName(prefix) under parent
+// (resolved as New resolves Config.Parent, in the cpu and cpuset
+// hierarchies on v1, the unified one on v2) whose owner process is gone
+// and which hold no process. It never touches a group with a live owner
+// or with processes, nor one whose name it did not make. It returns the
+// directories it removed.
+func SweepOwned(parent, prefix string) []string {
+	if parent == "" {
+		parent = "cpuwork"
+	}
+	var removed []string
+	for _, ctl := range []string{"cpu", "cpuset"} {
+		h, err := callerHierarchy(ctl)
+		if err != nil {
+			continue
+		}
+		base := h.dir
+		if strings.HasPrefix(parent, "/") {
+			base = h.mount
+		}
+		dir := filepath.Join(base, parent)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			var pid int
+			var start int64
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix+"-") {
+				continue
+			}
+			if n, err := fmt.Sscanf(strings.TrimPrefix(e.Name(), prefix+"-"), "%d-%d", &pid, &start); n != 2 || err != nil ||
+				e.Name() != fmt.Sprintf("%s-%d-%d", prefix, pid, start) {
+				continue
+			}
+			if startTime(pid) == start {
+				continue // its owner is alive
+			}
+			d := filepath.Join(dir, e.Name())
+			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err != nil || strings.TrimSpace(string(b)) != "" {
+				continue
+			}
+			if os.Remove(d) == nil {
+				removed = append(removed, d)
+			}
+		}
+		if Version() == 2 {
+			break
+		}
+	}
+	return removed
+}
+
+// OpenProcs opens the group's cgroup.procs files (ProcsFiles) for
+// writing, so a child can be handed them as descriptors and join the group
+// before it executes anything (cpuwork's exec-in stage). The caller closes
+// them once the child has started.
+func (g *Group) OpenProcs() ([]*os.File, error) {
+	var out []*os.File
+	for _, p := range g.ProcsFiles() {
+		f, err := os.OpenFile(p, os.O_WRONLY, 0)
+		if err != nil {
+			for _, o := range out {
+				o.Close()
+			}
+			return nil, explain("open "+p, err)
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
