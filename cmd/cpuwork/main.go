@@ -3,6 +3,7 @@
 //	cpuwork bench [--quick] [--scenario S] [--out DIR] [--json]   measure every claim
 //	cpuwork budget [--json] [--pid N]   the CPU budget and what GOMAXPROCS should be
 //	cpuwork run [--cpus 1.5] [--weight N] [--cpuset 0-1] [--idle] -- CMD   run CMD in a new cgroup
+//	cpuwork doctor --pid N [--url URL] [--duration 5s] [--json]   diagnose a running process
 package main
 
 import (
@@ -32,11 +33,13 @@ func rootCmd() *cobra.Command {
 
   bench    every claim measured side by side on real work, with a report
   run      run a command in a new CPU cgroup and report its throttling
+  doctor   diagnose a running process: throttling, GOMAXPROCS above the quota,
+           OS starvation, oversubscription, timer starvation, GC pressure
   budget   the CPU budget of this (or another) process: cgroup quotas of the
            leaf and its ancestors, affinity, GOMAXPROCS, and what cpuwork uses`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd())
+	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), doctorCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd())
 	return root
 }

@@ -1,0 +1,368 @@
+// Package doctor diagnoses the CPU scheduling of a running process from
+// outside: its CPU budget (cgroup quota of the leaf and ancestors, affinity)
+// against its GOMAXPROCS, the throttling of the cgroup that sets the quota,
+// the kernel's run delay of its threads, and, when the process serves
+// schedstat.Handler, the Go runtime's view (runnable goroutines, scheduling
+// latency, timer lateness, GC). Each problem becomes a Finding with its
+// evidence and the change that fixes it.
+package doctor
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/schedstat"
+)
+
+// Severity of a finding.
+type Severity string
+
+const (
+	Info     Severity = "info"
+	Warning  Severity = "warning"
+	Critical Severity = "critical"
+)
+
+// Finding is one diagnosis.
+type Finding struct {
+	ID       string   `json:"id"`       // stable: gomaxprocs-above-quota, cpu-throttled, os-starvation, oversubscribed, timer-starvation, gc-pressure, healthy
+	Severity Severity `json:"severity"` // info, warning or critical
+	Summary  string   `json:"summary"`
+	Evidence []string `json:"evidence"` // numbers and the files they came from
+	Fix      string   `json:"fix"`      // the exact change
+}
+
+// Config selects the target and the window.
+type Config struct {
+	PID      int
+	URL      string        // base URL of the target's HTTP server serving /debug/cpuwork; "" for none
+	Duration time.Duration // observation window; 0 means 5 s
+	// Sleep waits out the window (tests replace it); nil means time.Sleep.
+	Sleep func(time.Duration)
+}
+
+// Window is what was measured over the observation window.
+type Window struct {
+	Duration time.Duration `json:"duration_ns"`
+	Budget   budget.Budget `json:"budget"`
+	// GOMAXPROCS is the target's, from /debug/cpuwork, else what the Go
+	// runtime's rule gives from outside (budget.RuntimeGOMAXPROCS).
+	GOMAXPROCS       int               `json:"gomaxprocs"`
+	GOMAXPROCSSource string            `json:"gomaxprocs_source"`
+	Kernel           schedstat.Threads `json:"kernel"`     // run delay and on-CPU time in the window
+	Throttling       budget.Stat       `json:"throttling"` // cpu.stat delta of the limiting cgroup
+	LimitDir         string            `json:"limit_dir"`
+	Runtime          *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
+	CPUCores         float64           `json:"cpu_cores"`         // CPU used / window
+}
+
+// Result is a diagnosis.
+type Result struct {
+	PID      int       `json:"pid"`
+	Window   Window    `json:"window"`
+	Findings []Finding `json:"findings"`
+	// Unread lists what could not be read and why.
+	Unread []string `json:"unread"`
+}
+
+// Worst returns the highest severity among the findings.
+func (r *Result) Worst() Severity {
+	w := Info
+	for _, f := range r.Findings {
+		if f.Severity == Critical {
+			return Critical
+		}
+		if f.Severity == Warning {
+			w = Warning
+		}
+	}
+	return w
+}
+
+// Run observes cfg.PID for cfg.Duration and diagnoses it. It fails only
+// when the process cannot be observed at all (gone, or /proc unreadable).
+func Run(cfg Config) (*Result, error) {
+	if cfg.PID <= 0 {
+		return nil, fmt.Errorf("doctor: --pid %d: must be a process ID", cfg.PID)
+	}
+	if cfg.Duration <= 0 {
+		cfg.Duration = 5 * time.Second
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = time.Sleep
+	}
+	res := &Result{PID: cfg.PID, Findings: []Finding{}, Unread: []string{}}
+	b, err := budget.DetectPID(cfg.PID)
+	if err != nil {
+		return nil, fmt.Errorf("doctor: budget of pid %d: %w", cfg.PID, err)
+	}
+	w := &res.Window
+	w.Budget = b
+	w.GOMAXPROCS, w.GOMAXPROCSSource = b.RuntimeGOMAXPROCS, "the Go runtime's default rule applied from outside (GOMAXPROCS environment variable, affinity, leaf quota)"
+	if b.GOMAXPROCSEnv == "" && !environReadable(cfg.PID) {
+		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/environ: not readable (another user?): a GOMAXPROCS variable would go unseen", cfg.PID))
+	}
+	readStat := func() (budget.Stat, bool) { return budget.Stat{}, false }
+	if l, ok := b.Limiting(); ok {
+		w.LimitDir = l.Dir
+		readStat = func() (budget.Stat, bool) {
+			st, err := budget.ReadStatDir(l.Dir)
+			if err != nil {
+				res.Unread = append(res.Unread, err.Error())
+				return st, false
+			}
+			return st, true
+		}
+	}
+	t0, terr := schedstat.ReadThreads(cfg.PID)
+	if terr != nil {
+		if errors.Is(terr, os.ErrNotExist) {
+			return nil, fmt.Errorf("doctor: pid %d: %w", cfg.PID, terr)
+		}
+		res.Unread = append(res.Unread, terr.Error())
+	}
+	s0, haveStat := readStat()
+	start := time.Now()
+	cfg.Sleep(cfg.Duration)
+	w.Duration = time.Since(start)
+	if terr == nil {
+		t1, err := schedstat.ReadThreads(cfg.PID)
+		if err != nil {
+			return nil, fmt.Errorf("doctor: pid %d during the window: %w", cfg.PID, err)
+		}
+		w.Kernel = t1.Sub(t0)
+		w.CPUCores = w.Kernel.OnCPU.Seconds() / w.Duration.Seconds()
+	}
+	if haveStat {
+		if s1, ok := readStat(); ok {
+			w.Throttling = budget.Stat{Dir: s1.Dir, Periods: s1.Periods - s0.Periods,
+				ThrottledPeriods: s1.ThrottledPeriods - s0.ThrottledPeriods,
+				ThrottledTime:    s1.ThrottledTime - s0.ThrottledTime, Usage: s1.Usage - s0.Usage}
+		}
+	}
+	if cfg.URL != "" {
+		smp, err := fetch(cfg.URL)
+		if err != nil {
+			res.Unread = append(res.Unread, err.Error())
+		} else {
+			w.Runtime = smp
+			if smp.GOMAXPROCS > 0 {
+				w.GOMAXPROCS, w.GOMAXPROCSSource = smp.GOMAXPROCS, "the target's /debug/cpuwork"
+			}
+		}
+	}
+	res.Findings = diagnose(w)
+	if len(res.Unread) > 0 && res.Findings[0].ID == "healthy" {
+		res.Findings[0].Summary = "nothing found in what could be read (see \"not read\")"
+	}
+	return res, nil
+}
+
+func environReadable(pid int) bool {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return false
+	}
+	f.Close()
+	return true
+}
+
+// fetch reads the target's schedstat.Handler.
+func fetch(base string) (*schedstat.Sample, error) {
+	u := strings.TrimSuffix(base, "/") + "/debug/cpuwork"
+	c := http.Client{Timeout: 5 * time.Second}
+	resp, err := c.Get(u)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s (mount schedstat.Handler there)", u, resp.Status)
+	}
+	var rep schedstat.Report
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<22)).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	if rep.Sample.Interval == 0 {
+		return nil, fmt.Errorf("%s: no sample yet (the sampler takes its first one interval after it starts)", u)
+	}
+	return &rep.Sample, nil
+}
+
+// Thresholds. They are deliberately coarse: a finding must mean that
+// latency or CPU is being lost, not that a number moved.
+const (
+	throttledWarn     = 0.05 // share of periods throttled
+	throttledCritical = 0.25
+	runDelayWarn      = 0.10 // run delay per second of wall time (cores' worth of waiting)
+	runDelayCritical  = 0.50
+	runnablePerPWarn  = 4.0
+	schedP99Warn      = 5 * time.Millisecond
+	timerP99Warn      = 5 * time.Millisecond
+	gcShareWarn       = 0.25
+	gcPauseP99Warn    = 10 * time.Millisecond
+)
+
+func diagnose(w *Window) []Finding {
+	var out []Finding
+	b := w.Budget
+	thr := w.Throttling
+	throttledShare := 0.0
+	if thr.Periods > 0 {
+		throttledShare = float64(thr.ThrottledPeriods) / float64(thr.Periods)
+	}
+	thrEvidence := fmt.Sprintf("%d of %d CFS periods throttled (%.0f%%), %v frozen, in %v (%s/cpu.stat)",
+		thr.ThrottledPeriods, thr.Periods, 100*throttledShare, thr.ThrottledTime.Round(time.Millisecond), w.Duration.Round(time.Millisecond), w.LimitDir)
+	if _, quota := b.Limiting(); quota && w.GOMAXPROCS > 0 && float64(w.GOMAXPROCS) > b.Cores+1e-9 {
+		sev := Warning
+		if throttledShare >= throttledCritical {
+			sev = Critical
+		}
+		ev := []string{
+			fmt.Sprintf("GOMAXPROCS %d (%s)", w.GOMAXPROCS, w.GOMAXPROCSSource),
+			fmt.Sprintf("CPU quota %.2f cores (%s, source %s)", b.Cores, b.SourceDir, b.Source),
+			thrEvidence,
+		}
+		if b.LeafCores == 0 {
+			ev = append(ev, "the quota is on an ancestor cgroup: the Go runtime reads only the leaf's, so its default GOMAXPROCS ignores it")
+		}
+		n := budget.Whole(b.Cores, false)
+		out = append(out, Finding{ID: "gomaxprocs-above-quota", Severity: sev,
+			Summary:  fmt.Sprintf("GOMAXPROCS %d is above the %.2f-core quota: busy goroutines spend the quota early in each period and the kernel freezes the whole process for the rest", w.GOMAXPROCS, b.Cores),
+			Evidence: ev,
+			Fix:      fmt.Sprintf("run at most %d CPU-bound goroutines at once: GOMAXPROCS=%d in the environment (or maxprocs.Set(maxprocs.Floor)), or a cpuwork.Executor, whose slots are floor(quota) = %d; or raise the CPU limit to %d", n, n, n, w.GOMAXPROCS),
+		})
+	}
+	if thr.Periods > 0 && throttledShare >= throttledWarn {
+		sev := Warning
+		if throttledShare >= throttledCritical {
+			sev = Critical
+		}
+		out = append(out, Finding{ID: "cpu-throttled", Severity: sev,
+			Summary:  fmt.Sprintf("the cgroup that sets the CPU quota was throttled in %.0f%% of its periods", 100*throttledShare),
+			Evidence: []string{thrEvidence, fmt.Sprintf("CPU used %.2f cores of a %.2f-core quota", w.CPUCores, b.Cores)},
+			Fix:      fmt.Sprintf("keep parallel CPU work at floor(quota) = %d (cpuwork.Executor slots, or GOMAXPROCS) and pace batch work (cpuwork Options.PaceQuota), or raise the limit; every throttled period adds up to %v to the latency of whatever runs then", budget.Whole(b.Cores, false), periodOf(b)),
+		})
+	}
+	// Run delay: time the threads were runnable but the kernel ran
+	// something else. Throttled time shows up here too (a throttled
+	// thread stays runnable), so throttling explains it first.
+	if w.Duration > 0 && w.Kernel.Count > 0 {
+		perSec := w.Kernel.RunDelay.Seconds() / w.Duration.Seconds()
+		explained := thr.Periods > 0 && throttledShare >= throttledWarn
+		if perSec >= runDelayWarn && !explained {
+			sev := Warning
+			if perSec >= runDelayCritical {
+				sev = Critical
+			}
+			out = append(out, Finding{ID: "os-starvation", Severity: sev,
+				Summary: fmt.Sprintf("the process's threads waited %.2f s per second for a CPU the kernel gave to something else", perSec),
+				Evidence: []string{
+					fmt.Sprintf("run delay %v and on-CPU %v over %d threads in %v (/proc/PID/task/*/schedstat)", w.Kernel.RunDelay.Round(time.Millisecond), w.Kernel.OnCPU.Round(time.Millisecond), w.Kernel.Count, w.Duration.Round(time.Millisecond)),
+					fmt.Sprintf("CPU used %.2f cores; budget %.2f cores (%s); no throttling to explain it", w.CPUCores, b.Cores, b.Source),
+				},
+				Fix: "another process (a sidecar, a neighbour, a CPU hog) or this process's own SCHED_IDLE/nice threads compete for the same CPUs: give the service its own CPUs (cpuset, Kubernetes static CPU manager), a larger cpu.weight/shares than the neighbour (cpuwork run --weight), or put the neighbour in an idle cgroup (cpu.idle); within the process keep cpuwork's Demotion at DemoteNever",
+			})
+		}
+	}
+	if s := w.Runtime; s != nil {
+		if s.GoroutineStates && s.GOMAXPROCS > 0 {
+			perP := float64(s.Runnable) / float64(s.GOMAXPROCS)
+			if perP >= runnablePerPWarn && s.SchedLatency.P99 >= schedP99Warn {
+				out = append(out, Finding{ID: "oversubscribed", Severity: Warning,
+					Summary: fmt.Sprintf("%.0f runnable goroutines per P wait in Go's run queues: every CPU-bound task is time-sliced with the others and finishes late", perP),
+					Evidence: []string{
+						fmt.Sprintf("%d runnable goroutines on %d Ps (/sched/goroutines/runnable)", s.Runnable, s.GOMAXPROCS),
+						fmt.Sprintf("scheduling latency p99 %v, p50 %v over %d events in %v (/sched/latencies)", short(s.SchedLatency.P99), short(s.SchedLatency.P50), s.SchedLatency.Count, short(s.Interval)),
+					},
+					Fix: "bound CPU-bound concurrency to the budget: run the work through a cpuwork.Executor (Do/Go with a class; slots = floor(quota)) so excess requests queue, with priorities, instead of sharing the Ps",
+				})
+			}
+		}
+		if q := s.TimerLateness; q.Count > 0 && q.P99 >= timerP99Warn {
+			out = append(out, Finding{ID: "timer-starvation", Severity: Warning,
+				Summary:  fmt.Sprintf("a timer fires %v late at p99: busy Ps do not run timers and the netpoller until a goroutine yields", short(q.P99)),
+				Evidence: []string{fmt.Sprintf("timer canary lateness p50 %v, p99 %v, max %v over %d wake-ups in %v", short(q.P50), short(q.P99), short(q.Max), q.Count, short(s.Interval)), "Go issue 38860 (timers wait behind non-yielding goroutines); /sched/latencies does not show it (Go issue 45632)"},
+				Fix:      "call cpuwork.Checkpoint(ctx) inside long CPU loops (it yields for due timers every 200 µs at ~4 ns a call), or runtime.Gosched() every ~100 µs of work",
+			})
+		}
+		if s.CPU > 0 {
+			share := s.GCCPU.Seconds() / s.CPU.Seconds()
+			if share >= gcShareWarn || s.GCPause.P99 >= gcPauseP99Warn {
+				out = append(out, Finding{ID: "gc-pressure", Severity: Warning,
+					Summary:  fmt.Sprintf("the GC took %.0f%% of the process's CPU", 100*share),
+					Evidence: []string{fmt.Sprintf("GC CPU %v of %v CPU in %v (/cpu/classes/gc/total)", s.GCCPU.Round(time.Millisecond), s.CPU.Round(time.Millisecond), s.Interval), fmt.Sprintf("stop-the-world GC pauses p99 %v over %d (/sched/pauses/total/gc)", s.GCPause.P99, s.GCPause.Count)},
+					Fix:      "allocate less on the hot path (pool buffers), or trade memory for CPU: raise GOGC, or set GOMEMLIMIT near the container's memory limit with a higher GOGC",
+				})
+			}
+		}
+	}
+	if len(out) == 0 {
+		ev := []string{fmt.Sprintf("budget %.2f cores (%s), GOMAXPROCS %d; CPU used %.2f cores", b.Cores, b.Source, w.GOMAXPROCS, w.CPUCores)}
+		if w.Kernel.Count > 0 {
+			ev = append(ev, fmt.Sprintf("run delay %v in %v", w.Kernel.RunDelay.Round(time.Millisecond), w.Duration.Round(time.Millisecond)))
+		}
+		if thr.Periods > 0 {
+			ev = append(ev, thrEvidence)
+		}
+		out = append(out, Finding{ID: "healthy", Severity: Info, Summary: "nothing found that loses CPU or latency in this window", Evidence: ev, Fix: "none"})
+	}
+	return out
+}
+
+func periodOf(b budget.Budget) time.Duration {
+	if l, ok := b.Limiting(); ok && l.Period > 0 {
+		return l.Period
+	}
+	return 100 * time.Millisecond
+}
+
+// Text writes the result for a person.
+func (r *Result) Text(out io.Writer) {
+	w := r.Window
+	fmt.Fprintf(out, "cpuwork doctor: pid %d over %v\n", r.PID, w.Duration.Round(time.Millisecond))
+	fmt.Fprintf(out, "  budget: %.2f cores (%s%s); GOMAXPROCS %d; CPU used %.2f cores\n", w.Budget.Cores, w.Budget.Source, dirSuffix(w.Budget.SourceDir), w.GOMAXPROCS, w.CPUCores)
+	if w.Duration > 0 {
+		fmt.Fprintf(out, "  lost time per second of wall: kernel run delay %.3f s, throttled %.3f s",
+			w.Kernel.RunDelay.Seconds()/w.Duration.Seconds(), w.Throttling.ThrottledTime.Seconds()/w.Duration.Seconds())
+		if s := w.Runtime; s != nil && s.Interval > 0 {
+			fmt.Fprintf(out, ", Go run queues %.3f s, GC stop-the-world %.3f s (last %v sample)",
+				s.SchedLatency.Sum.Seconds()/s.Interval.Seconds(), s.GCPause.Sum.Seconds()/s.Interval.Seconds(), s.Interval)
+		}
+		fmt.Fprintln(out)
+	}
+	for _, f := range r.Findings {
+		fmt.Fprintf(out, "\n[%s] %s: %s\n", strings.ToUpper(string(f.Severity)), f.ID, f.Summary)
+		for _, e := range f.Evidence {
+			fmt.Fprintf(out, "    evidence: %s\n", e)
+		}
+		fmt.Fprintf(out, "    fix: %s\n", f.Fix)
+	}
+	for _, u := range r.Unread {
+		fmt.Fprintf(out, "\nnot read: %s\n", u)
+	}
+}
+
+func dirSuffix(d string) string {
+	if d == "" {
+		return ""
+	}
+	return " " + d
+}
+
+// short rounds d to three significant digits for reading.
+func short(d time.Duration) time.Duration {
+	for r := time.Duration(1); r < time.Hour; r *= 10 {
+		if d < 1000*r {
+			return d.Round(r)
+		}
+	}
+	return d
+}

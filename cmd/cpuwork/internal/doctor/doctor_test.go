@@ -1,0 +1,222 @@
+//go:build linux
+
+package doctor
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/cgroup"
+	"github.com/cpuwork/cpuwork/schedstat"
+)
+
+// The gallery of known illnesses: this test binary, started again with
+// DOCTOR_ILL set, becomes the sick process.
+func TestMain(m *testing.M) {
+	if ill := os.Getenv("DOCTOR_ILL"); ill != "" {
+		sick(ill)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+var sink atomic.Int64
+
+func spin() {
+	x := int64(0)
+	for {
+		x++
+		if x%(1<<30) == 0 {
+			sink.Add(x)
+		}
+	}
+}
+
+func sick(ill string) {
+	name, arg, _ := strings.Cut(ill, ":")
+	n, _ := strconv.Atoi(arg)
+	switch name {
+	case "busy": // n goroutines that never block
+		for range n {
+			go spin()
+		}
+	case "light": // a light service: a little work every 50 ms
+		go func() {
+			for {
+				x := 0
+				for i := range 100000 {
+					x += i
+				}
+				sink.Add(int64(x))
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	case "served": // n spinning goroutines behind /debug/cpuwork with a timer canary
+		s, err := schedstat.Start(schedstat.Options{Interval: 500 * time.Millisecond, TimerCanary: true})
+		if err != nil {
+			panic(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/debug/cpuwork", schedstat.Handler(s, nil))
+		go http.Serve(ln, mux)
+		for range n {
+			go spin()
+		}
+		fmt.Println(ln.Addr().String())
+	}
+	fmt.Println("ready")
+	select {}
+}
+
+// start runs an illness and returns its process once it is ready, with the
+// first line it printed before "ready" (if any).
+func start(t *testing.T, ill string, env ...string) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "DOCTOR_ILL="+ill), env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	sc := bufio.NewScanner(out)
+	first := ""
+	for sc.Scan() {
+		if sc.Text() == "ready" {
+			return cmd, first
+		}
+		first = sc.Text()
+	}
+	t.Fatalf("illness %s never got ready", ill)
+	return nil, ""
+}
+
+func ids(r *Result) []string {
+	var out []string
+	for _, f := range r.Findings {
+		out = append(out, f.ID)
+	}
+	return out
+}
+
+func diagnoseT(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	if cfg.Duration == 0 {
+		cfg.Duration = 1500 * time.Millisecond
+	}
+	r, err := Run(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	r.Text(&b)
+	t.Log("\n" + b.String())
+	return r
+}
+
+func TestALightServiceIsHealthy(t *testing.T) {
+	cmd, _ := start(t, "light")
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid})
+	if got := ids(r); !slices.Equal(got, []string{"healthy"}) || r.Worst() != Info {
+		t.Errorf("a light service got findings %v", got)
+	}
+}
+
+// A CPU hog beside the service on the same CPUs, no quota: the service's
+// threads wait in the kernel's run queue.
+func TestACompetingHogIsOSStarvation(t *testing.T) {
+	n := runtime.NumCPU()
+	cmd, _ := start(t, fmt.Sprintf("busy:%d", n), fmt.Sprintf("GOMAXPROCS=%d", n))
+	start(t, fmt.Sprintf("busy:%d", n), fmt.Sprintf("GOMAXPROCS=%d", n)) // the hog
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid})
+	if got := ids(r); !slices.Contains(got, "os-starvation") {
+		t.Errorf("%d busy threads beside a %d-thread hog on %d CPUs: findings %v, want os-starvation", n, n, n, got)
+	}
+	if slices.Contains(ids(r), "healthy") {
+		t.Error("healthy reported beside a finding")
+	}
+}
+
+// GOMAXPROCS 4 in a 1-CPU cgroup: gomaxprocs-above-quota and cpu-throttled.
+func TestGOMAXPROCSAboveTheQuotaIsThrottled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a cgroup with a CPU quota")
+	}
+	g, err := cgroup.New(cgroup.Config{Name: cgroup.OwnedName("doctor-test"), CPUs: 1})
+	if err != nil {
+		t.Skipf("cannot create a CPU cgroup here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	})
+	cmd, _ := start(t, "busy:4", "GOMAXPROCS=4")
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	// Kill it before the cleanup removes the group (cleanups run last-in first-out).
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid})
+	got := ids(r)
+	for _, want := range []string{"gomaxprocs-above-quota", "cpu-throttled"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("GOMAXPROCS 4 in a 1-CPU cgroup: findings %v, want %s", got, want)
+		}
+	}
+	if slices.Contains(got, "os-starvation") {
+		t.Errorf("throttling reported as OS starvation too: %v", got)
+	}
+}
+
+// Thousands of runnable goroutines on few Ps, served with the sampler:
+// oversubscribed and timer-starvation, read through --url.
+func TestManyRunnableGoroutinesAreOversubscribedAndStarveTimers(t *testing.T) {
+	cmd, addr := start(t, "served:100", "GOMAXPROCS=2")
+	time.Sleep(600 * time.Millisecond) // the sampler's first interval
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://" + addr, Duration: time.Second})
+	got := ids(r)
+	for _, want := range []string{"oversubscribed", "timer-starvation"} {
+		if !slices.Contains(got, want) {
+			t.Errorf("100 spinning goroutines on 2 Ps: findings %v, want %s (unread %v; runtime view %+v)", got, want, r.Unread, r.Window.Runtime)
+		}
+	}
+	if r.Window.Runtime == nil || r.Window.Runtime.Runnable < 100 {
+		t.Errorf("runtime view %+v", r.Window.Runtime)
+	}
+}
+
+func TestBadTargetsFailClearly(t *testing.T) {
+	if _, err := Run(Config{PID: 0}); err == nil {
+		t.Error("pid 0 accepted")
+	}
+	if _, err := Run(Config{PID: 1 << 30, Duration: time.Millisecond}); err == nil {
+		t.Error("a missing process accepted")
+	}
+	cmd, _ := start(t, "light")
+	r, err := Run(Config{PID: cmd.Process.Pid, URL: "http://127.0.0.1:1", Duration: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Unread) == 0 || !strings.Contains(strings.Join(r.Unread, " "), "127.0.0.1:1") {
+		t.Errorf("an unreachable --url was not reported: %v", r.Unread)
+	}
+}
