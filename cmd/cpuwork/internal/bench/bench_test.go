@@ -13,6 +13,7 @@ import (
 
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -150,5 +151,32 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	}
 	if err := LoadGen(&out, srv.URL, 0, time.Second); err == nil {
 		t.Error("rate 0 accepted")
+	}
+}
+
+// The os-thread-pool and hybrid variants raise and pin their locked
+// threads. A thread locked with runtime.LockOSThread may be the process's
+// main thread, which the runtime never discards: it kept SCHED_FIFO and the
+// pin for the rest of the run (seen by `cpuwork doctor` as a 1-CPU affinity
+// of the bench process). They must lock with osthread.LockNonMain.
+func TestRaisedVariantsLeaveTheMainThreadAlone(t *testing.T) {
+	var before unix.CPUSet
+	if err := unix.SchedGetaffinity(os.Getpid(), &before); err != nil {
+		t.Fatal(err)
+	}
+	r := &Runner{duration: 30 * time.Millisecond, slots: 1, rounds: 1}
+	for range 10 {
+		for _, v := range []string{"os-thread-pool", "hybrid"} {
+			if _, err := r.priorityOnce(v, workload.NewSpin(100*time.Microsecond), workload.NewSpin(time.Millisecond), time.Millisecond); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	var after unix.CPUSet
+	if err := unix.SchedGetaffinity(os.Getpid(), &after); err != nil {
+		t.Fatal(err)
+	}
+	if after != before {
+		t.Errorf("the main thread's affinity changed from %d to %d CPUs", before.Count(), after.Count())
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/cpuwork/cpuwork/cgroup"
+	"github.com/cpuwork/cpuwork/osthread"
 	"golang.org/x/sys/unix"
 )
 
@@ -100,14 +100,18 @@ func (c competition) start() (stop func(), alive func() bool, err error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	started, quit, exited := make(chan error), make(chan struct{}), make(chan struct{})
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread must outlive the competitor
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		go func() { cmd.Wait(); close(exited) }()
-		<-quit
+		// Pdeathsig fires when the forking thread exits: keep it locked
+		// until the competitor is stopped (never the main thread, which
+		// the runtime could not discard afterwards).
+		osthread.LockNonMain(func() {
+			if err := cmd.Start(); err != nil {
+				started <- err
+				return
+			}
+			started <- nil
+			go func() { cmd.Wait(); close(exited) }()
+			<-quit
+		})
 	}()
 	if err := <-started; err != nil {
 		if g != nil {

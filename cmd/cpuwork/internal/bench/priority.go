@@ -254,17 +254,23 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 			cwg.Add(1)
 			go func() {
 				defer cwg.Done()
+				serve := func() {
+					for t := range ch {
+						critical(t)
+					}
+				}
 				if variant == "two-pools" {
 					privc <- ""
-				} else {
-					// Never unlocked: the goroutine exits locked so the
-					// runtime discards the thread and its priority with it.
-					runtime.LockOSThread()
+					serve()
+					return
+				}
+				// Never unlocked and never the main thread: the goroutine
+				// exits locked so the runtime discards the thread and its
+				// priority and pin with it.
+				osthread.LockNonMain(func() {
 					privc <- raiseThread(variant == "os-thread-pool")
-				}
-				for t := range ch {
-					critical(t)
-				}
+					serve()
+				})
 			}()
 		}
 		for range threads {

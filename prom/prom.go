@@ -1,0 +1,199 @@
+// Package prom exports a cpuwork.Executor and the process's scheduling
+// signals as Prometheus metrics: the signals a fleet autoscales on (queue
+// wait of each class, saturation, shedding) and the ones that explain lost
+// latency (throttling of the cgroup that sets the quota, kernel run delay,
+// the Go runtime's scheduling latency at sub-millisecond resolution).
+//
+// It is a module of its own (github.com/cpuwork/cpuwork/prom) so that the
+// cpuwork library never depends on client_golang.
+//
+//	reg := prometheus.NewRegistry()
+//	reg.MustRegister(prom.NewCollector(exec, prom.Options{}))
+//
+// Histograms are classic histograms with buckets at 1-2-5 steps from 10 µs
+// to 10 s (DefaultBuckets), re-bucketed from cpuwork's own log-linear
+// histograms and from runtime/metrics; the client_golang Go collector
+// re-buckets scheduling latency to powers of ten, too coarse for a 1 ms
+// p99. Each bucket's count is the count of observations at most the
+// largest source bound not above it, so a quantile read from these buckets
+// is never below the true one by more than one source bucket.
+package prom
+
+import (
+	"math"
+	"runtime/metrics"
+	"sync"
+
+	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/schedstat"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultBuckets are upper bounds in seconds: 1-2-5 steps from 10 µs to 10 s.
+var DefaultBuckets = func() []float64 {
+	var b []float64
+	for d := 1e-5; d < 10; d *= 10 {
+		b = append(b, d, 2*d, 5*d)
+	}
+	return append(b, 10)
+}()
+
+// Options configures a Collector. The zero value exports everything with
+// DefaultBuckets.
+type Options struct {
+	// Buckets replaces DefaultBuckets (seconds, increasing).
+	Buckets []float64
+	// NoProcess leaves out the process-wide metrics (budget, throttling,
+	// run delay, runtime scheduling latency), for a second executor in the
+	// same process.
+	NoProcess bool
+	// ConstLabels are added to every metric (for example the executor's
+	// name when a process has several).
+	ConstLabels prometheus.Labels
+}
+
+// Collector is a prometheus.Collector for an executor. Collect costs a
+// few microseconds for the executor plus, unless Options.NoProcess, a
+// budget read, a cpu.stat read and one small read per thread.
+type Collector struct {
+	e       *cpuwork.Executor
+	o       Options
+	descs   map[string]*prometheus.Desc
+	mu      sync.Mutex
+	delay   schedstat.Threads // last per-thread reading
+	delayNs float64           // run delay summed over readings, so it never falls when threads exit
+}
+
+// NewCollector returns a collector for e (nil e: process metrics only).
+func NewCollector(e *cpuwork.Executor, o Options) *Collector {
+	if len(o.Buckets) == 0 {
+		o.Buckets = DefaultBuckets
+	}
+	c := &Collector{e: e, o: o, descs: map[string]*prometheus.Desc{}}
+	d := func(name, help string, labels ...string) {
+		c.descs[name] = prometheus.NewDesc(name, help, labels, o.ConstLabels)
+	}
+	d("cpuwork_queue_wait_seconds", "Time from submission to getting a slot, per class.", "class")
+	d("cpuwork_slot_seconds", "Time a task held its slot (service time), per class.", "class")
+	d("cpuwork_tasks_total", "Tasks by class and outcome: admitted, completed, rejected (ErrSaturated or ErrClosed; includes shed), shed, canceled, panicked.", "class", "outcome")
+	d("cpuwork_queued", "Tasks waiting for a slot, per class.", "class")
+	d("cpuwork_running", "Tasks holding a slot, per class.", "class")
+	d("cpuwork_slots", "Tasks the executor runs at once (its slot count).")
+	d("cpuwork_budget_cores", "The process's CPU budget in cores: the tightest of the affinity mask and every cgroup quota of the leaf and its ancestors.")
+	d("cpuwork_cgroup_throttled_periods_total", "CFS periods in which the cgroup that sets the quota was throttled (cpu.stat nr_throttled).")
+	d("cpuwork_cgroup_periods_total", "CFS enforcement periods of the cgroup that sets the quota (cpu.stat nr_periods).")
+	d("cpuwork_cgroup_throttled_seconds_total", "Time the cgroup that sets the quota was throttled (cpu.stat throttled_time or throttled_usec).")
+	d("cpuwork_os_run_delay_seconds_total", "Time the process's threads were runnable but waiting for a CPU (/proc/self/task/*/schedstat field 2).")
+	d("cpuwork_go_sched_latency_seconds", "Time goroutines spent runnable before running (runtime/metrics /sched/latencies:seconds), at DefaultBuckets resolution.")
+	return c
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	if c.e != nil {
+		c.collectExecutor(ch)
+	}
+	if !c.o.NoProcess {
+		c.collectProcess(ch)
+	}
+}
+
+func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
+	st := c.e.Stats()
+	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_slots"], prometheus.GaugeValue, float64(st.Slots))
+	for cl := range cpuwork.NumClasses {
+		class := cpuwork.Class(cl)
+		s := st.Classes[cl]
+		name := class.String()
+		for outcome, v := range map[string]uint64{"admitted": s.Admitted, "completed": s.Completed, "rejected": s.Rejected,
+			"shed": s.Shed, "canceled": s.Canceled, "panicked": s.Panicked} {
+			ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_tasks_total"], prometheus.CounterValue, float64(v), name, outcome)
+		}
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_queued"], prometheus.GaugeValue, float64(s.Queued), name)
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_running"], prometheus.GaugeValue, float64(s.Running), name)
+		ch <- c.histogram("cpuwork_queue_wait_seconds", c.e.QueueWaitHistogram(class), name)
+		ch <- c.histogram("cpuwork_slot_seconds", c.e.SlotTimeHistogram(class), name)
+	}
+}
+
+// histogram re-buckets a cumulative cpuwork histogram to the collector's
+// buckets.
+func (c *Collector) histogram(name string, h cpuwork.Histogram, class string) prometheus.Metric {
+	var total uint64
+	if n := len(h.Count); n > 0 {
+		total = h.Count[n-1]
+	}
+	return prometheus.MustNewConstHistogram(c.descs[name], total, h.SumSeconds, rebucket(h.UpperSeconds, h.Count, c.o.Buckets), class)
+}
+
+// rebucket maps cumulative counts at source bounds to cumulative counts at
+// the target bounds: for each target bound, the count at the largest source
+// bound not above it.
+func rebucket(srcUpper []float64, srcCum []uint64, target []float64) map[float64]uint64 {
+	out := make(map[float64]uint64, len(target))
+	i := 0
+	var cum uint64
+	for _, b := range target {
+		for i < len(srcUpper) && srcUpper[i] <= b*(1+1e-9) {
+			cum = srcCum[i]
+			i++
+		}
+		out[b] = cum
+	}
+	return out
+}
+
+func (c *Collector) collectProcess(ch chan<- prometheus.Metric) {
+	if b, err := budget.Detect(); err == nil {
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_budget_cores"], prometheus.GaugeValue, b.Cores)
+		if l, ok := b.Limiting(); ok {
+			if st, err := budget.ReadStatDir(l.Dir); err == nil {
+				ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_cgroup_periods_total"], prometheus.CounterValue, float64(st.Periods))
+				ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_cgroup_throttled_periods_total"], prometheus.CounterValue, float64(st.ThrottledPeriods))
+				ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_cgroup_throttled_seconds_total"], prometheus.CounterValue, st.ThrottledTime.Seconds())
+			}
+		}
+	}
+	if t, err := schedstat.ReadThreads(0); err == nil {
+		c.mu.Lock()
+		if c.delay.PerThread != nil {
+			c.delayNs += float64(t.Sub(c.delay).RunDelay)
+		} else {
+			c.delayNs = float64(t.RunDelay)
+		}
+		c.delay = t
+		v := c.delayNs / 1e9
+		c.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_os_run_delay_seconds_total"], prometheus.CounterValue, v)
+	}
+	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() == metrics.KindFloat64Histogram {
+		h := s[0].Value.Float64Histogram()
+		upper := make([]float64, len(h.Counts))
+		cum := make([]uint64, len(h.Counts))
+		var n uint64
+		var sum float64
+		for i, k := range h.Counts {
+			n += k
+			upper[i], cum[i] = h.Buckets[i+1], n
+			lo, hi := h.Buckets[i], h.Buckets[i+1]
+			if math.IsInf(lo, -1) {
+				lo = 0
+			}
+			if math.IsInf(hi, 1) {
+				hi = lo
+			}
+			sum += float64(k) * (lo + hi) / 2
+		}
+		ch <- prometheus.MustNewConstHistogram(c.descs["cpuwork_go_sched_latency_seconds"], n, sum, rebucket(upper, cum, c.o.Buckets))
+	}
+}

@@ -1,0 +1,123 @@
+package prom
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+)
+
+func TestCollectorExportsTheExecutorAndLintsClean(t *testing.T) {
+	e, err := cpuwork.New(cpuwork.Options{Slots: 1, QueueLimit: [cpuwork.NumClasses]int{cpuwork.Batch: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	ctx := context.Background()
+	// 80 tasks through the fast path: it times one task in 8 with weight 8,
+	// so the histograms count exactly 80.
+	for range 79 {
+		e.Do(ctx, cpuwork.Interactive, func(context.Context) error { time.Sleep(300 * time.Microsecond); return nil })
+	}
+	e.Do(ctx, cpuwork.Interactive, func(context.Context) error { panic("boom") })
+	// Hold the slot, fill Batch's queue of one, and get one rejected.
+	gate := make(chan struct{})
+	running := make(chan struct{})
+	go e.Do(ctx, cpuwork.Interactive, func(context.Context) error { close(running); <-gate; return nil })
+	<-running
+	queued, _ := e.Go(ctx, cpuwork.Batch, func(context.Context) error { return nil })
+	if _, err := e.Go(ctx, cpuwork.Batch, func(context.Context) error { return nil }); !errors.Is(err, cpuwork.ErrSaturated) {
+		t.Fatalf("third task: %v", err)
+	}
+
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(e, Options{}))
+	want := `
+# HELP cpuwork_queued Tasks waiting for a slot, per class.
+# TYPE cpuwork_queued gauge
+cpuwork_queued{class="background"} 0
+cpuwork_queued{class="batch"} 1
+cpuwork_queued{class="critical"} 0
+cpuwork_queued{class="interactive"} 0
+# HELP cpuwork_slots Tasks the executor runs at once (its slot count).
+# TYPE cpuwork_slots gauge
+cpuwork_slots 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "cpuwork_queued", "cpuwork_slots"); err != nil {
+		t.Error(err)
+	}
+	n, err := testutil.GatherAndCount(reg, "cpuwork_tasks_total")
+	if err != nil || n != 4*6 {
+		t.Errorf("cpuwork_tasks_total series: %d, %v; want 4 classes x 6 outcomes", n, err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.Metric {
+			key := mf.GetName()
+			for _, l := range m.Label {
+				key += "," + l.GetValue()
+			}
+			switch {
+			case m.Counter != nil:
+				got[key] = m.Counter.GetValue()
+			case m.Histogram != nil:
+				got[key] = float64(m.Histogram.GetSampleCount())
+				if mf.GetName() == "cpuwork_slot_seconds" && len(m.Label) == 1 && m.Label[0].GetValue() == "interactive" {
+					for _, b := range m.Histogram.Bucket {
+						// Only the panicking task (weight 8 if sampled) can take
+						// under 200 µs; the sleeps take at least 300 µs.
+						if b.GetUpperBound() == 0.0002 && b.GetCumulativeCount() > 8 {
+							t.Errorf("interactive slot time: %d tasks at most 200 µs, want <= 8", b.GetCumulativeCount())
+						}
+					}
+				}
+			}
+		}
+	}
+	for k, v := range map[string]float64{
+		"cpuwork_tasks_total,interactive,completed": 80,
+		"cpuwork_tasks_total,interactive,panicked":  1,
+		"cpuwork_tasks_total,batch,rejected":        1,
+		"cpuwork_slot_seconds,interactive":          80,
+		"cpuwork_queue_wait_seconds,interactive":    80,
+	} {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v", k, got[k], v)
+		}
+	}
+	if _, ok := got["cpuwork_os_run_delay_seconds_total"]; !ok {
+		t.Error("no run delay exported")
+	}
+	if got["cpuwork_go_sched_latency_seconds"] == 0 {
+		t.Error("no scheduling latency exported")
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+	close(gate)
+	queued.Wait(ctx)
+}
+
+func TestRebucketNeverCountsAnObservationBelowItsBound(t *testing.T) {
+	got := rebucket([]float64{0.00001, 0.00015, 0.0003, 0.004}, []uint64{1, 3, 7, 9}, []float64{0.0001, 0.0002, 0.0005, 0.001, 0.005})
+	want := map[float64]uint64{0.0001: 1, 0.0002: 3, 0.0005: 7, 0.001: 7, 0.005: 9}
+	for b, n := range want {
+		if got[b] != n {
+			t.Errorf("bucket %v: %d, want %d", b, got[b], n)
+		}
+	}
+}
