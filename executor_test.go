@@ -729,3 +729,44 @@ func TestHistogramQuantilesWithinBucketPrecision(t *testing.T) {
 		}
 	}
 }
+
+// A loop of a few long indexes (inference over a batch of images) that
+// starts while the other slot is busy must pick that slot up once it is
+// free: helpers were recruited only once, after the first chunk, so the
+// whole batch ran on the caller's slot one image after another.
+func TestForRecruitsASlotFreedWhileItRuns(t *testing.T) {
+	e := newExec(t, Options{Slots: 2})
+	ctx := context.Background()
+	gate := make(chan struct{})
+	busy := make(chan struct{})
+	go e.Do(ctx, Interactive, func(context.Context) error { close(busy); <-gate; return nil })
+	<-busy
+	var caller atomic.Value // the goroutine of the probe, index 0: the loop's caller
+	var onHelper atomic.Int32
+	err := e.For(ctx, Batch, 8, func(lo, hi int) error {
+		if lo == 0 {
+			caller.Store(goroutineID())
+		}
+		if lo == 1 {
+			close(gate) // the other slot frees while index 1 runs
+		}
+		time.Sleep(5 * time.Millisecond)
+		if goroutineID() != caller.Load() {
+			onHelper.Add(int32(hi - lo))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if onHelper.Load() == 0 {
+		t.Error("no index ran on the slot freed during the loop")
+	}
+}
+
+func goroutineID() string {
+	b := make([]byte, 64)
+	b = b[:runtime.Stack(b, false)]
+	f := strings.Fields(string(b))
+	return f[1]
+}

@@ -190,18 +190,33 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 	tc.shared.Add(1)
 	defer tc.shared.Add(-1)
 	var wg sync.WaitGroup
-	chunks := (remaining + chunk - 1) / chunk
-	helpers := min(chunks-1, slots-1)
-	if e.capped(tc.class) {
-		helpers = 0 // under SpareP, batch slots are counted under the lock: the caller works alone
-	}
-	for h := int64(0); h < helpers; h++ {
-		if !e.tryAcquire() {
-			break
+	var active atomic.Int64 // helpers running
+	capped := e.capped(tc.class) // under SpareP, batch slots are counted under the lock: the caller works alone
+	// recruit adds helpers on slots that are free now and that nobody
+	// waits for, up to one per slot and one per chunk left besides the
+	// caller's. It runs before the first chunk and again at each of the
+	// caller's chunk boundaries, so a slot freed while the loop runs is
+	// used (a batch of a few long indexes would otherwise run on the
+	// caller alone).
+	recruit := func() {
+		if capped {
+			return
 		}
-		wg.Add(1)
-		go e.forHelper(st, &wg)
+		for e.waiting.Load() == 0 {
+			left := (st.n - st.next.Load() + st.chunk - 1) / st.chunk
+			n := active.Load()
+			if n >= min(left-1, int64(e.Slots())-1) || !e.tryAcquire() {
+				return
+			}
+			active.Add(1)
+			wg.Add(1)
+			go func() {
+				defer active.Add(-1)
+				e.forHelper(st, &wg)
+			}()
+		}
 	}
+	recruit()
 	for {
 		lo, hi, ok := st.claim()
 		if !ok || !st.run(lo, hi) {
@@ -211,6 +226,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 			st.fail(err)
 			break
 		}
+		recruit()
 	}
 	wg.Wait()
 	return st.err

@@ -137,7 +137,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 
 // loadgenCmd is the hidden load generator process of the service scenario.
 func loadgenCmd() *cobra.Command {
-	var target string
+	var target, smallBody, largeBody string
 	var rate float64
 	var duration time.Duration
 	cmd := &cobra.Command{
@@ -149,10 +149,23 @@ func loadgenCmd() *cobra.Command {
 			if !strings.HasPrefix(target, "http://127.") && !strings.HasPrefix(target, "http://localhost") {
 				return fmt.Errorf("loadgen: target %q is not on loopback", target)
 			}
-			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration)
+			var bodies [2][]byte
+			for i, f := range []string{smallBody, largeBody} {
+				if f == "" {
+					continue
+				}
+				b, err := os.ReadFile(f)
+				if err != nil {
+					return fmt.Errorf("loadgen: %w", err)
+				}
+				bodies[i] = b
+			}
+			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1])
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "", "base URL on loopback, e.g. http://127.0.0.1:8080")
+	cmd.Flags().StringVar(&smallBody, "small-body", "", "file whose bytes every small request POSTs (default: GET)")
+	cmd.Flags().StringVar(&largeBody, "large-body", "", "file whose bytes every large request POSTs (default: GET)")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "requests per second (constant pacer)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "attack duration")
 	return cmd

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -116,15 +117,25 @@ func TestFileNamesAreSafe(t *testing.T) {
 
 func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
 		if r.URL.Path == "/large" {
+			// The large kind carries its body as a POST; small ones are GETs.
+			if r.Method != "POST" || string(body) != "large body" {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
 			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		if r.Method != "GET" {
+			w.WriteHeader(http.StatusBadRequest)
 			return
 		}
 		w.Write([]byte("ok"))
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond); err != nil {
+	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond, nil, []byte("large body")); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(&out)
@@ -149,7 +160,7 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	if codes[503] != kinds["large"] || codes[200] != kinds["small"] {
 		t.Errorf("codes %v for kinds %v", codes, kinds)
 	}
-	if err := LoadGen(&out, srv.URL, 0, time.Second); err == nil {
+	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil); err == nil {
 		t.Error("rate 0 accepted")
 	}
 }

@@ -100,6 +100,15 @@ var scenarioTable = []scenarioDef{
 			}
 			return r.service(r.cfg.LoadGen)
 		}},
+	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
+		variants: func() []string { return describe(inferenceVariants) },
+		steps:    func(r *Runner, vs []string) int { return 4*len(vs)*r.rounds + 1 },
+		run: func(r *Runner) (*Scenario, error) {
+			if len(r.cfg.LoadGen) == 0 {
+				return &Scenario{Name: "inference", Skipped: "no load generator command configured"}, nil
+			}
+			return r.inference(r.cfg.LoadGen)
+		}},
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {

@@ -45,8 +45,9 @@ type LoadResult struct {
 // LoadGen is the hidden `cpuwork loadgen` subcommand: an open-loop vegeta
 // attack (constant pacer) at rate requests/s for d against base, writing
 // one LoadResult per line to w. It runs in its own process so that the
-// generator never competes with the server for its Ps.
-func LoadGen(w io.Writer, base string, rate float64, d time.Duration) error {
+// generator never competes with the server for its Ps. A request kind
+// with a body is a POST of it, else a GET.
+func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte) error {
 	if rate <= 0 || d <= 0 {
 		return fmt.Errorf("loadgen: rate %v and duration %v must be positive", rate, d)
 	}
@@ -57,7 +58,11 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration) error {
 		if i == 9 {
 			kind = "large"
 		}
-		targets = append(targets, vegeta.Target{Method: "GET", URL: base + "/" + kind})
+		t := vegeta.Target{Method: "GET", URL: base + "/" + kind}
+		if body := map[string][]byte{"small": smallBody, "large": largeBody}[kind]; body != nil {
+			t.Method, t.Body = "POST", body
+		}
+		targets = append(targets, t)
 	}
 	atk := vegeta.NewAttacker(vegeta.Timeout(30*time.Second), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000))
 	pacer := vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}
@@ -252,11 +257,20 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	mux := http.NewServeMux()
 	mux.Handle("/small", handler(small, cpuwork.Interactive))
 	mux.Handle("/large", handler(large, cpuwork.Batch))
+	return r.loadOnce(v, "service", mux, rate, loadgen)
+}
+
+// loadOnce serves h on loopback, drives it with the load generator process
+// at rate requests/s for the run's duration (extra: the generator's extra
+// flags), and records what it saw in v: latency from each request's
+// intended send time for the 200s, 503s counted as shed, other codes as
+// errors, per kind ("small", "large") and overall.
+func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, rate float64, loadgen []string, extra ...string) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return fmt.Errorf("service: listen on loopback: %w", err)
+		return fmt.Errorf("%s: listen on loopback: %w", scenario, err)
 	}
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 
@@ -264,6 +278,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	d := min(r.duration, 2*time.Second) // 12 variants: keep the suite within its 5 minutes
 	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+ln.Addr().String(),
 		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", d.String())
+	args = append(args, extra...)
 	cmd := exec.Command(loadgen[0], args...)
 	cmd.Stderr = os.Stderr
 	if r.loadgenGroup != nil {
@@ -281,7 +296,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 		return err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("service: start load generator: %w", err)
+		return fmt.Errorf("%s: start load generator: %w", scenario, err)
 	}
 	var results []LoadResult
 	dec := json.NewDecoder(out)
@@ -291,18 +306,18 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 			if err != io.EOF {
 				cmd.Process.Kill()
 				cmd.Wait()
-				return fmt.Errorf("service: read load results: %w", err)
+				return fmt.Errorf("%s: read load results: %w", scenario, err)
 			}
 			break
 		}
 		results = append(results, lr)
 	}
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("service: load generator: %w", err)
+		return fmt.Errorf("%s: load generator: %w", scenario, err)
 	}
 	u := m.stop()
 	if len(results) == 0 {
-		return errors.New("service: load generator returned no results")
+		return fmt.Errorf("%s: load generator returned no results", scenario)
 	}
 	// Intended send time of hit Seq under vegeta's constant pacer is
 	// began + (Seq+1)*interval; began is estimated from the least-delayed hit.
