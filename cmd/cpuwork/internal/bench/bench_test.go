@@ -191,3 +191,20 @@ func TestRaisedVariantsLeaveTheMainThreadAlone(t *testing.T) {
 		t.Errorf("the main thread's affinity changed from %d to %d CPUs", before.Count(), after.Count())
 	}
 }
+
+// vegeta's constant pacer takes whole requests per second: a rate of 65.8
+// sent 65/s, and the validity check (sent >= 99 % of offered) marked every
+// variant at that load invalid. LoadGen refuses a fractional rate; the
+// scenarios offer whole rates.
+func TestLoadGenRefusesAFractionalRate(t *testing.T) {
+	var out bytes.Buffer
+	if err := LoadGen(&out, "http://127.0.0.1:1", 65.8, time.Millisecond, nil, nil); err == nil {
+		t.Error("a rate of 65.8/s was accepted; the pacer would send 65/s")
+	}
+	if got := wholeRate(65.8); got != 65 {
+		t.Errorf("wholeRate(65.8) = %v", got)
+	}
+	if got := wholeRate(0.4); got != 1 {
+		t.Errorf("wholeRate(0.4) = %v, want at least 1", got)
+	}
+}

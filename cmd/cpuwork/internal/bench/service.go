@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -50,6 +51,9 @@ type LoadResult struct {
 func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte) error {
 	if rate <= 0 || d <= 0 {
 		return fmt.Errorf("loadgen: rate %v and duration %v must be positive", rate, d)
+	}
+	if rate != math.Trunc(rate) {
+		return fmt.Errorf("loadgen: rate %v: vegeta's constant pacer sends whole requests per second", rate)
 	}
 	// 9 small, 1 large, round-robin: the 90/10 mix at a fixed pattern.
 	var targets []vegeta.Target
@@ -266,6 +270,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 // intended send time for the 200s, 503s counted as shed, other codes as
 // errors, per kind ("small", "large") and overall.
 func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, rate float64, loadgen []string, extra ...string) error {
+	rate = wholeRate(rate) // what the pacer sends is what is offered
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("%s: listen on loopback: %w", scenario, err)
@@ -369,3 +374,7 @@ func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, rate floa
 	v.setExtra("errors", v.Extra["errors"]+float64(errs))
 	return nil
 }
+
+// wholeRate is the request rate the load generator can pace: whole
+// requests per second, at least 1.
+func wholeRate(rate float64) float64 { return max(math.Floor(rate), 1) }
