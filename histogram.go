@@ -73,7 +73,7 @@ type Summary struct {
 	Max   time.Duration // exact maximum observed
 }
 
-// Quantile returns the q-quantile (0 <= q <= 1) of a bucket snapshot; the
+// quantile returns the q-quantile (0 <= q <= 1) of a bucket snapshot; the
 // value is the midpoint of the bucket that holds it, capped at max.
 func quantile(counts []uint64, total uint64, q float64, max int64) time.Duration {
 	if total == 0 {

@@ -90,7 +90,7 @@ type Options struct {
 	// demoted threads the kernel runs them first. Used as designed,
 	// GOMAXPROCS and Slots are both the budget plus one: batch then keeps
 	// every core of the budget and latency-sensitive work has its own P and
-	// slot (maxprocs.Set(maxprocs.BudgetPlusOne) sets GOMAXPROCS so). With
+	// slot (maxprocs.Set(maxprocs.Options{Policy: maxprocs.BudgetPlusOne}) sets GOMAXPROCS so). With
 	// GOMAXPROCS and Slots at the budget, it costs batch 1/GOMAXPROCS of its
 	// throughput. The executor never changes GOMAXPROCS itself. Measured
 	// effect: docs/architecture.md.

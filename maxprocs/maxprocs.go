@@ -5,7 +5,7 @@
 // Calling runtime.GOMAXPROCS(n) switches off the Go runtime's own tracking
 // of the cgroup CPU limit (Go >= 1.25 re-reads it about once a second and
 // adjusts GOMAXPROCS; see GOROOT/src/runtime/cgroup_linux.go and
-// runtime.SetDefaultGOMAXPROCS). Set compensates by following budget.Watch
+// runtime.SetDefaultGOMAXPROCS). Set compensates by following the budget (budget.WatchFunc)
 // itself: when the quota, the affinity mask or the cpuset changes, it
 // applies the policy again. The undo function stops following and hands
 // GOMAXPROCS back to the runtime's default (runtime.SetDefaultGOMAXPROCS),
@@ -70,46 +70,50 @@ func (p Policy) Procs(cores float64, affinity int) int {
 	return n
 }
 
-type config struct {
-	log      *slog.Logger
-	min      int
-	interval time.Duration
-	follow   bool
-	detect   func() (budget.Budget, error)
+// Options configures Set. The zero value is Floor, at least 1, following
+// the budget every budget.DefaultWatchInterval, without logging.
+type Options struct {
+	// Policy turns the budget into GOMAXPROCS; the zero value is Floor.
+	Policy Policy
+	// Min is a lower bound on GOMAXPROCS; 0 means 1, negative is invalid.
+	Min int
+	// Interval is how often the budget is re-read while following; 0
+	// means budget.DefaultWatchInterval (1 s).
+	Interval time.Duration
+	// NoFollow sets GOMAXPROCS once and does not follow budget changes.
+	NoFollow bool
+	// Logger logs every GOMAXPROCS change; nil logs nothing.
+	Logger *slog.Logger
 }
 
-// Option configures Set.
-type Option func(*config)
+// Set sets GOMAXPROCS to o.Policy applied to the current budget and,
+// unless o.NoFollow, keeps it there as the budget changes (through
+// budget.WatchFunc). It returns an undo function (safe to call more than
+// once) and an error when the budget cannot be read or an option is
+// invalid; on error GOMAXPROCS is unchanged. When the GOMAXPROCS
+// environment variable is set, Set respects it and changes nothing (the
+// undo is then a no-op).
+func Set(o Options) (undo func(), err error) {
+	return set(o, budget.Detect)
+}
 
-// Logger logs every GOMAXPROCS change (nil: no logging).
-func Logger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
-
-// Min sets a lower bound on GOMAXPROCS (default 1).
-func Min(n int) Option { return func(c *config) { c.min = n } }
-
-// Interval is how often the budget is re-read while following (default
-// budget.DefaultWatchInterval, 1 s).
-func Interval(d time.Duration) Option { return func(c *config) { c.interval = d } }
-
-// NoFollow sets GOMAXPROCS once and does not follow budget changes.
-func NoFollow() Option { return func(c *config) { c.follow = false } }
-
-// Set sets GOMAXPROCS to p applied to the current budget and, unless
-// NoFollow, keeps it there as the budget changes. It returns an undo
-// function (safe to call more than once) and an error when the budget
-// cannot be read or the policy is unknown; on error GOMAXPROCS is
-// unchanged. When the GOMAXPROCS environment variable is set, Set respects
-// it and changes nothing (the undo is then a no-op).
-func Set(p Policy, opts ...Option) (undo func(), err error) {
-	c := config{min: 1, follow: true, detect: budget.Detect}
-	for _, o := range opts {
-		o(&c)
+func set(o Options, detect func() (budget.Budget, error)) (undo func(), err error) {
+	p := o.Policy
+	if o.Min == 0 {
+		o.Min = 1
 	}
+	c := struct {
+		log      *slog.Logger
+		min      int
+		interval time.Duration
+		follow   bool
+		detect   func() (budget.Budget, error)
+	}{o.Logger, o.Min, o.Interval, !o.NoFollow, detect}
 	if p < Floor || p > BudgetPlusOne {
 		return func() {}, fmt.Errorf("maxprocs: unknown policy %d", int(p))
 	}
 	if c.min < 1 {
-		return func() {}, fmt.Errorf("maxprocs: Min(%d) must be >= 1", c.min)
+		return func() {}, fmt.Errorf("maxprocs: Options.Min %d must be >= 0", o.Min)
 	}
 	if env := os.Getenv("GOMAXPROCS"); env != "" {
 		if c.log != nil {

@@ -38,7 +38,7 @@ func TestSetFollowsTheBudgetAndUndoRestoresTheDefault(t *testing.T) {
 	detect := func() (budget.Budget, error) {
 		return budget.Budget{Cores: cores.Load().(float64), Affinity: 64}, nil
 	}
-	undo, err := Set(BudgetPlusOne, Interval(time.Millisecond), func(c *config) { c.detect = detect })
+	undo, err := set(Options{Policy: BudgetPlusOne, Interval: time.Millisecond}, detect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,17 +61,15 @@ func TestSetFollowsTheBudgetAndUndoRestoresTheDefault(t *testing.T) {
 }
 
 func TestSetRejectsBadArgumentsAndRespectsTheEnvironment(t *testing.T) {
-	if _, err := Set(Policy(9)); err == nil {
+	if _, err := Set(Options{Policy: Policy(9)}); err == nil {
 		t.Error("unknown policy accepted")
 	}
-	if _, err := Set(Floor, Min(0)); err == nil {
-		t.Error("Min(0) accepted")
+	if _, err := Set(Options{Min: -1}); err == nil {
+		t.Error("Min -1 accepted")
 	}
 	t.Setenv("GOMAXPROCS", "3")
 	before := runtime.GOMAXPROCS(0)
-	undo, err := Set(Floor, func(c *config) {
-		c.detect = func() (budget.Budget, error) { return budget.Budget{Cores: 1, Affinity: 8}, nil }
-	})
+	undo, err := set(Options{}, func() (budget.Budget, error) { return budget.Budget{Cores: 1, Affinity: 8}, nil })
 	if err != nil || runtime.GOMAXPROCS(0) != before {
 		t.Errorf("with GOMAXPROCS set: err %v, GOMAXPROCS %d -> %d", err, before, runtime.GOMAXPROCS(0))
 	}

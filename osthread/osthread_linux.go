@@ -80,7 +80,7 @@ func ThreadSched(tid int) (Sched, error) {
 }
 
 // ThreadStat reads policy, nice and real-time priority of thread tid of
-// process pid from /proc/PID/task/TID/stat (fields 42, 19 and 40 of
+// process pid from /proc/PID/task/TID/stat (fields 41, 19 and 40 of
 // proc(5)), an independent check of what sched_getattr reports.
 func ThreadStat(pid, tid int) (policy Policy, nice, rtprio int, err error) {
 	p := fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid)

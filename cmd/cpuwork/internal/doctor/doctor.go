@@ -237,7 +237,7 @@ func diagnose(w *Window) []Finding {
 		out = append(out, Finding{ID: "gomaxprocs-above-quota", Severity: sev,
 			Summary:  fmt.Sprintf("GOMAXPROCS %d is above the %.2f-core quota: busy goroutines spend the quota early in each period and the kernel freezes the whole process for the rest", w.GOMAXPROCS, b.Cores),
 			Evidence: ev,
-			Fix:      fmt.Sprintf("run at most %d CPU-bound goroutines at once: GOMAXPROCS=%d in the environment (or maxprocs.Set(maxprocs.Floor)), or a cpuwork.Executor, whose slots are floor(quota) = %d; or raise the CPU limit to %d", n, n, n, w.GOMAXPROCS),
+			Fix:      fmt.Sprintf("run at most %d CPU-bound goroutines at once: GOMAXPROCS=%d in the environment (or maxprocs.Set(maxprocs.Options{})), or a cpuwork.Executor, whose slots are floor(quota) = %d; or raise the CPU limit to %d", n, n, n, w.GOMAXPROCS),
 		})
 	}
 	if thr.Periods > 0 && throttledShare >= throttledWarn {
