@@ -146,8 +146,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 		}
 		for _, pv := range inferenceVariants {
 			v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
-			v.Ratio = map[string]float64{"p50": v.Latency.P50 / base.Latency.P50, "p99": v.medianP99() / base.medianP99(),
-				"mean": v.Latency.Mean / base.Latency.Mean, "p999": v.Latency.P999 / base.Latency.P999}
+			v.Ratio = ratiosTo(v, base)
 		}
 	}
 	// Capacity at a p99 target of 3x the single-request latency of a large

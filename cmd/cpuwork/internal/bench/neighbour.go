@@ -114,8 +114,7 @@ func (r *Runner) neighbour(self string) *Scenario {
 		for _, nv := range neighbourVariants {
 			v := s.variant(nv.name + "@" + p.name)
 			if base.Latency.P90 > 0 {
-				v.Ratio = map[string]float64{"p50": v.Latency.P50 / base.Latency.P50, "p90": v.Latency.P90 / base.Latency.P90,
-					"p99": v.Latency.P99 / base.Latency.P99, "mean": v.Latency.Mean / base.Latency.Mean}
+				v.Ratio = ratiosTo(v, base)
 			}
 		}
 	}

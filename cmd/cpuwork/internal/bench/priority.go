@@ -143,12 +143,7 @@ func (s *Scenario) caseRatios() {
 		if base == nil || base.Latency.P99 == 0 {
 			continue
 		}
-		v.Ratio = map[string]float64{
-			"mean": v.Latency.Mean / base.Latency.Mean,
-			"p50":  v.Latency.P50 / base.Latency.P50,
-			"p99":  v.medianP99() / base.medianP99(),
-			"p999": v.Latency.P999 / base.Latency.P999,
-		}
+		v.Ratio = ratiosTo(v, base)
 	}
 }
 

@@ -133,8 +133,7 @@ func (r *Runner) quota(self string) *Scenario {
 		for _, qv := range quotaVariants() {
 			v := s.variant(fmt.Sprintf("%s@%.2f", qv.name, q))
 			if base.Latency.P99 > 0 {
-				v.Ratio = map[string]float64{"mean": v.Latency.Mean / base.Latency.Mean, "p50": v.Latency.P50 / base.Latency.P50,
-					"p99": v.medianP99() / base.medianP99(), "p999": v.Latency.P999 / base.Latency.P999}
+				v.Ratio = ratiosTo(v, base)
 			}
 		}
 	}

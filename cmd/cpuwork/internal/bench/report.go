@@ -367,23 +367,32 @@ func (s *Scenario) ratios() {
 	if base == nil {
 		return
 	}
+	for _, v := range s.Variants {
+		v.Ratio = ratiosTo(v, base)
+	}
+}
+
+// ratiosTo is v's latency (and throughput) as ratios to base's, the one
+// definition every scenario uses: p99 is the median of the repeats' p99s,
+// the other percentiles pool the repeats. A ratio to a zero is 0.
+func ratiosTo(v, base *Variant) map[string]float64 {
 	div := func(a, b float64) float64 {
 		if b == 0 {
 			return 0
 		}
 		return a / b
 	}
-	for _, v := range s.Variants {
-		v.Ratio = map[string]float64{
-			"mean": div(v.Latency.Mean, base.Latency.Mean),
-			"p50":  div(v.Latency.P50, base.Latency.P50),
-			"p99":  div(v.medianP99(), base.medianP99()),
-			"p999": div(v.Latency.P999, base.Latency.P999),
-		}
-		if base.Throughput > 0 {
-			v.Ratio["throughput"] = div(v.Throughput, base.Throughput)
-		}
+	r := map[string]float64{
+		"mean": div(v.Latency.Mean, base.Latency.Mean),
+		"p50":  div(v.Latency.P50, base.Latency.P50),
+		"p90":  div(v.Latency.P90, base.Latency.P90),
+		"p99":  div(v.medianP99(), base.medianP99()),
+		"p999": div(v.Latency.P999, base.Latency.P999),
 	}
+	if base.Throughput > 0 {
+		r["throughput"] = div(v.Throughput, base.Throughput)
+	}
+	return r
 }
 
 func (s *Scenario) variant(name string) *Variant {

@@ -173,8 +173,7 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 		sp := s.variant(fmt.Sprintf("cpuwork-sparep@%.0f%%", l*100))
 		if base.Latency.P99 > 0 {
 			for _, v := range []*Variant{base, cw, sp} {
-				v.Ratio = map[string]float64{"p50": v.Latency.P50 / base.Latency.P50, "p99": v.medianP99() / base.medianP99(),
-					"mean": v.Latency.Mean / base.Latency.Mean, "p999": v.Latency.P999 / base.Latency.P999}
+				v.Ratio = ratiosTo(v, base)
 			}
 		}
 	}
