@@ -1,0 +1,127 @@
+// Command service is a small CPU-bound HTTP service run the way cpuwork
+// recommends, the one deploy/kubernetes deploys:
+//
+//   - GOMAXPROCS is left to the Go runtime (Go >= 1.25 follows the
+//     container's CPU limit) and the executor sizes its slots from the real
+//     budget (floor of the quota, ancestors included), so CPU-bound work
+//     never runs on more threads than the quota pays for;
+//   - /hash runs its work through Executor.Do as Interactive; /batch as
+//     Batch; a request the executor cannot serve in time answers 503
+//     (Options.MaxQueueWait), so a client or a load balancer retries
+//     elsewhere instead of queueing;
+//   - /metrics exports the executor and the process's scheduling signals
+//     (package prom): cpuwork_queue_wait_seconds is what the
+//     HorizontalPodAutoscaler scales on;
+//   - /debug/cpuwork serves the schedstat sampler for `cpuwork doctor --url`.
+//
+// Flags: -addr (default :8080).
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/prom"
+	"github.com/cpuwork/cpuwork/schedstat"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+func main() {
+	addr := flag.String("addr", ":8080", "listen address")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	srv, cleanup, err := newServer(log)
+	if err != nil {
+		log.Error("start", "err", err)
+		os.Exit(1)
+	}
+	defer cleanup()
+	hs := &http.Server{Addr: *addr, Handler: srv, ReadHeaderTimeout: 5 * time.Second}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		shut, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		hs.Shutdown(shut)
+	}()
+	log.Info("listening", "addr", *addr)
+	if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		log.Error("serve", "err", err)
+		os.Exit(1)
+	}
+}
+
+// newServer builds the service's handler; cleanup closes the executor and
+// the sampler.
+func newServer(log *slog.Logger) (http.Handler, func(), error) {
+	var mqw [cpuwork.NumClasses]time.Duration
+	mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 20*time.Millisecond, 500*time.Millisecond
+	e, err := cpuwork.New(cpuwork.Options{MaxQueueWait: mqw, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err := schedstat.Start(schedstat.Options{TimerCanary: true})
+	if err != nil {
+		e.Close(context.Background())
+		return nil, nil, err
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prom.NewCollector(e, prom.Options{}))
+	mux := http.NewServeMux()
+	mux.Handle("/hash", work(e, cpuwork.Interactive, 200))
+	mux.Handle("/batch", work(e, cpuwork.Batch, 20000))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Stats() }))
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	return mux, func() { s.Close(); e.Close(context.Background()) }, nil
+}
+
+// work hashes 64 KB rounds times (?rounds=N overrides), under class c.
+func work(e *cpuwork.Executor, c cpuwork.Class, rounds int) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		n := rounds
+		if q := r.URL.Query().Get("rounds"); q != "" {
+			v, err := strconv.Atoi(q)
+			if err != nil || v < 1 || v > 1_000_000 {
+				http.Error(w, "rounds: 1..1000000", http.StatusBadRequest)
+				return
+			}
+			n = v
+		}
+		var sum [32]byte
+		err := e.Do(r.Context(), c, func(ctx context.Context) error {
+			buf := make([]byte, 64<<10)
+			for i := range n {
+				if i%16 == 0 {
+					if err := cpuwork.Checkpoint(ctx); err != nil {
+						return err
+					}
+				}
+				sum = sha256.Sum256(buf)
+				buf[0] = sum[0]
+			}
+			return nil
+		})
+		switch {
+		case errors.Is(err, cpuwork.ErrSaturated):
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		default:
+			fmt.Fprintf(w, "%x\n", sum[:8])
+		}
+	}
+}
