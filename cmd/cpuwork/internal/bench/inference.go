@@ -111,34 +111,9 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 		inferenceModel, filepath.Base(lib), ms(single.Seconds()), largeImages, capacity, estimate/2, estimate))
 	s.Notes = append(s.Notes, "not measured here: the same variants under a CPU quota below the host's cores (the server would have to run in a cgroup of its own)")
 	loads := []float64{0.5, 0.8, 0.95, 1.1}
-	for _, pv := range inferenceVariants {
-		for _, l := range loads {
-			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
-		}
-	}
-	for round := 0; round < r.rounds; round++ {
-		for _, l := range loads {
-			for _, pv := range r.shuffledNames(inferenceVariants) {
-				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
-				r.step(fmt.Sprintf("inference: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
-				if err := r.inferenceOnce(v, pv.name, ref, capacity*l, loadgen, bodies); err != nil {
-					v.Valid, v.Invalid = false, err.Error()
-				}
-			}
-		}
-	}
-	for _, v := range s.Variants {
-		if v.OfferedPS > 0 {
-			v.setExtra("goodput_of_offered", v.Extra["goodput_per_s"]/v.OfferedPS)
-			v.setExtra("shed_share", v.Extra["shed"]/max(v.Extra["sent"], 1))
-		}
-		if v.Valid && v.Extra["errors"] > 0 {
-			v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors (a wrong inference result is one)", v.Extra["errors"])
-		}
-		if v.Valid && v.OfferedPS > 0 && v.AchievedPS < 0.99*v.OfferedPS {
-			v.Valid, v.Invalid = false, fmt.Sprintf("load generator sent %.1f/s of %.1f/s offered", v.AchievedPS, v.OfferedPS)
-		}
-	}
+	r.atLoads(s, inferenceVariants, loads, func(v *Variant, variant string, load float64) error {
+		return r.inferenceOnce(v, variant, ref, capacity*load, loadgen, bodies)
+	})
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
 		if base.Latency.P99 == 0 {

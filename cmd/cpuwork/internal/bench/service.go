@@ -141,31 +141,9 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	s.Notes = append(s.Notes, fmt.Sprintf("small = regexp over 64 KB (%s), large = gzip+gunzip of 1 MB (%s), 90/10 mix on %d slots: capacity %.0f requests/s measured as slots / process CPU per served request of the naive server at %.0f/s (the one-core calibrations estimated %.0f/s); load levels are fractions of the measured capacity",
 		ms(cs.Seconds()), ms(cl.Seconds()), r.slots, capacity, estimate/2, estimate))
 	loads := []float64{0.5, 0.8, 0.95, 1.1, 1.5}
-	for _, pv := range serviceVariants {
-		for _, l := range loads {
-			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
-		}
-	}
-	for round := 0; round < r.rounds; round++ {
-		for _, l := range loads {
-			for _, pv := range r.shuffledNames(serviceVariants) {
-				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
-				r.step(fmt.Sprintf("service: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
-				if err := r.serviceOnce(v, pv.name, small, large, capacity*l, loadgen); err != nil {
-					v.Valid, v.Invalid = false, err.Error()
-				}
-			}
-		}
-	}
-	for _, v := range s.Variants {
-		if v.OfferedPS > 0 {
-			v.setExtra("goodput_of_offered", v.Extra["goodput_per_s"]/v.OfferedPS)
-			v.setExtra("shed_share", v.Extra["shed"]/max(v.Extra["sent"], 1))
-		}
-		if v.Valid && v.OfferedPS > 0 && v.AchievedPS < 0.99*v.OfferedPS {
-			v.Valid, v.Invalid = false, fmt.Sprintf("load generator sent %.1f/s of %.1f/s offered", v.AchievedPS, v.OfferedPS)
-		}
-	}
+	r.atLoads(s, serviceVariants, loads, func(v *Variant, variant string, load float64) error {
+		return r.serviceOnce(v, variant, small, large, capacity*load, loadgen)
+	})
 	// Ratios against naive at the same load.
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
@@ -377,3 +355,39 @@ func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, rate floa
 // wholeRate is the request rate the load generator can pace: whole
 // requests per second, at least 1.
 func wholeRate(rate float64) float64 { return max(math.Floor(rate), 1) }
+
+// atLoads runs every variant at every load level (a fraction of capacity),
+// r.rounds times in a shuffled order, as variants named "variant@N%", then
+// derives each one's goodput and shed share and marks it invalid when its
+// responses had errors or the generator sent less than 99 % of the offered
+// rate.
+func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, once func(v *Variant, variant string, load float64) error) {
+	for _, pv := range variants {
+		for _, l := range loads {
+			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
+		}
+	}
+	for round := 0; round < r.rounds; round++ {
+		for _, l := range loads {
+			for _, pv := range r.shuffledNames(variants) {
+				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
+				r.step(fmt.Sprintf("%s: %s (repeat %d/%d)", s.Name, v.Name, round+1, r.rounds))
+				if err := once(v, pv.name, l); err != nil {
+					v.Valid, v.Invalid = false, err.Error()
+				}
+			}
+		}
+	}
+	for _, v := range s.Variants {
+		if v.OfferedPS > 0 {
+			v.setExtra("goodput_of_offered", v.Extra["goodput_per_s"]/v.OfferedPS)
+			v.setExtra("shed_share", v.Extra["shed"]/max(v.Extra["sent"], 1))
+		}
+		if v.Valid && v.Extra["errors"] > 0 {
+			v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors", v.Extra["errors"])
+		}
+		if v.Valid && v.OfferedPS > 0 && v.AchievedPS < 0.99*v.OfferedPS {
+			v.Valid, v.Invalid = false, fmt.Sprintf("load generator sent %.1f/s of %.1f/s offered", v.AchievedPS, v.OfferedPS)
+		}
+	}
+}
