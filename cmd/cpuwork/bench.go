@@ -171,6 +171,23 @@ func loadgenCmd() *cobra.Command {
 	return cmd
 }
 
+// inferenceServerCmd is the hidden server process of the inference
+// scenario's quota cases.
+func inferenceServerCmd() *cobra.Command {
+	var variant string
+	cmd := &cobra.Command{
+		Use:    "inference-server",
+		Short:  "serve a variant of bench's inference scenario until stdin closes (internal)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.ServeInference(cmd.OutOrStdout(), os.Stdin, variant)
+		},
+	}
+	cmd.Flags().StringVar(&variant, "variant", "cpuwork", "naive, pool or cpuwork")
+	return cmd
+}
+
 // quotaChildCmd is the hidden child process of the quota scenario.
 func quotaChildCmd() *cobra.Command {
 	var mode string

@@ -1,20 +1,25 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 )
 
@@ -24,7 +29,7 @@ import (
 var inferenceVariants = []struct{ name, desc string }{
 	{"naive", "a goroutine per request; ONNX Runtime's default intra-op threads (one per core, blind to quotas); a large request runs its images one after another"},
 	{"pool", "the field report's fix: GOMAXPROCS workers, intra-op threads 1, a large request split into one task per image"},
-	{"cpuwork", "intra-op threads 1 per slot (Go and C never oversubscribe the budget): small requests Executor.Do Interactive, large ones Executor.For Batch over their images on the free slots, yielding to small ones between images; queue-wait targets shed with 503"},
+	{"cpuwork", "intra-op threads 1 per slot (Go and C never oversubscribe the budget): small requests Executor.Do Interactive, large ones Executor.For Batch over their images on the free slots, yielding to small ones between images; queue-wait targets shed with 503; PaceQuota under a quota"},
 }
 
 const (
@@ -109,11 +114,13 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	}
 	s.Notes = append(s.Notes, fmt.Sprintf("model light_%s (onnx backend test data) through ONNX Runtime (%s), %s per inference on one thread, verified against its reference output before the run and on every response; small = 1 image, large = %d images, 90/10 mix, the request body is the float32 input tensor; capacity %.0f requests/s measured as slots / process CPU per served request of the pool server at %.0f/s (estimate %.0f/s)",
 		inferenceModel, filepath.Base(lib), ms(single.Seconds()), largeImages, capacity, estimate/2, estimate))
-	s.Notes = append(s.Notes, "not measured here: the same variants under a CPU quota below the host's cores (the server would have to run in a cgroup of its own)")
 	loads := []float64{0.5, 0.8, 0.95, 1.1}
 	r.atLoads(s, inferenceVariants, loads, func(v *Variant, variant string, load float64) error {
 		return r.inferenceOnce(v, variant, ref, capacity*load, loadgen, bodies)
 	})
+	if runtime.NumCPU() >= 2 && len(r.cfg.LoadGen) > 0 {
+		r.inferenceUnderQuota(s, float64(runtime.NumCPU())/2, capacity, 0.8, bodies)
+	}
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
 		if base.Latency.P99 == 0 {
@@ -149,6 +156,14 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 		k := agreement(reps, func(i int) bool { return c.Repeats[i].P99/n.Repeats[i].P99 <= 0.5 })
 		s.Verdict = fmt.Sprintf("at 95%% of capacity, cpuwork p99 %s = %.2fx naive (%s; expected <= 0.5x; holds in %d/%d repeats), %.1f%% shed; pool p99 %s; goodput at a p99 target of %s: cpuwork %.0f/s, naive %.0f/s, pool %.0f/s (cpuwork/naive %.2fx, expected >= 1.5x): %s",
 			ms(c.medianP99()), ratio, ms(n.medianP99()), k, reps, 100*c.Extra["shed_share"], ms(p.medianP99()), ms(target), cc, cn, atTarget("pool"), capRatio, holdsWord(holds))
+		qn, qc := s.variant("naive+quota1.0@80%"), s.variant("cpuwork+quota1.0@80%")
+		if qn != nil && qc != nil && qn.Valid && qc.Valid {
+			ok := qc.Extra["throttled_share"] == 0 && qn.Extra["throttled_share"] > 0
+			holds = holds && ok
+			qp := s.variant("pool+quota1.0@80%")
+			s.Verdict += fmt.Sprintf("; in a 1.0-CPU cgroup at 80%%: throttled periods cpuwork %.0f%%, naive %.0f%%, pool %.0f%% (expected 0 for cpuwork), p99 cpuwork %s, naive %s, pool %s: %s",
+				100*qc.Extra["throttled_share"], 100*qn.Extra["throttled_share"], 100*qp.Extra["throttled_share"], ms(qc.medianP99()), ms(qn.medianP99()), ms(qp.medianP99()), holdsWord(ok))
+		}
 		s.Holds = boolp(holds)
 	}
 	return s, nil
@@ -246,7 +261,14 @@ func (r *Runner) inferenceServer(variant string, ref *workload.Reference) (*infe
 	case "cpuwork":
 		var mqw [cpuwork.NumClasses]time.Duration
 		mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 50*time.Millisecond, 200*time.Millisecond
-		e, err := cpuwork.New(cpuwork.Options{Slots: r.slots, WatchInterval: -1, MaxQueueWait: mqw,
+		// In the bench process: the slots of the bench's budget. In a quota
+		// case's child: Slots 0 follows the child's own budget, and
+		// PaceQuota keeps Batch under the quota.
+		slots, watch := r.slots, time.Duration(-1)
+		if r.cfg.LoadGen == nil {
+			slots, watch = 0, 0
+		}
+		e, err := cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: watch, PaceQuota: true, MaxQueueWait: mqw,
 			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256, cpuwork.Batch: 64}})
 		if err != nil {
 			sess.Close()
@@ -300,4 +322,126 @@ func (r *Runner) inferenceServer(variant string, ref *workload.Reference) (*infe
 	mux.Handle("/small", handler(1, cpuwork.Interactive))
 	mux.Handle("/large", handler(largeImages, cpuwork.Batch))
 	return &inferenceServer{h: mux, close: closeFn}, nil
+}
+
+// ServeInference is the hidden `cpuwork inference-server` subcommand, the
+// server of the inference scenario's quota cases: it serves variant on a
+// loopback port with the slots of its own CPU budget (the cgroup it was
+// started in), writes "listening ADDR" to w, and serves until stdin
+// reaches EOF (the bench closes it, or dies).
+func ServeInference(w io.Writer, stdin io.Reader, variant string) error {
+	lib, models, err := workload.ONNXPaths()
+	if err != nil {
+		return err
+	}
+	if err := workload.InitONNX(lib); err != nil {
+		return err
+	}
+	ref, err := workload.LoadReference(models, inferenceModel)
+	if err != nil {
+		return err
+	}
+	b, err := budget.Detect()
+	if err != nil {
+		return err
+	}
+	r := &Runner{slots: b.Slots()}
+	srv, err := r.inferenceServer(variant, ref)
+	if err != nil {
+		return err
+	}
+	defer srv.close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.h, ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ln)
+	defer hs.Close()
+	fmt.Fprintf(w, "listening %s\n", ln.Addr())
+	io.Copy(io.Discard, stdin)
+	return nil
+}
+
+// inferenceUnderQuota runs every variant as a child process in a cgroup
+// with a quota of quota cores (below the host's CPUs) at load × its
+// capacity there, and records the throttled share of CFS periods of each
+// run. Needs root (it is skipped with the reason otherwise).
+func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64, bodies []string) {
+	if os.Geteuid() != 0 {
+		s.Notes = append(s.Notes, "quota cases not measured: creating a cgroup needs root")
+		return
+	}
+	self := r.cfg.LoadGen[0]
+	g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("bench-inference-%d", os.Getpid()), CPUs: quota})
+	if err != nil {
+		s.Notes = append(s.Notes, "quota cases not measured: "+err.Error())
+		return
+	}
+	defer g.Remove()
+	rate := load * capacity * quota / float64(r.slots)
+	var vs []*Variant
+	for _, pv := range inferenceVariants {
+		v := &Variant{Name: fmt.Sprintf("%s+quota%.1f@%.0f%%", pv.name, quota, load*100), Description: pv.desc, Valid: true}
+		vs = append(vs, v)
+		s.Variants = append(s.Variants, v)
+	}
+	for round := 0; round < r.rounds; round++ {
+		for _, v := range r.shuffled(vs) {
+			r.step(fmt.Sprintf("inference: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
+			base, _, _ := strings.Cut(v.Name, "+")
+			if err := r.inferenceInGroup(v, g, self, base, rate, bodies); err != nil {
+				v.Valid, v.Invalid = false, err.Error()
+			}
+		}
+	}
+	for _, v := range vs {
+		if v.Valid && v.Extra["errors"] > 0 {
+			v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors", v.Extra["errors"])
+		}
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with PaceQuota; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the measured capacity scaled to the quota; their CPU column is the bench's own, not the server's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
+}
+
+func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, rate float64, bodies []string) error {
+	cmd, done, err := inGroup(self, g, "inference-server", "--variant", variant)
+	if err != nil {
+		return err
+	}
+	defer done()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("inference: start the server: %w", err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		return fmt.Errorf("inference: the server did not start: %q %v", line, err)
+	}
+	before, err := g.Stat()
+	if err != nil {
+		return err
+	}
+	if err := r.loadAt(v, "inference", addr, rate, r.cfg.LoadGen, bodies...); err != nil {
+		return err
+	}
+	after, err := g.Stat()
+	if err != nil {
+		return err
+	}
+	periods := after.Periods - before.Periods
+	thr := after.ThrottledPeriods - before.ThrottledPeriods
+	v.setRepeatExtra("throttled_share", float64(thr)/float64(max(periods, 1)))
+	v.setExtra("throttled_periods", v.Extra["throttled_periods"]+float64(thr))
+	v.setExtra("periods", v.Extra["periods"]+float64(periods))
+	v.setExtra("throttled_share", v.Extra["throttled_periods"]/max(v.Extra["periods"], 1))
+	return nil
 }

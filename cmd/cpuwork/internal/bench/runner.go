@@ -102,7 +102,7 @@ var scenarioTable = []scenarioDef{
 		}},
 	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string { return describe(inferenceVariants) },
-		steps:    func(r *Runner, vs []string) int { return 4*len(vs)*r.rounds + 1 },
+		steps:    func(r *Runner, vs []string) int { return 5*len(vs)*r.rounds + 1 }, // four loads, the quota case, the capacity
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "inference", Skipped: "no load generator command configured"}, nil

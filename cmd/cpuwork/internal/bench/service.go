@@ -247,7 +247,6 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 // intended send time for the 200s, 503s counted as shed, other codes as
 // errors, per kind ("small", "large") and overall.
 func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, rate float64, loadgen []string, extra ...string) error {
-	rate = wholeRate(rate) // what the pacer sends is what is offered
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("%s: listen on loopback: %w", scenario, err)
@@ -255,10 +254,16 @@ func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, rate floa
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
+	return r.loadAt(v, scenario, ln.Addr().String(), rate, loadgen, extra...)
+}
 
+// loadAt is loadOnce against a server already listening at addr (in this
+// process or another); the CPU it reports is this process's.
+func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen []string, extra ...string) error {
+	rate = wholeRate(rate) // what the pacer sends is what is offered
 	m := startMeter()
 	d := min(r.duration, 2*time.Second) // 12 variants: keep the suite within its 5 minutes
-	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+ln.Addr().String(),
+	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+addr,
 		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", d.String())
 	args = append(args, extra...)
 	cmd := exec.Command(loadgen[0], args...)
