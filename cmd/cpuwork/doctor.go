@@ -23,15 +23,18 @@ or latency, each finding with its evidence and the exact change that fixes it:
   os-starvation           threads runnable but waiting for a CPU the kernel gave
                           to another process (/proc/N/task/*/schedstat run delay)
   oversubscribed          many runnable goroutines per P and high scheduling
-                          latency (needs --url)
+                          latency (needs --url: the trace or /debug/cpuwork)
   timer-starvation        timers firing late behind busy Ps (needs --url and
                           the target's timer canary)
   gc-pressure             the GC's share of CPU, stop-the-world pauses (--url)
   healthy                 nothing found
 
 With --pid alone it reads /proc/N (same user or root) and the cgroup files.
---url is the base URL of the target's HTTP server when it mounts
-schedstat.Handler at /debug/cpuwork (package github.com/cpuwork/cpuwork/schedstat).
+--url is the base URL of the target's HTTP server: the doctor reads an
+execution trace of up to 5 s from its net/http/pprof (/debug/pprof/trace,
+parsed with golang.org/x/exp/trace: every goroutine's wait from runnable to
+running) and, when it mounts schedstat.Handler at /debug/cpuwork (package
+github.com/cpuwork/cpuwork/schedstat), the sampler's last interval.
 Exit status: 0 when nothing is at warning or above, 3 when something is,
 1 when the doctor itself failed. --json prints {"findings": [{"id",
 "severity", "summary", "evidence", "fix"}], "window": {...}, "unread": [...]}.`,

@@ -1,6 +1,6 @@
 module github.com/cpuwork/cpuwork/cmd/cpuwork
 
-go 1.25.0
+go 1.26.0
 
 // The CLI is built from this repository: the library is the module at the
 // repository root (go.work uses both; the replace serves GOWORK=off).
@@ -20,7 +20,7 @@ require (
 	github.com/yalue/onnxruntime_go v1.27.0
 	go.uber.org/goleak v1.3.0
 	golang.org/x/image v0.45.0
-	golang.org/x/sync v0.22.0
+	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.47.0
 	golang.org/x/term v0.45.0
 	gonum.org/v1/plot v0.17.0
@@ -51,6 +51,7 @@ require (
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.uber.org/atomic v1.7.0 // indirect
 	go.uber.org/multierr v1.9.0 // indirect
+	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e // indirect
 	golang.org/x/net v0.27.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )

@@ -14,6 +14,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,7 @@ type Window struct {
 	Throttling       budget.Stat       `json:"throttling"` // cpu.stat delta of the limiting cgroup
 	LimitDir         string            `json:"limit_dir"`
 	Runtime          *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
+	Trace            *TraceView        `json:"trace,omitempty"`   // the target's execution trace, with --url and net/http/pprof
 	CPUCores         float64           `json:"cpu_cores"`         // CPU used / window
 }
 
@@ -129,6 +131,20 @@ func Run(cfg Config) (*Result, error) {
 		res.Unread = append(res.Unread, terr.Error())
 	}
 	s0, haveStat := readStat()
+	type traced struct {
+		v   *TraceView
+		err error
+	}
+	var traceDone chan traced
+	if cfg.URL != "" {
+		// An execution trace over (most of) the window, from the target's
+		// net/http/pprof; a target without it is reported under "not read".
+		traceDone = make(chan traced, 1)
+		go func() {
+			v, err := fetchTrace(cfg.URL, min(cfg.Duration, 5*time.Second))
+			traceDone <- traced{v, err}
+		}()
+	}
 	start := time.Now()
 	cfg.Sleep(cfg.Duration)
 	w.Duration = time.Since(start)
@@ -145,6 +161,13 @@ func Run(cfg Config) (*Result, error) {
 			w.Throttling = budget.Stat{Dir: s1.Dir, Periods: s1.Periods - s0.Periods,
 				ThrottledPeriods: s1.ThrottledPeriods - s0.ThrottledPeriods,
 				ThrottledTime:    s1.ThrottledTime - s0.ThrottledTime, Usage: s1.Usage - s0.Usage}
+		}
+	}
+	if traceDone != nil {
+		if t := <-traceDone; t.err != nil {
+			res.Unread = append(res.Unread, t.err.Error())
+		} else {
+			w.Trace = t.v
 		}
 	}
 	if cfg.URL != "" {
@@ -304,6 +327,20 @@ func diagnose(w *Window) []Finding {
 			}
 		}
 	}
+	if tv := w.Trace; tv != nil && tv.Procs > 0 {
+		perP := tv.MeanRunnable / float64(tv.Procs)
+		ev := fmt.Sprintf("execution trace (/debug/pprof/trace, %v): %d runnable→running waits, p50 %v, p99 %v, max %v; on average %.1f goroutines runnable per P (%d Ps ran)",
+			short(tv.Duration), tv.Waits, short(tv.WaitP50), short(tv.WaitP99), short(tv.WaitMax), perP, tv.Procs)
+		if i := slices.IndexFunc(out, func(f Finding) bool { return f.ID == "oversubscribed" }); i >= 0 {
+			out[i].Evidence = append(out[i].Evidence, ev)
+		} else if perP >= runnablePerPWarn && tv.WaitP99 >= schedP99Warn {
+			out = append(out, Finding{ID: "oversubscribed", Severity: Warning,
+				Summary:  fmt.Sprintf("%.0f goroutines per P wait in Go's run queues on average: every CPU-bound task is time-sliced with the others and finishes late", perP),
+				Evidence: []string{ev},
+				Fix:      "bound CPU-bound concurrency to the budget: run the work through a cpuwork.Executor (Do/Go with a class; slots = floor(quota)) so excess requests queue, with priorities, instead of sharing the Ps",
+			})
+		}
+	}
 	if len(out) == 0 {
 		ev := []string{fmt.Sprintf("budget %.2f cores (%s), GOMAXPROCS %d; CPU used %.2f cores", b.Cores, b.Source, w.GOMAXPROCS, w.CPUCores)}
 		if w.Kernel.Count > 0 {
@@ -332,6 +369,9 @@ func (r *Result) Text(out io.Writer) {
 	if w.Duration > 0 {
 		fmt.Fprintf(out, "  lost time per second of wall: kernel run delay %.3f s, throttled %.3f s",
 			w.Kernel.RunDelay.Seconds()/w.Duration.Seconds(), w.Throttling.ThrottledTime.Seconds()/w.Duration.Seconds())
+		if t := w.Trace; t != nil && t.Duration > 0 {
+			fmt.Fprintf(out, ", Go run queues %.3f s (execution trace)", t.Runnable.Seconds()/t.Duration.Seconds())
+		}
 		if s := w.Runtime; s != nil && s.Interval > 0 {
 			fmt.Fprintf(out, ", Go run queues %.3f s, GC stop-the-world %.3f s (last %v sample)",
 				s.SchedLatency.Sum.Seconds()/s.Interval.Seconds(), s.GCPause.Sum.Seconds()/s.Interval.Seconds(), s.Interval)

@@ -4,15 +4,19 @@ package doctor
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/exec"
 	"runtime"
+	rtrace "runtime/trace"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -73,6 +77,19 @@ func sick(ill string) {
 		}
 		mux := http.NewServeMux()
 		mux.Handle("/debug/cpuwork", schedstat.Handler(s, nil))
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		go http.Serve(ln, mux)
+		for range n {
+			go spin()
+		}
+		fmt.Println(ln.Addr().String())
+	case "pprof": // n spinning goroutines behind net/http/pprof only
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		go http.Serve(ln, mux)
 		for range n {
 			go spin()
@@ -203,6 +220,59 @@ func TestManyRunnableGoroutinesAreOversubscribedAndStarveTimers(t *testing.T) {
 	}
 	if r.Window.Runtime == nil || r.Window.Runtime.Runnable < 100 {
 		t.Errorf("runtime view %+v", r.Window.Runtime)
+	}
+}
+
+// Without the sampler, the execution trace alone shows the run queues.
+func TestAnOversubscribedServiceIsFoundFromItsExecutionTrace(t *testing.T) {
+	cmd, addr := start(t, "pprof:100", "GOMAXPROCS=2")
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://" + addr, Duration: time.Second})
+	if !slices.Contains(ids(r), "oversubscribed") {
+		t.Errorf("100 spinning goroutines on 2 Ps, traced: findings %v, want oversubscribed (unread %v, trace %+v)", ids(r), r.Unread, r.Window.Trace)
+	}
+	if r.Window.Trace == nil || r.Window.Trace.Procs != 2 {
+		t.Errorf("trace view %+v: want 2 Ps", r.Window.Trace)
+	}
+	if !strings.Contains(strings.Join(r.Unread, " "), "/debug/cpuwork") {
+		t.Errorf("the missing /debug/cpuwork was not reported: %v", r.Unread)
+	}
+}
+
+func TestReadTraceMeasuresRunnableWaits(t *testing.T) {
+	// A trace of this process while 8 goroutines share its Ps.
+	var buf bytes.Buffer
+	if err := rtrace.Start(&buf); err != nil {
+		t.Skip(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					sink.Add(1)
+				}
+			}
+		}()
+	}
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	wg.Wait()
+	rtrace.Stop()
+	v, err := readTrace(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Waits == 0 || v.WaitMax < time.Millisecond || v.Procs == 0 {
+		t.Errorf("8 busy goroutines on %d Ps for 200 ms: %+v", runtime.GOMAXPROCS(0), v)
+	}
+	if _, err := readTrace(strings.NewReader("not a trace")); err == nil {
+		t.Error("garbage parsed as a trace")
 	}
 }
 
