@@ -33,7 +33,8 @@ With --pid alone it reads /proc/N (same user or root) and the cgroup files.
 --url is the base URL of the target's HTTP server: the doctor reads an
 execution trace of up to 5 s from its net/http/pprof (/debug/pprof/trace,
 parsed with golang.org/x/exp/trace: every goroutine's wait from runnable to
-running) and, when it mounts schedstat.Handler at /debug/cpuwork (package
+running), a CPU profile of the same length (/debug/pprof/profile: the
+scheduler's share, runtime.asyncPreempt apart) and, when it mounts schedstat.Handler at /debug/cpuwork (package
 github.com/cpuwork/cpuwork/schedstat), the sampler's last interval.
 Exit status: 0 when nothing is at warning or above, 3 when something is,
 1 when the doctor itself failed. --json prints {"findings": [{"id",

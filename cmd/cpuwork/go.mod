@@ -11,6 +11,7 @@ require (
 	github.com/HdrHistogram/hdrhistogram-go v1.4.0
 	github.com/alitto/pond/v2 v2.7.1
 	github.com/cpuwork/cpuwork v0.0.0
+	github.com/google/pprof v0.0.0-20260906184651-6331bc6350fe
 	github.com/klauspost/compress v1.20.3
 	github.com/panjf2000/ants/v2 v2.12.1
 	github.com/schollz/progressbar/v3 v3.19.1
@@ -19,6 +20,7 @@ require (
 	github.com/tsenart/vegeta/v12 v12.13.0
 	github.com/yalue/onnxruntime_go v1.27.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e
 	golang.org/x/image v0.45.0
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.47.0
@@ -51,7 +53,6 @@ require (
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.uber.org/atomic v1.7.0 // indirect
 	go.uber.org/multierr v1.9.0 // indirect
-	golang.org/x/exp v0.0.0-20261014143641-f0251eb4aa3e // indirect
 	golang.org/x/net v0.27.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 )

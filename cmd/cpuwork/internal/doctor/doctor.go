@@ -62,6 +62,7 @@ type Window struct {
 	LimitDir         string            `json:"limit_dir"`
 	Runtime          *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
 	Trace            *TraceView        `json:"trace,omitempty"`   // the target's execution trace, with --url and net/http/pprof
+	Profile          *ProfileView      `json:"profile,omitempty"` // the target's CPU profile, likewise
 	CPUCores         float64           `json:"cpu_cores"`         // CPU used / window
 }
 
@@ -136,7 +137,17 @@ func Run(cfg Config) (*Result, error) {
 		err error
 	}
 	var traceDone chan traced
+	type profiled struct {
+		v   *ProfileView
+		err error
+	}
+	var profDone chan profiled
 	if cfg.URL != "" {
+		profDone = make(chan profiled, 1)
+		go func() {
+			v, err := fetchProfile(cfg.URL, min(cfg.Duration, 5*time.Second))
+			profDone <- profiled{v, err}
+		}()
 		// An execution trace over (most of) the window, from the target's
 		// net/http/pprof; a target without it is reported under "not read".
 		traceDone = make(chan traced, 1)
@@ -161,6 +172,13 @@ func Run(cfg Config) (*Result, error) {
 			w.Throttling = budget.Stat{Dir: s1.Dir, Periods: s1.Periods - s0.Periods,
 				ThrottledPeriods: s1.ThrottledPeriods - s0.ThrottledPeriods,
 				ThrottledTime:    s1.ThrottledTime - s0.ThrottledTime, Usage: s1.Usage - s0.Usage}
+		}
+	}
+	if profDone != nil {
+		if p := <-profDone; p.err != nil {
+			res.Unread = append(res.Unread, p.err.Error())
+		} else {
+			w.Profile = p.v
 		}
 	}
 	if traceDone != nil {
@@ -331,6 +349,9 @@ func diagnose(w *Window) []Finding {
 		perP := tv.MeanRunnable / float64(tv.Procs)
 		ev := fmt.Sprintf("execution trace (/debug/pprof/trace, %v): %d runnable→running waits, p50 %v, p99 %v, max %v; on average %.1f goroutines runnable per P (%d Ps ran)",
 			short(tv.Duration), tv.Waits, short(tv.WaitP50), short(tv.WaitP99), short(tv.WaitMax), perP, tv.Procs)
+		if pv := w.Profile; pv != nil && pv.Samples > 0 {
+			ev += fmt.Sprintf("; CPU profile: %.0f%% of %d samples in the scheduler (runtime.schedule/findRunnable), %.0f%% in runtime.asyncPreempt (preempted work, not counted as scheduler)", 100*pv.SchedulerShare, pv.Samples, 100*pv.PreemptShare)
+		}
 		if i := slices.IndexFunc(out, func(f Finding) bool { return f.ID == "oversubscribed" }); i >= 0 {
 			out[i].Evidence = append(out[i].Evidence, ev)
 		} else if perP >= runnablePerPWarn && tv.WaitP99 >= schedP99Warn {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	rpprof "runtime/pprof"
 	rtrace "runtime/trace"
 	"slices"
 	"strconv"
@@ -78,6 +79,7 @@ func sick(ill string) {
 		mux := http.NewServeMux()
 		mux.Handle("/debug/cpuwork", schedstat.Handler(s, nil))
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		go http.Serve(ln, mux)
 		for range n {
 			go spin()
@@ -90,6 +92,7 @@ func sick(ill string) {
 		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		go http.Serve(ln, mux)
 		for range n {
 			go spin()
@@ -233,6 +236,9 @@ func TestAnOversubscribedServiceIsFoundFromItsExecutionTrace(t *testing.T) {
 	if r.Window.Trace == nil || r.Window.Trace.Procs != 2 {
 		t.Errorf("trace view %+v: want 2 Ps", r.Window.Trace)
 	}
+	if p := r.Window.Profile; p == nil || p.Samples == 0 {
+		t.Errorf("profile view %+v: want CPU samples of two busy Ps", p)
+	}
 	if !strings.Contains(strings.Join(r.Unread, " "), "/debug/cpuwork") {
 		t.Errorf("the missing /debug/cpuwork was not reported: %v", r.Unread)
 	}
@@ -290,5 +296,27 @@ func TestBadTargetsFailClearly(t *testing.T) {
 	}
 	if len(r.Unread) == 0 || !strings.Contains(strings.Join(r.Unread, " "), "127.0.0.1:1") {
 		t.Errorf("an unreachable --url was not reported: %v", r.Unread)
+	}
+}
+
+func TestReadProfileCountsSamples(t *testing.T) {
+	var buf bytes.Buffer
+	if err := rpprof.StartCPUProfile(&buf); err != nil {
+		t.Skip(err)
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		sink.Add(1)
+	}
+	rpprof.StopCPUProfile()
+	v, err := readProfile(&buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Samples < 5 || v.SchedulerShare > 0.5 {
+		t.Errorf("300 ms of spinning: %+v", v)
+	}
+	if _, err := readProfile(strings.NewReader("not a profile")); err == nil {
+		t.Error("garbage parsed as a profile")
 	}
 }
