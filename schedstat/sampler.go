@@ -60,6 +60,7 @@ type Sample struct {
 	Runnable        int64 `json:"runnable_goroutines"`
 	Running         int64 `json:"running_goroutines"`
 	Waiting         int64 `json:"waiting_goroutines"`
+	NotInGo         int64 `json:"not_in_go_goroutines"` // in a syscall or cgo call (/sched/goroutines/not-in-go)
 	Goroutines      int64 `json:"goroutines"`
 	Threads         int64 `json:"threads"` // /sched/threads/total (Go >= 1.26), else /proc thread count
 
@@ -126,6 +127,7 @@ var metricNames = []string{
 	"/sched/goroutines/runnable:goroutines",
 	"/sched/goroutines/running:goroutines",
 	"/sched/goroutines/waiting:goroutines",
+	"/sched/goroutines/not-in-go:goroutines",
 	"/sched/threads/total:threads",
 	"/sched/latencies:seconds",
 	"/sched/pauses/total/gc:seconds",
@@ -234,6 +236,8 @@ func delta(prev, cur state) Sample {
 			s.Running = int64(u64(v))
 		case "/sched/goroutines/waiting:goroutines":
 			s.Waiting = int64(u64(v))
+		case "/sched/goroutines/not-in-go:goroutines":
+			s.NotInGo = int64(u64(v))
 		case "/sched/threads/total:threads":
 			s.Threads = int64(u64(v))
 		case "/sched/latencies:seconds":
