@@ -38,6 +38,20 @@ type Session struct {
 // NewSession opens ref's model with intraOp threads for each run's
 // operators (0: ONNX Runtime's default, one per physical core, which
 // ignores the container's CPU limit: microsoft/onnxruntime issue 29510).
+//
+// The adapter cpuwork uses for a foreign thread pool: one ONNX Runtime
+// thread per slot. A session with intraOp 1 runs each inference on the
+// calling thread only, so a task that holds a cpuwork slot uses exactly
+// one CPU, Go and C together, and the executor's slot count (floor of the
+// quota) bounds the process's CPU use. (For a request that may use k
+// slots, open a session with intraOp k and run it under e.For or k held
+// slots.) Measured in the bench's inference scenario (docs/bench.md,
+// README): in a 1.0-CPU cgroup at 80 % of capacity, ONNX Runtime's
+// default pool was throttled in 100 % of the CFS periods with p99 154 ms,
+// one thread per slot (with PaceQuota) in 0 % with p99 89 ms; without a
+// quota the default pool's spinning threads cost about 10 % more CPU per
+// request than one thread per slot (11.8 vs 10.6-10.9 CPU-seconds at
+// 95 % load).
 func NewSession(ref *Reference, intraOp int) (*Session, error) {
 	ins, outs, err := ort.GetInputOutputInfo(ref.Model)
 	if err != nil {
