@@ -49,9 +49,9 @@ type Session struct {
 // README): in a 1.0-CPU cgroup at 80 % of capacity, ONNX Runtime's
 // default pool was throttled in 100 % of the CFS periods with p99 154 ms,
 // one thread per slot (with PaceQuota) in 0 % with p99 89 ms; without a
-// quota the default pool's spinning threads cost about 10 % more CPU per
-// request than one thread per slot (11.8 vs 10.6-10.9 CPU-seconds at
-// 95 % load).
+// quota the default pool's spinning threads cost 7-15 % more CPU for the
+// same requests served (11.8 vs 10.2-11.0 CPU-seconds over the three
+// repeats at 95 % load, in two runs).
 func NewSession(ref *Reference, intraOp int) (*Session, error) {
 	ins, outs, err := ort.GetInputOutputInfo(ref.Model)
 	if err != nil {
