@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -308,14 +307,7 @@ func (r *Runner) inferenceServer(variant string, ref *workload.Reference) (*infe
 			for i := range imgs {
 				imgs[i] = all[i*n : (i+1)*n]
 			}
-			switch err := run(req.Context(), class, imgs); {
-			case errors.Is(err, cpuwork.ErrSaturated):
-				http.Error(w, "saturated", http.StatusServiceUnavailable)
-			case err != nil:
-				http.Error(w, err.Error(), http.StatusInternalServerError)
-			default:
-				w.Write([]byte("ok\n"))
-			}
+			respond(w, run(req.Context(), class, imgs))
 		}
 	}
 	mux := http.NewServeMux()

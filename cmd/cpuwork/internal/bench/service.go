@@ -225,14 +225,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 			} else {
 				err = e.Do(req.Context(), class, func(context.Context) error { return w.Run(i) })
 			}
-			switch {
-			case errors.Is(err, cpuwork.ErrSaturated):
-				http.Error(rw, "saturated", http.StatusServiceUnavailable)
-			case err != nil:
-				http.Error(rw, err.Error(), http.StatusInternalServerError)
-			default:
-				rw.Write([]byte("ok\n"))
-			}
+			respond(rw, err)
 		}
 	}
 	mux := http.NewServeMux()
@@ -394,5 +387,18 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 		if v.Valid && v.OfferedPS > 0 && v.AchievedPS < 0.99*v.OfferedPS {
 			v.Valid, v.Invalid = false, fmt.Sprintf("load generator sent %.1f/s of %.1f/s offered", v.AchievedPS, v.OfferedPS)
 		}
+	}
+}
+
+// respond answers a scenario's request: 503 when the executor shed it
+// (ErrSaturated), 500 on any other error, 200 "ok" otherwise.
+func respond(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, cpuwork.ErrSaturated):
+		http.Error(w, "saturated", http.StatusServiceUnavailable)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		w.Write([]byte("ok\n"))
 	}
 }

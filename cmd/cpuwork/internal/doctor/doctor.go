@@ -354,9 +354,13 @@ func diagnose(w *Window) []Finding {
 		}
 		if i := slices.IndexFunc(out, func(f Finding) bool { return f.ID == "oversubscribed" }); i >= 0 {
 			out[i].Evidence = append(out[i].Evidence, ev)
-		} else if perP >= runnablePerPWarn && tv.WaitP99 >= schedP99Warn {
+		} else if perP >= 1 && tv.WaitP99 >= schedP99Warn {
+			// The trace's run queue is a lower bound: the runtime records a
+			// goroutine's state only once the goroutine shows up in the trace
+			// (a goroutine runnable from start to end never does), so one
+			// goroutine per P plus a p99 wait above the threshold is enough.
 			out = append(out, Finding{ID: "oversubscribed", Severity: Warning,
-				Summary:  fmt.Sprintf("%.0f goroutines per P wait in Go's run queues on average: every CPU-bound task is time-sliced with the others and finishes late", perP),
+				Summary:  fmt.Sprintf("goroutines wait up to %v (p99) in Go's run queues, %.0f or more per P on average: CPU-bound tasks are time-sliced with each other and finish late", short(tv.WaitP99), perP),
 				Evidence: []string{ev},
 				Fix:      "bound CPU-bound concurrency to the budget: run the work through a cpuwork.Executor (Do/Go with a class; slots = floor(quota)) so excess requests queue, with priorities, instead of sharing the Ps",
 			})

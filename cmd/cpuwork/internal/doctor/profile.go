@@ -3,8 +3,6 @@ package doctor
 import (
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 	"time"
 
 	"github.com/google/pprof/profile"
@@ -29,18 +27,12 @@ var schedulerFuncs = []string{"runtime.schedule", "runtime.findRunnable", "runti
 
 // fetchProfile reads d of CPU profile from the target's net/http/pprof.
 func fetchProfile(base string, d time.Duration) (*ProfileView, error) {
-	secs := max(int(d.Round(time.Second)/time.Second), 1)
-	u := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", strings.TrimSuffix(base, "/"), secs)
-	c := http.Client{Timeout: d + 10*time.Second}
-	resp, err := c.Get(u)
+	u, body, err := pprofGet(base, "profile", d)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", u, err)
+		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s (import _ \"net/http/pprof\" in the target)", u, resp.Status)
-	}
-	v, err := readProfile(resp.Body)
+	defer body.Close()
+	v, err := readProfile(body)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}

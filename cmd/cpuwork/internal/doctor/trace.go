@@ -28,25 +28,20 @@ type TraceView struct {
 	Runnable time.Duration `json:"runnable_ns"`
 	// MeanRunnable is the average number of goroutines waiting in Go's run
 	// queues: the time goroutines spent runnable (completed waits, plus the
-	// waits still running when the trace ended) / Duration.
+	// waits still running when the trace ended) / Duration. A lower bound:
+	// a goroutine enters the trace only when it first changes state in it.
 	MeanRunnable float64 `json:"mean_runnable"`
 }
 
 // fetchTrace reads d of execution trace from the target's net/http/pprof
 // (/debug/pprof/trace?seconds=N) and summarises it.
 func fetchTrace(base string, d time.Duration) (*TraceView, error) {
-	secs := max(int(d.Round(time.Second)/time.Second), 1)
-	u := fmt.Sprintf("%s/debug/pprof/trace?seconds=%d", strings.TrimSuffix(base, "/"), secs)
-	c := http.Client{Timeout: d + 10*time.Second}
-	resp, err := c.Get(u)
+	u, body, err := pprofGet(base, "trace", d)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", u, err)
+		return nil, err
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s (import _ \"net/http/pprof\" in the target)", u, resp.Status)
-	}
-	v, err := readTrace(resp.Body)
+	defer body.Close()
+	v, err := readTrace(body)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}
@@ -125,4 +120,21 @@ func readTrace(r io.Reader) (*TraceView, error) {
 		v.MeanRunnable = v.Runnable.Seconds() / v.Duration.Seconds()
 	}
 	return v, nil
+}
+
+// pprofGet starts reading d of the target's /debug/pprof/<what> (trace or
+// profile) and returns the URL and the body.
+func pprofGet(base, what string, d time.Duration) (string, io.ReadCloser, error) {
+	secs := max(int(d.Round(time.Second)/time.Second), 1)
+	u := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", strings.TrimSuffix(base, "/"), what, secs)
+	c := http.Client{Timeout: d + 10*time.Second}
+	resp, err := c.Get(u)
+	if err != nil {
+		return u, nil, fmt.Errorf("%s: %w", u, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return u, nil, fmt.Errorf("%s: %s (import _ \"net/http/pprof\" in the target)", u, resp.Status)
+	}
+	return u, resp.Body, nil
 }
