@@ -20,6 +20,7 @@ import (
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/schedstat"
 )
 
 // The inference scenario: the first field report's service, an HTTP
@@ -391,8 +392,9 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 		if v.Valid && v.Extra["errors"] > 0 {
 			v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors", v.Extra["errors"])
 		}
+		v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with PaceQuota; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the measured capacity scaled to the quota; their CPU column is the bench's own, not the server's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
+	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with PaceQuota; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the measured capacity scaled to the quota; their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
 }
 
 func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, rate float64, bodies []string) error {
@@ -422,8 +424,17 @@ func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant str
 	if err != nil {
 		return err
 	}
+	// The CPU that counts is the server's: its threads' on-CPU time
+	// (/proc/PID/task/*/schedstat), not the bench's own.
+	t0, terr := schedstat.ReadThreads(cmd.Process.Pid)
 	if err := r.loadAt(v, "inference", addr, rate, r.cfg.LoadGen, bodies...); err != nil {
 		return err
+	}
+	if t1, err := schedstat.ReadThreads(cmd.Process.Pid); terr == nil && err == nil && len(v.Repeats) > 0 {
+		server := t1.Sub(t0).OnCPU.Seconds()
+		rp := &v.Repeats[len(v.Repeats)-1]
+		v.CPU += server - rp.CPUS
+		rp.CPUS = server
 	}
 	after, err := g.Stat()
 	if err != nil {
