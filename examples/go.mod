@@ -13,6 +13,7 @@ require (
 	github.com/cpuwork/cpuwork v0.0.0
 	github.com/cpuwork/cpuwork/prom v0.0.0
 	github.com/prometheus/client_golang v1.25.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -6,7 +6,10 @@ go 1.26.0
 // client_golang; go.work at the repository root uses it.
 replace github.com/cpuwork/cpuwork => ..
 
-require github.com/cpuwork/cpuwork v0.0.0
+require (
+	github.com/cpuwork/cpuwork v0.0.0
+	go.uber.org/goleak v1.3.0
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -7,11 +7,15 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/cpuwork/cpuwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestCollectorExportsTheExecutorAndLintsClean(t *testing.T) {
 	e, err := cpuwork.New(cpuwork.Options{Slots: 1, QueueLimit: [cpuwork.NumClasses]int{cpuwork.Batch: 1}})

@@ -7,7 +7,11 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestTheServiceServesWorkMetricsAndTheSampler(t *testing.T) {
 	h, cleanup, err := newServer(slog.New(slog.DiscardHandler))

@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/schedstat"
 )
@@ -33,7 +35,7 @@ func TestMain(m *testing.M) {
 		sick(ill)
 		return
 	}
-	os.Exit(m.Run())
+	goleak.VerifyTestMain(m)
 }
 
 var sink atomic.Int64
