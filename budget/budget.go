@@ -400,11 +400,11 @@ func environOf(pid int, key string) string {
 
 // Stat is the CFS bandwidth accounting of a cgroup, from its cpu.stat.
 type Stat struct {
-	Dir              string        // the cgroup directory read
-	Periods          uint64        // enforcement periods with runnable threads (nr_periods)
-	ThrottledPeriods uint64        // periods that ran out of quota (nr_throttled)
-	ThrottledTime    time.Duration // total time throttled (v1 throttled_time ns, v2 throttled_usec)
-	Usage            time.Duration // CPU time used (v2 usage_usec; 0 on v1)
+	Dir              string        `json:"dir"`               // the cgroup directory read
+	Periods          uint64        `json:"periods"`           // enforcement periods with runnable threads (nr_periods)
+	ThrottledPeriods uint64        `json:"throttled_periods"` // periods that ran out of quota (nr_throttled)
+	ThrottledTime    time.Duration `json:"throttled_ns"`      // total time throttled (v1 throttled_time ns, v2 throttled_usec)
+	Usage            time.Duration `json:"usage_ns"`          // CPU time used (v2 usage_usec; 0 on v1)
 }
 
 // ReadStat reads cpu.stat of the calling process's leaf cgroup (the one
