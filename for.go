@@ -190,7 +190,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 	tc.shared.Add(1)
 	defer tc.shared.Add(-1)
 	var wg sync.WaitGroup
-	var active atomic.Int64 // helpers running
+	var active atomic.Int64      // helpers running
 	capped := e.capped(tc.class) // under SpareP, batch slots are counted under the lock: the caller works alone
 	// recruit adds helpers on slots that are free now and that nobody
 	// waits for, up to one per slot and one per chunk left besides the

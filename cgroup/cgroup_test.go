@@ -30,10 +30,19 @@ func TestMain(m *testing.M) {
 
 const testPrefix = "cpuwork-test-"
 
+// testParent holds this package's groups. A parent of their own: other
+// packages' tests (cpuwork run's) run at the same time in other processes
+// and use the default parent "cpuwork"; a parent one process creates and
+// another still uses when the first removes its group is left behind by
+// both (New removes only the parents it created).
+const testParent = "cpuwork-test-cgroup"
+
+// leftovers lists this package's groups and their parent, which Remove
+// must have removed with the last group.
 func leftovers() []string {
 	var out []string
-	for _, root := range []string{"/sys/fs/cgroup/cpu/cpuwork", "/sys/fs/cgroup/cpuwork", "/sys/fs/cgroup/unified/cpuwork"} {
-		m, _ := filepath.Glob(filepath.Join(root, testPrefix+"*"))
+	for _, pattern := range []string{"/sys/fs/cgroup/*/" + testParent, "/sys/fs/cgroup/" + testParent, "/sys/fs/cgroup/*/cpuwork/" + testPrefix + "*"} {
+		m, _ := filepath.Glob(pattern)
 		out = append(out, m...)
 	}
 	return out
@@ -78,7 +87,7 @@ func TestInvalidConfigsAreErrors(t *testing.T) {
 
 func TestQuotaWeightAndStatOnARealCgroup(t *testing.T) {
 	need(t)
-	g, err := New(Config{Name: name(t), CPUs: 0.25, Weight: 200})
+	g, err := New(Config{Name: name(t), Parent: testParent, CPUs: 0.25, Weight: 200})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +135,7 @@ func TestQuotaWeightAndStatOnARealCgroup(t *testing.T) {
 
 func TestRemoveKillsWhatIsLeft(t *testing.T) {
 	need(t)
-	g, err := New(Config{Name: name(t)})
+	g, err := New(Config{Name: name(t), Parent: testParent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +157,7 @@ func TestRemoveKillsWhatIsLeft(t *testing.T) {
 
 func TestIdleAndCpuset(t *testing.T) {
 	need(t)
-	g, err := New(Config{Name: name(t), Idle: true, Cpuset: "0"})
+	g, err := New(Config{Name: name(t), Parent: testParent, Idle: true, Cpuset: "0"})
 	if errors.Is(err, ErrUnsupported) {
 		t.Skipf("cpu.idle or cpuset unsupported here: %v", err)
 	}
@@ -163,7 +172,7 @@ func TestIdleAndCpuset(t *testing.T) {
 
 func TestAddThreadOnV1(t *testing.T) {
 	needThreadMoves(t)
-	g, err := New(Config{Name: name(t)})
+	g, err := New(Config{Name: name(t), Parent: testParent})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +203,7 @@ func TestWeightToShares(t *testing.T) {
 // cgroup through the Place hook and finds them in its tasks file.
 func TestLaneThreadsPlacedInACgroup(t *testing.T) {
 	needThreadMoves(t)
-	g, err := New(Config{Name: name(t), CPUs: 0.5})
+	g, err := New(Config{Name: name(t), Parent: testParent, CPUs: 0.5})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +228,7 @@ func TestLaneThreadsPlacedInACgroup(t *testing.T) {
 // Remove must move it out, not SIGKILL its own process.
 func TestRemoveNeverKillsTheCallingProcess(t *testing.T) {
 	needThreadMoves(t)
-	g, err := New(Config{Name: name(t)})
+	g, err := New(Config{Name: name(t), Parent: testParent})
 	if err != nil {
 		t.Fatal(err)
 	}
