@@ -113,12 +113,13 @@ type Sampler struct {
 
 // state is the cumulative counters a sample is the delta of.
 type state struct {
-	at      time.Time
-	metrics []metrics.Sample
-	cpu     time.Duration
-	threads Threads
-	stat    budget.Stat
-	statDir string
+	at         time.Time
+	metrics    []metrics.Sample
+	cpu        time.Duration
+	threads    Threads
+	threadsErr error
+	stat       budget.Stat
+	statDir    string
 }
 
 var metricNames = []string{
@@ -217,7 +218,7 @@ func read() state {
 	}
 	metrics.Read(st.metrics)
 	st.cpu, _ = cputime.Process()
-	st.threads, _ = ReadThreads(0)
+	st.threads, st.threadsErr = ReadThreads(0)
 	return st
 }
 
@@ -258,8 +259,8 @@ func delta(prev, cur state) Sample {
 		if s.Threads == 0 {
 			s.Threads = int64(cur.threads.Count)
 		}
-	} else if _, err := ReadThreads(0); err != nil {
-		s.KernelErr = err.Error()
+	} else if cur.threadsErr != nil {
+		s.KernelErr = cur.threadsErr.Error()
 	}
 	if b, err := budget.Detect(); err == nil {
 		s.Budget = b

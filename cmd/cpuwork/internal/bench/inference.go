@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
-	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 	"github.com/cpuwork/cpuwork/schedstat"
@@ -186,7 +185,7 @@ func decodeFloats(b []byte) []float32 {
 }
 
 func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Reference, rate float64, loadgen, bodies []string) error {
-	srv, err := r.inferenceServer(variant, ref)
+	srv, err := newInferenceServer(variant, ref, r.slots)
 	if err != nil {
 		return err
 	}
@@ -194,10 +193,14 @@ func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Referen
 	return r.loadOnce(v, "inference", srv.h, rate, loadgen, bodies...)
 }
 
-// inferenceServer builds a variant's handler: /small takes one image,
+// newInferenceServer builds a variant's handler: /small takes one image,
 // /large largeImages; each answers 200 when every output matches the
 // reference, 503 when shed, 500 otherwise.
-func (r *Runner) inferenceServer(variant string, ref *workload.Reference) (*inferenceServer, error) {
+//
+// slots is the cpuwork variant's slot count; 0 (a quota case's child
+// process) follows the process's own budget, with PaceQuota pacing Batch
+// under a quota.
+func newInferenceServer(variant string, ref *workload.Reference, slots int) (*inferenceServer, error) {
 	intraOp := 1
 	if variant == "naive" {
 		intraOp = 0 // ONNX Runtime's default
@@ -261,12 +264,9 @@ func (r *Runner) inferenceServer(variant string, ref *workload.Reference) (*infe
 	case "cpuwork":
 		var mqw [cpuwork.NumClasses]time.Duration
 		mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 50*time.Millisecond, 200*time.Millisecond
-		// In the bench process: the slots of the bench's budget. In a quota
-		// case's child: Slots 0 follows the child's own budget, and
-		// PaceQuota keeps Batch under the quota.
-		slots, watch := r.slots, time.Duration(-1)
-		if r.cfg.LoadGen == nil {
-			slots, watch = 0, 0
+		watch := time.Duration(-1) // a fixed slot count: no budget following
+		if slots == 0 {
+			watch = 0
 		}
 		e, err := cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: watch, PaceQuota: true, MaxQueueWait: mqw,
 			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256, cpuwork.Batch: 64}})
@@ -334,12 +334,7 @@ func ServeInference(w io.Writer, stdin io.Reader, variant string) error {
 	if err != nil {
 		return err
 	}
-	b, err := budget.Detect()
-	if err != nil {
-		return err
-	}
-	r := &Runner{slots: b.Slots()}
-	srv, err := r.inferenceServer(variant, ref)
+	srv, err := newInferenceServer(variant, ref, 0)
 	if err != nil {
 		return err
 	}

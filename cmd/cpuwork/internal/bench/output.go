@@ -376,18 +376,25 @@ func svgSized(p *plot.Plot, w, h vg.Length) (out template.HTML, err error) {
 	return template.HTML(s), nil
 }
 
-// percentilePlot: latency (ms, log) against percentile on the HdrHistogram
-// "1/(1-q)" axis, one line per variant.
-func percentilePlot(s *Scenario, title string, vs []*Variant) (template.HTML, error) {
+// latencyPlot is a plot with latency in ms on a log Y axis and the legend
+// top left, the frame of every latency plot of the report.
+func latencyPlot(title, xLabel string) *plot.Plot {
 	p := plot.New()
-	p.Title.Text = title + ": latency by percentile"
-	p.X.Label.Text = "percentile"
-	p.X.Tick.Marker = percentileTicks{}
+	p.Title.Text = title
+	p.X.Label.Text = xLabel
 	p.Y.Label.Text = "latency (ms)"
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = msTicks{}
 	p.Legend.Top, p.Legend.Left = true, true
 	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	return p
+}
+
+// percentilePlot: latency (ms, log) against percentile on the HdrHistogram
+// "1/(1-q)" axis, one line per variant.
+func percentilePlot(s *Scenario, title string, vs []*Variant) (template.HTML, error) {
+	p := latencyPlot(title+": latency by percentile", "percentile")
+	p.X.Tick.Marker = percentileTicks{}
 	var args []any
 	for _, v := range vs {
 		var pts plotter.XYs
@@ -410,14 +417,7 @@ func percentilePlot(s *Scenario, title string, vs []*Variant) (template.HTML, er
 // overTimePlot: the p99 of each 100 ms window against time since the
 // variant's start (repeats overlaid), one line per variant.
 func overTimePlot(s *Scenario, title string, vs []*Variant) (template.HTML, error) {
-	p := plot.New()
-	p.Title.Text = title + ": p99 per 100 ms"
-	p.X.Label.Text = "seconds since start (repeats overlaid)"
-	p.Y.Label.Text = "latency (ms)"
-	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = msTicks{}
-	p.Legend.Top, p.Legend.Left = true, true
-	p.Legend.TextStyle.Font.Size = vg.Points(8)
+	p := latencyPlot(title+": p99 per 100 ms", "seconds since start (repeats overlaid)")
 	var args []any
 	for _, v := range vs {
 		windows := map[int][]float64{}
