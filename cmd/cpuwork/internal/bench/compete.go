@@ -157,42 +157,54 @@ func baseName(v string) (base, suffix string) {
 	return v, ""
 }
 
-// eachCase runs the variants of s in every competition case: it starts the
+// eachCase runs the variants of s in every competition case, r.rounds
+// times: each round visits the cases in a shuffled order, starts the
 // case's competitor (a case whose competitor cannot start leaves its
 // variants not measured, with the reason), calls reference (if not nil)
-// for the case's reference steps, warms the variants up, then runs every
-// variant r.rounds times in a shuffled order. once runs one variant and
-// records the result unless warm; an error, or a competitor found dead
-// after the run, marks the variant invalid. The competitor is stopped on
-// every path.
+// for the case's reference step of this round, warms the variants up in
+// the first round, then runs every variant of the case once in a shuffled
+// order. once runs one variant and records the result unless warm; an
+// error, or a competitor found dead after the run, marks the variant
+// invalid. The competitor is stopped on every path.
 func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, reference func(cc competition), once func(cc competition, v *Variant, warm bool) error) {
-	for _, cc := range cases {
-		var vs []*Variant
-		for _, v := range s.Variants {
-			if _, suf := baseName(v.Name); suf == cc.suffix() {
-				vs = append(vs, v)
-			}
-		}
-		func() {
-			stop, alive, err := cc.start()
-			if err != nil {
-				for _, v := range vs {
-					v.Valid, v.Invalid = false, "not measured: "+err.Error()
-				}
-				s.Notes = append(s.Notes, fmt.Sprintf("case %s not measured: %v", cc.Name, err))
-				r.done += len(vs) * r.rounds
+	byCase := map[string][]*Variant{}
+	for _, v := range s.Variants {
+		_, suf := baseName(v.Name)
+		byCase[suf] = append(byCase[suf], v)
+	}
+	failed := map[string]bool{}
+	for round := 0; round < r.rounds; round++ {
+		for _, cc := range shuffledOf(r, cases) {
+			vs := byCase[cc.suffix()]
+			skip := func() {
+				r.done += len(vs)
 				if reference != nil {
 					r.done++
 				}
-				return
 			}
-			defer stop()
-			if reference != nil {
-				reference(cc)
+			if failed[cc.Name] {
+				skip()
+				continue
 			}
-			r.warmUp(scenario+cc.suffix(), vs, func(v *Variant) { once(cc, v, true) })
-			for round := 0; round < r.rounds; round++ {
-				for _, v := range r.shuffled(vs) {
+			func() {
+				stop, alive, err := cc.start()
+				if err != nil {
+					for _, v := range vs {
+						v.Valid, v.Invalid = false, "not measured: "+err.Error()
+					}
+					s.Notes = append(s.Notes, fmt.Sprintf("case %s not measured: %v", cc.Name, err))
+					failed[cc.Name] = true
+					skip()
+					return
+				}
+				defer stop()
+				if reference != nil {
+					reference(cc)
+				}
+				if round == 0 {
+					r.warmUp(scenario+cc.suffix(), vs, func(v *Variant) { once(cc, v, true) })
+				}
+				for _, v := range shuffledOf(r, vs) {
 					r.step(fmt.Sprintf("%s: %s (repeat %d/%d)", scenario, v.Name, round+1, r.rounds))
 					err := once(cc, v, false)
 					if err == nil && !alive() {
@@ -202,7 +214,7 @@ func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, ref
 						v.Valid, v.Invalid = false, err.Error()
 					}
 				}
-			}
-		}()
+			}()
+		}
 	}
 }

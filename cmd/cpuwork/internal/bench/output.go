@@ -20,8 +20,26 @@ import (
 	"gonum.org/v1/plot/vg"
 )
 
+// Color makes WriteTables colour the verdict words with ANSI escapes
+// (holds green, mixed yellow, does not hold red, not judged grey): set it
+// when the output is a terminal.
+var Color bool
+
+// colored is the status word, coloured when Color is set.
+func colored(st Status) string {
+	if !Color {
+		return string(st)
+	}
+	code := map[Status]string{StatusHolds: "32", StatusMixed: "33", StatusFails: "31", StatusNotJudged: "90", StatusSkipped: "90"}[st]
+	if code == "" {
+		return string(st)
+	}
+	return "\x1b[1;" + code + "m" + string(st) + "\x1b[0m"
+}
+
 // WriteTables prints one table per scenario with ratios against the
-// baseline and the verdict.
+// baseline, the verdict with every check, and a summary of one line per
+// scenario at the end.
 func WriteTables(w io.Writer, rep *Report) {
 	m := rep.Machine
 	fmt.Fprintf(w, "machine: %d CPUs, budget %.3g cores (%s), %d slots, GOMAXPROCS %d, kernel %s, %s, cgroup v%d\n",
@@ -71,7 +89,21 @@ func WriteTables(w io.Writer, rep *Report) {
 				fmt.Fprintf(w, "privileges (%s): %s\n", v.Name, v.Privileges)
 			}
 		}
-		fmt.Fprintf(w, "verdict: %s\n", s.Verdict)
+		fmt.Fprintf(w, "verdict: %s\n", colored(status(s)))
+		if s.Calibration != "" {
+			fmt.Fprintf(w, "  calibration: %s\n", s.Calibration)
+		}
+		for _, c := range s.Checks {
+			fmt.Fprintf(w, "  - %s\n", c.line())
+		}
+	}
+	fmt.Fprintf(w, "\n== summary: cpuwork against the best alternative, per paired repeat ==\n")
+	for _, s := range rep.Scenarios {
+		sum := s.Summary
+		if s.Skipped != "" {
+			sum = s.Skipped
+		}
+		fmt.Fprintf(w, "%-11s %s: %s\n", s.Name, colored(status(s)), sum)
 	}
 }
 
@@ -106,19 +138,24 @@ func extraColumns(scenario string) []column {
 			{"gc_stop_max_s", "GC stop max", ms},
 		}
 	case scenario == "timers":
-		return []column{{"echo_p50_s", "echo p50", ms}, {"echo_p99_s", "echo p99", ms}}
+		return []column{{"echo_p50_s", "echo p50", ms}, {"echo_p99_s", "echo p99", ms}, {"batch_jobs_per_s", "batch jobs/s", func(x float64) string { return fmt.Sprintf("%.0f", x) }}}
 	case scenario == "quota":
 		count := func(x float64) string { return fmt.Sprintf("%.0f", x) }
 		return []column{
 			{"throttled_periods", "throttled", count}, {"periods", "periods", count},
 			{"throttled_share", "thr %", pct}, {"quota_used", "quota used", pct},
 		}
-	case scenario == "service":
+	case scenario == "service", scenario == "inference":
 		count := func(x float64) string { return fmt.Sprintf("%.0f", x) }
-		return []column{
+		cols := []column{
 			{"small_p99_s", "small p99", ms}, {"large_p99_s", "large p99", ms},
-			{"goodput_of_offered", "goodput", pct}, {"shed", "shed 503", count}, {"errors", "errors", count},
+			{"goodput_per_s", "goodput/s", count}, {"goodput_of_offered", "of offered", pct},
+			{"shed_share", "shed %", func(x float64) string { return fmt.Sprintf("%.1f%%", x*100) }}, {"errors", "errors", count},
 		}
+		if scenario == "inference" {
+			cols = append(cols, column{"throttled_share", "thr %", pct})
+		}
+		return cols
 	}
 	return nil
 }
@@ -280,15 +317,15 @@ func htmlTable(s *Scenario) template.HTML {
 	var b strings.Builder
 	esc := template.HTMLEscapeString
 	cols := extraColumns(s.Name)
-	b.WriteString("<table><tr><th>variant</th><th>p50</th><th>p90</th><th>p99 (median [range] of repeats)</th><th>p999</th><th>max</th><th>p99 vs " + esc(s.Baseline) + "</th>")
+	b.WriteString("<table><tr><th>variant</th><th>mean</th><th>p50</th><th>p90</th><th>p99 (median [range] of repeats)</th><th>p999</th><th>max</th><th>p99 vs " + esc(s.Baseline) + "</th>")
 	for _, c := range cols {
 		b.WriteString("<th>" + esc(c.title) + "</th>")
 	}
 	b.WriteString("<th>CPU s</th><th>valid</th></tr>\n")
 	for _, v := range s.Variants {
 		l := v.Latency
-		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.3fx</td>",
-			esc(v.Name), ms(l.P50), ms(l.P90), esc(p99Spread(v)), ms(l.P999), ms(l.Max), v.Ratio["p99"])
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.3fx</td>",
+			esc(v.Name), ms(l.Mean), ms(l.P50), ms(l.P90), esc(p99Spread(v)), ms(l.P999), ms(l.Max), v.Ratio["p99"])
 		for _, c := range cols {
 			b.WriteString("<td>" + esc(c.format(v.Extra[c.key])) + "</td>")
 		}
@@ -303,21 +340,20 @@ func htmlTable(s *Scenario) template.HTML {
 }
 
 // status is a scenario's verdict in one word, for the summary.
-func status(s *Scenario) string {
+func status(s *Scenario) Status {
 	switch {
 	case s.Skipped != "":
-		return "skipped"
-	case s.Holds == nil:
-		return "not judged"
-	case *s.Holds:
-		return "holds"
+		return StatusSkipped
+	case s.Status == "":
+		return StatusNotJudged
 	}
-	return "does not hold"
+	return s.Status
 }
 
 var pageTmpl = template.Must(template.New("page").
-	Funcs(template.FuncMap{"status": status, "cls": func(s *Scenario) string { return strings.ReplaceAll(status(s), " ", "-") },
-		"id": fileName}).
+	Funcs(template.FuncMap{"status": status, "cls": func(s *Scenario) string { return strings.ReplaceAll(string(status(s)), " ", "-") },
+		"id": fileName, "cline": func(c CheckResult) string { return c.line() },
+		"ccls": func(c CheckResult) string { return strings.ReplaceAll(string(c.Status), " ", "-") }}).
 	Parse(pageHTML))
 
 const pageHTML = `<!doctype html>
@@ -326,7 +362,7 @@ const pageHTML = `<!doctype html>
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
 .summary td,.summary th{text-align:left;vertical-align:top}
-.holds{background:#e3f4e3;color:#064}.does-not-hold{background:#fbe4e4;color:#900}.skipped,.not-judged{background:#eee;color:#555}
+.holds{background:#e3f4e3;color:#064}.mixed{background:#fff3cd;color:#7a5a00}.does-not-hold{background:#fbe4e4;color:#900}.skipped,.not-judged{background:#eee;color:#555}
 .tag{display:inline-block;padding:1px 8px;border-radius:9px;font-weight:600;white-space:nowrap}
 .plots{display:flex;flex-wrap:wrap;gap:.5em}.plots div{flex:0 1 440px}.plots svg{width:100%;height:auto}
 .verdict{padding:.5em .8em;border-radius:6px}</style></head><body>
@@ -336,14 +372,16 @@ Started {{.Started.Format "2006-01-02 15:04 MST"}}, {{printf "%.0f" .DurationS}}
 {{.Repeat}} repeat(s) per variant in a shuffled order (seed {{.Seed}}).{{end}}
 Latency runs from each task's arrival (intended send time, or the burst's start) to its completion. Schema and method: docs/bench.md.</p>
 <h2>Summary</h2>
-<table class="summary"><tr><th>scenario</th><th>claim</th><th>verdict</th><th>what was measured</th></tr>
-{{range .Sets}}<tr><td><a href="#{{.ID}}">{{.Scenario.Name}}</a></td><td>{{.Scenario.Claim}}</td>
-<td><span class="tag {{cls .Scenario}}">{{status .Scenario}}</span></td><td>{{if .Scenario.Skipped}}{{.Scenario.Skipped}}{{else}}{{.Scenario.Verdict}}{{end}}</td></tr>
+<p>cpuwork's recommended variant against the <b>best</b> alternative a user would pick, per paired repeat: holds only when every check passes in every repeat; mixed when some repeats pass; not judged when a variant a check needs is missing or invalid.</p>
+<table class="summary"><tr><th>scenario</th><th>verdict</th><th>key check (per-repeat values) and k/n</th></tr>
+{{range .Sets}}<tr><td><a href="#{{.ID}}">{{.Scenario.Name}}</a></td>
+<td><span class="tag {{cls .Scenario}}">{{status .Scenario}}</span></td><td>{{.Scenario.Summary}}</td></tr>
 {{end}}</table>
 {{range .Sets}}<h2 id="{{.ID}}">{{.Scenario.Name}}</h2>
 {{if .Scenario.Skipped}}<p>Skipped: {{.Scenario.Skipped}}</p>{{else}}
 <p>{{.Scenario.Claim}}</p>
-<p class="verdict {{cls .Scenario}}"><b>{{status .Scenario}}:</b> {{.Scenario.Verdict}}</p>
+<div class="verdict {{cls .Scenario}}"><b>{{status .Scenario}}</b>{{if .Scenario.Of}} in {{.Scenario.Agree}}/{{.Scenario.Of}} paired repeats{{end}}{{if .Scenario.Calibration}}<br>calibration: {{.Scenario.Calibration}}{{end}}
+<ul>{{range .Scenario.Checks}}<li class="{{ccls .}}">{{cline .}}</li>{{end}}</ul></div>
 {{.Table}}
 {{range .Scenario.Notes}}<p><small>note: {{.}}</small></p>{{end}}
 <div class="plots">{{range .Plots}}<div>{{.}}</div>{{end}}</div>

@@ -66,9 +66,22 @@ type Scenario struct {
 	Baseline string     `json:"baseline"`
 	Variants []*Variant `json:"variants"`
 	Verdict  string     `json:"verdict"`
-	Holds    *bool      `json:"holds,omitempty"` // nil when not judged (skipped, invalid)
-	Skipped  string     `json:"skipped,omitempty"`
-	Notes    []string   `json:"notes,omitempty"`
+	// Status is the verdict in one word (verdict.go): holds in every
+	// paired repeat, mixed, does not hold, not judged, or skipped.
+	Status Status `json:"status"`
+	// Agree of Of paired repeats passed every check.
+	Agree int `json:"repeats_agree"`
+	Of    int `json:"repeats_judged"`
+	// Summary is the scenario in one line: the key check against the best
+	// alternative with its per-repeat values and k/n.
+	Summary string        `json:"summary"`
+	Checks  []CheckResult `json:"checks,omitempty"`
+	// Calibration, when not empty, says why the scenario's load levels
+	// are not what they say (a failed capacity measurement): nothing is
+	// judged on them.
+	Calibration string   `json:"calibration_failed,omitempty"`
+	Skipped     string   `json:"skipped,omitempty"`
+	Notes       []string `json:"notes,omitempty"`
 }
 
 // Repeat is one repeat of a variant: its own latency summary, throughput
@@ -117,7 +130,8 @@ type Variant struct {
 	// Latency above is the pooled histogram of all of them.
 	Repeats []Repeat `json:"repeats,omitempty"`
 
-	hist *hdrhistogram.Histogram
+	hist  *hdrhistogram.Histogram
+	kinds map[string]*hdrhistogram.Histogram // per request kind ("small", "large"), over the repeats
 }
 
 func newHist() *hdrhistogram.Histogram {
@@ -403,7 +417,5 @@ func (s *Scenario) variant(name string) *Variant {
 	}
 	return nil
 }
-
-func boolp(b bool) *bool { return &b }
 
 type histT = hdrhistogram.Histogram

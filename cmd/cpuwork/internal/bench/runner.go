@@ -51,7 +51,7 @@ func competed(batchAlone bool) func(r *Runner, vs []string) int {
 		n := 0
 		for _, cc := range r.competitions() {
 			if batchAlone {
-				n++
+				n += r.rounds // batch alone, once per case and round
 			}
 			for _, v := range vs {
 				if cc.Name == "" || !strings.Contains(v, "(alone only)") {
@@ -303,25 +303,19 @@ func (r *Runner) warmUp(what string, vs []*Variant, run func(v *Variant)) {
 	}
 }
 
-// shuffled returns vs in a random order (seeded by Config.Seed): each
-// repeat runs the variants in another order, so drift hits all of them.
-func (r *Runner) shuffled(vs []*Variant) []*Variant {
-	out := slices.Clone(vs)
-	if r.rng == nil {
-		return out
-	}
-	r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
-	return out
-}
-
-// shuffledNames is shuffled for a scenario's variant table.
-func (r *Runner) shuffledNames(vs []struct{ name, desc string }) []struct{ name, desc string } {
-	out := slices.Clone(vs)
+// shuffledOf returns xs in a random order (seeded by Config.Seed): each
+// repeat runs the variants, competition cases, load and quota levels in
+// another order, so drift hits all of them.
+func shuffledOf[T any](r *Runner, xs []T) []T {
+	out := slices.Clone(xs)
 	if r.rng != nil {
 		r.rng.Shuffle(len(out), func(i, j int) { out[i], out[j] = out[j], out[i] })
 	}
 	return out
 }
+
+// shuffled is shuffledOf for variants.
+func (r *Runner) shuffled(vs []*Variant) []*Variant { return shuffledOf(r, vs) }
 
 func (r *Runner) step(what string) {
 	if r.cfg.Step != nil {
