@@ -70,7 +70,7 @@ func TestVerdictAgainstTheBestAlternativePerPairedRepeat(t *testing.T) {
 					t.Errorf("repeat %d ratio %v, want %v", i, s.Checks[0].Values[i], x)
 				}
 			}
-			if !strings.Contains(s.Summary, fmt.Sprintf("%d/3", tc.k)) || !strings.Contains(s.Verdict, "best alternative") {
+			if !strings.Contains(s.Summary, fmt.Sprintf("%d/3", tc.k)) || !strings.Contains(s.Verdict, "the best of a, b") {
 				t.Errorf("summary %q verdict %q", s.Summary, s.Verdict)
 			}
 		})
