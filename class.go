@@ -16,7 +16,10 @@ const (
 	// Batch is throughput work. It runs on executor-owned worker
 	// goroutines and shares slots with Interactive by weight.
 	Batch
-	// Background work only gets slots that no other class waits for.
+	// Background work gets the slots that no other class waits for, with
+	// a starvation guard: a queued Background task is admitted after
+	// backgroundEvery (64) grants to other classes or once it has waited
+	// backgroundMaxWait (1 s), whichever comes first (shed.go).
 	Background
 
 	// NumClasses is the number of classes, for arrays indexed by Class.

@@ -9,8 +9,10 @@ import (
 
 // ErrSaturated is returned at once, without running the task, when the
 // task's class queue is full (Options.QueueLimit) or, for TryGo, when no slot
-// is free now. The caller should shed the request (HTTP 503/429) rather than
-// retry in a tight loop.
+// is free now. Refusals by the queue-wait target (Options.MaxQueueWait) and
+// by a deadline the queue cannot meet are errors that wrap ErrSaturated and
+// say why: test with errors.Is(err, ErrSaturated), not ==. The caller
+// should shed the request (HTTP 503/429) rather than retry in a tight loop.
 var ErrSaturated = errors.New("cpuwork: executor saturated")
 
 // ErrClosed is returned for tasks submitted after Close began, and for

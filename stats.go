@@ -69,12 +69,13 @@ type Stats struct {
 // threads and what its starvation guard did.
 type DemotionStats struct {
 	Policy  Demotion // Options.Demotion
-	Enabled bool     // workers are demotable (DemoteAlways, or DemoteAuto with SpareP)
+	Enabled bool     // workers are demotable (DemoteAlways, or DemoteWithSpareP with SpareP)
 	Active  bool     // demotion is in force now: enabled and not suspended by the guard
 	// Suspensions counts the times the guard saw a demoted worker, while
 	// it ran a task, runnable but not running for 4 ms over consecutive
 	// 5 ms windows in each of which it ran less than half the time, and
-	// suspended demotion (for 1 s, doubling on repeats up to 1 min).
+	// suspended demotion (for 10 s, doubling on repeats up to 10 min:
+	// guardCooldown, guardMaxCooldown in guard.go).
 	Suspensions uint64
 	// Promotions counts starved threads promoted in place (needs
 	// CAP_SYS_NICE); Retired counts worker threads replaced by fresh,

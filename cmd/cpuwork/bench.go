@@ -3,7 +3,9 @@ package main
 import (
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -73,9 +75,28 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			if compete != "" {
 				cfg.Compete = strings.Split(compete, ",")
 			}
-			if compete != "" {
-				cfg.Compete = strings.Split(compete, ",")
+			// A report directory that cannot be written is refused before
+			// anything runs (a full run takes minutes).
+			if out != "" {
+				if err := checkWritable(out); err != nil {
+					return fmt.Errorf("bench: --out %s: %w", out, err)
+				}
 			}
+			// Ctrl-C or SIGTERM: remove the cgroups of the scenario that
+			// runs (their children are killed with them), then exit.
+			sigs := make(chan os.Signal, 1)
+			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+			defer signal.Stop(sigs)
+			go func() {
+				sig, ok := <-sigs
+				if !ok {
+					return
+				}
+				fmt.Fprintf(os.Stderr, "\ncpuwork bench: %v: removing the bench's cgroups\n", sig)
+				bench.Cleanup()
+				os.Exit(128 + int(sig.(syscall.Signal)))
+			}()
+			bench.Color = term.IsTerminal(int(os.Stdout.Fd()))
 			var bar *progressbar.ProgressBar
 			tty := term.IsTerminal(int(os.Stderr.Fd()))
 			cfg.Step = func(done, total int, what string) {
@@ -135,10 +156,25 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	return cmd
 }
 
+// checkWritable creates dir if needed and writes and removes a file in it.
+func checkWritable(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, ".cpuwork-write-check-*")
+	if err != nil {
+		return err
+	}
+	name := f.Name()
+	f.Close()
+	return os.Remove(name)
+}
+
 // loadgenCmd is the hidden load generator process of the service scenario.
 func loadgenCmd() *cobra.Command {
 	var target, smallBody, largeBody string
 	var rate float64
+	var workers int
 	var duration time.Duration
 	cmd := &cobra.Command{
 		Use:    "loadgen",
@@ -160,13 +196,14 @@ func loadgenCmd() *cobra.Command {
 				}
 				bodies[i] = b
 			}
-			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1])
+			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1], workers)
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "", "base URL on loopback, e.g. http://127.0.0.1:8080")
 	cmd.Flags().StringVar(&smallBody, "small-body", "", "file whose bytes every small request POSTs (default: GET)")
 	cmd.Flags().StringVar(&largeBody, "large-body", "", "file whose bytes every large request POSTs (default: GET)")
-	cmd.Flags().Float64Var(&rate, "rate", 0, "requests per second (constant pacer)")
+	cmd.Flags().Float64Var(&rate, "rate", 0, "requests per second (constant pacer); 0 with --workers: closed loop")
+	cmd.Flags().IntVar(&workers, "workers", 0, "closed loop: this many clients, each sending its next request when the last is answered (needs --rate 0)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "attack duration")
 	return cmd
 }

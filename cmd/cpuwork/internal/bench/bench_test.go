@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -135,7 +136,7 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond, nil, []byte("large body")); err != nil {
+	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond, nil, []byte("large body"), 0); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(&out)
@@ -160,7 +161,7 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	if codes[503] != kinds["large"] || codes[200] != kinds["small"] {
 		t.Errorf("codes %v for kinds %v", codes, kinds)
 	}
-	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil); err == nil {
+	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, 0); err == nil {
 		t.Error("rate 0 accepted")
 	}
 }
@@ -198,7 +199,7 @@ func TestRaisedVariantsLeaveTheMainThreadAlone(t *testing.T) {
 // scenarios offer whole rates.
 func TestLoadGenRefusesAFractionalRate(t *testing.T) {
 	var out bytes.Buffer
-	if err := LoadGen(&out, "http://127.0.0.1:1", 65.8, time.Millisecond, nil, nil); err == nil {
+	if err := LoadGen(&out, "http://127.0.0.1:1", 65.8, time.Millisecond, nil, nil, 0); err == nil {
 		t.Error("a rate of 65.8/s was accepted; the pacer would send 65/s")
 	}
 	if got := wholeRate(65.8); got != 65 {
@@ -206,5 +207,38 @@ func TestLoadGenRefusesAFractionalRate(t *testing.T) {
 	}
 	if got := wholeRate(0.4); got != 1 {
 		t.Errorf("wholeRate(0.4) = %v, want at least 1", got)
+	}
+}
+
+// The capacity measurement drives the server closed-loop: with rate 0 and
+// N workers, never more than N requests are in flight, and each worker
+// sends its next request as soon as the last is answered.
+func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
+	var inFlight, peak atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(5 * time.Millisecond)
+		inFlight.Add(-1)
+		w.Write([]byte("ok"))
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	if err := LoadGen(&out, srv.URL, 0, 300*time.Millisecond, nil, nil, 3); err != nil {
+		t.Fatal(err)
+	}
+	n := strings.Count(out.String(), "\n")
+	// 3 workers × 300 ms / ~5 ms: about 180; an open loop at rate 0 would
+	// be refused, an unbounded one would exceed 3 in flight.
+	if peak.Load() > 3 || n < 60 {
+		t.Errorf("peak %d in flight, %d requests; want <= 3 in flight and about 180 requests", peak.Load(), n)
+	}
+	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, -1); err == nil {
+		t.Error("negative workers accepted")
 	}
 }

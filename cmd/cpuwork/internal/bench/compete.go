@@ -91,7 +91,7 @@ func (c competition) start() (stop func(), alive func() bool, err error) {
 		if os.Geteuid() != 0 {
 			return nil, nil, fmt.Errorf("%w: the sibling-cgroup case needs root to create a cgroup", cgroup.ErrPermission)
 		}
-		g, err = cgroup.New(cgroup.Config{Name: fmt.Sprintf("compete-%d", os.Getpid()), Weight: 100})
+		g, err = newGroup("compete", cgroup.Config{Weight: 100})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -115,7 +115,7 @@ func (c competition) start() (stop func(), alive func() bool, err error) {
 	}()
 	if err := <-started; err != nil {
 		if g != nil {
-			g.Remove()
+			removeGroup(g)
 		}
 		return nil, nil, fmt.Errorf("start the competitor: %w", err)
 	}
@@ -124,7 +124,7 @@ func (c competition) start() (stop func(), alive func() bool, err error) {
 		<-exited
 		close(quit)
 		if g != nil {
-			g.Remove()
+			removeGroup(g)
 		}
 	}
 	alive = func() bool {

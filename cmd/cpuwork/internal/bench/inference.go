@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -98,7 +99,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	perReq := (smallShare + (1-smallShare)*largeImages) * single.Seconds()
 	estimate := float64(r.slots) / perReq
 	once := func(v *Variant, variant string, rate float64) error {
-		return r.inferenceOnce(v, variant, ref, rate, loadgen, bodies)
+		return r.inferenceOnce(v, variant, ref, rate, loadgen, append(slices.Clone(bodies), closedLoop(rate, r.slots)...))
 	}
 	// Capacity from the field report's fix (the pool) at saturation: the
 	// naive server's CPU includes the spinning of ONNX Runtime's own
@@ -360,12 +361,12 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 		return
 	}
 	self := r.cfg.LoadGen[0]
-	g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("bench-inference-%d", os.Getpid()), CPUs: quota})
+	g, err := newGroup("bench-inference", cgroup.Config{CPUs: quota})
 	if err != nil {
 		s.Notes = append(s.Notes, "quota cases not measured: "+err.Error())
 		return
 	}
-	defer g.Remove()
+	defer removeGroup(g)
 	rate := load * capacity * quota / float64(r.slots)
 	var vs []*Variant
 	for _, pv := range inferenceVariants {
@@ -436,8 +437,8 @@ func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant str
 	}
 	periods := after.Periods - before.Periods
 	thr := after.ThrottledPeriods - before.ThrottledPeriods
-	if periods == 0 {
-		return fmt.Errorf("inference: the %s cgroup counted no CFS periods during the run: the quota was not enforced or cpu.stat not read", g.Path())
+	if err := periodsValid(periods, g.Path()); err != nil {
+		return err
 	}
 	v.setRepeatExtra("throttled_share", float64(thr)/float64(periods))
 	v.setExtra("throttled_periods", v.Extra["throttled_periods"]+float64(thr))

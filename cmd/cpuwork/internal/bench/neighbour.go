@@ -134,9 +134,7 @@ func neighbourChecks() []check {
 }
 
 func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Duration, self string) error {
-	pid := os.Getpid()
-	probeCfg := cgroup.Config{Name: fmt.Sprintf("bench-probe-%d", pid)}
-	hogCfg := cgroup.Config{Name: fmt.Sprintf("bench-hog-%d", pid)}
+	var probeCfg, hogCfg cgroup.Config
 	switch variant {
 	case "weight-2:1":
 		probeCfg.Weight, hogCfg.Weight = 200, 100
@@ -145,17 +143,17 @@ func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Dur
 	case "hog-idle":
 		hogCfg.Idle = true
 	}
-	pg, err := cgroup.New(probeCfg)
+	pg, err := newGroup("bench-probe", probeCfg)
 	if err != nil {
 		return err
 	}
-	defer pg.Remove()
+	defer removeGroup(pg)
 	hg := pg
 	if variant != "same-cgroup" {
-		if hg, err = cgroup.New(hogCfg); err != nil {
+		if hg, err = newGroup("bench-hog", hogCfg); err != nil {
 			return err
 		}
-		defer hg.Remove()
+		defer removeGroup(hg)
 	}
 	var hog *exec.Cmd
 	var hogExited chan struct{} // closed when the hog has exited
@@ -191,8 +189,8 @@ func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Dur
 	if err := json.Unmarshal(out, &ns); err != nil || len(ns) == 0 {
 		return fmt.Errorf("neighbour: probe output %q: %v", out, err)
 	}
-	if want := int(d / (10 * time.Millisecond)); len(ns) < want*95/100 {
-		return fmt.Errorf("neighbour: the probe ran %d of its %d intervals", len(ns), want)
+	if err := probeValid(len(ns), d); err != nil {
+		return err
 	}
 	if hogExited != nil && isClosed(hogExited) {
 		return fmt.Errorf("neighbour: the hog exited before the probe finished: %v", hog.ProcessState)
@@ -212,6 +210,9 @@ func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Dur
 	}
 	if u.cpu == 0 && probe.ProcessState != nil {
 		u.cpu = (probe.ProcessState.UserTime() + probe.ProcessState.SystemTime()).Seconds()
+	}
+	if err := cpuValid(u.cpu, "neighbour probe"); err != nil {
+		return err
 	}
 	v.addRun(rec.merged(), rec.series, u)
 	v.OfferedPS += 100 / float64(r.rounds)

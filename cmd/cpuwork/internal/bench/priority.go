@@ -90,8 +90,15 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 		if aloneMean[suf] > 0 {
 			v.setExtra("batch_share_of_alone", units[v.Name]/aloneMean[suf])
 		}
-		if v.Valid && v.OfferedPS > 0 && v.AchievedPS < 0.99*v.OfferedPS {
-			v.Valid, v.Invalid = false, fmt.Sprintf("achieved %.1f/s of %.1f/s offered", v.AchievedPS, v.OfferedPS)
+		if err := rateValid(v.AchievedPS, v.OfferedPS); v.Valid && err != nil {
+			v.Valid, v.Invalid = false, err.Error()
+		}
+		// A reference that gives impossible values is no reference: batch
+		// beside critical requests cannot do 10 % more than batch alone.
+		for i, rp := range v.Repeats {
+			if share := rp.Extra["batch_share_of_alone"]; v.Valid && share > 1.1 {
+				v.Valid, v.Invalid = false, fmt.Sprintf("repeat %d: batch did %.0f%% of its throughput alone: the reference run is not valid", i+1, share*100)
+			}
 		}
 	}
 	s.ratios()

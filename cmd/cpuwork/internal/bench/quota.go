@@ -187,11 +187,11 @@ func quotaChecks(quotas []float64) []check {
 }
 
 func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, goroutines, iters int, self string) error {
-	g, err := cgroup.New(cgroup.Config{Name: fmt.Sprintf("bench-quota-%d", os.Getpid()), CPUs: q})
+	g, err := newGroup("bench-quota", cgroup.Config{CPUs: q})
 	if err != nil {
 		return err
 	}
-	defer g.Remove()
+	defer removeGroup(g)
 	cmd, done, err := inGroup(self, g, "quota-child", "--mode", qv.mode, "--rounds", strconv.Itoa(rounds),
 		"--goroutines", strconv.Itoa(goroutines), "--iters", strconv.Itoa(iters))
 	if err != nil {
@@ -217,8 +217,8 @@ func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, gorou
 	if err != nil {
 		return err
 	}
-	if st.Periods == 0 {
-		return fmt.Errorf("quota: %s shows no CFS periods after the run: the quota was not enforced or not read", "cpu.stat")
+	if err := periodsValid(st.Periods, g.Path()); err != nil {
+		return err
 	}
 	rec := newRecorder(t0, len(ns))
 	h := rec.shard()
@@ -234,8 +234,8 @@ func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, gorou
 		// is one process, so its own rusage is the same figure.
 		u.cpu = (cmd.ProcessState.UserTime() + cmd.ProcessState.SystemTime()).Seconds()
 	}
-	if u.cpu <= 0 {
-		return fmt.Errorf("quota: the child's CPU time was not read (cgroup usage and rusage both 0)")
+	if err := cpuValid(u.cpu, "quota child"); err != nil {
+		return err
 	}
 	v.addRun(rec.merged(), rec.series, u)
 	v.setRepeatExtra("throttled_share", float64(st.ThrottledPeriods)/float64(st.Periods))

@@ -27,16 +27,18 @@ import (
 // Report is the whole result, written to results.json. All times are in
 // seconds.
 type Report struct {
-	Machine    Machine     `json:"machine"`
-	Started    time.Time   `json:"started"`
-	DurationS  float64     `json:"duration_s"`
-	Quick      bool        `json:"quick"`
-	Repeat     int         `json:"repeat"` // repeats of every variant
-	Seed       int64       `json:"seed"`   // seed of the per-repeat shuffles
-	Scenarios  []*Scenario `json:"scenarios"`
-	Workloads  []Workload  `json:"workloads"`
-	Command    string      `json:"command"`
-	SchemaNote string      `json:"schema"`
+	Machine   Machine     `json:"machine"`
+	Started   time.Time   `json:"started"`
+	DurationS float64     `json:"duration_s"`
+	Quick     bool        `json:"quick"`
+	Repeat    int         `json:"repeat"` // repeats of every variant
+	Seed      int64       `json:"seed"`   // seed of the per-repeat shuffles
+	Scenarios []*Scenario `json:"scenarios"`
+	Workloads []Workload  `json:"workloads"`
+	Command   string      `json:"command"`
+	// Swept lists cgroups left by benches that died, removed at the start.
+	Swept      []string `json:"swept_cgroups,omitempty"`
+	SchemaNote string   `json:"schema"`
 }
 
 // Machine describes where the report was made.

@@ -30,6 +30,9 @@ type scenarioDef struct {
 	// given the number of variants.
 	steps func(r *Runner, variants []string) int
 	run   func(r *Runner) (*Scenario, error)
+	// minDuration is the shortest Config.Duration that measures anything
+	// (enough requests, canary marks or probes per variant); 0: any.
+	minDuration time.Duration
 }
 
 // needsBinary runs a scenario that starts children from the cpuwork binary.
@@ -87,28 +90,32 @@ var scenarioTable = []scenarioDef{
 		}},
 	{name: "priority", desc: "critical requests beside batch work that saturates every P, alone and beside a competing CPU-bound process",
 		variants: priorityNames, steps: competed(true),
-		run: func(r *Runner) (*Scenario, error) { return r.priority(200*time.Microsecond, time.Millisecond), nil }},
+		run:         func(r *Runner) (*Scenario, error) { return r.priority(200*time.Microsecond, time.Millisecond), nil },
+		minDuration: 100 * time.Millisecond}, // >= 14 requests at one per 7 ms
 	{name: "timers", desc: "timer and netpoller latency beside busy CPU workers, alone and beside a competing CPU-bound process",
 		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
-		run: func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) }},
+		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
+		minDuration: 100 * time.Millisecond}, // >= 100 canary marks
 	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity",
 		variants: func() []string { return describe(serviceVariants) }, uses: []string{"regexp", "gzip"},
-		steps: func(r *Runner, vs []string) int { return 5*len(vs)*r.rounds + 1 }, // five load levels per variant, and the capacity measurement
+		steps: func(r *Runner, vs []string) int { return 5*len(vs)*r.rounds + capacitySteps(r) }, // five load levels per variant, and the capacity measurement
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "service", Skipped: "no load generator command configured"}, nil
 			}
 			return r.service(r.cfg.LoadGen)
-		}},
+		},
+		minDuration: 500 * time.Millisecond}, // the generator's pacing and start-up
 	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string { return describe(inferenceVariants) },
-		steps:    func(r *Runner, vs []string) int { return 5*len(vs)*r.rounds + 1 }, // four loads, the quota case, the capacity
+		steps:    func(r *Runner, vs []string) int { return 5*len(vs)*r.rounds + capacitySteps(r) }, // four loads, the quota case, the capacity
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "inference", Skipped: "no load generator command configured"}, nil
 			}
 			return r.inference(r.cfg.LoadGen)
-		}},
+		},
+		minDuration: 500 * time.Millisecond},
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {
@@ -119,9 +126,10 @@ var scenarioTable = []scenarioDef{
 		},
 		run: needsBinary("quota", func(r *Runner, bin []string) (*Scenario, error) { return r.quota(bin[0]), nil })},
 	{name: "neighbour", desc: "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)",
-		variants: func() []string { return describe(neighbourVariants) },
-		steps:    func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
-		run:      needsBinary("neighbour", func(r *Runner, bin []string) (*Scenario, error) { return r.neighbour(bin[0]), nil })},
+		variants:    func() []string { return describe(neighbourVariants) },
+		steps:       func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
+		run:         needsBinary("neighbour", func(r *Runner, bin []string) (*Scenario, error) { return r.neighbour(bin[0]), nil }),
+		minDuration: 500 * time.Millisecond}, // >= 50 probes
 }
 
 // describe lists a variant table as "name: description".
@@ -200,6 +208,11 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.Repeat < 0 {
 		return nil, fmt.Errorf("bench: Repeat %d must be >= 1", cfg.Repeat)
 	}
+	for _, d := range scenarioTable {
+		if cfg.Duration > 0 && cfg.Duration < d.minDuration && slices.Contains(want, d.name) {
+			return nil, fmt.Errorf("bench: Duration %v is below the %s scenario's minimum of %v", cfg.Duration, d.name, d.minDuration)
+		}
+	}
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano() % 1e9
 	}
@@ -223,6 +236,14 @@ func Run(cfg Config) (*Report, error) {
 	r.slots = b.Slots()
 	rep := &Report{Machine: describeMachine(), Started: time.Now(), Quick: cfg.Quick, Repeat: r.rounds, Seed: cfg.Seed,
 		Command: strings.Join(os.Args, " "), SchemaNote: "docs/bench.md#results-json"}
+
+	// Cgroups that a bench killed before it could clean up left behind.
+	for _, dir := range SweepStale() {
+		rep.Swept = append(rep.Swept, dir)
+		if cfg.Step != nil {
+			cfg.Step(-1, 0, "removed a cgroup left by a bench that died: "+dir)
+		}
+	}
 
 	src, err := workload.NewSource()
 	if err != nil {
@@ -262,11 +283,21 @@ func Run(cfg Config) (*Report, error) {
 		r.total += d.steps(r, d.variants())
 	}
 	for _, d := range r.chosen(want) {
+		end := r.done + d.steps(r, d.variants())
 		s, err := d.run(r)
 		if err != nil {
 			s = &Scenario{Name: d.name, Skipped: err.Error()}
 		}
+		if s.Skipped != "" {
+			s.Status = StatusSkipped
+		}
 		rep.Scenarios = append(rep.Scenarios, s)
+		// A skipped (or shortened) scenario still moves the progress
+		// display to where it would have ended.
+		r.done = max(r.done, end)
+	}
+	if cfg.Step != nil && r.total > 0 {
+		cfg.Step(r.total-1, r.total, "done")
 	}
 	rep.DurationS = time.Since(rep.Started).Seconds()
 	return rep, nil

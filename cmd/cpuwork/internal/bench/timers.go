@@ -217,12 +217,11 @@ func (r *Runner) timersOnce(variant string, job *workload.Spin, addr string) (ca
 	<-readDone
 	u = m.stop()
 	c := rec.merged()
-	marks := int64(r.duration / time.Millisecond)
-	if c.TotalCount() < marks*95/100 {
-		return nil, nil, nil, u, 0, fmt.Errorf("timers: the canary woke for %d of %d marks", c.TotalCount(), marks)
+	if err := canaryValid(c.TotalCount(), r.duration); err != nil {
+		return nil, nil, nil, u, 0, err
 	}
-	if got.Load() < int64(sent) || sent == 0 {
-		return nil, nil, nil, u, 0, fmt.Errorf("timers: %d of %d echoes came back within 2 s of the run's end", got.Load(), sent)
+	if err := echoValid(got.Load(), int64(sent)); err != nil {
+		return nil, nil, nil, u, 0, err
 	}
 	return c, echoRec.merged(), rec.series, u, jobsPerS, nil
 }
