@@ -93,10 +93,13 @@ func (r *Runner) priority(crit, unit time.Duration) *Scenario {
 		if err := rateValid(v.AchievedPS, v.OfferedPS); v.Valid && err != nil {
 			v.Valid, v.Invalid = false, err.Error()
 		}
-		// A reference that gives impossible values is no reference: batch
-		// beside critical requests cannot do 10 % more than batch alone.
+		// A reference that gives impossible values is no reference. Beside
+		// a competitor in the same cgroup, batch can exceed batch alone a
+		// little (the critical goroutines' threads add runnable threads,
+		// and CFS shares a contended CPU per thread); more than 125 % is
+		// no such effect.
 		for i, rp := range v.Repeats {
-			if share := rp.Extra["batch_share_of_alone"]; v.Valid && share > 1.1 {
+			if share := rp.Extra["batch_share_of_alone"]; v.Valid && share > 1.25 {
 				v.Valid, v.Invalid = false, fmt.Sprintf("repeat %d: batch did %.0f%% of its throughput alone: the reference run is not valid", i+1, share*100)
 			}
 		}

@@ -43,14 +43,19 @@ func TestLoadLevelsThatAreNotWhatTheySayAreNotJudged(t *testing.T) {
 	}
 	r := &Runner{}
 	loads := []float64{0.5, 0.8, 1.1}
-	s := mk(0.55, 0.71, 1.0)
+	s := mk(0.55, 0.94, 1.0)
 	r.checkLoads(s, "pool", loads, calibration{capacity: 100, cpuShare: 0.95})
 	if s.Calibration != "" {
 		t.Errorf("levels within 10 points refused: %s", s.Calibration)
 	}
-	s = mk(0.5, 0.92, 1.0) // 80 % of capacity used 92 % of the CPU
+	s = mk(0.5, 0.96, 1.0) // 80 % of capacity used 96 % of the CPU
 	r.checkLoads(s, "pool", loads, calibration{capacity: 100, cpuShare: 0.95})
-	if !strings.Contains(s.Calibration, "at 80% pool used 92%") {
+	if !strings.Contains(s.Calibration, "at 80% pool used 96%") {
+		t.Errorf("calibration %q", s.Calibration)
+	}
+	s = mk(0.39, 0.8, 1.0) // a capacity underestimated: 50 % used 39 %
+	r.checkLoads(s, "pool", loads, calibration{capacity: 100, cpuShare: 0.95})
+	if !strings.Contains(s.Calibration, "at 50% pool used 39%") {
 		t.Errorf("calibration %q", s.Calibration)
 	}
 	s = mk(0.5, 0.8, 1.0)
