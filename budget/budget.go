@@ -1,6 +1,7 @@
 package budget
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -184,6 +185,9 @@ func DetectPID(pid int) (Budget, error) {
 	}
 	if !haveProc {
 		return Budget{}, fmt.Errorf("budget: pid %d: %w: another process's budget is read from Linux's /proc (GOOS %s)", pid, errors.ErrUnsupported, runtime.GOOS)
+	}
+	if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && procState(st) == 'Z' {
+		return Budget{}, fmt.Errorf("budget: pid %d is a zombie (it has exited and waits for its parent to reap it): it runs nothing and has no CPU budget", pid)
 	}
 	d := &detector{
 		pid:      strconv.Itoa(pid),
@@ -504,4 +508,15 @@ func sameChange(a, b Change) bool {
 	x, y := a.Budget, b.Budget
 	return x.Cores == y.Cores && x.Affinity == y.Affinity && x.GOMAXPROCS == y.GOMAXPROCS &&
 		x.CgroupDir == y.CgroupDir && slices.Equal(x.Limits, y.Limits)
+}
+
+// procState returns the state letter of a /proc/PID/stat line (field 3,
+// after the command name in parentheses, which may itself contain ')'),
+// or 0 when the line is malformed.
+func procState(stat []byte) byte {
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 || i+2 >= len(stat) || stat[i+1] != ' ' {
+		return 0
+	}
+	return stat[i+2]
 }

@@ -3,7 +3,11 @@ package budget
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +268,50 @@ func TestWatchReportsFirstReadingThenOnlyChanges(t *testing.T) {
 	}
 	cancel()
 	for range ch { // drains, and ends because the channel closes
+	}
+}
+
+// Issue 24: a zombie PID is said to be one, not "invalid argument" from
+// sched_getaffinity.
+func TestDetectPIDOfAZombieSaysSo(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("reads /proc")
+	}
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Skip("cannot start true:", err)
+	}
+	defer cmd.Wait()
+	// Not waited for: once it exits it stays a zombie until Wait.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", cmd.Process.Pid))
+		if procState(st) == 'Z' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d never became a zombie: %q", cmd.Process.Pid, st)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, err := DetectPID(cmd.Process.Pid)
+	if err == nil || !strings.Contains(err.Error(), "zombie") {
+		t.Errorf("DetectPID of a zombie: %v", err)
+	}
+}
+
+func TestProcStateReadsTheFieldAfterTheLastParenthesis(t *testing.T) {
+	for in, want := range map[string]byte{
+		"12 (sh) S 1 2":        'S',
+		"12 (a) b) Z 1":        'Z',
+		"12 (x)":               0,
+		"garbage":              0,
+		"12 (sleep) R 1 2 3 4": 'R',
+		"":                     0,
+		"1 ()":                 0,
+	} {
+		if got := procState([]byte(in)); got != want {
+			t.Errorf("procState(%q) = %q, want %q", in, got, want)
+		}
 	}
 }

@@ -223,14 +223,25 @@ func New(c Config) (*Group, error) {
 		}
 		parent := filepath.Join(base, c.Parent)
 		dir := filepath.Join(parent, c.Name)
-		if err := g.mkParents(h.mount, parent); err != nil {
-			return nil, err
-		}
-		if err := os.Mkdir(dir, 0o755); err != nil {
-			if errors.Is(err, fs.ErrExist) {
-				return nil, fmt.Errorf("%w: %s (another group of that name, or a leftover: New never adopts a group it did not create; remove it with rmdir once it is empty)", ErrExist, dir)
+		// The parents and the group under the registry's lock: another
+		// process removing an empty parent waits, or has removed it
+		// before mkParents makes it again.
+		err = withParentsLock(func(registry string) error {
+			n := len(g.created)
+			if err := g.mkParents(h.mount, parent); err != nil {
+				return err
 			}
-			return nil, explain("create "+dir, err)
+			recordParents(registry, g.created[:len(g.created)-n])
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				if errors.Is(err, fs.ErrExist) {
+					return fmt.Errorf("%w: %s (another group of that name, or a leftover: New never adopts a group it did not create; remove it with rmdir once it is empty)", ErrExist, dir)
+				}
+				return explain("create "+dir, err)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
 		}
 		g.dirs[key], g.home[key] = dir, h.dir
 		if key == "cpu" || key == "" {
@@ -297,25 +308,27 @@ func (g *Group) mkParents(mount, parent string) error {
 }
 
 // madeParents holds the parent directories this process created (for any
-// group): when groups sharing a parent are removed in another order than
-// they were made, the last one out removes the parent.
+// group), beside the registry shared with other processes
+// (parents_linux.go).
 var madeParents sync.Map // path -> struct{}
 
 // removeDirs removes the group's directories and, where empty, every
-// parent directory this process created (deepest first); never one that
-// existed before.
+// parent directory above them that this package created, in this process
+// or another (deepest first); never one that existed before.
 func (g *Group) removeDirs() {
+	var below []string
 	for _, d := range g.dirs {
 		os.Remove(d)
+		below = append(below, d)
 	}
-	var parents []string
-	madeParents.Range(func(k, _ any) bool { parents = append(parents, k.(string)); return true })
-	slices.SortFunc(parents, func(a, b string) int { return len(b) - len(a) })
-	for _, d := range parents {
-		if err := os.Remove(d); err == nil || errors.Is(err, fs.ErrNotExist) {
+	withParentsLock(func(registry string) error {
+		var made []string
+		madeParents.Range(func(k, _ any) bool { made = append(made, k.(string)); return true })
+		for _, d := range removeEmptyParents(registry, made, below) {
 			madeParents.Delete(d)
-		} // else: another group still lives there
-	}
+		}
+		return nil
+	})
 }
 
 func checkWritable() error {
@@ -510,17 +523,28 @@ func startTime(pid int) int64 {
 	return v
 }
 
+// Swept is a group SweepOwned removed: its directory and the processes
+// it killed there (descendants of a command whose owner died: Pdeathsig
+// reaches the command only, never what it forked).
+type Swept struct {
+	Dir    string
+	Killed []int
+}
+
 // SweepOwned removes the groups named by OwnedName(prefix) under parent
 // (resolved as New resolves Config.Parent, in the cpu and cpuset
-// hierarchies on v1, the unified one on v2) whose owner process is gone
-// and which hold no process. It never touches a group with a live owner
-// or with processes, nor one whose name it did not make. It returns the
-// directories it removed.
-func SweepOwned(parent, prefix string) []string {
+// hierarchies on v1, the unified one on v2) whose owner process is gone:
+// it kills every process left in such a group (cgroup.kill on v2 where the
+// kernel has it, Linux >= 5.14; else SIGKILL to every PID in cgroup.procs,
+// again until it is empty, for up to 5 s, so processes forked meanwhile
+// die too), removes the group, and then every parent this package created
+// that the removal leaves empty. It never touches a group with a live
+// owner, nor one whose name it did not make. It returns what it removed.
+func SweepOwned(parent, prefix string) []Swept {
 	if parent == "" {
 		parent = "cpuwork"
 	}
-	var removed []string
+	var out []Swept
 	for _, ctl := range []string{"cpu", "cpuset"} {
 		h, err := callerHierarchy(ctl)
 		if err != nil {
@@ -535,6 +559,7 @@ func SweepOwned(parent, prefix string) []string {
 		if err != nil {
 			continue
 		}
+		var below []string
 		for _, e := range entries {
 			var pid int
 			var start int64
@@ -549,18 +574,63 @@ func SweepOwned(parent, prefix string) []string {
 				continue // its owner is alive
 			}
 			d := filepath.Join(dir, e.Name())
-			if b, err := os.ReadFile(filepath.Join(d, "cgroup.procs")); err != nil || strings.TrimSpace(string(b)) != "" {
-				continue
-			}
+			killed := killAll(d)
 			if os.Remove(d) == nil {
-				removed = append(removed, d)
+				out = append(out, Swept{Dir: d, Killed: killed})
+				below = append(below, d)
 			}
+		}
+		if len(below) > 0 {
+			withParentsLock(func(registry string) error {
+				removeEmptyParents(registry, nil, below)
+				return nil
+			})
 		}
 		if Version() == 2 {
 			break
 		}
 	}
-	return removed
+	return out
+}
+
+// killAll kills every process in the cgroup directory d and waits until
+// cgroup.procs is empty (5 s at most). It returns the PIDs it signalled.
+func killAll(d string) []int {
+	var killed []int
+	procs := func() []int {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			return nil
+		}
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			if p, err := strconv.Atoi(f); err == nil && p > 0 {
+				pids = append(pids, p)
+			}
+		}
+		return pids
+	}
+	pids := procs()
+	if len(pids) == 0 {
+		return nil
+	}
+	// v2: one write kills the whole group, forks in flight included.
+	os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0)
+	deadline := time.Now().Add(5 * time.Second)
+	for len(pids) > 0 && time.Now().Before(deadline) {
+		for _, p := range pids {
+			if p == os.Getpid() {
+				continue
+			}
+			if syscall.Kill(p, syscall.SIGKILL) == nil && !slices.Contains(killed, p) {
+				killed = append(killed, p)
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+		pids = procs()
+	}
+	slices.Sort(killed)
+	return killed
 }
 
 // OpenProcs opens the group's cgroup.procs files (ProcsFiles) for

@@ -61,5 +61,11 @@ func (g *Group) OpenProcs() ([]*os.File, error) { return nil, errNoCgroups }
 // OwnedName returns prefix-PID-0.
 func OwnedName(prefix string) string { return fmt.Sprintf("%s-%d-0", prefix, os.Getpid()) }
 
+// Swept is a group SweepOwned removed (never, outside Linux).
+type Swept struct {
+	Dir    string
+	Killed []int
+}
+
 // SweepOwned returns nil: there is nothing to sweep.
-func SweepOwned(parent, prefix string) []string { return nil }
+func SweepOwned(parent, prefix string) []Swept { return nil }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -170,6 +172,43 @@ func checkWritable(dir string) error {
 	return os.Remove(name)
 }
 
+// loopbackTarget accepts only an http URL without user info whose host
+// is a loopback IP or resolves to loopback addresses only: the load
+// generator sends request bodies and must never reach another machine
+// (a string prefix let http://127.0.0.1@192.0.2.2/ and http://127.evil.example/
+// through).
+func loopbackTarget(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("target %q: %w", raw, err)
+	}
+	if u.Scheme != "http" || u.User != nil || u.Host == "" || u.Opaque != "" {
+		return fmt.Errorf("target %q: want http://HOST:PORT on loopback, without user info", raw)
+	}
+	host := u.Hostname()
+	var ips []net.IP
+	if ip := net.ParseIP(host); ip != nil {
+		ips = []net.IP{ip}
+	} else if host == "localhost" {
+		addrs, err := net.LookupIP(host)
+		if err != nil {
+			return fmt.Errorf("target %q: resolve %s: %w", raw, host, err)
+		}
+		ips = addrs
+	} else {
+		return fmt.Errorf("target %q: host %q is neither a loopback IP nor localhost", raw, host)
+	}
+	if len(ips) == 0 {
+		return fmt.Errorf("target %q: %s resolves to nothing", raw, host)
+	}
+	for _, ip := range ips {
+		if !ip.IsLoopback() {
+			return fmt.Errorf("target %q: %s is %s, not a loopback address", raw, host, ip)
+		}
+	}
+	return nil
+}
+
 // loadgenCmd is the hidden load generator process of the service scenario.
 func loadgenCmd() *cobra.Command {
 	var target, smallBody, largeBody string
@@ -182,8 +221,8 @@ func loadgenCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if !strings.HasPrefix(target, "http://127.") && !strings.HasPrefix(target, "http://localhost") {
-				return fmt.Errorf("loadgen: target %q is not on loopback", target)
+			if err := loopbackTarget(target); err != nil {
+				return fmt.Errorf("loadgen: %w", err)
 			}
 			var bodies [2][]byte
 			for i, f := range []string{smallBody, largeBody} {

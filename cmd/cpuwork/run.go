@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -40,8 +41,9 @@ type runReport struct {
 
 func runCmd() *cobra.Command {
 	var (
-		cfg    cgroup.Config
-		asJSON bool
+		cfg       cgroup.Config
+		asJSON    bool
+		forceCPUs bool
 	)
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
@@ -77,6 +79,9 @@ cores (1.5 = 1500m).`,
   cpuwork run --idle --name batch -- ./reindex`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if n := runtime.NumCPU(); cfg.CPUs > float64(n) && !forceCPUs {
+				return fmt.Errorf("run: --cpus %g is more than the %d CPUs this host has: it limits nothing (pass --force-cpus to set it anyway, e.g. for a host that will grow)", cfg.CPUs, n)
+			}
 			return runIn(cfg, args, asJSON, cmd.ErrOrStderr())
 		},
 	}
@@ -91,6 +96,7 @@ cores (1.5 = 1500m).`,
 	f.StringVar(&cfg.Name, "name", "", "group name (default run-PID-START); refused if it exists; no '/' or '..'")
 	f.StringVar(&cfg.Parent, "parent", "", "parent of the group: relative to cpuwork's own cgroup (default cpuwork), or from the hierarchy root when it starts with '/'")
 	f.BoolVar(&asJSON, "json", false, "print the exit report as JSON on stderr")
+	f.BoolVar(&forceCPUs, "force-cpus", false, "accept a --cpus above the host's CPU count (otherwise refused: such a quota limits nothing)")
 	return cmd
 }
 
@@ -110,9 +116,13 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 		return exitCode(126)
 	}
 	// Groups of runs that died without cleaning up (SIGKILL): their owner
-	// is gone and they are empty.
-	for _, d := range cgroup.SweepOwned(cfg.Parent, runPrefix) {
-		fmt.Fprintf(report, "cpuwork run: removed %s, left by a run that is gone\n", d)
+	// is gone; what CMD forked may still run there.
+	for _, sw := range cgroup.SweepOwned(cfg.Parent, runPrefix) {
+		killed := ""
+		if len(sw.Killed) > 0 {
+			killed = fmt.Sprintf(", killing %d processes left in it %v", len(sw.Killed), sw.Killed)
+		}
+		fmt.Fprintf(report, "cpuwork run: removed %s, left by a run that is gone%s\n", sw.Dir, killed)
 	}
 	if cfg.Name == "" {
 		cfg.Name = cgroup.OwnedName(runPrefix)
@@ -272,6 +282,29 @@ func lockForExec(parent int) error {
 	return nil
 }
 
+// checkProcsFD accepts descriptor fd only if it is open on a cgroup
+// filesystem (statfs magic) and names a group's membership file,
+// cgroup.procs or tasks (the name read through /proc/self/fd): the PID
+// written to it must join a group, never set a limit (cpu.shares,
+// memory.limit_in_bytes) or anything else.
+func checkProcsFD(fd int) error {
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(fd, &st); err != nil {
+		return fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	if !slices.Contains(cgroupMagics, int64(st.Type)) {
+		return fmt.Errorf("descriptor %d is not a cgroup file (filesystem magic %#x); refusing to write to it", fd, st.Type)
+	}
+	target, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return fmt.Errorf("descriptor %d: %w", fd, err)
+	}
+	if b := filepath.Base(target); b != "cgroup.procs" && b != "tasks" {
+		return fmt.Errorf("descriptor %d is %s, not a cgroup.procs or tasks file; refusing to write to it", fd, target)
+	}
+	return nil
+}
+
 // execInCmd is the hidden first stage of `run`: it joins the cgroups whose
 // cgroup.procs files cpuwork passed it as open descriptors 3..3+N-1
 // (refusing any descriptor that is not on a cgroup filesystem), checks that
@@ -299,19 +332,22 @@ func execInCmd() *cobra.Command {
 			if err := lockForExec(want); err != nil {
 				return fmt.Errorf("exec-in: %w; not starting %s", err, args[2])
 			}
+			// Every descriptor is checked before any is written: a count
+			// that does not match, or one descriptor that is not a
+			// cgroup's membership file, joins nothing.
 			for fd := 3; fd < 3+n; fd++ {
-				var st unix.Statfs_t
-				if err := unix.Fstatfs(fd, &st); err != nil {
-					return fmt.Errorf("exec-in: descriptor %d: %w", fd, err)
+				if err := checkProcsFD(fd); err != nil {
+					return fmt.Errorf("exec-in: %w; joined nothing", err)
 				}
-				if !slices.Contains(cgroupMagics, int64(st.Type)) {
-					return fmt.Errorf("exec-in: descriptor %d is not a cgroup file (filesystem magic %#x); refusing to write to it", fd, st.Type)
-				}
+			}
+			for fd := 3; fd < 3+n; fd++ {
 				if _, err := unix.Write(fd, []byte(strconv.Itoa(os.Getpid()))); err != nil {
 					return fmt.Errorf("exec-in: join cgroup (descriptor %d): %w", fd, err)
 				}
 				unix.Close(fd)
 			}
+			// The supervisor's PID was for this stage only.
+			os.Unsetenv(parentEnv)
 			argv := args[2:]
 			path, err := exec.LookPath(argv[0])
 			if err != nil {

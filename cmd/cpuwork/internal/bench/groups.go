@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 
 	"github.com/cpuwork/cpuwork/cgroup"
@@ -73,7 +74,13 @@ func Cleanup() {
 func SweepStale() []string {
 	var out []string
 	for _, p := range groupPrefixes {
-		out = append(out, cgroup.SweepOwned("", p)...)
+		for _, sw := range cgroup.SweepOwned("", p) {
+			d := sw.Dir
+			if len(sw.Killed) > 0 {
+				d += fmt.Sprintf(" (killed %v left in it)", sw.Killed)
+			}
+			out = append(out, d)
+		}
 	}
 	return out
 }
