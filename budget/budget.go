@@ -394,6 +394,13 @@ func environOf(pid int, key string) string {
 	if err != nil {
 		return ""
 	}
+	return parseEnviron(data, key)
+}
+
+// parseEnviron returns key's value in a /proc/PID/environ image
+// (NUL-separated KEY=VALUE entries; the first one wins, as getenv), "" if
+// absent.
+func parseEnviron(data []byte, key string) string {
 	for _, kv := range strings.Split(string(data), "\x00") {
 		if v, ok := strings.CutPrefix(kv, key+"="); ok {
 			return v

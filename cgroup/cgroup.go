@@ -17,6 +17,8 @@ package cgroup
 import (
 	"errors"
 	"fmt"
+	"math"
+	"strconv"
 	"strings"
 	"time"
 
@@ -68,6 +70,94 @@ type Config struct {
 	// Idle sets cpu.idle: the group's threads are scheduled as SCHED_IDLE
 	// against other groups (Linux >= 5.15).
 	Idle bool
+}
+
+// Validate checks c without touching the system: the name and parent
+// path, CPUs (finite, >= 0, a quota of at least the kernel's 1000 µs per
+// period and at most its largest, about 2^44 µs), the period (1 ms..1 s),
+// Weight or Shares in range, and the syntax of Cpuset. New calls it first;
+// whether the Cpuset's CPUs are online is New's to check.
+func (c Config) Validate() error {
+	if err := validName(c.Name); err != nil {
+		return err
+	}
+	parent := c.Parent
+	if parent == "" {
+		parent = "cpuwork"
+	}
+	for _, p := range strings.Split(strings.Trim(parent, "/"), "/") {
+		if err := validName(p); err != nil {
+			return fmt.Errorf("cgroup: parent %q: %w", c.Parent, err)
+		}
+	}
+	period := c.Period
+	if period == 0 {
+		period = 100 * time.Millisecond
+	}
+	switch {
+	case c.CPUs < 0 || math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0):
+		return fmt.Errorf("cgroup: CPUs %v must be a non-negative number of cores", c.CPUs)
+	case c.Period != 0 && (c.Period < time.Millisecond || c.Period > time.Second):
+		return fmt.Errorf("cgroup: period %v out of the kernel's range 1ms..1s", c.Period)
+	case c.Weight != 0 && c.Shares != 0:
+		return errors.New("cgroup: set Weight or Shares, not both")
+	case c.Weight > 10000:
+		return fmt.Errorf("cgroup: weight %d out of range 1..10000", c.Weight)
+	case c.Shares != 0 && (c.Shares < 2 || c.Shares > 262144):
+		return fmt.Errorf("cgroup: shares %d out of range 2..262144", c.Shares)
+	}
+	if c.CPUs > 0 {
+		// kernel/sched/core.c: quota >= 1 ms (min_cfs_quota_period) and
+		// <= max_cfs_runtime (MAX_BW, about 2^44 µs).
+		us := c.CPUs * float64(period/time.Microsecond)
+		switch {
+		case math.Round(us) < 1000:
+			return fmt.Errorf("cgroup: %v cores is a quota of %.0fµs per %v: the kernel's minimum is 1000µs", c.CPUs, math.Round(us), period)
+		case us > 1<<44:
+			return fmt.Errorf("cgroup: %v cores is a quota of %.3gµs per %v: above the kernel's maximum of 2^44µs", c.CPUs, us, period)
+		}
+	}
+	if c.Cpuset != "" {
+		if _, err := parseCPUList(c.Cpuset); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// maxCPUs bounds a CPU list: the kernel's largest NR_CPUS (CONFIG_NR_CPUS
+// is at most 8192 on x86-64).
+const maxCPUs = 8192
+
+// parseCPUList parses a kernel CPU list ("0-3,6").
+func parseCPUList(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
+		if part == "" {
+			continue
+		}
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil || a < 0 {
+			return nil, fmt.Errorf("cgroup: CPU list %q: %q is not a CPU number", s, lo)
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return nil, fmt.Errorf("cgroup: CPU list %q: bad range %q", s, part)
+			}
+		}
+		if b >= maxCPUs || len(out)+b-a >= maxCPUs {
+			return nil, fmt.Errorf("cgroup: CPU list %q: more than %d CPUs, or a CPU number above it (the kernel's NR_CPUS limit)", s, maxCPUs)
+		}
+		for c := a; c <= b; c++ {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("cgroup: CPU list %q is empty", s)
+	}
+	return out, nil
 }
 
 func validName(s string) error {

@@ -78,34 +78,6 @@ func callerHierarchy(controller string) (hierarchy, error) {
 	return hierarchy{mount: h.MountPoint, dir: h.Dir}, nil
 }
 
-// parseCPUList parses a kernel CPU list ("0-3,6").
-func parseCPUList(s string) ([]int, error) {
-	var out []int
-	for _, part := range strings.Split(strings.TrimSpace(s), ",") {
-		if part == "" {
-			continue
-		}
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			return nil, fmt.Errorf("cgroup: CPU list %q: %q is not a CPU number", s, lo)
-		}
-		b := a
-		if isRange {
-			if b, err = strconv.Atoi(hi); err != nil || b < a {
-				return nil, fmt.Errorf("cgroup: CPU list %q: bad range %q", s, part)
-			}
-		}
-		for c := a; c <= b; c++ {
-			out = append(out, c)
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("cgroup: CPU list %q is empty", s)
-	}
-	return out, nil
-}
-
 // checkCpuset checks that every CPU of list is online
 // (/sys/devices/system/cpu/online), so New fails with a clear error
 // instead of the kernel's "numerical result out of range".
@@ -135,28 +107,11 @@ func checkCpuset(list string) error {
 // or ErrUnsupported with what is missing, and on every error leaves no
 // directory it created behind.
 func New(c Config) (*Group, error) {
-	if err := validName(c.Name); err != nil {
+	if err := c.Validate(); err != nil {
 		return nil, err
 	}
 	if c.Parent == "" {
 		c.Parent = "cpuwork"
-	}
-	for _, p := range strings.Split(strings.Trim(c.Parent, "/"), "/") {
-		if err := validName(p); err != nil {
-			return nil, fmt.Errorf("cgroup: parent %q: %w", c.Parent, err)
-		}
-	}
-	switch {
-	case c.CPUs < 0 || math.IsNaN(c.CPUs) || math.IsInf(c.CPUs, 0):
-		return nil, fmt.Errorf("cgroup: CPUs %v must be a non-negative number of cores", c.CPUs)
-	case c.Period != 0 && (c.Period < time.Millisecond || c.Period > time.Second):
-		return nil, fmt.Errorf("cgroup: period %v out of the kernel's range 1ms..1s", c.Period)
-	case c.Weight != 0 && c.Shares != 0:
-		return nil, errors.New("cgroup: set Weight or Shares, not both")
-	case c.Weight > 10000:
-		return nil, fmt.Errorf("cgroup: weight %d out of range 1..10000", c.Weight)
-	case c.Shares != 0 && (c.Shares < 2 || c.Shares > 262144):
-		return nil, fmt.Errorf("cgroup: shares %d out of range 2..262144", c.Shares)
 	}
 	if c.Cpuset != "" {
 		if err := checkCpuset(c.Cpuset); err != nil {
@@ -178,9 +133,6 @@ func New(c Config) (*Group, error) {
 	if c.CPUs > 0 {
 		res.CpuPeriod = uint64(period / time.Microsecond)
 		res.CpuQuota = int64(math.Round(c.CPUs * float64(period/time.Microsecond)))
-		if res.CpuQuota < 1000 {
-			return nil, fmt.Errorf("cgroup: %v cores is a quota of %dµs per %v: the kernel's minimum is 1000µs", c.CPUs, res.CpuQuota, period)
-		}
 	}
 	g := &Group{cfg: c, version: Version(), dirs: map[string]string{}, home: map[string]string{}}
 	switch {
@@ -507,6 +459,12 @@ func startTime(pid int) int64 {
 	if err != nil {
 		return -1
 	}
+	return parseStartTime(b)
+}
+
+// parseStartTime returns field 22 of a /proc/PID/stat line (the start time
+// in clock ticks since boot), or -1 when the line is malformed.
+func parseStartTime(b []byte) int64 {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
@@ -517,7 +475,7 @@ func startTime(pid int) int64 {
 		return -1
 	}
 	v, err := strconv.ParseInt(f[19], 10, 64)
-	if err != nil {
+	if err != nil || v < 0 {
 		return -1
 	}
 	return v

@@ -71,26 +71,17 @@ func ReadThreads(pid int) (Threads, error) {
 			missing = err
 			continue // the thread exited, or no schedstat (checked below)
 		}
-		f := strings.Fields(string(b))
-		if len(f) < 3 {
-			return Threads{}, fmt.Errorf("schedstat: %s/%s/schedstat: %q: want 3 fields", dir, e.Name(), b)
+		tt, err := parseSchedstat(b)
+		if err != nil {
+			return Threads{}, fmt.Errorf("schedstat: %s/%s/schedstat: %w", dir, e.Name(), err)
 		}
-		var v [3]uint64
-		for i := range v {
-			if v[i], err = strconv.ParseUint(f[i], 10, 64); err != nil {
-				return Threads{}, fmt.Errorf("schedstat: %s/%s/schedstat: %w", dir, e.Name(), err)
-			}
-		}
-		tt := ThreadTimes{OnCPU: sat(v[0]), RunDelay: sat(v[1]), Timeslices: v[2]}
 		t.PerThread[tid] = tt
 		t.OnCPU += tt.OnCPU
 		t.RunDelay += tt.RunDelay
 		t.Timeslices += tt.Timeslices
 		t.Count++
-		if st, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat")); err == nil {
-			if i := strings.LastIndexByte(string(st), ')'); i >= 0 && i+2 < len(st) && st[i+2] == 'R' {
-				t.Runnable++
-			}
+		if st, err := os.ReadFile(filepath.Join(dir, e.Name(), "stat")); err == nil && statState(st) == 'R' {
+			t.Runnable++
 		}
 	}
 	if t.Count == 0 && missing != nil {
@@ -100,6 +91,33 @@ func ReadThreads(pid int) (Threads, error) {
 		return Threads{}, fmt.Errorf("schedstat: %w", missing)
 	}
 	return t, nil
+}
+
+// parseSchedstat reads a /proc/PID/task/TID/schedstat line: on-CPU ns,
+// run delay ns, timeslices (Documentation/scheduler/sched-stats.rst).
+func parseSchedstat(b []byte) (ThreadTimes, error) {
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return ThreadTimes{}, fmt.Errorf("%q: want 3 fields", b)
+	}
+	var v [3]uint64
+	for i := range v {
+		var err error
+		if v[i], err = strconv.ParseUint(f[i], 10, 64); err != nil {
+			return ThreadTimes{}, err
+		}
+	}
+	return ThreadTimes{OnCPU: sat(v[0]), RunDelay: sat(v[1]), Timeslices: v[2]}, nil
+}
+
+// statState returns the state letter of a /proc/PID/stat line (the field
+// after the command name, which may contain ')'), or 0 if malformed.
+func statState(st []byte) byte {
+	i := strings.LastIndexByte(string(st), ')')
+	if i < 0 || i+2 >= len(st) || st[i+1] != ' ' {
+		return 0
+	}
+	return st[i+2]
 }
 
 // Sub returns the counters accumulated between prev and t by the threads
@@ -140,12 +158,16 @@ type Pressure struct {
 
 // ReadPressure reads file (a cgroup's cpu.pressure or /proc/pressure/cpu).
 func ReadPressure(file string) Pressure {
-	p := Pressure{File: file}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		p.Unreadable = err.Error()
-		return p
+		return Pressure{File: file, Unreadable: err.Error()}
 	}
+	return parsePressure(file, b)
+}
+
+// parsePressure reads a PSI file's "some" line (avg10, avg60, total).
+func parsePressure(file string, b []byte) Pressure {
+	p := Pressure{File: file}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Fields(line)
 		if len(f) == 0 || f[0] != "some" {

@@ -39,12 +39,22 @@ type runReport struct {
 	Removed          bool    `json:"cgroup_removed"`
 }
 
+// runFlags are run's flags as parsed.
+type runFlags struct {
+	cfg       cgroup.Config
+	asJSON    bool
+	forceCPUs bool
+}
+
 func runCmd() *cobra.Command {
-	var (
-		cfg       cgroup.Config
-		asJSON    bool
-		forceCPUs bool
-	)
+	cmd, _ := runCommand()
+	return cmd
+}
+
+// runCommand returns the run command and the flags it parses into.
+func runCommand() (*cobra.Command, *runFlags) {
+	fl := &runFlags{}
+	cfg, asJSON, forceCPUs := &fl.cfg, &fl.asJSON, &fl.forceCPUs
 	cmd := &cobra.Command{
 		Use:   "run [flags] -- CMD [ARGS...]",
 		Short: "Run a command in a new CPU cgroup (quota, weight, cpuset, idle) and report throttling",
@@ -79,10 +89,10 @@ cores (1.5 = 1500m).`,
   cpuwork run --idle --name batch -- ./reindex`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if n := runtime.NumCPU(); cfg.CPUs > float64(n) && !forceCPUs {
-				return fmt.Errorf("run: --cpus %g is more than the %d CPUs this host has: it limits nothing (pass --force-cpus to set it anyway, e.g. for a host that will grow)", cfg.CPUs, n)
+			if err := checkRunConfig(*cfg, *forceCPUs, runtime.NumCPU()); err != nil {
+				return err
 			}
-			return runIn(cfg, args, asJSON, cmd.ErrOrStderr())
+			return runIn(*cfg, args, *asJSON, cmd.ErrOrStderr())
 		},
 	}
 	f := cmd.Flags()
@@ -95,9 +105,25 @@ cores (1.5 = 1500m).`,
 	f.BoolVar(&cfg.Idle, "idle", false, "set cpu.idle: the group runs only when other groups leave CPU idle (Linux >= 5.15)")
 	f.StringVar(&cfg.Name, "name", "", "group name (default run-PID-START); refused if it exists; no '/' or '..'")
 	f.StringVar(&cfg.Parent, "parent", "", "parent of the group: relative to cpuwork's own cgroup (default cpuwork), or from the hierarchy root when it starts with '/'")
-	f.BoolVar(&asJSON, "json", false, "print the exit report as JSON on stderr")
-	f.BoolVar(&forceCPUs, "force-cpus", false, "accept a --cpus above the host's CPU count (otherwise refused: such a quota limits nothing)")
-	return cmd
+	f.BoolVar(asJSON, "json", false, "print the exit report as JSON on stderr")
+	f.BoolVar(forceCPUs, "force-cpus", false, "accept a --cpus above the host's CPU count (otherwise refused: such a quota limits nothing)")
+	return cmd, fl
+}
+
+// checkRunConfig validates run's flags before anything is created: the
+// cgroup Config (cgroup.Config.Validate) and a --cpus above the host's
+// hostCPUs, which limits nothing and is refused unless forced.
+func checkRunConfig(cfg cgroup.Config, force bool, hostCPUs int) error {
+	if cfg.Name == "" {
+		cfg.Name = runPrefix + "-0-0" // the default name is made later; its form is valid
+	}
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("run: %w", err)
+	}
+	if cfg.CPUs > float64(hostCPUs) && !force {
+		return fmt.Errorf("run: --cpus %g is more than the %d CPUs this host has: it limits nothing (pass --force-cpus to set it anyway, e.g. for a host that will grow)", cfg.CPUs, hostCPUs)
+	}
+	return nil
 }
 
 // runPrefix names the groups `cpuwork run` creates by default (with the
