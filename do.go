@@ -139,12 +139,15 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 	if err := e.checkArgs(ctx, c, fn); err != nil {
 		return err
 	}
+	// A nested call (ctx holds a slot of e) runs on that slot: counted
+	// in Nested only, whether it runs or its ctx has ended, never as a
+	// submission (ClassStats.Nested).
+	if tc := taskOf(ctx); tc != nil && tc.e == e && tc.noSlot == holdsSlot {
+		return e.inline(ctx, tc, fn)
+	}
 	if err := ctx.Err(); err != nil { // one rule for every class: a done ctx never runs fn
 		e.stats[c].canceled.Add(1)
 		return err
-	}
-	if tc := taskOf(ctx); tc != nil && tc.e == e && tc.noSlot == holdsSlot {
-		return e.inline(ctx, tc, fn)
 	}
 	if c.runsOnWorker() {
 		t, err := e.submit(ctx, c, fn)
@@ -345,9 +348,14 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 	}
 }
 
-// inline runs a nested task on the slot its caller already holds.
+// inline runs a nested task on the slot its caller already holds; a done
+// ctx returns its error without running fn. Either way the call counts in
+// Nested of the slot's class, and nowhere else.
 func (e *Executor) inline(ctx context.Context, tc *taskCtx, fn func(context.Context) error) (err error) {
-	defer recoverTask(tc.class, &err, &e.stats[tc.class].panicked)
 	e.stats[tc.class].nested.Add(1)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	defer recoverTask(tc.class, &err, &e.stats[tc.class].panicked)
 	return fn(ctx)
 }

@@ -493,7 +493,7 @@ func TestNestedDoAndForRunOnTheHeldSlot(t *testing.T) {
 	if sum.Load() != 999*1000/2 {
 		t.Errorf("sum %d", sum.Load())
 	}
-	if n := e.Stats().Classes[Interactive].Nested; n != 1 {
+	if n := e.Stats().Classes[Interactive].Nested; n != 2 { // the Do and the For, on the Interactive slot
 		t.Errorf("nested %d", n)
 	}
 }
@@ -769,4 +769,40 @@ func goroutineID() string {
 	b = b[:runtime.Stack(b, false)]
 	f := strings.Fields(string(b))
 	return f[1]
+}
+
+// Issue 21: a nested Do or For (on the slot of an enclosing task) counts
+// in Nested only, whether its ctx has ended or not; before, a nested Do
+// with a done ctx counted as Canceled (a submission that never existed)
+// and one with a live ctx did not.
+func TestNestedCallsCountInNestedOnly(t *testing.T) {
+	e, err := New(Options{Slots: 1, WatchInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	live, stop := context.WithCancel(context.Background())
+	err = e.Do(live, Interactive, func(ctx context.Context) error {
+		if err := e.Do(ctx, Interactive, func(context.Context) error { return nil }); err != nil {
+			return err
+		}
+		if err := e.For(ctx, Interactive, 3, func(int, int) error { return nil }); err != nil {
+			return err
+		}
+		stop()
+		if err := e.Do(ctx, Interactive, func(context.Context) error { t.Error("ran with a done ctx"); return nil }); !errors.Is(err, context.Canceled) {
+			t.Errorf("nested Do with a done ctx = %v", err)
+		}
+		if err := e.For(ctx, Interactive, 3, func(int, int) error { t.Error("ran with a done ctx"); return nil }); !errors.Is(err, context.Canceled) {
+			t.Errorf("nested For with a done ctx = %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := e.Stats().Classes[Interactive]
+	if cs.Nested != 4 || cs.Canceled != 0 || cs.Submitted != 1 || cs.Admitted != 1 {
+		t.Errorf("nested %d, canceled %d, submitted %d, admitted %d; want 4, 0, 1, 1", cs.Nested, cs.Canceled, cs.Submitted, cs.Admitted)
+	}
 }

@@ -62,6 +62,7 @@ func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) 
 		return invalidClass(c)
 	}
 	if tc := taskOf(ctx); tc != nil && tc.e == e && tc.noSlot == holdsSlot {
+		e.stats[tc.class].nested.Add(1) // as a nested Do: in Nested only
 		if err := ctx.Err(); err != nil {
 			return err
 		}

@@ -40,10 +40,14 @@ type ClassStats struct {
 	Shed      uint64 // of Rejected: refused because the ctx deadline could not be met or the class's queue stood above Options.MaxQueueWait
 	Canceled  uint64 // tasks whose context ended while queued
 	Panicked  uint64 // tasks whose fn panicked (also counted in Completed)
-	Nested    uint64 // Do calls run inline on an enclosing task's slot
-	Yields    uint64 // slots handed to a higher class at a Checkpoint
-	Queued    int    // waiting for a slot now
-	Running   int    // holding a slot now (Admitted - Completed)
+	// Nested counts Do and For calls made with the context of a task of
+	// this executor (they run on the slot that task holds), whether they
+	// ran or their ctx had ended; they are never counted in Submitted,
+	// Admitted, Canceled or Completed.
+	Nested  uint64
+	Yields  uint64 // slots handed to a higher class at a Checkpoint
+	Queued  int    // waiting for a slot now
+	Running int    // holding a slot now (Admitted - Completed)
 	// QueueWait is the time from submission to getting a slot; SlotTime
 	// the time a task held its slot (its service time, which includes any
 	// time the OS or the Go scheduler did not run it).
