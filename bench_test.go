@@ -2,7 +2,9 @@ package cpuwork
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 var emptyTask = func(context.Context) error { return nil }
@@ -71,3 +73,41 @@ func BenchmarkGoWait(b *testing.B) { benchGoWait(b, Options{Slots: 2}) }
 func BenchmarkGoWaitDemoted(b *testing.B) {
 	benchGoWait(b, Options{Slots: 2, Demotion: DemoteAlways})
 }
+
+// BenchmarkCheckpointYield: the throughput cost of Options.CheckpointYield.
+// One op is a ~1 µs unit of CPU work followed by a Checkpoint, in a task
+// that holds its slot with nothing else runnable; "none" is the unit
+// without Checkpoint. The ratio to "none" is what the yields cost a batch
+// task (docs/performance.md).
+func BenchmarkCheckpointYield(b *testing.B) {
+	unit := func() {
+		x := uint64(1)
+		for range 600 {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+		benchSink.Add(x & 1)
+	}
+	b.Run("none", func(b *testing.B) {
+		for b.Loop() {
+			unit()
+		}
+	})
+	for _, d := range []time.Duration{-1, 200 * time.Microsecond, 100 * time.Microsecond, 50 * time.Microsecond, 25 * time.Microsecond} {
+		name := "yield=" + d.String()
+		if d < 0 {
+			name = "yield=off"
+		}
+		b.Run(name, func(b *testing.B) {
+			e := newExec(b, Options{Slots: 1, CheckpointYield: d})
+			e.Do(context.Background(), Batch, func(ctx context.Context) error {
+				for b.Loop() {
+					unit()
+					Checkpoint(ctx)
+				}
+				return nil
+			})
+		})
+	}
+}
+
+var benchSink atomic.Uint64

@@ -34,16 +34,17 @@ import (
 //     ~100 µs instead of waiting for async preemption (10 ms,
 //     forcePreemptNS in runtime/proc.go). Where the metric does not exist
 //     it yields every 100 µs instead.
-//  3. At least every 200 µs it calls runtime.Gosched so the P runs its
-//     due timers: timers are only run when a P enters the scheduler, so
-//     busy workers delay every timer on their Ps (Go issue 38860). A due
-//     timer does not count as a runnable goroutine until a P runs it, so
-//     step 2 cannot see it. (~140 ns per Gosched: 0.07 % of the task's
-//     time.)
+//  3. At least every Options.CheckpointYield (50 µs by default) it calls
+//     runtime.Gosched so the P runs its due timers: timers are only run
+//     when a P enters the scheduler, so busy workers delay every timer on
+//     their Ps (Go issue 38860). A due timer does not count as a runnable
+//     goroutine until a P runs it, so step 2 cannot see it. (~140 ns per
+//     Gosched: 0.3 % of the task's time at 50 µs.)
 //
 // Cost: a few nanoseconds when nobody waits (docs/performance.md): a type
 // assertion, one atomic load and a counter; the clock is read only every
-// so many calls, a stride adapted to keep clock reads ~25-100 µs apart.
+// so many calls, a stride adapted to keep clock reads a quarter to half of
+// CheckpointYield apart (at most 100 µs).
 //
 // Checkpoint belongs to the goroutine that runs the task: while [Executor.For]
 // runs chunks of the task on helpers, a Checkpoint with the task's ctx only
@@ -110,34 +111,49 @@ var moreUrgent = [NumClasses]uint32{
 }
 
 const (
-	checkMinGap   = 25 * time.Microsecond  // below this, Checkpoint reads the clock less often
-	checkMaxGap   = 100 * time.Microsecond // above this, more often
 	sampleGap     = 100 * time.Microsecond // runnable goroutines are read at most this often
-	timerGap      = 200 * time.Microsecond // Gosched at least this often for the P's timers
+	maxCheckGap   = 100 * time.Microsecond // the clock is read at least this often
 	maxStride     = 1 << 20
 	runnableName  = "/sched/goroutines/runnable:goroutines"
 	defaultStride = 1
 )
+
+// setCheckpointYield sets Checkpoint's yield interval (Options.
+// CheckpointYield: 0 means the default, negative never on a timer) and
+// the clock-read gaps that keep it: a quarter to half of it, at most
+// maxCheckGap.
+func (e *Executor) setCheckpointYield(d time.Duration) {
+	if d == 0 {
+		d = DefaultCheckpointYield
+	}
+	e.yieldGap, e.checkMax = int64(d), int64(min(d/2, maxCheckGap))
+	if d < 0 {
+		e.yieldGap, e.checkMax = 0, int64(maxCheckGap)
+	}
+	e.checkMax = max(e.checkMax, int64(time.Microsecond))
+	e.checkMin = e.checkMax / 2
+}
 
 // check is Checkpoint's periodic part: adapt the stride, then yield the P
 // if goroutines are runnable or timers may be due.
 func (tc *taskCtx) check(ctx context.Context) error {
 	tc.calls = 0
 	t := now()
-	gap := time.Duration(t - tc.lastChk)
+	gap := t - tc.lastChk
+	e := tc.e
 	switch {
 	case tc.lastChk == 0 || tc.stride == 0:
 		tc.stride = defaultStride
-	case gap < checkMinGap && tc.stride < maxStride:
+	case gap < e.checkMin && tc.stride < maxStride:
 		tc.stride *= 2
-	case gap > checkMaxGap && tc.stride > 1:
+	case gap > e.checkMax && tc.stride > 1:
 		tc.stride /= 2
 	}
 	tc.lastChk = t
 	if tc.lastGs == 0 {
 		tc.lastGs = t
 	}
-	if time.Duration(t-tc.lastGs) >= timerGap || runnableNow(t) {
+	if (e.yieldGap > 0 && t-tc.lastGs >= e.yieldGap) || runnableNow(t) {
 		runtime.Gosched()
 		tc.lastGs = now()
 	}

@@ -48,7 +48,10 @@ type Executor struct {
 	lowCap     atomic.Int64
 	lowRunning atomic.Int64
 	spareP     bool
-	warned     sync.Once
+	// Checkpoint's clock: yield the P at least every yieldGap ns (0:
+	// never on a timer); read the clock every checkMin..checkMax ns.
+	yieldGap, checkMin, checkMax int64
+	warned                       sync.Once
 	demotion   Demotion
 	guard      *guard // nil when Batch and Background are not demoted
 	critLane   *osthread.Lane
@@ -91,6 +94,7 @@ func New(o Options) (*Executor, error) {
 		noLabels: o.DisableProfileLabels,
 		log:      o.Logger,
 	}
+	e.setCheckpointYield(o.CheckpointYield)
 	for c := range Class(NumClasses) {
 		switch l := o.QueueLimit[c]; {
 		case l < 0:

@@ -806,3 +806,22 @@ func TestNestedCallsCountInNestedOnly(t *testing.T) {
 		t.Errorf("nested %d, canceled %d, submitted %d, admitted %d; want 4, 0, 1, 1", cs.Nested, cs.Canceled, cs.Submitted, cs.Admitted)
 	}
 }
+
+func TestCheckpointYieldSetsTheClockGaps(t *testing.T) {
+	for _, c := range []struct {
+		in                    time.Duration
+		yield, minGap, maxGap time.Duration
+	}{
+		{0, DefaultCheckpointYield, 12500 * time.Nanosecond, 25 * time.Microsecond},
+		{200 * time.Microsecond, 200 * time.Microsecond, 50 * time.Microsecond, 100 * time.Microsecond},
+		{-1, 0, 50 * time.Microsecond, 100 * time.Microsecond},
+		{time.Nanosecond, time.Nanosecond, 500 * time.Nanosecond, time.Microsecond},
+	} {
+		var e Executor
+		e.setCheckpointYield(c.in)
+		if time.Duration(e.yieldGap) != c.yield || time.Duration(e.checkMin) != c.minGap || time.Duration(e.checkMax) != c.maxGap {
+			t.Errorf("CheckpointYield %v: yield %v, clock read every %v..%v; want %v, %v..%v", c.in,
+				time.Duration(e.yieldGap), time.Duration(e.checkMin), time.Duration(e.checkMax), c.yield, c.minGap, c.maxGap)
+		}
+	}
+}

@@ -15,6 +15,10 @@ const DefaultQueueLimit = 1024
 // MaxSlots is the largest slot count an executor accepts.
 const MaxSlots = 4096
 
+// DefaultCheckpointYield is Options.CheckpointYield's default: at most
+// this long between the P yields of a task that calls Checkpoint.
+const DefaultCheckpointYield = 50 * time.Microsecond
+
 // Default weights of the classes that share slots by weight.
 const (
 	DefaultInteractiveWeight = 4
@@ -57,6 +61,19 @@ type Options struct {
 	// weight.
 	InteractiveWeight int
 	BatchWeight       int
+
+	// CheckpointYield is the longest a task that calls Checkpoint runs
+	// without yielding its P (runtime.Gosched), so that the P runs its due
+	// timers and the goroutines queued behind it: timers run only when a P
+	// enters the scheduler (Go issue 38860), and a due timer is not a
+	// runnable goroutine until then. 0 means DefaultCheckpointYield
+	// (50 µs); a negative value yields only when goroutines are runnable
+	// (sampled every 100 µs). The cost is one Gosched (~140 ns) per
+	// interval with nothing else to run: 0.3 % of a task at 50 µs. Check-
+	// point reads the clock often enough to keep the interval (every
+	// quarter to half of it, at most every 100 µs). Measurements:
+	// docs/performance.md.
+	CheckpointYield time.Duration
 
 	// WatchInterval is how often the budget is re-read when Slots is 0.
 	// 0 means budget.DefaultWatchInterval (1s); negative means never: the
