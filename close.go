@@ -25,6 +25,10 @@ func (e *Executor) Close(ctx context.Context) error {
 			e.pacerStop() // resumes admission so queued batch work can drain
 			<-e.pacerDone
 		}
+		if e.fracStop != nil {
+			close(e.fracStop) // opens the extra slot so queued work can drain
+			<-e.fracDone
+		}
 		go func() { // lives until the last task ends
 			<-e.drained
 			e.shutdown()

@@ -273,6 +273,9 @@ func (e *Executor) releaseSlot(c Class, est *int64) {
 	if e.closed.Load() {
 		e.checkDrained()
 	}
+	if p := e.frac; p != nil {
+		p.maybeStep()
+	}
 }
 
 // runOnLane runs an admitted Critical task on the critical lane. If the

@@ -52,15 +52,21 @@ type Executor struct {
 	// never on a timer); read the clock every checkMin..checkMax ns.
 	yieldGap, checkMin, checkMax int64
 	warned                       sync.Once
-	demotion   Demotion
-	guard      *guard // nil when Batch and Background are not demoted
-	critLane   *osthread.Lane
+	demotion                     Demotion
+	guard                        *guard // nil when Batch and Background are not demoted
+	critLane                     *osthread.Lane
 	// paced is set by the pacer while Batch and Background must wait for
 	// the quota's next window.
 	paced     atomic.Bool
 	pacer     *pacer
 	pacerStop context.CancelFunc
 	pacerDone chan struct{}
+	// frac opens and closes the extra slot of a fractional quota
+	// (fraction.go); extraClosed (guarded by mu) says it is closed now.
+	frac        *fracPacer
+	extraClosed bool
+	fracStop    chan struct{}
+	fracDone    chan struct{}
 
 	// pending holds waiters granted under mu and not yet woken: they are
 	// signalled after mu is released (unlockAndWake), which keeps channel
@@ -162,6 +168,11 @@ func New(o Options) (*Executor, error) {
 		if _, _, ok := quotaOf(b); ok && o.PaceQuota {
 			e.pacer = newPacer(b, e.setPaced)
 			slots = pacedSlots(b)
+		} else if ok && o.Quota == QuotaFraction {
+			if p := newFracPacer(b, e.setExtraOpen); p != nil {
+				e.frac = p
+				slots = p.slots()
+			}
 		}
 	}
 	// Nothing has started yet: an error above leaves nothing behind. The
@@ -184,6 +195,10 @@ func New(o Options) (*Executor, error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		e.pacerStop, e.pacerDone = cancel, make(chan struct{})
 		go func() { defer close(e.pacerDone); e.pacer.run(ctx) }()
+	}
+	if e.frac != nil {
+		e.fracStop, e.fracDone = make(chan struct{}), make(chan struct{})
+		go func() { defer close(e.fracDone); e.frac.run(e.fracStop) }()
 	}
 	if o.Slots == 0 && o.WatchInterval >= 0 {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -215,6 +230,12 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 			e.pacer.reconfigure(b)
 			if _, _, ok := quotaOf(b); ok {
 				n = pacedSlots(b)
+			}
+		}
+		if e.frac != nil {
+			e.frac.reconfigure(b)
+			if e.frac.frac > 0 {
+				n = e.frac.slots()
 			}
 		}
 		if n != e.Slots() {

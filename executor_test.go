@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"runtime/pprof"
 	"strings"
@@ -17,7 +18,13 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv("CPUWORK_FRACTION_CHILD") != "" {
+		fractionChild()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
 
 func newExec(t testing.TB, o Options) *Executor {
 	t.Helper()

@@ -102,7 +102,7 @@ func forSequential(ctx context.Context, c Class, n int, fn func(lo, hi int) erro
 type forState struct {
 	fn    func(lo, hi int) error
 	n     int64
-	chunk int64
+	chunk atomic.Int64 // indexes per claim: 1 while the caller probes
 	next  atomic.Int64
 	class Class
 	stop  atomic.Bool
@@ -135,11 +135,16 @@ func (st *forState) claim() (lo, hi int64, ok bool) {
 		return 0, 0, false
 	default:
 	}
-	lo = st.next.Add(st.chunk) - st.chunk
+	return st.claimN(st.chunk.Load())
+}
+
+// claimN claims the next size indexes.
+func (st *forState) claimN(size int64) (lo, hi int64, ok bool) {
+	lo = st.next.Add(size) - size
 	if lo >= st.n {
 		return 0, 0, false
 	}
-	return lo, min(lo+st.chunk, st.n), true
+	return lo, min(lo+size, st.n), true
 }
 
 func (st *forState) run(lo, hi int64) bool {
@@ -152,59 +157,40 @@ func (st *forState) run(lo, hi int64) bool {
 
 func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, hi int) error) error {
 	st := &forState{fn: fn, n: int64(n), class: tc.class, done: ctx.Done(), ctx: ctx}
-	// Probe on the caller with doubling chunks.
-	var lo, size int64 = 0, 1
-	var perIndex int64
-	for lo < st.n {
-		hi := min(lo+size, st.n)
-		t0 := now()
-		if err := st.call(lo, hi); err != nil {
-			return err
-		}
-		d := now() - t0
-		if d >= int64(forProbe) {
-			perIndex = max(d/(hi-lo), 1)
-			lo = hi
-			break
-		}
-		lo = hi
-		size *= 2
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-	}
-	if lo >= st.n {
-		return nil
-	}
-	slots := int64(e.Slots())
-	remaining := st.n - lo
-	chunk := max(int64(forTarget)/perIndex, 1)
-	if remaining/chunk < 4*slots {
-		chunk = max(remaining/(4*slots), int64(forMinChunk)/perIndex, 1)
-	}
-	st.chunk = chunk
-	st.next.Store(lo)
+	st.chunk.Store(1)
 
 	// From here on, fn may run on helpers while the caller's task context
 	// is captured in fn: Checkpoint with that context stays on the safe
 	// path (it only yields the P) until the loop ends.
 	tc.shared.Add(1)
-	defer tc.shared.Add(-1)
 	var wg sync.WaitGroup
+	returned := false
+	defer func() {
+		// The caller's fn may end the goroutine (runtime.Goexit) while
+		// helpers run: stop them and wait before the task context is the
+		// caller's alone again (else their Checkpoints race on it).
+		if !returned {
+			st.fail(ErrGoexit)
+		}
+		wg.Wait()
+		tc.shared.Add(-1)
+	}()
 	var active atomic.Int64      // helpers running
 	capped := e.capped(tc.class) // under SpareP, batch slots are counted under the lock: the caller works alone
 	// recruit adds helpers on slots that are free now and that nobody
 	// waits for, up to one per slot and one per chunk left besides the
-	// caller's. It runs before the first chunk and again at each of the
-	// caller's chunk boundaries, so a slot freed while the loop runs is
-	// used (a batch of a few long indexes would otherwise run on the
-	// caller alone).
+	// caller's. It runs before the probe (helpers take one index at a
+	// time while the caller measures: a loop of a few long indexes would
+	// otherwise leave every other slot idle for the first one) and again
+	// at each of the caller's chunk boundaries, so a slot freed while the
+	// loop runs is used.
 	recruit := func() {
 		if capped {
 			return
 		}
 		for e.waiting.Load() == 0 {
-			left := (st.n - st.next.Load() + st.chunk - 1) / st.chunk
+			c := st.chunk.Load()
+			left := (st.n - st.next.Load() + c - 1) / c
 			n := active.Load()
 			if n >= min(left-1, int64(e.Slots())-1) || !e.tryAcquire() {
 				return
@@ -217,7 +203,38 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 			}()
 		}
 	}
-	recruit()
+	if st.n > 1 {
+		recruit()
+	}
+	// Probe on the caller with doubling claims until one takes forProbe;
+	// its time per index sizes the chunks of the rest.
+	size := int64(1)
+	for {
+		lo, hi, ok := st.claimN(size)
+		if !ok || st.stop.Load() {
+			break
+		}
+		t0 := now()
+		if !st.run(lo, hi) {
+			break
+		}
+		if d := now() - t0; d >= int64(forProbe) {
+			perIndex := max(d/(hi-lo), 1)
+			slots := int64(e.Slots())
+			remaining := st.n - st.next.Load()
+			chunk := max(int64(forTarget)/perIndex, 1)
+			if remaining > 0 && remaining/chunk < 4*slots {
+				chunk = max(remaining/(4*slots), int64(forMinChunk)/perIndex, 1)
+			}
+			st.chunk.Store(chunk)
+			break
+		}
+		size *= 2
+		if err := ctx.Err(); err != nil {
+			st.fail(err)
+			break
+		}
+	}
 	for {
 		lo, hi, ok := st.claim()
 		if !ok || !st.run(lo, hi) {
@@ -230,6 +247,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 		recruit()
 	}
 	wg.Wait()
+	returned = true
 	return st.err
 }
 

@@ -15,6 +15,18 @@ const DefaultQueueLimit = 1024
 // MaxSlots is the largest slot count an executor accepts.
 const MaxSlots = 4096
 
+// QuotaPolicy is how an executor uses a fractional CPU quota
+// (Options.Quota).
+type QuotaPolicy uint8
+
+const (
+	// QuotaFraction runs ceil(quota) slots, the last one open only while
+	// the cgroup stays under its quota.
+	QuotaFraction QuotaPolicy = iota
+	// QuotaFloor runs floor(quota) slots.
+	QuotaFloor
+)
+
 // DefaultCheckpointYield is Options.CheckpointYield's default: at most
 // this long between the P yields of a task that calls Checkpoint.
 const DefaultCheckpointYield = 50 * time.Microsecond
@@ -121,6 +133,16 @@ type Options struct {
 	// avoided throttling but gave a worse round p99 than the floor policy
 	// and used less of the quota (docs/architecture.md).
 	PaceQuota bool
+
+	// Quota chooses how Slots 0 uses a CFS quota that is not a whole number
+	// of cores (1.25, 1.5, 2.5). The zero value, QuotaFraction, runs
+	// ceil(quota) slots and opens the last one only while the cgroup's
+	// CPU usage stays under the quota (fraction.go): the process uses
+	// the fractional core without being throttled. QuotaFloor runs
+	// floor(quota) slots (at least 1), as budget.Budget.Slots says; the
+	// fraction stays unused. Ignored with PaceQuota, with Slots set, and
+	// for whole quotas.
+	Quota QuotaPolicy
 
 	// CriticalLane, when set, runs Critical tasks admitted by Do on a
 	// dedicated lane of locked OS threads with these options (for cgo

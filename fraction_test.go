@@ -1,0 +1,202 @@
+package cpuwork
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+)
+
+// sim drives a fracPacer on a fake clock against a saturated cgroup: n+1
+// tasks always want to run; while the extra slot is open the cgroup uses
+// n+1 cores, while closed n, except that a close takes effect only after
+// lag (the task on the extra slot runs to its next Checkpoint or end).
+type sim struct {
+	p        *fracPacer
+	t, u     int64 // fake now() and cumulative usage, ns
+	open     bool
+	closeAt  int64 // when a pending close takes effect (0: none)
+	lag      int64
+	throttle uint64
+	usageAt  []int64 // cumulative usage at each ms
+}
+
+func newSim(q float64, period time.Duration, lag time.Duration) *sim {
+	s := &sim{open: true, lag: int64(lag)}
+	s.p = &fracPacer{target: fracTargetMax, open: true}
+	s.p.setOpen = func(open bool) {
+		if open {
+			s.open, s.closeAt = true, 0
+		} else {
+			s.closeAt = s.t + s.lag
+		}
+	}
+	s.p.usage = func() (time.Duration, error) { return time.Duration(s.u), nil }
+	s.p.throttled = func() (uint64, bool) { return s.throttle, true }
+	s.setQuota(q, period)
+	return s
+}
+
+func (s *sim) setQuota(q float64, period time.Duration) {
+	n := int(q)
+	s.p.mu.Lock()
+	s.p.n, s.p.frac, s.p.period, s.p.tickNs = n, q-float64(n), period, int64(period/fracTicks)
+	s.p.mu.Unlock()
+}
+
+// run advances the fake clock by d in 1 µs steps, stepping the pacer every
+// tick, and records usage every ms.
+func (s *sim) run(d time.Duration) {
+	const us = int64(time.Microsecond)
+	end := s.t + int64(d)
+	for s.t < end {
+		if s.closeAt != 0 && s.t >= s.closeAt {
+			s.open, s.closeAt = false, 0
+		}
+		cores := int64(s.p.n)
+		if s.open {
+			cores++
+		}
+		s.u += cores * us
+		s.t += us
+		if s.t%s.p.tickNs == 0 {
+			s.p.step(s.t)
+		}
+		if s.t%int64(time.Millisecond) == 0 {
+			s.usageAt = append(s.usageAt, s.u)
+		}
+	}
+}
+
+// maxWindow is the largest usage of any window of one period (any phase,
+// 1 ms resolution) from ms index from on, in cores.
+func (s *sim) maxWindow(from int, period time.Duration) float64 {
+	w := int(period / time.Millisecond)
+	most := 0.0
+	for i := from; i+w < len(s.usageAt); i++ {
+		most = max(most, float64(s.usageAt[i+w]-s.usageAt[i])/float64(period))
+	}
+	return most
+}
+
+// avg is the mean usage in cores from ms index from to the end.
+func (s *sim) avg(from int) float64 {
+	last := len(s.usageAt) - 1
+	return float64(s.usageAt[last]-s.usageAt[from]) / float64(time.Duration(last-from)*time.Millisecond)
+}
+
+func TestFractionalSlotUsesTheQuotaWithoutExceedingItInAnyPeriodPhase(t *testing.T) {
+	for _, c := range []struct {
+		q      float64
+		period time.Duration
+		lag    time.Duration
+	}{
+		{1.25, 100 * time.Millisecond, 0},
+		{1.25, 100 * time.Millisecond, 2 * time.Millisecond}, // tasks of 2 ms without Checkpoint
+		{1.5, 100 * time.Millisecond, time.Millisecond},
+		{2.5, 100 * time.Millisecond, time.Millisecond},
+		{1.25, 20 * time.Millisecond, 250 * time.Microsecond}, // a short period needs tasks that Checkpoint often
+	} {
+		s := newSim(c.q, c.period, c.lag)
+		s.run(3 * time.Second)
+		skip := int(c.period/time.Millisecond) * 2
+		avg, worst := s.avg(skip), s.maxWindow(skip, c.period)
+		if avg < 0.93*c.q || worst > c.q {
+			t.Errorf("quota %v period %v close lag %v: used %.3f cores on average (want >= 0.93 x quota), %.3f in the worst window of one period (want <= quota)",
+				c.q, c.period, c.lag, avg, worst)
+		}
+	}
+}
+
+func TestFractionalSlotFollowsQuotaAndPeriodChanges(t *testing.T) {
+	s := newSim(1.25, 100*time.Millisecond, time.Millisecond)
+	s.run(time.Second)
+	s.setQuota(1.5, 100*time.Millisecond)
+	from := len(s.usageAt) + 200
+	s.run(2 * time.Second)
+	if avg, worst := s.avg(from), s.maxWindow(from, 100*time.Millisecond); avg < 0.93*1.5 || worst > 1.5 {
+		t.Errorf("after 1.25 -> 1.5: %.3f cores on average, %.3f worst window", avg, worst)
+	}
+	s.setQuota(1.25, 50*time.Millisecond)
+	from = len(s.usageAt) + 200
+	s.run(2 * time.Second)
+	if avg, worst := s.avg(from), s.maxWindow(from, 50*time.Millisecond); avg < 0.93*1.25 || worst > 1.25 {
+		t.Errorf("after 1.5 -> 1.25 with a 50 ms period: %.3f cores on average, %.3f worst window", avg, worst)
+	}
+}
+
+func TestFractionalSlotBacksOffWhenThrottled(t *testing.T) {
+	s := newSim(1.25, 100*time.Millisecond, 0)
+	s.p.target = 0.9
+	s.run(500 * time.Millisecond)
+	before := s.p.target
+	for range 5 { // five periods each counting a new throttled period
+		s.throttle++
+		s.run(100 * time.Millisecond)
+	}
+	if s.p.target >= before*0.9 {
+		t.Errorf("target %.3f after 5 throttled periods, was %.3f", s.p.target, before)
+	}
+	low := s.p.target
+	s.run(2 * time.Second) // clean periods
+	if s.p.target <= low || s.p.target > fracTargetMax {
+		t.Errorf("target %.3f after clean periods, was %.3f (max %v)", s.p.target, low, fracTargetMax)
+	}
+}
+
+func TestFractionalSlotUnreadableUsageKeepsTheState(t *testing.T) {
+	s := newSim(1.25, 100*time.Millisecond, 0)
+	s.run(200 * time.Millisecond)
+	open := s.p.open
+	s.p.usage = func() (time.Duration, error) { return 0, os.ErrNotExist }
+	s.p.step(s.t + int64(time.Millisecond))
+	if s.p.open != open {
+		t.Error("an unreadable counter changed the slot's state")
+	}
+}
+
+func TestUsageReaderReadsV1AndV2Counters(t *testing.T) {
+	d := t.TempDir()
+	os.WriteFile(filepath.Join(d, "cpuacct.usage"), []byte("1234567890\n"), 0o644)
+	read, closeFn := usageReader(d, 1)
+	if u, err := read(); err != nil || u != 1234567890 {
+		t.Errorf("v1: %v %v", u, err)
+	}
+	closeFn()
+	os.WriteFile(filepath.Join(d, "cpu.stat"), []byte("usage_usec 2500\nuser_usec 2000\nnr_periods 3\n"), 0o644)
+	read, closeFn = usageReader(d, 2)
+	if u, err := read(); err != nil || u != 2500*time.Microsecond {
+		t.Errorf("v2: %v %v", u, err)
+	}
+	closeFn()
+	// No counter file: the process's own CPU time.
+	read, closeFn = usageReader(filepath.Join(d, "missing"), 1)
+	if u, err := read(); err != nil || u <= 0 {
+		t.Errorf("fallback: %v %v", u, err)
+	}
+	closeFn()
+}
+
+func TestFractionalPacerOnlyForFractionalQuotas(t *testing.T) {
+	mk := func(q float64, gomaxprocs int) budget.Budget {
+		return budget.Budget{Cores: q, GOMAXPROCS: gomaxprocs, Affinity: 4, Source: budget.SourceCgroupV1,
+			Limits: []budget.Limit{{Dir: t.TempDir(), Period: 100 * time.Millisecond, Cores: q}}}
+	}
+	if p := newFracPacer(mk(2, 2), func(bool) {}); p != nil {
+		t.Error("a whole quota got a fractional pacer")
+	}
+	if p := newFracPacer(mk(0.5, 2), func(bool) {}); p != nil {
+		t.Error("below one core the one slot got a pacer")
+	}
+	if p := newFracPacer(mk(1.25, 1), func(bool) {}); p != nil {
+		t.Error("GOMAXPROCS 1 leaves no P for the extra slot, yet a pacer was made")
+	}
+	if p := newFracPacer(mk(1.25, 2), func(bool) {}); p == nil || p.slots() != 2 {
+		t.Errorf("1.25 cores: %+v", p)
+	}
+	if p := newFracPacer(budget.Budget{Cores: 1.5, Affinity: 2, Source: budget.SourceAffinity}, func(bool) {}); p != nil {
+		t.Error("a budget without a quota got a pacer")
+	}
+}
