@@ -214,6 +214,7 @@ func loadgenCmd() *cobra.Command {
 	var target, smallBody, largeBody string
 	var rate float64
 	var workers int
+	var onlySmall bool
 	var duration time.Duration
 	cmd := &cobra.Command{
 		Use:    "loadgen",
@@ -235,13 +236,14 @@ func loadgenCmd() *cobra.Command {
 				}
 				bodies[i] = b
 			}
-			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1], workers)
+			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1], workers, onlySmall)
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "", "base URL on loopback, e.g. http://127.0.0.1:8080")
 	cmd.Flags().StringVar(&smallBody, "small-body", "", "file whose bytes every small request POSTs (default: GET)")
 	cmd.Flags().StringVar(&largeBody, "large-body", "", "file whose bytes every large request POSTs (default: GET)")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "requests per second (constant pacer); 0 with --workers: closed loop")
+	cmd.Flags().BoolVar(&onlySmall, "only-small", false, "send every request to /small (default: 9 small to 1 large)")
 	cmd.Flags().IntVar(&workers, "workers", 0, "closed loop: this many clients, each sending its next request when the last is answered (needs --rate 0)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "attack duration")
 	return cmd
@@ -311,5 +313,41 @@ func hogCmd() *cobra.Command {
 	}
 	cmd.Flags().IntVar(&threads, "threads", 2, "spinning threads")
 	cmd.Flags().DurationVar(&duration, "duration", time.Second, "how long to spin")
+	return cmd
+}
+
+// quotaTimelineCmd is the hidden command that draws docs/quota-timeline.png:
+// the quota scenario's rounds under a quota with floor, ceil and the
+// fractional slot, quota used and throttled periods over time.
+func quotaTimelineCmd() *cobra.Command {
+	var out, log string
+	var quota float64
+	var duration time.Duration
+	cmd := &cobra.Command{
+		Use:    "quota-timeline",
+		Short:  "plot quota used and throttling over time for floor, ceil and the fractional slot (needs root)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			exe, err := os.Executable()
+			if err != nil {
+				return err
+			}
+			w := cmd.OutOrStdout()
+			if log != "" {
+				f, err := os.Create(log)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				w = f
+			}
+			return bench.QuotaTimeline(exe, out, w, quota, duration)
+		},
+	}
+	cmd.Flags().StringVar(&out, "out", "quota-timeline.png", "PNG to write")
+	cmd.Flags().StringVar(&log, "log", "", "file for the raw samples (policy, seconds, quota used, throttled, periods); default stdout")
+	cmd.Flags().Float64Var(&quota, "cpus", 1.25, "quota in cores")
+	cmd.Flags().DurationVar(&duration, "duration", 3*time.Second, "time per policy")
 	return cmd
 }

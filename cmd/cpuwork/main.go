@@ -40,6 +40,6 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), doctorCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd(), inferenceServerCmd())
+	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), doctorCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd(), inferenceServerCmd(), quotaTimelineCmd())
 	return root
 }

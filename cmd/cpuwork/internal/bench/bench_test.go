@@ -136,7 +136,7 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond, nil, []byte("large body"), 0); err != nil {
+	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond, nil, []byte("large body"), 0, false); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(&out)
@@ -161,7 +161,7 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	if codes[503] != kinds["large"] || codes[200] != kinds["small"] {
 		t.Errorf("codes %v for kinds %v", codes, kinds)
 	}
-	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, 0); err == nil {
+	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, 0, false); err == nil {
 		t.Error("rate 0 accepted")
 	}
 }
@@ -179,7 +179,7 @@ func TestRaisedVariantsLeaveTheMainThreadAlone(t *testing.T) {
 	r := &Runner{duration: 30 * time.Millisecond, slots: 1, rounds: 1}
 	for range 10 {
 		for _, v := range []string{"os-thread-pool", "hybrid"} {
-			if _, err := r.priorityOnce(v, workload.NewSpin(100*time.Microsecond), workload.NewSpin(time.Millisecond), time.Millisecond); err != nil {
+			if _, err := r.priorityOnce(v, workload.NewSpin(100*time.Microsecond), workload.NewSpin(time.Millisecond), time.Millisecond, false); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -199,7 +199,7 @@ func TestRaisedVariantsLeaveTheMainThreadAlone(t *testing.T) {
 // scenarios offer whole rates.
 func TestLoadGenRefusesAFractionalRate(t *testing.T) {
 	var out bytes.Buffer
-	if err := LoadGen(&out, "http://127.0.0.1:1", 65.8, time.Millisecond, nil, nil, 0); err == nil {
+	if err := LoadGen(&out, "http://127.0.0.1:1", 65.8, time.Millisecond, nil, nil, 0, false); err == nil {
 		t.Error("a rate of 65.8/s was accepted; the pacer would send 65/s")
 	}
 	if got := wholeRate(65.8); got != 65 {
@@ -229,7 +229,7 @@ func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 0, 300*time.Millisecond, nil, nil, 3); err != nil {
+	if err := LoadGen(&out, srv.URL, 0, 300*time.Millisecond, nil, nil, 3, false); err != nil {
 		t.Fatal(err)
 	}
 	n := strings.Count(out.String(), "\n")
@@ -238,7 +238,7 @@ func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
 	if peak.Load() > 3 || n < 60 {
 		t.Errorf("peak %d in flight, %d requests; want <= 3 in flight and about 180 requests", peak.Load(), n)
 	}
-	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, -1); err == nil {
+	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, -1, false); err == nil {
 		t.Error("negative workers accepted")
 	}
 }

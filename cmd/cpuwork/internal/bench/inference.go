@@ -29,7 +29,7 @@ import (
 var inferenceVariants = []struct{ name, desc string }{
 	{"naive", "a goroutine per request; ONNX Runtime's default intra-op threads (one per core, blind to quotas); a large request runs its images one after another"},
 	{"pool", "the field report's fix: GOMAXPROCS workers, intra-op threads 1, a large request split into one task per image"},
-	{"cpuwork", "intra-op threads 1 per slot (Go and C never oversubscribe the budget): small requests Executor.Do Interactive, large ones Executor.For Batch over their images on the free slots, yielding to small ones between images; queue-wait targets shed with 503; PaceQuota under a quota"},
+	{"cpuwork", "intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size: small requests Executor.Do, large ones Executor.For over their images on the free slots; a queue-wait target (MaxQueueWait 50 ms) sheds with 503; PaceQuota under a quota"},
 }
 
 const (
@@ -263,7 +263,7 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int) (*in
 		closeFn = func() { close(jobs); wg.Wait(); sess.Close() }
 	case "cpuwork":
 		var mqw [cpuwork.NumClasses]time.Duration
-		mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 50*time.Millisecond, 200*time.Millisecond
+		mqw[cpuwork.Interactive] = 50 * time.Millisecond
 		watch := time.Duration(-1) // a fixed slot count: no budget following
 		if slots == 0 {
 			watch = 0
@@ -313,7 +313,7 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int) (*in
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/small", handler(1, cpuwork.Interactive))
-	mux.Handle("/large", handler(largeImages, cpuwork.Batch))
+	mux.Handle("/large", handler(largeImages, cpuwork.Interactive)) // a user waits for a large request too
 	return &inferenceServer{h: mux, close: closeFn}, nil
 }
 

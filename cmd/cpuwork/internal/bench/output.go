@@ -131,8 +131,9 @@ func extraColumns(scenario string) []column {
 			{"makespan_s", "makespan", ms},
 			{"makespan_over_ideal", "vs ideal", func(x float64) string { return fmt.Sprintf("%+.1f%%", (x-1)*100) }},
 		}
-	case scenario == "priority":
+	case strings.HasPrefix(scenario, "priority"):
 		return []column{
+			{"generator_lateness_p99_s", "gen. late p99", ms},
 			{"batch_cpu_per_s", "batch CPU/s", func(x float64) string { return fmt.Sprintf("%.2f", x) }},
 			{"batch_share_of_alone", "batch vs alone", pct},
 			{"gc_stop_max_s", "GC stop max", ms},

@@ -30,6 +30,8 @@ type scenarioDef struct {
 	// given the number of variants.
 	steps func(r *Runner, variants []string) int
 	run   func(r *Runner) (*Scenario, error)
+	// extra scenarios run only when named (--scenario), never by default.
+	extra bool
 	// minDuration is the shortest Config.Duration that measures anything
 	// (enough requests, canary marks or probes per variant); 0: any.
 	minDuration time.Duration
@@ -88,9 +90,20 @@ var scenarioTable = []scenarioDef{
 			spin := workload.NewSpin(40 * time.Millisecond)
 			return r.burst("burst-long", n, spin.D, spin), nil
 		}},
-	{name: "priority", desc: "critical requests beside batch work that saturates every P, alone and beside a competing CPU-bound process",
+	{name: "priority", desc: "critical requests over loopback HTTP from a generator process, beside batch work that saturates every P, alone and beside a competing CPU-bound process",
 		variants: priorityNames, steps: competed(true),
-		run:         func(r *Runner) (*Scenario, error) { return r.priority(200*time.Microsecond, time.Millisecond), nil },
+		run: func(r *Runner) (*Scenario, error) {
+			if len(r.cfg.LoadGen) == 0 {
+				return &Scenario{Name: "priority", Skipped: "no load generator command configured"}, nil
+			}
+			return r.priority("priority", 200*time.Microsecond, time.Millisecond, true), nil
+		},
+		minDuration: 500 * time.Millisecond}, // the generator's pacing and start-up
+	{name: "priority-inprocess", extra: true, desc: "the priority scenario with requests dispatched in process by a goroutine sleeping to each arrival (measures timer lateness under busy Ps; not in the default set)",
+		variants: priorityNames, steps: competed(true),
+		run: func(r *Runner) (*Scenario, error) {
+			return r.priority("priority-inprocess", 200*time.Microsecond, time.Millisecond, false), nil
+		},
 		minDuration: 100 * time.Millisecond}, // >= 14 requests at one per 7 ms
 	{name: "timers", desc: "timer and netpoller latency beside busy CPU workers, alone and beside a competing CPU-bound process",
 		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
@@ -193,7 +206,11 @@ func Run(cfg Config) (*Report, error) {
 	}
 	want := cfg.Scenarios
 	if len(want) == 0 {
-		want = known
+		for _, d := range scenarioTable {
+			if !d.extra {
+				want = append(want, d.name)
+			}
+		}
 	}
 	for _, w := range want {
 		if !slices.Contains(known, w) {

@@ -26,9 +26,9 @@ import (
 
 var serviceVariants = []struct{ name, desc string }{
 	{"naive", "net/http handlers run the work directly on their goroutines"},
-	{"cpuwork", "handlers call Executor.Do: Interactive for small requests, Batch for large, with queue-wait targets (MaxQueueWait: Interactive 10 ms, Batch 50 ms); a refused request answers 503"},
+	{"cpuwork", "the docs' way: handlers call Executor.Do, every user request Interactive whatever its size (a class says how much a request matters, not how big it is), FIFO, with a queue-wait target of a few mean service times (MaxQueueWait 20 ms); a refused request answers 503"},
 	{"pool-503", "what a user writes to shed: P worker goroutines fed by a channel of 64; a request that finds it full answers 503 at once"},
-	{"cpuwork-sparep", "as cpuwork with Slots = GOMAXPROCS = budget+1 and SpareP: large requests hold at most the budget's slots on SCHED_IDLE threads (DemoteWithSpareP), small ones always find a P and a slot"},
+	{"cpuwork-sparep", "handlers call Executor.Do, small requests Interactive and large ones Batch (MaxQueueWait 10 and 50 ms), with Slots = GOMAXPROCS = budget+1 and SpareP: large requests hold at most the budget's slots on SCHED_IDLE threads (DemoteWithSpareP), small ones always find a P and a slot"},
 }
 
 // Request mix of the service scenario: 90 % small, 10 % large.
@@ -53,7 +53,10 @@ type LoadResult struct {
 // is a closed loop instead: workers clients each send their next request
 // when the last one is answered (the capacity measurement: the generator's
 // cost then follows what the server serves, not an offered rate above it).
-func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte, workers int) error {
+//
+// onlySmall sends every request to /small (the priority scenario's
+// critical requests) instead of the 9:1 mix.
+func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte, workers int, onlySmall bool) error {
 	closed := rate == 0 && workers > 0
 	if (rate <= 0 && !closed) || d <= 0 || workers < 0 {
 		return fmt.Errorf("loadgen: rate %v (or 0 with workers > 0, not %d) and duration %v must be positive", rate, workers, d)
@@ -65,7 +68,7 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 	var targets []vegeta.Target
 	for i := 0; i < 10; i++ {
 		kind := "small"
-		if i == 9 {
+		if i == 9 && !onlySmall {
 			kind = "large"
 		}
 		t := vegeta.Target{Method: "GET", URL: base + "/" + kind}
@@ -299,6 +302,9 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 		var err error
 		var mqw [cpuwork.NumClasses]time.Duration
 		mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 10*time.Millisecond, 50*time.Millisecond
+		if variant == "cpuwork" {
+			mqw[cpuwork.Interactive] = 20 * time.Millisecond
+		}
 		e, err = cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: -1, SpareP: variant == "cpuwork-sparep",
 			Demotion: cpuwork.DemoteWithSpareP, MaxQueueWait: mqw,
 			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256, cpuwork.Batch: 64}})
@@ -327,7 +333,11 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/small", handler(small, cpuwork.Interactive))
-	mux.Handle("/large", handler(large, cpuwork.Batch))
+	largeClass := cpuwork.Batch // cpuwork-sparep: large requests on demoted Batch workers
+	if variant == "cpuwork" {
+		largeClass = cpuwork.Interactive // a user waits for it too
+	}
+	mux.Handle("/large", handler(large, largeClass))
 	return r.loadOnce(v, "service", mux, rate, loadgen, extra...)
 }
 
@@ -454,11 +464,13 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	all, kinds := rec.shard(), map[string]*histT{"small": newHist(), "large": newHist()}
 	shed, errs, ok, inWindow := 0, 0, 0, 0
 	var last time.Time
+	late := newHist() // the generator's own lateness: actual send time - intended
 	for _, lr := range results {
 		intended := began.Add(time.Duration(lr.Seq+1) * interval)
 		if closed {
 			intended = lr.Timestamp
 		}
+		late.RecordValue(max(int64(lr.Timestamp.Sub(intended)/time.Microsecond), 1))
 		end := lr.Timestamp.Add(time.Duration(lr.LatencyNS))
 		lat := end.Sub(intended)
 		switch {
@@ -482,6 +494,7 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	v.addRun(rec.merged(), rec.series, u)
 	v.setRepeatExtra("shed_share", float64(shed)/float64(max(len(results), 1)))
 	v.setRepeatExtra("served", float64(ok))
+	v.setRepeatExtra("generator_lateness_p99_s", latencyOf(late).P99)
 	// Goodput counts the requests served within the run: a queue left at
 	// its end and drained afterwards is not throughput.
 	v.setRepeatExtra("goodput_per_s", float64(inWindow)/d.Seconds())
