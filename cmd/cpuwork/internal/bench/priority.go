@@ -355,9 +355,10 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		rate := wholeRate(float64(time.Second) / float64(interval))
 		lerr := r.loadOnce(tmp, "priority", h, rate, r.cfg.LoadGen, "--only-small")
 		stop.Store(true)
-		for _, f := range cleanup {
+		for _, f := range cleanup { // every handler has answered: the generator waited for each response
 			f()
 		}
+		cwg.Wait()
 		bwg.Wait()
 		wall := time.Since(t0)
 		res.u = m.stop()
@@ -380,6 +381,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 	// In process: request k is due at t0 + k*interval whatever happened
 	// to earlier ones; latency counts from that intended time.
 	sent := 0
+	var rwg sync.WaitGroup // the requests in flight (cwg counts the critical pools' servers)
 	for k := 1; ; k++ {
 		intended := t0.Add(time.Duration(k) * interval)
 		if intended.Sub(t0) > r.duration {
@@ -388,15 +390,16 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		if d := time.Until(intended); d > 0 {
 			time.Sleep(d)
 		}
-		cwg.Add(1)
-		go func() { defer cwg.Done(); runCritical(); critical(intended) }()
+		rwg.Add(1)
+		go func() { defer rwg.Done(); runCritical(); critical(intended) }()
 		sent++
 	}
 	stop.Store(true)
-	cwg.Wait()
+	rwg.Wait()
 	for _, f := range cleanup {
 		f()
 	}
+	cwg.Wait()
 	bwg.Wait()
 	wall := time.Since(t0)
 	res.u = m.stop()
