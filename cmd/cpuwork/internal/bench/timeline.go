@@ -4,12 +4,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/schedstat"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -116,7 +119,24 @@ func timelineOnce(self string, g *cgroup.Group, mode string, rounds, iters int, 
 	if err != nil {
 		return nil, err
 	}
-	usage := func(st budget.Stat) time.Duration { return st.Usage }
+	// v2's cpu.stat has usage_usec; on v1 the group's cpuacct.usage (ns),
+	// where cpuacct is mounted with cpu, else the child's threads.
+	usage := func(st budget.Stat) time.Duration {
+		if st.Usage > 0 {
+			return st.Usage
+		}
+		if b, err := os.ReadFile(filepath.Join(g.Dir(), "cpuacct.usage")); err == nil {
+			ns, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+			return time.Duration(ns)
+		}
+		// cpuacct mounted apart: the child is the group's one process;
+		// its threads' on-CPU time (schedstat, ns).
+		if t, err := schedstat.ReadThreads(cmd.Process.Pid); err == nil {
+			return t.OnCPU
+		}
+		return 0
+	}
+	first.Usage = usage(first)
 	prev, t0 := first, time.Now()
 	var out []TimelineSample
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -126,9 +146,10 @@ func timelineOnce(self string, g *cgroup.Group, mode string, rounds, iters int, 
 		if err != nil {
 			return nil, err
 		}
+		st.Usage = usage(st)
 		now := time.Since(t0)
 		win := 100 * time.Millisecond
-		out = append(out, TimelineSample{AtS: now.Seconds(), QuotaUsed: float64(usage(st)-usage(prev)) / (q * float64(win)),
+		out = append(out, TimelineSample{AtS: now.Seconds(), QuotaUsed: float64(st.Usage-prev.Usage) / (q * float64(win)),
 			Throttled: st.ThrottledPeriods - first.ThrottledPeriods, PeriodsRan: st.Periods - first.Periods})
 		prev = st
 		if now >= d {
