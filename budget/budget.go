@@ -194,15 +194,25 @@ func DetectPID(pid int) (Budget, error) {
 		affinity: func() (int, error) { return affinityOf(pid) },
 		env:      func(k string) string { return environOf(pid, k) },
 	}
+	// A target in another mount namespace (a container seen from the
+	// host) names its cgroup files in its own mounts: read them through
+	// its root, /proc/PID/root, not the caller's filesystem.
+	if otherMountNS(pid) {
+		d.nsRoot = filepath.Join("/proc", d.pid, "root")
+	}
 	return d.detect()
 }
 
 // detector reads the budget from a tree rooted at root ("" for the real
 // filesystem), so that tests can point it at fixture trees.
 type detector struct {
-	root       string
-	pid        string // "self" or a decimal PID
-	affinity   func() (int, error)
+	root     string
+	pid      string // "self" or a decimal PID
+	affinity func() (int, error)
+	// nsRoot prefixes the cgroup directories found in the target's
+	// mountinfo when the target is in another mount namespace
+	// ("/proc/PID/root"); "" otherwise.
+	nsRoot     string
 	numCPU     int
 	gomaxprocs int
 	env        func(string) string
@@ -300,6 +310,10 @@ func (d *detector) readCgroup(b *Budget) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("budget: %w", err)
+	}
+	if d.nsRoot != "" {
+		h.Dir, h.MountPoint = filepath.Join(d.nsRoot, h.Dir), filepath.Join(d.nsRoot, h.MountPoint)
+		b.Notes = append(b.Notes, "the process is in another mount namespace: its cgroup files are read through "+d.nsRoot)
 	}
 	b.CgroupVersion, b.CgroupPath, b.CgroupDir = h.Version, h.Path, h.Dir
 	for i, dir := range cgroupfs.Ancestors(h.Dir, h.MountPoint) {
@@ -526,4 +540,16 @@ func procState(stat []byte) byte {
 		return 0
 	}
 	return stat[i+2]
+}
+
+// otherMountNS reports whether pid's mount namespace differs from the
+// caller's (the inodes of /proc/self/ns/mnt and /proc/PID/ns/mnt). An
+// unreadable link (another user) counts as the same namespace.
+func otherMountNS(pid int) bool {
+	self, err1 := os.Stat("/proc/self/ns/mnt")
+	other, err2 := os.Stat(fmt.Sprintf("/proc/%d/ns/mnt", pid))
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return !os.SameFile(self, other)
 }

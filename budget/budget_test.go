@@ -315,3 +315,26 @@ func TestProcStateReadsTheFieldAfterTheLastParenthesis(t *testing.T) {
 		}
 	}
 }
+
+// Issue 22: a containerised target seen from the host names its cgroup
+// files in its own mount namespace; they are read through /proc/PID/root,
+// not the host's /sys/fs/cgroup (whose root has no quota).
+func TestATargetInAnotherMountNamespaceIsReadThroughItsRoot(t *testing.T) {
+	d := fixture("container-from-host", 4, "")
+	b, err := d.detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Cores != 4 {
+		t.Fatalf("without the namespace root: %v cores, want the host's 4 (the fixture's host root has no quota)", b.Cores)
+	}
+	d = fixture("container-from-host", 4, "")
+	d.nsRoot = "/proc/self/root"
+	b, err = d.detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.Cores != 1.5 || !strings.HasPrefix(b.SourceDir, "/proc/self/root/") {
+		t.Errorf("through the namespace root: %v cores from %q, want 1.5 from /proc/self/root/sys/fs/cgroup", b.Cores, b.SourceDir)
+	}
+}

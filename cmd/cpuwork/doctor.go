@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/url"
 	"time"
 
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/doctor"
@@ -27,6 +29,13 @@ or latency, each finding with its evidence and the exact change that fixes it:
   timer-starvation        timers firing late behind busy Ps (needs --url and
                           the target's timer canary)
   gc-pressure             the GC's share of CPU, stop-the-world pauses (--url)
+  self-oversubscribed     the process's own threads (GOMAXPROCS, native pools)
+                          outnumber its CPUs while it uses its whole budget
+  at-capacity             CPU used at the budget for the whole window
+  unresponsive            trivial requests to --url not answered in the window
+  slow-to-answer          trivial requests to --url answered late (median)
+  inconclusive            nothing found, but a source the diagnosis needs
+                          could not be read: not healthy, not judged
   healthy                 nothing found
 
 With --pid alone it reads /proc/N (same user or root) and the cgroup files.
@@ -37,10 +46,16 @@ running), a CPU profile of the same length (/debug/pprof/profile: the
 scheduler's share, runtime.asyncPreempt apart) and, when it mounts schedstat.Handler at /debug/cpuwork (package
 github.com/cpuwork/cpuwork/schedstat), the sampler's last interval.
 Exit status: 0 when nothing is at warning or above, 3 when something is,
-1 when the doctor itself failed. --json prints {"findings": [{"id",
+4 when the result is inconclusive, 2 for a usage error (a malformed --url,
+a --duration that is not positive), 1 when the doctor itself failed (the
+process is gone, or its PID was reused during the window). --json prints {"findings": [{"id",
 "severity", "summary", "evidence", "fix"}], "window": {...}, "unread": [...]}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkDoctorFlags(cfg); err != nil {
+				fmt.Fprintln(cmd.ErrOrStderr(), "cpuwork doctor:", err)
+				return exitCode(2)
+			}
 			res, err := doctor.Run(cfg)
 			if err != nil {
 				return err
@@ -55,17 +70,39 @@ Exit status: 0 when nothing is at warning or above, 3 when something is,
 			} else {
 				res.Text(out)
 			}
-			if res.Worst() != doctor.Info {
-				return exitCode(3)
+			switch res.Worst() {
+			case doctor.Info:
+				return nil
+			case doctor.Inconclusive:
+				return exitCode(4)
 			}
-			return nil
+			return exitCode(3)
 		},
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.PID, "pid", 0, "process to diagnose (required)")
-	f.StringVar(&cfg.URL, "url", "", "base URL of the target's HTTP server serving /debug/cpuwork (schedstat.Handler)")
-	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "observation window")
+	f.StringVar(&cfg.URL, "url", "", "base URL of the target's HTTP server (http://HOST:PORT): probed with trivial requests; its net/http/pprof and /debug/cpuwork (schedstat.Handler) are read when served")
+	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "observation window (positive); sources get 2 s more to answer")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.MarkFlagRequired("pid")
 	return cmd
+}
+
+// checkDoctorFlags refuses what would otherwise be read as health: a
+// --url that is not an http(s) URL with a host, a window that is not
+// positive.
+func checkDoctorFlags(cfg doctor.Config) error {
+	if cfg.Duration <= 0 {
+		return fmt.Errorf("--duration %v: must be positive", cfg.Duration)
+	}
+	if cfg.URL != "" {
+		u, err := url.Parse(cfg.URL)
+		if err != nil {
+			return fmt.Errorf("--url %q: %w", cfg.URL, err)
+		}
+		if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("--url %q: want http://HOST:PORT (the target's HTTP server)", cfg.URL)
+		}
+	}
+	return nil
 }

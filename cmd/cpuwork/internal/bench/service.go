@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -236,39 +237,44 @@ func (r *Runner) measureCapacity(s *Scenario, variant string, estimate float64, 
 	return c
 }
 
-// checkLoads checks that the load levels are what they say: the
-// calibrating variant used at least 85 % of the slots' CPU at saturation
-// (else something other than CPU limits it and the capacity is not the
-// CPU's), and below capacity the load's share of the slots' CPU, from 10
-// points below to 15 above it, in every repeat. Above, because a Go server
-// spends more CPU per request below saturation than in the closed loop
-// that measured its capacity (idle Ps spin looking for work, every request
-// wakes a thread): +11 points at 80 % on the service scenario here. A
-// miscalibration like a capacity half the real one (every level 30 points
-// lighter) or twice it (every level overloaded) fails it. A level that
-// fails sets s.Calibration.
+// checkLoads checks that the load levels are what they say, on the
+// calibrating variant (the best alternative that measured the capacity),
+// by what it served: below capacity (<= 80 %) it keeps up, serving at least
+// 90 % of what was offered within the run (a queue is drained after it,
+// so not 100 %); above (>= 110 %) it does not, serving under 97 % of the
+// offer or shedding. A capacity half the real one (no overload at "150 %")
+// or twice it (every level overloaded at "80 %") fails it. The CPU share
+// of each level is reported, not judged: a Go server spends more CPU per
+// request at light load (idle Ps spin for work, every request wakes a
+// thread) than in the closed loop, so it is not the load's share (68 % at
+// "50 %" in session 9's run, with the level right by throughput). A level
+// that fails sets s.Calibration.
 func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cal calibration) {
 	if cal.estimated {
 		return
 	}
-	if cal.cpuShare < 0.85 {
-		s.Calibration = fmt.Sprintf("at saturation %s used %.0f%% of the slots' CPU (expected >= 85%%): its capacity is not limited by the CPU", variant, cal.cpuShare*100)
-		return
-	}
+	var shares []string
 	for _, l := range loads {
 		v := s.variant(fmt.Sprintf("%s@%.0f%%", variant, l*100))
-		if v == nil || !v.Valid || l >= 1 {
+		if v == nil || !v.Valid {
+			continue
+		}
+		shares = append(shares, fmt.Sprintf("%.0f%%: %.0f%%", l*100, 100*median(v.repeatExtras("cpu_share_of_slots"))))
+		if s.Calibration != "" {
 			continue
 		}
 		for i, rp := range v.Repeats {
-			got := rp.Extra["cpu_share_of_slots"]
-			if got < l-0.10 || got > l+0.15 {
-				s.Calibration = fmt.Sprintf("at %.0f%% %s used %.0f%% of the slots' CPU in repeat %d, expected %.0f%% (-10/+15 points): the load levels are not what they say",
-					l*100, variant, got*100, i+1, l*100)
-				return
+			served := rp.Extra["goodput_per_s"] / (l * cal.capacity) // of the offer
+			shed := rp.Extra["shed_share"]
+			switch {
+			case l <= 0.8 && served < 0.9:
+				s.Calibration = fmt.Sprintf("at %.0f%% %s served %.0f%% of the offer in repeat %d (expected >= 90%%): the capacity is overestimated, the level is an overload", l*100, variant, served*100, i+1)
+			case l >= 1.1 && served >= 0.97 && shed <= 0.01:
+				s.Calibration = fmt.Sprintf("at %.0f%% %s served %.0f%% of the offer and shed %.1f%% in repeat %d (expected an overload: under 97%% served, or shedding): the capacity is underestimated", l*100, variant, served*100, shed*100, i+1)
 			}
 		}
 	}
+	s.Notes = append(s.Notes, fmt.Sprintf("%s's CPU per load level, share of the slots (median of the repeats; reported, not judged): %s", variant, strings.Join(shares, ", ")))
 }
 
 // closedLoop is the generator's extra flags for rate 0 (a closed loop of 4

@@ -31,38 +31,41 @@ func TestValidityChecksFailWhereTheMeasurementWasNotMade(t *testing.T) {
 }
 
 func TestLoadLevelsThatAreNotWhatTheySayAreNotJudged(t *testing.T) {
-	mk := func(shares ...float64) *Scenario {
+	// served is goodput / offered per level (50, 80, 110 %), shed the 503s.
+	mk := func(served [3]float64, shed float64) *Scenario {
 		s := &Scenario{Name: "service"}
 		for i, l := range []float64{0.5, 0.8, 1.1} {
 			v := &Variant{Name: []string{"pool@50%", "pool@80%", "pool@110%"}[i], Valid: true}
-			v.Repeats = []Repeat{{Extra: map[string]float64{"cpu_share_of_slots": shares[i]}}}
-			_ = l
+			v.Repeats = []Repeat{{Extra: map[string]float64{"goodput_per_s": served[i] * l * 100, "shed_share": shed, "cpu_share_of_slots": l}}}
 			s.Variants = append(s.Variants, v)
 		}
 		return s
 	}
 	r := &Runner{}
 	loads := []float64{0.5, 0.8, 1.1}
-	s := mk(0.55, 0.94, 1.0)
-	r.checkLoads(s, "pool", loads, calibration{capacity: 100, cpuShare: 0.95})
+	cal := calibration{capacity: 100, cpuShare: 0.95}
+	s := mk([3]float64{0.95, 0.9, 0.96}, 0)
+	r.checkLoads(s, "pool", loads, cal)
 	if s.Calibration != "" {
-		t.Errorf("levels within 10 points refused: %s", s.Calibration)
+		t.Errorf("levels that keep up below and not above capacity refused: %s", s.Calibration)
 	}
-	s = mk(0.5, 0.96, 1.0) // 80 % of capacity used 96 % of the CPU
-	r.checkLoads(s, "pool", loads, calibration{capacity: 100, cpuShare: 0.95})
-	if !strings.Contains(s.Calibration, "at 80% pool used 96%") {
+	s = mk([3]float64{0.95, 0.89, 0.9}, 0) // 80 % already an overload
+	r.checkLoads(s, "pool", loads, cal)
+	if !strings.Contains(s.Calibration, "at 80% pool served 89%") {
 		t.Errorf("calibration %q", s.Calibration)
 	}
-	s = mk(0.39, 0.8, 1.0) // a capacity underestimated: 50 % used 39 %
-	r.checkLoads(s, "pool", loads, calibration{capacity: 100, cpuShare: 0.95})
-	if !strings.Contains(s.Calibration, "at 50% pool used 39%") {
+	s = mk([3]float64{1, 1, 0.99}, 0) // 110 % served in full: no overload
+	r.checkLoads(s, "pool", loads, cal)
+	if !strings.Contains(s.Calibration, "underestimated") {
 		t.Errorf("calibration %q", s.Calibration)
 	}
-	s = mk(0.5, 0.8, 1.0)
-	r.checkLoads(s, "pool", loads, calibration{capacity: 100, cpuShare: 0.6})
-	if !strings.Contains(s.Calibration, "not limited by the CPU") {
-		t.Errorf("calibration %q", s.Calibration)
+	s = mk([3]float64{1, 1, 0.99}, 0.02) // 110 % served but shedding: an overload
+	r.checkLoads(s, "pool", loads, cal)
+	if s.Calibration != "" {
+		t.Errorf("a shedding overload refused: %s", s.Calibration)
 	}
+	judge(s, []check{{label: "x", judged: "pool@50%", metric: "cpu_share_of_slots", limit: 1}})
+	s.Calibration = "x"
 	judge(s, []check{{label: "x", judged: "pool@50%", metric: "cpu_share_of_slots", limit: 1}})
 	if s.Status != StatusNotJudged {
 		t.Errorf("judged on a failed calibration: %q", s.Status)

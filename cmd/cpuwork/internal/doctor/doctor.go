@@ -8,12 +8,14 @@
 package doctor
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -29,11 +31,14 @@ const (
 	Info     Severity = "info"
 	Warning  Severity = "warning"
 	Critical Severity = "critical"
+	// Inconclusive: a source the diagnosis needs could not be read, and
+	// nothing found in the rest: never reported as healthy.
+	Inconclusive Severity = "inconclusive"
 )
 
 // Finding is one diagnosis.
 type Finding struct {
-	ID       string   `json:"id"`       // stable: gomaxprocs-above-quota, cpu-throttled, os-starvation, oversubscribed, timer-starvation, gc-pressure, healthy
+	ID       string   `json:"id"`       // stable: gomaxprocs-above-quota, cpu-throttled, os-starvation, self-oversubscribed, at-capacity, unresponsive, slow-to-answer, oversubscribed, timer-starvation, gc-pressure, inconclusive, healthy
 	Severity Severity `json:"severity"` // info, warning or critical
 	Summary  string   `json:"summary"`
 	Evidence []string `json:"evidence"` // numbers and the files they came from
@@ -63,7 +68,16 @@ type Window struct {
 	Runtime          *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
 	Trace            *TraceView        `json:"trace,omitempty"`   // the target's execution trace, with --url and net/http/pprof
 	Profile          *ProfileView      `json:"profile,omitempty"` // the target's CPU profile, likewise
-	CPUCores         float64           `json:"cpu_cores"`         // CPU used / window
+	CPUCores         float64           `json:"cpu_cores"`         // CPU used / window (/proc/PID/stat: threads that exited included)
+	// RunnableThreads is the mean number of the target's threads in state R
+	// over the window (sampled ten times).
+	RunnableThreads float64              `json:"runnable_threads"`
+	Go              GoInfo               `json:"go"`
+	Probes          *Probes              `json:"probes,omitempty"` // answers to trivial requests to --url
+	Pressure        []schedstat.Pressure `json:"cpu_pressure,omitempty"`
+	// Siblings counts the other cgroups below the one that sets the quota
+	// when that is an ancestor of the target's (they share its quota).
+	Siblings int `json:"quota_siblings"`
 }
 
 // Result is a diagnosis.
@@ -75,46 +89,75 @@ type Result struct {
 	Unread []string `json:"unread"`
 }
 
-// Worst returns the highest severity among the findings.
+// Worst returns the highest severity among the findings: critical, then
+// warning, then inconclusive, then info.
 func (r *Result) Worst() Severity {
+	rank := map[Severity]int{Info: 0, Inconclusive: 1, Warning: 2, Critical: 3}
 	w := Info
 	for _, f := range r.Findings {
-		if f.Severity == Critical {
-			return Critical
-		}
-		if f.Severity == Warning {
-			w = Warning
+		if rank[f.Severity] > rank[w] {
+			w = f.Severity
 		}
 	}
 	return w
 }
 
+// margin is how long the doctor waits past the window for its sources
+// (trace, profile, /debug/cpuwork, probes): a target that has not answered
+// by then is reported as not answering, never waited for in turn.
+const margin = 2 * time.Second
+
 // Run observes cfg.PID for cfg.Duration and diagnoses it. It fails only
-// when the process cannot be observed at all (gone, or /proc unreadable).
+// when the process cannot be observed at all (gone, /proc unreadable) or
+// was replaced during the window (a reused PID: its start time changed).
+// Every source is read within the window plus a margin of 2 s, in parallel.
 func Run(cfg Config) (*Result, error) {
 	if cfg.PID <= 0 {
 		return nil, fmt.Errorf("doctor: --pid %d: must be a process ID", cfg.PID)
 	}
-	if cfg.Duration <= 0 {
+	if cfg.Duration < 0 {
+		return nil, fmt.Errorf("doctor: duration %v: must be positive", cfg.Duration)
+	}
+	if cfg.Duration == 0 {
 		cfg.Duration = 5 * time.Second
 	}
 	if cfg.Sleep == nil {
 		cfg.Sleep = time.Sleep
 	}
 	res := &Result{PID: cfg.PID, Findings: []Finding{}, Unread: []string{}}
+	start0, cpu0, err := procStat(cfg.PID)
+	if err != nil {
+		return nil, fmt.Errorf("doctor: pid %d: %w", cfg.PID, err)
+	}
 	b, err := budget.DetectPID(cfg.PID)
 	if err != nil {
 		return nil, fmt.Errorf("doctor: budget of pid %d: %w", cfg.PID, err)
 	}
 	w := &res.Window
 	w.Budget = b
-	w.GOMAXPROCS, w.GOMAXPROCSSource = b.RuntimeGOMAXPROCS, "the Go runtime's default rule applied from outside (GOMAXPROCS environment variable, affinity, leaf quota)"
+	w.Go = goInfo(cfg.PID)
+	switch {
+	case w.Go.GoVersion == "":
+		w.GOMAXPROCSSource = "not a Go program (" + w.Go.Unreadable + ")"
+	case !w.Go.QuotaAware && b.GOMAXPROCSEnv == "":
+		w.GOMAXPROCS = b.Affinity
+		w.GOMAXPROCSSource = fmt.Sprintf("%s, whose default GOMAXPROCS is the CPU count (affinity), blind to the quota (Go < 1.25, or a main module at go < 1.25: cgroupgomaxprocs=0)", w.Go.GoVersion)
+	default:
+		w.GOMAXPROCS = b.RuntimeGOMAXPROCS
+		w.GOMAXPROCSSource = "the Go runtime's default rule applied from outside (GOMAXPROCS environment variable, affinity, leaf quota)"
+		if b.GOMAXPROCSEnv == "" && cfg.URL == "" {
+			w.GOMAXPROCSSource += "; unknown if set in code (runtime.GOMAXPROCS, automaxprocs): give --url to read it"
+		}
+	}
 	if b.GOMAXPROCSEnv == "" && !environReadable(cfg.PID) {
 		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/environ: not readable (another user?): a GOMAXPROCS variable would go unseen", cfg.PID))
 	}
 	readStat := func() (budget.Stat, bool) { return budget.Stat{}, false }
 	if l, ok := b.Limiting(); ok {
 		w.LimitDir = l.Dir
+		if !l.Leaf {
+			w.Siblings = siblings(l.Dir, b.CgroupDir)
+		}
 		readStat = func() (budget.Stat, bool) {
 			st, err := budget.ReadStatDir(l.Dir)
 			if err != nil {
@@ -122,6 +165,14 @@ func Run(cfg Config) (*Result, error) {
 				return st, false
 			}
 			return st, true
+		}
+	}
+	for _, f := range []string{filepath.Join(b.CgroupDir, "cpu.pressure"), "/proc/pressure/cpu"} {
+		if b.CgroupDir == "" && f != "/proc/pressure/cpu" {
+			continue
+		}
+		if p := schedstat.ReadPressure(f); p.Available {
+			w.Pressure = append(w.Pressure, p)
 		}
 	}
 	t0, terr := schedstat.ReadThreads(cfg.PID)
@@ -132,6 +183,8 @@ func Run(cfg Config) (*Result, error) {
 		res.Unread = append(res.Unread, terr.Error())
 	}
 	s0, haveStat := readStat()
+	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+margin)
+	defer cancel()
 	type traced struct {
 		v   *TraceView
 		err error
@@ -142,30 +195,43 @@ func Run(cfg Config) (*Result, error) {
 		err error
 	}
 	var profDone chan profiled
+	var probeDone chan *Probes
 	if cfg.URL != "" {
+		d := min(cfg.Duration, 5*time.Second)
 		profDone = make(chan profiled, 1)
 		go func() {
-			v, err := fetchProfile(cfg.URL, min(cfg.Duration, 5*time.Second))
+			v, err := fetchProfile(ctx, cfg.URL, d)
 			profDone <- profiled{v, err}
 		}()
 		// An execution trace over (most of) the window, from the target's
 		// net/http/pprof; a target without it is reported under "not read".
 		traceDone = make(chan traced, 1)
 		go func() {
-			v, err := fetchTrace(cfg.URL, min(cfg.Duration, 5*time.Second))
+			v, err := fetchTrace(ctx, cfg.URL, d)
 			traceDone <- traced{v, err}
 		}()
+		probeDone = make(chan *Probes, 1)
+		go func() { probeDone <- probe(ctx, cfg.URL, 5, cfg.Duration, margin) }()
 	}
+	runnableDone := make(chan float64, 1)
+	go func() { runnableDone <- sampleRunnable(ctx, cfg.PID, 10, cfg.Duration) }()
 	start := time.Now()
 	cfg.Sleep(cfg.Duration)
 	w.Duration = time.Since(start)
+	start1, cpu1, err := procStat(cfg.PID)
+	if err != nil {
+		return nil, fmt.Errorf("doctor: pid %d during the window: %w", cfg.PID, err)
+	}
+	if start1 != start0 {
+		return nil, fmt.Errorf("doctor: pid %d exited during the window and the PID now names another process (start time %d, was %d): nothing measured belongs to one process", cfg.PID, start1, start0)
+	}
+	w.CPUCores = (cpu1 - cpu0).Seconds() / w.Duration.Seconds()
 	if terr == nil {
-		t1, err := schedstat.ReadThreads(cfg.PID)
-		if err != nil {
-			return nil, fmt.Errorf("doctor: pid %d during the window: %w", cfg.PID, err)
+		if t1, err := schedstat.ReadThreads(cfg.PID); err == nil {
+			w.Kernel = t1.Sub(t0)
+		} else {
+			res.Unread = append(res.Unread, err.Error())
 		}
-		w.Kernel = t1.Sub(t0)
-		w.CPUCores = w.Kernel.OnCPU.Seconds() / w.Duration.Seconds()
 	}
 	if haveStat {
 		if s1, ok := readStat(); ok {
@@ -174,11 +240,34 @@ func Run(cfg Config) (*Result, error) {
 				ThrottledTime:    s1.ThrottledTime - s0.ThrottledTime, Usage: s1.Usage - s0.Usage}
 		}
 	}
+	// The runtime view at the window's end, fetched at once beside the
+	// trace and profile still arriving (all within the margin).
+	type sampled struct {
+		s   *schedstat.Sample
+		err error
+	}
+	var sampleDone chan sampled
+	if cfg.URL != "" {
+		sampleDone = make(chan sampled, 1)
+		go func() { s, err := fetch(ctx, cfg.URL); sampleDone <- sampled{s, err} }()
+	}
+	w.RunnableThreads = <-runnableDone
+	var fromURL int // sources read from the target's server
+	if cfg.URL != "" {
+		w.Probes = <-probeDone
+		if w.Probes.Answered > 0 {
+			fromURL++
+		}
+		if w.Probes.Refused == w.Probes.Sent {
+			res.Unread = append(res.Unread, fmt.Sprintf("%s: connection refused: nothing listens there", cfg.URL))
+		}
+	}
 	if profDone != nil {
 		if p := <-profDone; p.err != nil {
 			res.Unread = append(res.Unread, p.err.Error())
 		} else {
 			w.Profile = p.v
+			fromURL++
 		}
 	}
 	if traceDone != nil {
@@ -186,24 +275,59 @@ func Run(cfg Config) (*Result, error) {
 			res.Unread = append(res.Unread, t.err.Error())
 		} else {
 			w.Trace = t.v
+			fromURL++
 		}
 	}
-	if cfg.URL != "" {
-		smp, err := fetch(cfg.URL)
+	if sampleDone != nil {
+		got := <-sampleDone
+		smp, err := got.s, got.err
 		if err != nil {
 			res.Unread = append(res.Unread, err.Error())
 		} else {
 			w.Runtime = smp
+			fromURL++
 			if smp.GOMAXPROCS > 0 {
 				w.GOMAXPROCS, w.GOMAXPROCSSource = smp.GOMAXPROCS, "the target's /debug/cpuwork"
 			}
 		}
 	}
 	res.Findings = diagnose(w)
-	if len(res.Unread) > 0 && res.Findings[0].ID == "healthy" {
-		res.Findings[0].Summary = "nothing found in what could be read (see \"not read\")"
+	if res.Findings[0].ID == "healthy" {
+		var missing []string
+		if terr != nil {
+			missing = append(missing, "the threads' run delay (/proc/PID/task/*/schedstat)")
+		}
+		if cfg.URL != "" && fromURL == 0 {
+			missing = append(missing, "anything from "+cfg.URL+" (probes, trace, profile, /debug/cpuwork)")
+		}
+		if len(missing) > 0 {
+			res.Findings[0] = Finding{ID: "inconclusive", Severity: Inconclusive,
+				Summary:  "nothing found, but the diagnosis lacks " + strings.Join(missing, " and ") + ": not healthy, not judged",
+				Evidence: append([]string{}, res.Unread...),
+				Fix:      "make the missing source readable (run as the target's user or root; give a --url where the target serves net/http/pprof) and run again"}
+		} else if len(res.Unread) > 0 {
+			res.Findings[0].Summary = "nothing found in what could be read (see \"not read\")"
+		}
 	}
 	return res, nil
+}
+
+// siblings counts the cgroup directories below limitDir (the ancestor
+// that sets the quota) other than the branch that holds targetDir: they
+// share the quota with the target.
+func siblings(limitDir, targetDir string) int {
+	ents, err := os.ReadDir(limitDir)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		d := filepath.Join(limitDir, e.Name())
+		if e.IsDir() && d != targetDir && !strings.HasPrefix(targetDir, d+"/") {
+			n++
+		}
+	}
+	return n
 }
 
 func environReadable(pid int) bool {
@@ -215,11 +339,14 @@ func environReadable(pid int) bool {
 	return true
 }
 
-// fetch reads the target's schedstat.Handler.
-func fetch(base string) (*schedstat.Sample, error) {
+// fetch reads the target's schedstat.Handler, within ctx.
+func fetch(ctx context.Context, base string) (*schedstat.Sample, error) {
 	u := strings.TrimSuffix(base, "/") + "/debug/cpuwork"
-	c := http.Client{Timeout: 5 * time.Second}
-	resp, err := c.Get(u)
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", u, err)
 	}
@@ -238,17 +365,27 @@ func fetch(base string) (*schedstat.Sample, error) {
 }
 
 // Thresholds. They are deliberately coarse: a finding must mean that
-// latency or CPU is being lost, not that a number moved.
+// latency or CPU is being lost, not that a number moved. docs/doctor.md
+// gives each one's reason.
 const (
 	throttledWarn     = 0.05 // share of periods throttled
 	throttledCritical = 0.25
+	minPeriods        = 20   // fewer periods with runnable threads: too few to judge a share
 	runDelayWarn      = 0.10 // run delay per second of wall time (cores' worth of waiting)
 	runDelayCritical  = 0.50
-	runnablePerPWarn  = 4.0
-	schedP99Warn      = 5 * time.Millisecond
-	timerP99Warn      = 5 * time.Millisecond
-	gcShareWarn       = 0.25
-	gcPauseP99Warn    = 10 * time.Millisecond
+	// a wake-up that waits this long on average for a CPU is starvation;
+	// an I/O server's threads wait ~0.1 ms per wake-up on a busy host
+	perSliceWarn     = 500 * time.Microsecond
+	perSliceCritical = 2 * time.Millisecond
+	atBudget         = 0.85 // CPU used / budget above which the process is using its budget
+	capacityWarn     = 0.90 // CPU used / budget for the whole window: at capacity
+	demandOverQuota  = 0.95 // CPU used / quota: the extra Ps' demand reaches the quota
+	runnablePerPWarn = 4.0
+	schedP99Warn     = 5 * time.Millisecond
+	timerP99Warn     = 5 * time.Millisecond
+	gcShareWarn      = 0.25
+	gcPauseP99Warn   = 10 * time.Millisecond
+	slowAnswer       = 100 * time.Millisecond // median answer to a trivial request
 )
 
 func diagnose(w *Window) []Finding {
@@ -259,57 +396,122 @@ func diagnose(w *Window) []Finding {
 	if thr.Periods > 0 {
 		throttledShare = float64(thr.ThrottledPeriods) / float64(thr.Periods)
 	}
+	judgeThrottling := thr.Periods >= minPeriods
 	thrEvidence := fmt.Sprintf("%d of %d CFS periods throttled (%.0f%%), %v frozen, in %v (%s/cpu.stat)",
 		thr.ThrottledPeriods, thr.Periods, 100*throttledShare, thr.ThrottledTime.Round(time.Millisecond), w.Duration.Round(time.Millisecond), w.LimitDir)
-	if _, quota := b.Limiting(); quota && w.GOMAXPROCS > 0 && float64(w.GOMAXPROCS) > b.Cores+1e-9 {
-		sev := Warning
-		if throttledShare >= throttledCritical {
-			sev = Critical
+	if !judgeThrottling && thr.Periods > 0 {
+		thrEvidence += fmt.Sprintf("; too few periods to judge a share (fewer than %d had runnable threads)", minPeriods)
+	}
+	quotaWhere := ""
+	if l, ok := b.Limiting(); ok && !l.Leaf {
+		quotaWhere = fmt.Sprintf("the quota is set on the ancestor cgroup %s, not the process's own (%s)", l.Dir, b.CgroupDir)
+		if w.Siblings > 0 {
+			quotaWhere += fmt.Sprintf(", and %d sibling cgroups below it share it: their CPU counts against it too", w.Siblings)
 		}
+	}
+	throttled := judgeThrottling && throttledShare >= throttledWarn
+	if _, quota := b.Limiting(); quota && w.GOMAXPROCS > 0 && float64(w.GOMAXPROCS) > b.Cores+1e-9 {
 		ev := []string{
 			fmt.Sprintf("GOMAXPROCS %d (%s)", w.GOMAXPROCS, w.GOMAXPROCSSource),
 			fmt.Sprintf("CPU quota %.2f cores (%s, source %s)", b.Cores, b.SourceDir, b.Source),
 			thrEvidence,
+			fmt.Sprintf("CPU used %.2f cores", w.CPUCores),
 		}
-		if b.LeafCores == 0 {
-			ev = append(ev, "the quota is on an ancestor cgroup: the Go runtime reads only the leaf's, so its default GOMAXPROCS ignores it")
+		if quotaWhere != "" {
+			ev = append(ev, quotaWhere+" (the Go runtime reads only the leaf's quota)")
 		}
 		n := budget.Whole(b.Cores, false)
-		out = append(out, Finding{ID: "gomaxprocs-above-quota", Severity: sev,
-			Summary:  fmt.Sprintf("GOMAXPROCS %d is above the %.2f-core quota: busy goroutines spend the quota early in each period and the kernel freezes the whole process for the rest", w.GOMAXPROCS, b.Cores),
-			Evidence: ev,
-			Fix:      fmt.Sprintf("run at most %d CPU-bound goroutines at once: GOMAXPROCS=%d in the environment (or maxprocs.Set(maxprocs.Options{})), or a cpuwork.Executor, whose slots are floor(quota) = %d; or raise the CPU limit to %d", n, n, n, w.GOMAXPROCS),
-		})
+		if throttled || w.CPUCores >= demandOverQuota*b.Cores {
+			sev := Warning
+			if throttledShare >= throttledCritical && judgeThrottling {
+				sev = Critical
+			}
+			out = append(out, Finding{ID: "gomaxprocs-above-quota", Severity: sev,
+				Summary:  fmt.Sprintf("GOMAXPROCS %d is above the %.2f-core quota and the work uses it: busy goroutines spend the quota early in each period and the kernel freezes the whole process for the rest", w.GOMAXPROCS, b.Cores),
+				Evidence: ev,
+				Fix:      fmt.Sprintf("run at most %d CPU-bound goroutines at once: GOMAXPROCS=%d in the environment (or maxprocs.Set(maxprocs.Options{})), or a cpuwork.Executor, whose slots follow the quota without throttling; or raise the CPU limit to %d", n, n, w.GOMAXPROCS),
+			})
+		} else {
+			out = append(out, Finding{ID: "gomaxprocs-above-quota", Severity: Info,
+				Summary:  fmt.Sprintf("GOMAXPROCS %d is above the %.2f-core quota, as Go >= 1.25's rule max(2, ceil(quota)) makes it, but nothing was throttled and the CPU used stayed below the quota in this window: it costs only when more goroutines than the quota run CPU-bound work at once", w.GOMAXPROCS, b.Cores),
+				Evidence: ev,
+				Fix:      "none now; if the service gets CPU-bound bursts, bound them (a cpuwork.Executor) or set GOMAXPROCS to floor(quota)",
+			})
+		}
 	}
-	if thr.Periods > 0 && throttledShare >= throttledWarn {
+	if throttled {
 		sev := Warning
 		if throttledShare >= throttledCritical {
 			sev = Critical
 		}
+		ev := []string{thrEvidence, fmt.Sprintf("CPU used %.2f cores of a %.2f-core quota", w.CPUCores, b.Cores)}
+		if quotaWhere != "" {
+			ev = append(ev, quotaWhere)
+		}
 		out = append(out, Finding{ID: "cpu-throttled", Severity: sev,
 			Summary:  fmt.Sprintf("the cgroup that sets the CPU quota was throttled in %.0f%% of its periods", 100*throttledShare),
-			Evidence: []string{thrEvidence, fmt.Sprintf("CPU used %.2f cores of a %.2f-core quota", w.CPUCores, b.Cores)},
-			Fix:      fmt.Sprintf("keep parallel CPU work at floor(quota) = %d (cpuwork.Executor slots, or GOMAXPROCS) and pace batch work (cpuwork Options.PaceQuota), or raise the limit; every throttled period adds up to %v to the latency of whatever runs then", budget.Whole(b.Cores, false), periodOf(b)),
+			Evidence: ev,
+			Fix:      fmt.Sprintf("keep parallel CPU work under the quota (a cpuwork.Executor uses the fractional core without throttling; or GOMAXPROCS = floor(quota) = %d), or raise the limit; every throttled period adds up to %v to the latency of whatever runs then", budget.Whole(b.Cores, false), periodOf(b)),
 		})
 	}
 	// Run delay: time the threads were runnable but the kernel ran
-	// something else. Throttled time shows up here too (a throttled
-	// thread stays runnable), so throttling explains it first.
-	if w.Duration > 0 && w.Kernel.Count > 0 {
+	// something else, judged per wake-up (a thread that waits 0.1 ms each
+	// time it wakes is not starved, however many threads add it up).
+	// Throttled time shows up here too (a throttled thread stays runnable),
+	// so throttling explains it first.
+	if w.Duration > 0 && w.Kernel.Count > 0 && !throttled {
 		perSec := w.Kernel.RunDelay.Seconds() / w.Duration.Seconds()
-		explained := thr.Periods > 0 && throttledShare >= throttledWarn
-		if perSec >= runDelayWarn && !explained {
+		perSlice := w.Kernel.RunDelay / time.Duration(max(w.Kernel.Timeslices, 1))
+		if perSec >= runDelayWarn && perSlice >= perSliceWarn {
 			sev := Warning
-			if perSec >= runDelayCritical {
+			if perSec >= runDelayCritical && perSlice >= perSliceCritical {
 				sev = Critical
 			}
-			out = append(out, Finding{ID: "os-starvation", Severity: sev,
-				Summary: fmt.Sprintf("the process's threads waited %.2f s per second for a CPU the kernel gave to something else", perSec),
-				Evidence: []string{
-					fmt.Sprintf("run delay %v and on-CPU %v over %d threads in %v (/proc/PID/task/*/schedstat)", w.Kernel.RunDelay.Round(time.Millisecond), w.Kernel.OnCPU.Round(time.Millisecond), w.Kernel.Count, w.Duration.Round(time.Millisecond)),
-					fmt.Sprintf("CPU used %.2f cores; budget %.2f cores (%s); no throttling to explain it", w.CPUCores, b.Cores, b.Source),
-				},
-				Fix: "another process (a sidecar, a neighbour, a CPU hog) or this process's own SCHED_IDLE/nice threads compete for the same CPUs: give the service its own CPUs (cpuset, Kubernetes static CPU manager), a larger cpu.weight/shares than the neighbour (cpuwork run --weight), or put the neighbour in an idle cgroup (cpu.idle); within the process keep cpuwork's Demotion at DemoteNever",
+			kev := fmt.Sprintf("run delay %v and on-CPU %v over %d threads and %d wake-ups in %v: %v per wake-up (/proc/PID/task/*/schedstat)",
+				w.Kernel.RunDelay.Round(time.Millisecond), w.Kernel.OnCPU.Round(time.Millisecond), w.Kernel.Count, w.Kernel.Timeslices, w.Duration.Round(time.Millisecond), short(perSlice))
+			if w.CPUCores >= atBudget*b.Cores && w.RunnableThreads > b.Cores+0.5 {
+				out = append(out, Finding{ID: "self-oversubscribed", Severity: sev,
+					Summary: fmt.Sprintf("the process's own threads compete for its %.2f cores: %.1f runnable on average while it uses its whole budget", b.Cores, w.RunnableThreads),
+					Evidence: []string{kev,
+						fmt.Sprintf("CPU used %.2f cores of a %.2f-core budget (%s); %.1f threads runnable on average (sampled /proc/PID/task/*/stat)", w.CPUCores, b.Cores, b.Source, w.RunnableThreads),
+						fmt.Sprintf("GOMAXPROCS %d (%s)", w.GOMAXPROCS, w.GOMAXPROCSSource)},
+					Fix: fmt.Sprintf("run at most %d CPU-bound threads at once: GOMAXPROCS at most the budget, and native thread pools (ONNX Runtime intra-op threads, OpenMP, BLAS) sized to it too — or a cpuwork.Executor whose slots each lease one native thread", max(budget.Whole(b.Cores, false), 1)),
+				})
+			} else {
+				out = append(out, Finding{ID: "os-starvation", Severity: sev,
+					Summary: fmt.Sprintf("the process's threads waited %.2f s per second (%v per wake-up) for a CPU the kernel gave to something else", perSec, short(perSlice)),
+					Evidence: []string{kev,
+						fmt.Sprintf("CPU used %.2f cores; budget %.2f cores (%s); no throttling to explain it, and the process is below its budget", w.CPUCores, b.Cores, b.Source)},
+					Fix: "another process (a sidecar, a neighbour, a CPU hog) or this process's own SCHED_IDLE/nice threads compete for the same CPUs: give the service its own CPUs (cpuset, Kubernetes static CPU manager), a larger cpu.weight/shares than the neighbour (cpuwork run --weight), or put the neighbour in an idle cgroup (cpu.idle); within the process keep cpuwork's Demotion at DemoteNever",
+				})
+			}
+		}
+	}
+	if w.Duration > 0 && b.Cores > 0 && w.CPUCores >= capacityWarn*b.Cores {
+		ev := []string{fmt.Sprintf("CPU used %.2f cores of a %.2f-core budget (%s) over the whole %v window (/proc/PID/stat)", w.CPUCores, b.Cores, b.Source, w.Duration.Round(time.Millisecond))}
+		for _, p := range w.Pressure {
+			ev = append(ev, fmt.Sprintf("CPU pressure (PSI) some avg10 %.1f%% (%s)", p.SomeAvg10, p.File))
+		}
+		out = append(out, Finding{ID: "at-capacity", Severity: Warning,
+			Summary:  "the process used its whole CPU budget for the whole window: work that arrives now waits (in Go's run queues, the kernel's, or a queue of its own)",
+			Evidence: ev,
+			Fix:      "if this is a service, its latency grows with the load from here: bound CPU-bound concurrency (a cpuwork.Executor, which queues and sheds by class) and scale out on queue wait; a batch job at capacity is doing its job",
+		})
+	}
+	if p := w.Probes; p != nil && p.Sent > 0 && p.Refused < p.Sent {
+		ev := fmt.Sprintf("%d of %d trivial requests answered within the window + %v, median %v; %d timed out", p.Answered, p.Sent, margin, short(p.median()), p.TimedOut)
+		switch {
+		case p.TimedOut*2 >= p.Sent:
+			out = append(out, Finding{ID: "unresponsive", Severity: Critical,
+				Summary:  "the process did not answer trivial requests within the window: it is too saturated to run its network handlers",
+				Evidence: []string{ev, fmt.Sprintf("CPU used %.2f cores of %.2f; %.1f threads runnable on average", w.CPUCores, b.Cores, w.RunnableThreads)},
+				Fix:      "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or SpareP), and shed load at the door instead of queueing it behind busy goroutines",
+			})
+		case p.Answered > 0 && p.median() >= slowAnswer:
+			out = append(out, Finding{ID: "slow-to-answer", Severity: Warning,
+				Summary:  fmt.Sprintf("a trivial request takes %v (median) to answer: requests wait for a P behind CPU-bound work", short(p.median())),
+				Evidence: []string{ev},
+				Fix:      "bound CPU-bound concurrency (a cpuwork.Executor) and call cpuwork.Checkpoint in long loops so the netpoller is served",
 			})
 		}
 	}
@@ -331,7 +533,7 @@ func diagnose(w *Window) []Finding {
 			out = append(out, Finding{ID: "timer-starvation", Severity: Warning,
 				Summary:  fmt.Sprintf("a timer fires %v late at p99: busy Ps do not run timers and the netpoller until a goroutine yields", short(q.P99)),
 				Evidence: []string{fmt.Sprintf("timer canary lateness p50 %v, p99 %v, max %v over %d wake-ups in %v", short(q.P50), short(q.P99), short(q.Max), q.Count, short(s.Interval)), "Go issue 38860 (timers wait behind non-yielding goroutines); /sched/latencies does not show it (Go issue 45632)"},
-				Fix:      "call cpuwork.Checkpoint(ctx) inside long CPU loops (it yields for due timers every 200 µs at ~4 ns a call), or runtime.Gosched() every ~100 µs of work",
+				Fix:      "call cpuwork.Checkpoint(ctx) inside long CPU loops (it yields for due timers every 50 µs when every P is busy, ~4 ns a call otherwise), or runtime.Gosched() every ~100 µs of work",
 			})
 		}
 		if s.CPU > 0 {

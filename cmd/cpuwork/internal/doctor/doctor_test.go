@@ -53,6 +53,7 @@ func spin() {
 func sick(ill string) {
 	name, arg, _ := strings.Cut(ill, ":")
 	n, _ := strconv.Atoi(arg)
+	spinners := 0
 	switch name {
 	case "busy": // n goroutines that never block
 		for range n {
@@ -69,7 +70,7 @@ func sick(ill string) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		}()
-	case "served": // n spinning goroutines behind /debug/cpuwork with a timer canary
+	case "served": // n spinning goroutines behind /debug/cpuwork with a timer canary (started after "ready")
 		s, err := schedstat.Start(schedstat.Options{Interval: 500 * time.Millisecond, TimerCanary: true})
 		if err != nil {
 			panic(err)
@@ -83,11 +84,9 @@ func sick(ill string) {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		go http.Serve(ln, mux)
-		for range n {
-			go spin()
-		}
 		fmt.Println(ln.Addr().String())
-	case "pprof": // n spinning goroutines behind net/http/pprof only
+		spinners = n
+	case "pprof": // n spinning goroutines behind net/http/pprof only (started after "ready")
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			panic(err)
@@ -96,12 +95,15 @@ func sick(ill string) {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		go http.Serve(ln, mux)
-		for range n {
-			go spin()
-		}
 		fmt.Println(ln.Addr().String())
+		spinners = n
 	}
 	fmt.Println("ready")
+	// Spinners behind a server start after "ready": 5,000 runnable
+	// goroutines on 2 Ps would delay the print by tens of seconds.
+	for range spinners {
+		go spin()
+	}
 	select {}
 }
 
@@ -203,7 +205,8 @@ func TestGOMAXPROCSAboveTheQuotaIsThrottled(t *testing.T) {
 	}
 	// Kill it before the cleanup removes the group (cleanups run last-in first-out).
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	r := diagnoseT(t, Config{PID: cmd.Process.Pid})
+	// 2.5 s: at least 20 periods, the fewest the throttled share is judged on.
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: 2500 * time.Millisecond})
 	got := ids(r)
 	for _, want := range []string{"gomaxprocs-above-quota", "cpu-throttled"} {
 		if !slices.Contains(got, want) {

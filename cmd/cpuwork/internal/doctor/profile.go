@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"time"
@@ -26,8 +27,8 @@ type ProfileView struct {
 var schedulerFuncs = []string{"runtime.schedule", "runtime.findRunnable", "runtime.findrunnable", "runtime.stealWork", "runtime.runqgrab"}
 
 // fetchProfile reads d of CPU profile from the target's net/http/pprof.
-func fetchProfile(base string, d time.Duration) (*ProfileView, error) {
-	u, body, err := pprofGet(base, "profile", d)
+func fetchProfile(ctx context.Context, base string, d time.Duration) (*ProfileView, error) {
+	u, body, err := pprofGet(ctx, base, "profile", d)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -35,8 +36,8 @@ type TraceView struct {
 
 // fetchTrace reads d of execution trace from the target's net/http/pprof
 // (/debug/pprof/trace?seconds=N) and summarises it.
-func fetchTrace(base string, d time.Duration) (*TraceView, error) {
-	u, body, err := pprofGet(base, "trace", d)
+func fetchTrace(ctx context.Context, base string, d time.Duration) (*TraceView, error) {
+	u, body, err := pprofGet(ctx, base, "trace", d)
 	if err != nil {
 		return nil, err
 	}
@@ -124,11 +125,15 @@ func readTrace(r io.Reader) (*TraceView, error) {
 
 // pprofGet starts reading d of the target's /debug/pprof/<what> (trace or
 // profile) and returns the URL and the body.
-func pprofGet(base, what string, d time.Duration) (string, io.ReadCloser, error) {
+// The request ends with ctx (the doctor's window plus its margin).
+func pprofGet(ctx context.Context, base, what string, d time.Duration) (string, io.ReadCloser, error) {
 	secs := max(int(d.Round(time.Second)/time.Second), 1)
 	u := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", strings.TrimSuffix(base, "/"), what, secs)
-	c := http.Client{Timeout: d + 10*time.Second}
-	resp, err := c.Get(u)
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return u, nil, fmt.Errorf("%s: %w", u, err)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return u, nil, fmt.Errorf("%s: %w", u, err)
 	}

@@ -1,0 +1,135 @@
+package doctor
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/cgroup"
+)
+
+// End-to-end cases of issue 22's "done when", on real processes.
+
+// inQuota starts cmd inside a new cgroup with a quota of q cores and
+// returns it; both are removed at the end of the test.
+func inQuota(t *testing.T, q float64, cmd *exec.Cmd) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a cgroup with a CPU quota")
+	}
+	g, err := cgroup.New(cgroup.Config{Name: cgroup.OwnedName("doctor-e2e"), Parent: "cpuwork-doctor-test", CPUs: q})
+	if err != nil {
+		t.Skipf("cannot create a CPU cgroup here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) // before the group's removal (LIFO)
+}
+
+// An idle Go >= 1.25 process under a 1.5-CPU quota: Go's GOMAXPROCS is
+// max(2, ceil(1.5)) = 2 by design; nothing is throttled; no warning.
+func TestAnIdleGoProcessUnderAFractionalQuotaGetsNoWarning(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DOCTOR_ILL=light", "GOMAXPROCS=")
+	inQuota(t, 1.5, cmd)
+	time.Sleep(200 * time.Millisecond)
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid})
+	if r.Worst() != Info {
+		t.Errorf("an idle process under 1.5 CPUs: worst %s, findings %v", r.Worst(), ids(r))
+	}
+	if f, ok := find(r.Findings, "gomaxprocs-above-quota"); ok && f.Severity != Info {
+		t.Errorf("gomaxprocs-above-quota at %s", f.Severity)
+	}
+}
+
+// 5,000 runnable goroutines behind net/http/pprof: the endpoint cannot
+// answer within the window, so the doctor must not say healthy.
+func TestASaturatedProcessThatCannotAnswerIsNotHealthy(t *testing.T) {
+	cmd, addr := start(t, "pprof:5000", "GOMAXPROCS=2")
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://" + addr, Duration: 2 * time.Second})
+	got := ids(r)
+	if slices.Contains(got, "healthy") || r.Worst() == Info {
+		t.Errorf("5,000 runnable goroutines: findings %v (worst %s), want a finding", got, r.Worst())
+	}
+	if !slices.ContainsFunc(got, func(id string) bool {
+		return id == "unresponsive" || id == "slow-to-answer" || id == "at-capacity" || id == "oversubscribed"
+	}) {
+		t.Errorf("findings %v: want unresponsive, slow-to-answer, at-capacity or oversubscribed", got)
+	}
+}
+
+// GOMAXPROCS 8 on this machine's CPUs (2 here): the process's own threads
+// compete; it is not told that another process takes its CPU.
+func TestGOMAXPROCSAboveTheCPUsIsSelfOversubscription(t *testing.T) {
+	n := runtime.NumCPU()
+	cmd, _ := start(t, fmt.Sprintf("busy:%d", 4*n), fmt.Sprintf("GOMAXPROCS=%d", 4*n))
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: 2 * time.Second})
+	got := ids(r)
+	if !slices.Contains(got, "self-oversubscribed") || slices.Contains(got, "os-starvation") {
+		t.Errorf("GOMAXPROCS %d busy on %d CPUs: findings %v, want self-oversubscribed and no os-starvation (runnable threads %.1f, CPU %.2f cores)",
+			4*n, n, got, r.Window.RunnableThreads, r.Window.CPUCores)
+	}
+}
+
+// A program the project did not write, not Go: a Python busy loop in a
+// half-CPU cgroup is throttled and at capacity; no Go rule applies.
+func TestAPythonBusyLoopInAQuotaIsThrottled(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	cmd := exec.Command(py, "-c", "while True: pass")
+	inQuota(t, 0.5, cmd)
+	time.Sleep(300 * time.Millisecond)
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: 2500 * time.Millisecond})
+	got := ids(r)
+	if !slices.Contains(got, "cpu-throttled") || slices.Contains(got, "gomaxprocs-above-quota") {
+		t.Errorf("python busy loop in 0.5 CPU: findings %v, want cpu-throttled and no GOMAXPROCS rule (go: %+v)", got, r.Window.Go)
+	}
+	if r.Window.Go.GoVersion != "" {
+		t.Errorf("python3 read as a Go program: %+v", r.Window.Go)
+	}
+}
+
+// Bad input is a usage error in the CLI; an unreachable URL an unread
+// source, and with nothing else found the result is inconclusive.
+func TestAnUnreachableURLIsInconclusiveNotHealthy(t *testing.T) {
+	cmd, _ := start(t, "light")
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://127.0.0.1:1", Duration: time.Second})
+	if got := ids(r); !slices.Equal(got, []string{"inconclusive"}) || r.Worst() != Inconclusive {
+		t.Errorf("unreachable --url: findings %v worst %s, want inconclusive", got, r.Worst())
+	}
+	if !strings.Contains(strings.Join(r.Unread, " "), "127.0.0.1:1") {
+		t.Errorf("unread %v", r.Unread)
+	}
+}
+
+// A PID reused during the window is an error, not a finding built from
+// two processes.
+func TestAPIDThatExitsDuringTheWindowIsAnError(t *testing.T) {
+	cmd, _ := start(t, "light")
+	_, err := Run(Config{PID: cmd.Process.Pid, Duration: time.Second, Sleep: func(d time.Duration) {
+		cmd.Process.Kill()
+		cmd.Wait()
+		time.Sleep(d)
+	}})
+	if err == nil {
+		t.Error("a process that exited during the window was diagnosed")
+	}
+}

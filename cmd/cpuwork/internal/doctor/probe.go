@@ -1,0 +1,200 @@
+package doctor
+
+import (
+	"bytes"
+	"context"
+	"debug/buildinfo"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cpuwork/cpuwork/schedstat"
+)
+
+// Probes is what an outside observer can always measure of a server: the
+// time it takes to answer a trivial request (GET of the --url itself; any
+// status is an answer), a few times spread over the window. A saturated Go
+// process answers late or not at all: its netpoller is polled by a P only
+// when its run queues are empty (and by sysmon every 10 ms), and the
+// handler goroutine then waits behind every runnable one.
+type Probes struct {
+	Sent     int             `json:"sent"`
+	Answered int             `json:"answered"`
+	Refused  int             `json:"refused"` // connection refused: nothing listens there
+	TimedOut int             `json:"timed_out"`
+	Latency  []time.Duration `json:"latency_ns"` // of the answered ones
+}
+
+// median of the answered probes' latencies (0 for none).
+func (p *Probes) median() time.Duration {
+	if len(p.Latency) == 0 {
+		return 0
+	}
+	s := slices.Clone(p.Latency)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// probe sends n trivial requests to base, one every d/n, each allowed to
+// take until the window's end plus margin, and returns when every probe
+// has answered or given up.
+func probe(ctx context.Context, base string, n int, d, margin time.Duration) *Probes {
+	p := &Probes{}
+	type result struct {
+		lat     time.Duration
+		err     error
+		refused bool
+	}
+	results := make(chan result, n)
+	deadline := time.Now().Add(d + margin)
+	c := http.Client{}
+	for i := range n {
+		at := time.Duration(i) * d / time.Duration(n)
+		go func() {
+			select {
+			case <-time.After(at):
+			case <-ctx.Done():
+				results <- result{err: ctx.Err()}
+				return
+			}
+			rctx, cancel := context.WithDeadline(ctx, deadline)
+			defer cancel()
+			req, err := http.NewRequestWithContext(rctx, "GET", base, nil)
+			if err != nil {
+				results <- result{err: err}
+				return
+			}
+			t0 := time.Now()
+			resp, err := c.Do(req)
+			if err != nil {
+				results <- result{err: err, refused: isRefused(err)}
+				return
+			}
+			resp.Body.Close()
+			results <- result{lat: time.Since(t0)}
+		}()
+	}
+	for range n {
+		r := <-results
+		p.Sent++
+		switch {
+		case r.err == nil:
+			p.Answered++
+			p.Latency = append(p.Latency, r.lat)
+		case r.refused:
+			p.Refused++
+		default:
+			p.TimedOut++
+		}
+	}
+	return p
+}
+
+func isRefused(err error) bool {
+	return strings.Contains(err.Error(), "connection refused") || strings.Contains(err.Error(), "no such host")
+}
+
+// procStat reads a process's start time (field 22, clock ticks since boot)
+// and user+system CPU time (fields 14+15, in clock ticks of 10 ms: Linux's
+// USER_HZ is 100 on every architecture Go supports) from /proc/PID/stat:
+// process totals, which keep the time of threads that exited.
+func procStat(pid int) (start int64, cpu time.Duration, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseProcStat(b)
+}
+
+func parseProcStat(b []byte) (start int64, cpu time.Duration, err error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, errors.New("/proc/PID/stat: no ')'")
+	}
+	f := strings.Fields(string(b[i+1:])) // f[0] is field 3
+	if len(f) < 20 {
+		return 0, 0, fmt.Errorf("/proc/PID/stat: %d fields after the name, want >= 20", len(f))
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 63)
+	st, err2 := strconv.ParseUint(f[12], 10, 63)
+	start, err3 := strconv.ParseInt(f[19], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return 0, 0, fmt.Errorf("/proc/PID/stat: %w", err)
+	}
+	const tick = 10 * time.Millisecond
+	return start, time.Duration(min(ut+st, uint64(1<<62)/uint64(tick))) * tick, nil
+}
+
+// GoInfo is what the target's binary says about its Go runtime.
+type GoInfo struct {
+	GoVersion string `json:"go_version"` // "" when the binary is not a Go program (or unreadable)
+	// QuotaAware reports whether the runtime's default GOMAXPROCS follows
+	// the cgroup quota: Go >= 1.25 with a main module at go 1.25 or later
+	// (else DefaultGODEBUG carries cgroupgomaxprocs=0).
+	QuotaAware bool   `json:"quota_aware"`
+	Unreadable string `json:"unreadable,omitempty"`
+}
+
+// goInfo reads the build information of /proc/PID/exe.
+func goInfo(pid int) GoInfo {
+	bi, err := buildinfo.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
+	if err != nil {
+		return GoInfo{Unreadable: err.Error()}
+	}
+	g := GoInfo{GoVersion: bi.GoVersion, QuotaAware: goAtLeast(bi.GoVersion, 25)}
+	for _, s := range bi.Settings {
+		if s.Key == "DefaultGODEBUG" && strings.Contains(s.Value, "cgroupgomaxprocs=0") {
+			g.QuotaAware = false
+		}
+	}
+	return g
+}
+
+// goAtLeast reports whether a "go1.N[.M]" version is at least go1.minor.
+func goAtLeast(v string, minor int) bool {
+	rest, ok := strings.CutPrefix(v, "go1.")
+	if !ok {
+		return false
+	}
+	n := 0
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			break
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n >= minor
+}
+
+// sampleRunnable reads the target's runnable threads every d/n and
+// returns their mean (kernel state R in /proc/PID/task/*/stat).
+func sampleRunnable(ctx context.Context, pid, n int, d time.Duration) float64 {
+	sum, k := 0, 0
+	t := time.NewTicker(d / time.Duration(n))
+	defer t.Stop()
+	for range n {
+		select {
+		case <-ctx.Done():
+			return mean(sum, k)
+		case <-t.C:
+		}
+		if th, err := schedstat.ReadThreads(pid); err == nil {
+			sum += th.Runnable
+			k++
+		}
+	}
+	return mean(sum, k)
+}
+
+func mean(sum, k int) float64 {
+	if k == 0 {
+		return 0
+	}
+	return float64(sum) / float64(k)
+}

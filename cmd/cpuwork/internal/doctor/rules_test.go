@@ -1,0 +1,253 @@
+package doctor
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/schedstat"
+)
+
+// Every rule called directly with constructed windows, at and across each
+// threshold (issue 22).
+
+// quotaWindow is a 5 s window of an idle Go >= 1.25 process under a
+// quota of q cores with GOMAXPROCS g, 50 periods, none throttled.
+func quotaWindow(q float64, g int) *Window {
+	return &Window{
+		Duration:   5 * time.Second,
+		Budget:     budget.Budget{Cores: q, Affinity: 2, Source: budget.SourceCgroupV2, SourceDir: "/q", CgroupDir: "/q", Limits: []budget.Limit{{Dir: "/q", Period: 100 * time.Millisecond, Cores: q, Leaf: true}}},
+		GOMAXPROCS: g,
+		Throttling: budget.Stat{Periods: 50},
+		LimitDir:   "/q",
+		CPUCores:   0.02,
+	}
+}
+
+// plainWindow is a 5 s window of a process with a 2-core affinity budget.
+func plainWindow() *Window {
+	return &Window{Duration: 5 * time.Second, Budget: budget.Budget{Cores: 2, Affinity: 2, Source: budget.SourceAffinity}, GOMAXPROCS: 2, CPUCores: 0.5}
+}
+
+func find(fs []Finding, id string) (Finding, bool) {
+	i := slices.IndexFunc(fs, func(f Finding) bool { return f.ID == id })
+	if i < 0 {
+		return Finding{}, false
+	}
+	return fs[i], true
+}
+
+func TestGOMAXPROCSAboveQuotaWarnsOnlyWhenItCosts(t *testing.T) {
+	cases := []struct {
+		name      string
+		edit      func(w *Window)
+		want      Severity // "" : no such finding
+		throttled Severity
+	}{
+		{"idle under 1.5 CPUs (Go's max(2, ceil(q)) by design): info only", func(w *Window) {}, Info, ""},
+		{"CPU demand just under 95 % of the quota: info", func(w *Window) { w.CPUCores = 0.949 * 1.5 }, Info, ""},
+		{"CPU demand at 95 % of the quota: warning", func(w *Window) { w.CPUCores = 0.95 * 1.5 }, Warning, ""},
+		{"5 % of 100 periods throttled: warning", func(w *Window) { w.Throttling = budget.Stat{Periods: 100, ThrottledPeriods: 5} }, Warning, Warning},
+		{"4.9 % throttled: info", func(w *Window) { w.Throttling = budget.Stat{Periods: 1000, ThrottledPeriods: 49} }, Info, ""},
+		{"25 % throttled: critical", func(w *Window) { w.Throttling = budget.Stat{Periods: 100, ThrottledPeriods: 25} }, Critical, Critical},
+		{"1 of 1 period throttled: too few to judge", func(w *Window) { w.Throttling = budget.Stat{Periods: 1, ThrottledPeriods: 1} }, Info, ""},
+		{"19 of 19: too few to judge", func(w *Window) { w.Throttling = budget.Stat{Periods: 19, ThrottledPeriods: 19} }, Info, ""},
+		{"20 of 20: judged", func(w *Window) { w.Throttling = budget.Stat{Periods: 20, ThrottledPeriods: 20} }, Critical, Critical},
+		{"GOMAXPROCS within the quota: nothing", func(w *Window) { w.GOMAXPROCS = 1 }, "", ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := quotaWindow(1.5, 2)
+			c.edit(w)
+			fs := diagnose(w)
+			f, ok := find(fs, "gomaxprocs-above-quota")
+			if (c.want == "") == ok || (ok && f.Severity != c.want) {
+				t.Errorf("gomaxprocs-above-quota %v %q, want %q", ok, f.Severity, c.want)
+			}
+			thr, ok := find(fs, "cpu-throttled")
+			if (c.throttled == "") == ok || (ok && thr.Severity != c.throttled) {
+				t.Errorf("cpu-throttled %v %q, want %q", ok, thr.Severity, c.throttled)
+			}
+		})
+	}
+}
+
+func TestAnAncestorQuotaSaysWhereAndWhoShares(t *testing.T) {
+	w := quotaWindow(1, 2)
+	w.Budget.CgroupDir = "/q/leaf"
+	w.Budget.Limits[0].Leaf = false
+	w.Siblings = 3
+	w.Throttling = budget.Stat{Periods: 100, ThrottledPeriods: 30}
+	f, ok := find(diagnose(w), "cpu-throttled")
+	if !ok {
+		t.Fatal("no cpu-throttled")
+	}
+	joined := ""
+	for _, e := range f.Evidence {
+		joined += e + "\n"
+	}
+	for _, want := range []string{"ancestor cgroup /q", "3 sibling cgroups"} {
+		if !strings.Contains(joined, want) {
+			t.Errorf("evidence lacks %q:\n%s", want, joined)
+		}
+	}
+}
+
+func TestRunDelayIsJudgedPerWakeUpAndAgainstTheBudget(t *testing.T) {
+	mk := func(delay time.Duration, slices uint64, cpu, runnable float64) *Window {
+		w := plainWindow()
+		w.Kernel = schedstat.Threads{RunDelay: delay, OnCPU: 2 * time.Second, Timeslices: slices, Count: 10}
+		w.CPUCores, w.RunnableThreads = cpu, runnable
+		return w
+	}
+	cases := []struct {
+		name string
+		w    *Window
+		want string
+		sev  Severity
+	}{
+		// 0.1 s per second, 0.5 ms per wake-up: the thresholds.
+		{"at both thresholds, below the budget: another process", mk(500*time.Millisecond, 1000, 1.0, 1), "os-starvation", Warning},
+		{"per wake-up just under 0.5 ms", mk(500*time.Millisecond, 1001, 1.0, 1), "", ""},
+		{"per second just under 0.1", mk(499*time.Millisecond, 998, 1.0, 1), "", ""},
+		// An I/O server: 30 threads each waiting 100 µs per wake-up, 2.5 s in all.
+		{"many threads waiting 0.1 ms per wake-up", mk(2500*time.Millisecond, 25000, 0.5, 0.2), "", ""},
+		{"0.5 s per second and 2 ms per wake-up: critical", mk(2500*time.Millisecond, 1250, 1.0, 1), "os-starvation", Critical},
+		{"at the budget with more runnable threads than cores: itself", mk(2500*time.Millisecond, 1250, 1.9, 8), "self-oversubscribed", Critical},
+		{"at the budget but few runnable threads: another process", mk(2500*time.Millisecond, 1250, 1.9, 2), "os-starvation", Critical},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fs := diagnose(c.w)
+			_, starved := find(fs, "os-starvation")
+			_, self := find(fs, "self-oversubscribed")
+			switch c.want {
+			case "":
+				if starved || self {
+					t.Errorf("findings %v, want neither", ids(&Result{Findings: fs}))
+				}
+			default:
+				f, ok := find(fs, c.want)
+				if !ok || f.Severity != c.sev {
+					t.Errorf("findings %v, want %s %s", ids(&Result{Findings: fs}), c.want, c.sev)
+				}
+				if starved && self {
+					t.Error("both os-starvation and self-oversubscribed")
+				}
+			}
+		})
+	}
+	// Throttling explains run delay first.
+	w := mk(2500*time.Millisecond, 1250, 1.0, 1)
+	w.Budget = quotaWindow(1, 1).Budget
+	w.Throttling = budget.Stat{Periods: 50, ThrottledPeriods: 40}
+	if _, ok := find(diagnose(w), "os-starvation"); ok {
+		t.Error("throttled run delay reported as starvation")
+	}
+}
+
+func TestAtCapacityAndProbes(t *testing.T) {
+	w := plainWindow()
+	w.CPUCores = 0.9 * 2
+	if _, ok := find(diagnose(w), "at-capacity"); !ok {
+		t.Error("90 % of the budget for the whole window: no at-capacity")
+	}
+	w.CPUCores = 0.89 * 2
+	if _, ok := find(diagnose(w), "at-capacity"); ok {
+		t.Error("89 %: at-capacity")
+	}
+	probeCases := []struct {
+		p    Probes
+		want string
+	}{
+		{Probes{Sent: 5, Answered: 2, TimedOut: 3, Latency: []time.Duration{time.Second, time.Second}}, "unresponsive"},
+		{Probes{Sent: 4, Answered: 2, TimedOut: 2, Latency: []time.Duration{time.Millisecond, time.Millisecond}}, "unresponsive"}, // half timed out
+		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, time.Millisecond, time.Millisecond}}, "slow-to-answer"},
+		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{99 * time.Millisecond, 99 * time.Millisecond, 99 * time.Millisecond, time.Millisecond, time.Millisecond}}, ""},
+		{Probes{Sent: 5, Refused: 5}, ""}, // nothing listens: unread, not a finding
+	}
+	for _, c := range probeCases {
+		w := plainWindow()
+		p := c.p
+		w.Probes = &p
+		fs := diagnose(w)
+		_, un := find(fs, "unresponsive")
+		_, slow := find(fs, "slow-to-answer")
+		got := ""
+		if un {
+			got = "unresponsive"
+		} else if slow {
+			got = "slow-to-answer"
+		}
+		if got != c.want {
+			t.Errorf("probes %+v: %q, want %q", c.p, got, c.want)
+		}
+	}
+}
+
+func TestRuntimeViewRules(t *testing.T) {
+	sample := func() *schedstat.Sample {
+		return &schedstat.Sample{Interval: time.Second, GOMAXPROCS: 2, GoroutineStates: true,
+			Runnable: 8, SchedLatency: schedstat.Quantiles{Count: 100, P99: 5 * time.Millisecond},
+			TimerLateness: schedstat.Quantiles{Count: 100, P99: 5 * time.Millisecond},
+			CPU:           time.Second, GCCPU: 250 * time.Millisecond, GCPause: schedstat.Quantiles{Count: 10, P99: time.Millisecond}}
+	}
+	cases := []struct {
+		name string
+		edit func(s *schedstat.Sample)
+		want []string
+	}{
+		{"every rule at its threshold", func(s *schedstat.Sample) {}, []string{"oversubscribed", "timer-starvation", "gc-pressure"}},
+		{"just under each", func(s *schedstat.Sample) {
+			s.Runnable, s.TimerLateness.P99, s.GCCPU = 7, 4999*time.Microsecond, 249*time.Millisecond
+		}, nil},
+		{"sched p99 under 5 ms: not oversubscribed", func(s *schedstat.Sample) {
+			s.SchedLatency.P99, s.TimerLateness.P99, s.GCCPU = 4*time.Millisecond, time.Millisecond, 0
+		}, nil},
+		{"a GC pause p99 of 10 ms alone is gc-pressure", func(s *schedstat.Sample) {
+			s.Runnable, s.TimerLateness.P99, s.GCCPU, s.GCPause.P99 = 0, 0, 0, 10*time.Millisecond
+		}, []string{"gc-pressure"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := plainWindow()
+			s := sample()
+			c.edit(s)
+			w.Runtime = s
+			got := ids(&Result{Findings: diagnose(w)})
+			for _, id := range []string{"oversubscribed", "timer-starvation", "gc-pressure"} {
+				if slices.Contains(got, id) != slices.Contains(c.want, id) {
+					t.Errorf("%s: findings %v, want %v", id, got, c.want)
+				}
+			}
+		})
+	}
+}
+
+func TestNothingFoundIsHealthyOnlyWithTheSourcesRead(t *testing.T) {
+	if got := ids(&Result{Findings: diagnose(plainWindow())}); !slices.Equal(got, []string{"healthy"}) {
+		t.Errorf("a quiet window: %v", got)
+	}
+}
+
+func TestParseProcStat(t *testing.T) {
+	start, cpu, err := parseProcStat([]byte("42 (my (odd) name) S 1 42 42 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 8 0 215680 1000 30 18446744073709551615"))
+	if err != nil || start != 215680 || cpu != 3*time.Second {
+		t.Errorf("start %d cpu %v err %v; want 215680, 3s", start, cpu, err)
+	}
+	for _, bad := range []string{"", "42 (x", "42 (x) S 1 2 3"} {
+		if _, _, err := parseProcStat([]byte(bad)); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+func TestGoVersionRule(t *testing.T) {
+	for v, want := range map[string]bool{"go1.25.0": true, "go1.26.8": true, "go1.24.9": false, "go1.9": false, "go1.100": true, "devel": false} {
+		if got := goAtLeast(v, 25); got != want {
+			t.Errorf("goAtLeast(%q, 25) = %v", v, got)
+		}
+	}
+}
