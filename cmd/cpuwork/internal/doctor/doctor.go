@@ -141,7 +141,7 @@ func Run(cfg Config) (*Result, error) {
 		w.GOMAXPROCSSource = "not a Go program (" + w.Go.Unreadable + ")"
 	case !w.Go.QuotaAware && b.GOMAXPROCSEnv == "":
 		w.GOMAXPROCS = b.Affinity
-		w.GOMAXPROCSSource = fmt.Sprintf("%s, whose default GOMAXPROCS is the CPU count (affinity), blind to the quota (Go < 1.25, or a main module at go < 1.25: cgroupgomaxprocs=0)", w.Go.GoVersion)
+		w.GOMAXPROCSSource = fmt.Sprintf("%s, whose default GOMAXPROCS is the CPU count (affinity), blind to the quota (Go < 1.25, or a main module at go < 1.25: containermaxprocs=0)", w.Go.GoVersion)
 	default:
 		w.GOMAXPROCS = b.RuntimeGOMAXPROCS
 		w.GOMAXPROCSSource = "the Go runtime's default rule applied from outside (GOMAXPROCS environment variable, affinity, leaf quota)"

@@ -133,3 +133,33 @@ func TestAPIDThatExitsDuringTheWindowIsAnError(t *testing.T) {
 		t.Error("a process that exited during the window was diagnosed")
 	}
 }
+
+// A Go program whose main module says go 1.24, built here with this
+// toolchain: its binary carries containermaxprocs=0 in DefaultGODEBUG, so
+// its GOMAXPROCS is the CPU count, blind to the quota; the doctor reads
+// that from the binary instead of assuming Go 1.25's rule.
+func TestAnOlderGoDirectiveGetsThePre125Rule(t *testing.T) {
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	dir := t.TempDir()
+	os.WriteFile(dir+"/go.mod", []byte("module old\n\ngo 1.24\n"), 0o644)
+	os.WriteFile(dir+"/main.go", []byte("package main\n\nimport \"time\"\n\nfunc main() { time.Sleep(time.Hour) }\n"), 0o644)
+	build := exec.Command(goBin, "build", "-o", "old", ".")
+	build.Dir = dir
+	build.Env = append(os.Environ(), "GOTOOLCHAIN=local", "GOFLAGS=-mod=mod", "GOWORK=off")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Skipf("cannot build a go 1.24 module here: %v: %s", err, out)
+	}
+	cmd := exec.Command(dir + "/old")
+	inQuota(t, 1.5, cmd)
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: time.Second})
+	if r.Window.Go.QuotaAware || r.Window.GOMAXPROCS != r.Window.Budget.Affinity {
+		t.Errorf("a go 1.24 main module: %+v, GOMAXPROCS %d (%s); want the CPU count %d, blind to the quota",
+			r.Window.Go, r.Window.GOMAXPROCS, r.Window.GOMAXPROCSSource, r.Window.Budget.Affinity)
+	}
+	if !strings.Contains(r.Window.GOMAXPROCSSource, "blind to the quota") {
+		t.Errorf("GOMAXPROCS source %q", r.Window.GOMAXPROCSSource)
+	}
+}

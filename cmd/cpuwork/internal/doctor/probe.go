@@ -136,7 +136,8 @@ type GoInfo struct {
 	GoVersion string `json:"go_version"` // "" when the binary is not a Go program (or unreadable)
 	// QuotaAware reports whether the runtime's default GOMAXPROCS follows
 	// the cgroup quota: Go >= 1.25 with a main module at go 1.25 or later
-	// (else DefaultGODEBUG carries cgroupgomaxprocs=0).
+	// (else the binary's DefaultGODEBUG carries containermaxprocs=0), and
+	// no containermaxprocs=0 in the process's GODEBUG variable.
 	QuotaAware bool   `json:"quota_aware"`
 	Unreadable string `json:"unreadable,omitempty"`
 }
@@ -149,11 +150,36 @@ func goInfo(pid int) GoInfo {
 	}
 	g := GoInfo{GoVersion: bi.GoVersion, QuotaAware: goAtLeast(bi.GoVersion, 25)}
 	for _, s := range bi.Settings {
-		if s.Key == "DefaultGODEBUG" && strings.Contains(s.Value, "cgroupgomaxprocs=0") {
+		if s.Key == "DefaultGODEBUG" && hasSetting(s.Value, "containermaxprocs=0") {
 			g.QuotaAware = false
 		}
 	}
+	// The environment overrides the binary's default (the last setting wins).
+	if env, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ")); err == nil {
+		for _, kv := range strings.Split(string(env), "\x00") {
+			if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+				for _, set := range strings.Split(v, ",") {
+					switch strings.TrimSpace(set) {
+					case "containermaxprocs=0":
+						g.QuotaAware = false
+					case "containermaxprocs=1":
+						g.QuotaAware = goAtLeast(g.GoVersion, 25)
+					}
+				}
+			}
+		}
+	}
 	return g
+}
+
+// hasSetting reports whether a comma-separated GODEBUG list holds kv.
+func hasSetting(list, kv string) bool {
+	for _, s := range strings.Split(list, ",") {
+		if strings.TrimSpace(s) == kv {
+			return true
+		}
+	}
+	return false
 }
 
 // goAtLeast reports whether a "go1.N[.M]" version is at least go1.minor.
