@@ -469,9 +469,12 @@ func diagnose(w *Window) []Finding {
 			}
 			kev := fmt.Sprintf("run delay %v and on-CPU %v over %d threads and %d wake-ups in %v: %v per wake-up (/proc/PID/task/*/schedstat)",
 				w.Kernel.RunDelay.Round(time.Millisecond), w.Kernel.OnCPU.Round(time.Millisecond), w.Kernel.Count, w.Kernel.Timeslices, w.Duration.Round(time.Millisecond), short(perSlice))
-			if w.CPUCores >= atBudget*b.Cores && w.RunnableThreads > b.Cores+0.5 {
+			// Its own threads outnumber its cores: while it uses its whole
+			// budget, or by twice over (then others may compete too, but
+			// the process would wait for itself without them).
+			if w.RunnableThreads > b.Cores+0.5 && (w.CPUCores >= atBudget*b.Cores || w.RunnableThreads >= 2*b.Cores) {
 				out = append(out, Finding{ID: "self-oversubscribed", Severity: sev,
-					Summary: fmt.Sprintf("the process's own threads compete for its %.2f cores: %.1f runnable on average while it uses its whole budget", b.Cores, w.RunnableThreads),
+					Summary: fmt.Sprintf("the process's own threads compete for its %.2f cores: %.1f runnable on average, using %.2f cores", b.Cores, w.RunnableThreads, w.CPUCores),
 					Evidence: []string{kev,
 						fmt.Sprintf("CPU used %.2f cores of a %.2f-core budget (%s); %.1f threads runnable on average (sampled /proc/PID/task/*/stat)", w.CPUCores, b.Cores, b.Source, w.RunnableThreads),
 						fmt.Sprintf("GOMAXPROCS %d (%s)", w.GOMAXPROCS, w.GOMAXPROCSSource)},

@@ -117,6 +117,8 @@ func TestRunDelayIsJudgedPerWakeUpAndAgainstTheBudget(t *testing.T) {
 		{"0.5 s per second and 2 ms per wake-up: critical", mk(2500*time.Millisecond, 1250, 1.0, 1), "os-starvation", Critical},
 		{"at the budget with more runnable threads than cores: itself", mk(2500*time.Millisecond, 1250, 1.9, 8), "self-oversubscribed", Critical},
 		{"at the budget but few runnable threads: another process", mk(2500*time.Millisecond, 1250, 1.9, 2), "os-starvation", Critical},
+		{"below the budget with twice as many runnable threads as cores: itself", mk(2500*time.Millisecond, 1250, 1.6, 4), "self-oversubscribed", Critical},
+		{"below the budget, 3.9 runnable threads on 2 cores: another process", mk(2500*time.Millisecond, 1250, 1.6, 3.9), "os-starvation", Critical},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
