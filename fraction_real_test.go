@@ -25,6 +25,7 @@ func fractionChild() {
 		os.Exit(1)
 	}
 	var wg sync.WaitGroup
+	var running, most atomic.Int64 // tasks running at once, and the most seen
 	t0, cpu0 := time.Now(), processCPU()
 	stop := t0.Add(1500 * time.Millisecond)
 	for range 4 {
@@ -33,6 +34,10 @@ func fractionChild() {
 			defer wg.Done()
 			for time.Now().Before(stop) {
 				e.Do(context.Background(), Batch, func(ctx context.Context) error {
+					n := running.Add(1)
+					defer running.Add(-1)
+					for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+					}
 					x := uint64(1)
 					for i := range 2_000_000 {
 						x = x*6364136223846793005 + 1442695040888963407
@@ -48,15 +53,16 @@ func fractionChild() {
 	}
 	wg.Wait()
 	cores := (processCPU() - cpu0).Seconds() / time.Since(t0).Seconds()
-	out, _ := json.Marshal(map[string]any{"slots": e.Slots(), "fractional": e.frac != nil, "cores": cores})
+	out, _ := json.Marshal(map[string]any{"slots": e.Slots(), "fractional": e.frac != nil, "cores": cores, "most": most.Load()})
 	e.Close(context.Background())
 	fmt.Println(string(out))
 }
 
 // TestFractionalSlotInARealCgroup: in a real 1.5-CPU cgroup the zero
-// Options run ceil(1.5) = 2 slots with the fractional slot paced, use more
-// than one core (the fraction is used) and leave most periods unthrottled
-// (two unpaced busy slots are throttled in nearly every period).
+// Options run ceil(1.5) = 2 slots with the fractional slot paced, run two
+// tasks at once at some point (the fraction is used) and leave most
+// periods unthrottled (two unpaced busy slots are throttled in nearly
+// every period).
 func TestFractionalSlotInARealCgroup(t *testing.T) {
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 || cgroup.Version() == 0 {
 		t.Skip("needs root and a cgroup CPU controller to create a quota cgroup")
@@ -95,6 +101,7 @@ func TestFractionalSlotInARealCgroup(t *testing.T) {
 		Slots      int
 		Fractional bool
 		Cores      float64 // the child's CPU over its busy window
+		Most       int     // tasks seen running at once
 	}
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("child output %q: %v", out, err)
@@ -107,8 +114,10 @@ func TestFractionalSlotInARealCgroup(t *testing.T) {
 	if periods == 0 || throttled*2 > periods {
 		t.Errorf("%d of %d periods throttled: want fewer than half", throttled, periods)
 	}
-	if r.Cores < 1.05 {
-		t.Errorf("%.2f cores used: the fractional slot was not used (want > 1.05)", r.Cores)
+	// The extra slot was used: two tasks ran at once. (The cores used
+	// are logged, not judged: a loaded machine gives the child less.)
+	if r.Most != 2 {
+		t.Errorf("at most %d tasks ran at once: the fractional slot was never open", r.Most)
 	}
 }
 

@@ -82,7 +82,7 @@ process is gone, or its PID was reused during the window). --json prints {"findi
 	f := cmd.Flags()
 	f.IntVar(&cfg.PID, "pid", 0, "process to diagnose (required)")
 	f.StringVar(&cfg.URL, "url", "", "base URL of the target's HTTP server (http://HOST:PORT): probed with trivial requests; its net/http/pprof and /debug/cpuwork (schedstat.Handler) are read when served")
-	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "observation window (positive); sources get 2 s more to answer")
+	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "observation window (positive); sources get 5 s more to answer")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.MarkFlagRequired("pid")
 	return cmd

@@ -105,12 +105,12 @@ func (r *Result) Worst() Severity {
 // margin is how long the doctor waits past the window for its sources
 // (trace, profile, /debug/cpuwork, probes): a target that has not answered
 // by then is reported as not answering, never waited for in turn.
-const margin = 2 * time.Second
+const margin = 5 * time.Second
 
 // Run observes cfg.PID for cfg.Duration and diagnoses it. It fails only
 // when the process cannot be observed at all (gone, /proc unreadable) or
 // was replaced during the window (a reused PID: its start time changed).
-// Every source is read within the window plus a margin of 2 s, in parallel.
+// Every source is read within the window plus a margin of 5 s, in parallel.
 func Run(cfg Config) (*Result, error) {
 	if cfg.PID <= 0 {
 		return nil, fmt.Errorf("doctor: --pid %d: must be a process ID", cfg.PID)
