@@ -10,17 +10,6 @@ import (
 // (the owner's start time), CPU lists (--cpuset, /sys/devices/system/cpu/
 // online), and a Config from command-line flags.
 
-func FuzzParseStartTime(f *testing.F) {
-	f.Add([]byte("1234 (cpuwork) S 1 1234 1234 0 -1 4194560 1000 0 0 0 10 5 0 0 20 0 8 0 215680 1000000 300 18446744073709551615\n"))
-	f.Add([]byte("1 (a) b) c) R 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 42"))
-	f.Add([]byte("1 (x)"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if v := parseStartTime(b); v < -1 {
-			t.Errorf("start time %d", v)
-		}
-	})
-}
-
 func FuzzParseCPUList(f *testing.F) {
 	for _, s := range []string{"0-3,6", "0", "", "1-0", "0-99999999", "3,2,1", " 0-1\n", "-1", "0-8191"} {
 		f.Add(s)
