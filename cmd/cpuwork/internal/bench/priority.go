@@ -346,16 +346,12 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 	default:
 		return res, fmt.Errorf("unknown priority variant %q", variant)
 	}
-	if network {
-		// The critical requests over loopback HTTP, from the generator
-		// process; its results (latency from each intended send time, the
-		// generator's own lateness) land in a scratch variant.
-		tmp := &Variant{Name: variant, Valid: true}
-		h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { runCritical(); w.Write([]byte("ok\n")) })
-		rate := wholeRate(float64(time.Second) / float64(interval))
-		lerr := r.loadOnce(tmp, "priority", h, rate, r.cfg.LoadGen, "--only-small")
+	// wind stops the batch loops and the critical pools (once every
+	// request has been answered), the meters, and records the GC pauses;
+	// it returns the run's wall time.
+	wind := func() time.Duration {
 		stop.Store(true)
-		for _, f := range cleanup { // every handler has answered: the generator waited for each response
+		for _, f := range cleanup {
 			f()
 		}
 		cwg.Wait()
@@ -365,6 +361,17 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		if n, mx, ok := pauses.stop(); ok {
 			res.gcStops, res.gcStopMax = float64(n), mx
 		}
+		return wall
+	}
+	if network {
+		// The critical requests over loopback HTTP, from the generator
+		// process; its results (latency from each intended send time, the
+		// generator's own lateness) land in a scratch variant.
+		tmp := &Variant{Name: variant, Valid: true}
+		h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { runCritical(); w.Write([]byte("ok\n")) })
+		rate := wholeRate(float64(time.Second) / float64(interval))
+		lerr := r.loadOnce(tmp, "priority", h, rate, r.cfg.LoadGen, "--only-small")
+		wall := wind() // every handler has answered: the generator waited for each response
 		if lerr != nil {
 			return res, lerr
 		}
@@ -396,16 +403,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 	}
 	stop.Store(true)
 	rwg.Wait()
-	for _, f := range cleanup {
-		f()
-	}
-	cwg.Wait()
-	bwg.Wait()
-	wall := time.Since(t0)
-	res.u = m.stop()
-	if n, mx, ok := pauses.stop(); ok {
-		res.gcStops, res.gcStopMax = float64(n), mx
-	}
+	wall := wind()
 	res.hist, res.series = rec.merged(), rec.series
 	res.offered = float64(sent) / r.duration.Seconds()
 	res.achieved = float64(res.hist.TotalCount()) / r.duration.Seconds()

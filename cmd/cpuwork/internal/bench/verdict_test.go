@@ -21,17 +21,7 @@ func synth(values map[string]map[string][]float64) *Scenario {
 		for i := range n {
 			rp := Repeat{Extra: map[string]float64{}}
 			for m, xs := range ms {
-				x := xs[min(i, len(xs)-1)]
-				switch m {
-				case "p99":
-					rp.P99 = x
-				case "mean":
-					rp.Mean = x
-				case "p90":
-					rp.P90 = x
-				default:
-					rp.Extra[m] = x
-				}
+				setMetric(&rp, m, xs[min(i, len(xs)-1)])
 			}
 			v.Repeats = append(v.Repeats, rp)
 		}
