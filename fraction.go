@@ -104,8 +104,7 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 	if frac < 0.01 || n < 1 || (b.GOMAXPROCS > 0 && int(n)+1 > b.GOMAXPROCS) {
 		// Whole; or below one core, where the one slot is the paced one
 		// and pacing it only adds idle gaps to a process that is
-		// throttled whenever it is busy (measured: 1.17x Go's default
-		// round p99 at 0.25 CPU); or no P for an extra slot.
+		// throttled whenever it is busy; or no P for an extra slot.
 		p.n, p.frac = int(n), 0
 		return false
 	}

@@ -233,10 +233,11 @@ func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := strings.Count(out.String(), "\n")
-	// 3 workers × 300 ms / ~5 ms: about 180; an open loop at rate 0 would
-	// be refused, an unbounded one would exceed 3 in flight.
-	if peak.Load() > 3 || n < 60 {
-		t.Errorf("peak %d in flight, %d requests; want <= 3 in flight and about 180 requests", peak.Load(), n)
+	// Never more than 3 in flight, and each worker sent again after its
+	// answer (more requests than workers); how many fit in 300 ms is the
+	// machine's business, not asserted.
+	if peak.Load() > 3 || n <= 3 {
+		t.Errorf("peak %d in flight, %d requests; want <= 3 in flight and more than 3 requests", peak.Load(), n)
 	}
 	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, -1, false); err == nil {
 		t.Error("negative workers accepted")

@@ -273,17 +273,6 @@ func median(xs []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// agreement counts the repeats i for which ok(i) holds, over the repeats
-// that every variant involved has (repeats of one round ran side by side).
-func agreement(n int, ok func(i int) bool) (k int) {
-	for i := range n {
-		if ok(i) {
-			k++
-		}
-	}
-	return k
-}
-
 func (v *Variant) setExtra(k string, x float64) {
 	if v.Extra == nil {
 		v.Extra = map[string]float64{}

@@ -246,8 +246,7 @@ func (r *Runner) measureCapacity(s *Scenario, variant string, estimate float64, 
 // or twice it (every level overloaded at "80 %") fails it. The CPU share
 // of each level is reported, not judged: a Go server spends more CPU per
 // request at light load (idle Ps spin for work, every request wakes a
-// thread) than in the closed loop, so it is not the load's share (68 % at
-// "50 %" in session 9's run, with the level right by throughput). A level
+// thread) than in the closed loop, so it is not the load's share. A level
 // that fails sets s.Calibration.
 func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cal calibration) {
 	if cal.estimated {
