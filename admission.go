@@ -85,81 +85,37 @@ func (e *Executor) dispatchLocked() {
 	}
 }
 
-// pickLocked removes and returns the waiter that gets the next slot:
-// Critical first; then Interactive or Batch, whichever has the smaller
-// virtual time (charged slot time divided by weight); Background last.
-func (e *Executor) pickLocked() *waiter {
-	c := Class(NumClasses)
-	lc := e.lowCap.Load()
-	low := !e.paced.Load() && (lc == 0 || e.lowRunning.Load() < lc) // Batch/Background may take a slot
-	batch := low && e.queues[Batch].n > 0
-	bgDue := low && e.queues[Background].n > 0 &&
-		(e.sinceBackground >= backgroundEvery || now()-e.queues[Background].head.enq >= int64(backgroundMaxWait))
-	switch {
-	case e.queues[Critical].n > 0:
-		c = Critical
-	case bgDue:
-		c = Background
-	case e.queues[Interactive].n > 0 && batch:
-		c = Interactive
-		if e.vtime(Batch) < e.vtime(Interactive) {
-			c = Batch
-		}
-	case e.queues[Interactive].n > 0:
-		c = Interactive
-	case batch:
-		c = Batch
-	case low && e.queues[Background].n > 0:
-		c = Background
-	default:
-		return nil
-	}
-	w := e.queues[c].popFront()
-	e.dequeuedLocked(c)
-	switch {
-	case c == Background:
-		e.sinceBackground = 0
-	case e.queues[Background].n > 0:
-		e.sinceBackground++
-	}
-	return w
-}
-
-// vtime is class c's virtual time in weighted nanoseconds: slot time
-// charged so far plus the estimate for tasks dispatched and still running,
-// divided by the class weight, plus the catch-up offset.
-func (e *Executor) vtime(c Class) float64 {
-	s := &e.stats[c]
-	return float64(s.used.Load()+s.inflight.Load())/e.weight[c] + e.lag[c]
-}
-
+// grantLocked gives a slot to w, just out of the queue: it counts the
+// admission (a submission's first grant only) and queues w's wake-up.
 func (e *Executor) grantLocked(w *waiter) {
 	w.granted, w.started = true, true
 	s := &e.stats[w.class]
-	if !w.requeued && e.shed[w.class].target > 0 {
+	first := !w.requeued && w.kind != waitHelper
+	if first && e.shed[w.class].target > 0 {
 		t := now()
 		e.codelGrantLocked(w.class, t-w.enq, t)
 	}
-	if !w.requeued {
+	if first {
 		s.admitted.Add(1)
 	}
 	if w.class.runsOnWorker() {
 		e.lowRunning.Add(1)
 	}
 	if w.class == Interactive || w.class == Batch {
-		est := s.lastSlotNs.Load()
+		est := e.share.lastSlot[w.class].Load()
 		if est <= 0 {
 			est = int64(time.Millisecond)
 		}
 		w.est = est
-		s.inflight.Add(est)
+		e.share.inflight[w.class].Add(est)
 	}
 	e.pending = append(e.pending, w)
 }
 
-// unlockAndWake releases mu, then wakes the waiters granted while it was
-// held: a blocked caller through its ready channel, a task by sending it to
-// the workers.
+// unlockAndWake releases mu, then wakes the waiters granted or refused
+// while it was held: a blocked caller or helper through its ready
+// channel, a task by sending it to the workers (granted) or failing it
+// (refused).
 func (e *Executor) unlockAndWake() {
 	if len(e.pending) == 0 {
 		e.mu.Unlock()
@@ -170,52 +126,26 @@ func (e *Executor) unlockAndWake() {
 	clear(e.pending)
 	e.pending = e.pending[:0]
 	e.mu.Unlock()
+	failed := false
 	for _, w := range ws {
-		if w.task != nil && !w.requeued {
+		switch {
+		case w.kind == waitTask && !w.requeued && w.refused != nil:
+			t := w.task
+			if t.stop != nil {
+				t.stop()
+			}
+			t.err = w.refused
+			close(t.done)
+			failed = true
+		case w.kind == waitTask && !w.requeued:
 			e.pools[w.class.pool()].runq <- w.task
-		} else {
+		default:
 			w.ready <- struct{}{}
 		}
 	}
-}
-
-// enqueueLocked appends w (or prepends it when front) to its class queue.
-func (e *Executor) enqueueLocked(w *waiter, front bool) {
-	c := w.class
-	q := &e.queues[c]
-	if q.n == 0 && (c == Interactive || c == Batch) {
-		// A class that starts waiting gets no credit for the time it was
-		// idle: its virtual time is raised to the other's if it is behind.
-		other := Interactive
-		if c == Interactive {
-			other = Batch
-		}
-		if e.queues[other].n > 0 {
-			if d := e.vtime(other) - e.vtime(c); d > 0 {
-				e.lag[c] += d
-			}
-		}
+	if failed {
+		e.checkDrained()
 	}
-	if front {
-		q.pushFront(w)
-	} else {
-		q.pushBack(w)
-	}
-	e.waiting.Add(1)
-	e.waitMask.Or(1 << c)
-}
-
-func (e *Executor) dequeuedLocked(c Class) {
-	e.waiting.Add(-1)
-	if e.queues[c].n == 0 {
-		e.waitMask.And(^uint32(1 << c))
-	}
-}
-
-// removeLocked takes a queued waiter out of its queue (cancellation).
-func (e *Executor) removeLocked(w *waiter) {
-	e.queues[w.class].remove(w)
-	e.dequeuedLocked(w.class)
 }
 
 // setPaced is the pacer's callback: it pauses (true) or resumes (false)

@@ -22,11 +22,14 @@ import (
 //
 // It does three things, cheapest first:
 //
-//  1. When a task of a more urgent class waits for a slot, or (Batch and
-//     Background) quota pacing has paused its class, it hands its slot over
-//     and queues again at the front of its own class, returning when it
-//     gets a slot back. Critical work therefore waits for at most one
-//     Checkpoint interval of lower-class work, not for whole tasks.
+//  1. When a task of a more urgent class waits for a slot, or a task of
+//     its own class that is due earlier (latency targets, order.go), or
+//     (Batch and Background) quota pacing has paused its class, it hands
+//     its slot over and queues again at its own due's place in its class
+//     (it keeps its place in line), returning when it gets a slot back.
+//     Critical work therefore waits for at most one Checkpoint interval of
+//     lower-class work, not for whole tasks. Without targets nobody of its
+//     own class is due earlier than a running task.
 //  2. At most every ~100 µs it reads the number of runnable goroutines
 //     (runtime/metrics /sched/goroutines/runnable:goroutines, Go >= 1.26)
 //     and calls runtime.Gosched when some wait for a P; goroutines outside
@@ -56,14 +59,16 @@ import (
 // does not come from a task, Checkpoint only yields the P (steps 2 and 3)
 // and reports ctx's error.
 func Checkpoint(ctx context.Context) error {
-	// The fast path (a task's own context, nobody to yield to, not yet
-	// time to read the clock): a type assertion, four loads and a counter,
-	// no further call.
+	// The fast path (a task's own context, nobody to hand the slot to,
+	// not yet time to read the clock): a type assertion, a few loads and a
+	// counter, no further call.
 	tc, ok := ctx.(*taskCtx)
 	if !ok || tc.shared.Load() != 0 || tc.noSlot != holdsSlot {
 		return checkpointSlow(ctx)
 	}
-	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 || (tc.class >= Batch && tc.e.paced.Load()) {
+	e := tc.e
+	if m := e.waitMask.Load(); m&moreUrgent[tc.class] != 0 || (tc.class >= Batch && e.paced.Load()) ||
+		(m&(1<<tc.class) != 0 && e.headDue[tc.class].Load() < tc.due()) {
 		return tc.checkpoint(ctx)
 	}
 	tc.calls++
@@ -71,6 +76,22 @@ func Checkpoint(ctx context.Context) error {
 		return nil
 	}
 	return tc.check(ctx)
+}
+
+// due is the task's due (order.go), computed from its context the first
+// time it is needed.
+func (tc *taskCtx) due() int64 {
+	if !tc.w.dueSet {
+		tc.e.setDue(tc.Context, &tc.w, tc.w.enq)
+	}
+	return tc.w.due
+}
+
+// handOver reports whether the task should hand its slot over now: more
+// urgent work waits, or work of its class due earlier, or (Batch and
+// Background) quota pacing has paused its class.
+func (tc *taskCtx) handOver() bool {
+	return tc.e.urgentOver(tc.class, tc.due()) || (tc.class >= Batch && tc.e.paced.Load())
 }
 
 // checkpointSlow is Checkpoint for every context but a task's own,
@@ -90,7 +111,7 @@ func (tc *taskCtx) checkpoint(ctx context.Context) error {
 		checkpointFree(ctx)
 		return tc.noSlot.err(ctx)
 	}
-	if tc.e.waitMask.Load()&moreUrgent[tc.class] != 0 || (tc.class >= Batch && tc.e.paced.Load()) {
+	if tc.handOver() {
 		if err := tc.e.yield(ctx, tc); err != nil {
 			return err
 		}
@@ -100,14 +121,6 @@ func (tc *taskCtx) checkpoint(ctx context.Context) error {
 		return nil
 	}
 	return tc.check(ctx)
-}
-
-// moreUrgent[c] has the waitMask bits of the classes that c yields to.
-var moreUrgent = [NumClasses]uint32{
-	Critical:    0,
-	Interactive: 1 << Critical,
-	Batch:       1<<Critical | 1<<Interactive,
-	Background:  1<<Critical | 1<<Interactive | 1<<Batch,
 }
 
 const (
@@ -233,14 +246,17 @@ func checkpointFree(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// yield hands tc's slot to a more urgent waiter and re-queues tc at the
-// front of its class. It returns when tc holds a slot again, or an error if
-// ctx ended or the executor closed meanwhile (tc then holds no slot).
+// yield hands tc's slot over and queues tc again at its due's place in
+// its class (so it keeps its place in line), returning when tc holds a
+// slot again, or an error if ctx ended or the executor closed meanwhile
+// (tc then holds no slot). The slot goes back through releaseSlot, which
+// hands it to the waiter the queue policy picks (order.go).
 func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
+	due := tc.due()
 	e.mu.Lock()
 	pacedOut := tc.class >= Batch && e.paced.Load()
 	over := e.free.Load() < 0 // more running than slots: give this one back
-	if e.closed.Load() || (e.waitMask.Load()&moreUrgent[tc.class] == 0 && !pacedOut && !over) {
+	if e.closed.Load() || (!e.urgentOver(tc.class, due) && !pacedOut && !over) {
 		e.mu.Unlock()
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}
@@ -249,30 +265,26 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		e.charge(tc, t)
 	}
 	s := &e.stats[tc.class]
-	if tc.w.est != 0 {
-		s.inflight.Add(-tc.w.est)
-		tc.w.est = 0
-	}
 	s.yields.Add(1)
-	if tc.class.runsOnWorker() {
-		e.lowRunning.Add(-1)
-	}
 	w := &tc.w
 	if w.ready == nil {
 		w.ready = make(chan struct{}, 1)
 	}
 	w.requeued = true
-	onWorker := w.task != nil
+	onWorker := w.kind == waitTask
 	if onWorker {
 		// This worker blocks without a slot; the slot it frees may go to
 		// an asynchronous task, which needs a worker to run on.
 		e.pools[tc.class.pool()].lendSpareLocked()
 	}
 	w.enq = t
-	e.enqueueLocked(w, true)
-	e.free.Add(1)
-	e.dispatchLocked()
-	e.unlockAndWake()
+	// The slot-time estimate goes back with the slot: once w is queued,
+	// another release may grant it a slot (and a new estimate) at once.
+	est := w.est
+	w.est = 0
+	e.enqueueLocked(w)
+	e.mu.Unlock()
+	e.releaseSlot(tc.class, &est)
 	err := e.await(ctx, w)
 	w.requeued = false
 	if onWorker {

@@ -91,7 +91,7 @@ func (e *Executor) failQueued() {
 	for c := range e.queues {
 		for w := e.queues[c].popFront(); w != nil; w = e.queues[c].popFront() {
 			e.dequeuedLocked(Class(c))
-			if w.task != nil && !w.requeued {
+			if w.kind == waitTask && !w.requeued {
 				tasks = append(tasks, w.task)
 			} else {
 				w.ready <- struct{}{} // granted stays false: closed out

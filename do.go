@@ -160,6 +160,9 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 	s := &e.stats[c]
 	tc := &taskCtx{Context: ctx, e: e, class: c}
 	tc.w.class = c
+	if e.latencyTarget[c] != 0 {
+		tc.w.enq = now() // the arrival its class's target counts from
+	}
 	if !e.tryAcquire() {
 		if err := e.acquireSlow(ctx, tc); err != nil {
 			return err
@@ -196,16 +199,17 @@ func (e *Executor) admitFast(c Class) (uint64, error) {
 // acquireSlow queues tc's waiter and blocks until it is granted a slot or
 // ctx ends.
 func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
-	c, s := tc.class, &e.stats[tc.class]
+	s := &e.stats[tc.class]
 	w := &tc.w
 	w.ready = make(chan struct{}, 1)
 	w.enq = now()
+	e.setDue(ctx, w, w.enq)
 	e.mu.Lock()
-	if err := e.queueAdmitLocked(ctx, c); err != nil {
+	if err := e.queueAdmitLocked(ctx, w); err != nil {
 		e.mu.Unlock()
 		return err
 	}
-	e.enqueueLocked(w, false)
+	e.enqueueLocked(w)
 	e.dispatchLocked()
 	e.unlockAndWake()
 	if err := e.await(ctx, w); err != nil {
@@ -217,7 +221,8 @@ func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
 }
 
 // await blocks until w, queued by the caller, is granted a slot (nil), is
-// failed by Close (ErrClosed) or its ctx ends while it is still queued
+// refused because its latency target can no longer be met (that error),
+// is failed by Close (ErrClosed) or its ctx ends while it is still queued
 // (ctx's error; a slot granted at that moment is given back).
 func (e *Executor) await(ctx context.Context, w *waiter) error {
 	s := &e.stats[w.class]
@@ -245,6 +250,10 @@ func (e *Executor) await(ctx context.Context, w *waiter) error {
 		}
 	}
 	if !w.granted {
+		if err := w.refused; err != nil { // counted when refused
+			w.refused = nil
+			return err
+		}
 		s.rejected.Add(1)
 		return ErrClosed
 	}
@@ -256,14 +265,14 @@ func (e *Executor) await(ctx context.Context, w *waiter) error {
 func (e *Executor) ungrant(w *waiter) { e.releaseSlot(w.class, &w.est) }
 
 // releaseSlot is the one path by which a slot held for class c goes back:
-// a task finished, a granted waiter was cancelled, an admission was undone
+// a task finished, a task handed its slot over at a Checkpoint, a For
+// helper stopped, a granted waiter was cancelled, an admission was undone
 // by Close. It drops the class's in-flight slot-time estimate (*est) and
-// its SpareP count, frees the slot and hands it to the next waiter, and,
-// after Close, signals a drained executor. (A Checkpoint hands its slot
-// over under the lock instead: Executor.yield.)
+// its SpareP count, frees the slot and hands it to the next waiter in
+// policy order (order.go), and, after Close, signals a drained executor.
 func (e *Executor) releaseSlot(c Class, est *int64) {
 	if *est != 0 {
-		e.stats[c].inflight.Add(-*est)
+		e.share.inflight[c].Add(-*est)
 		*est = 0
 	}
 	if c.runsOnWorker() {
@@ -342,7 +351,7 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 	s.slotTime.record(d, uint64(tc.weight))
 	s.used.Add(d * tc.weight)
 	if tc.weight == 1 {
-		s.lastSlotNs.Store(d)
+		e.share.lastSlot[tc.class].Store(d)
 	}
 	if old := s.avgSlotNs.Load(); old == 0 {
 		s.avgSlotNs.Store(d)

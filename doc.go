@@ -30,7 +30,19 @@
 //     and a freed slot goes to the class that is behind (weighted fair
 //     queuing, the virtual-time form of deficit round robin; a class that
 //     starts waiting gets no credit for its idle time). Background runs
-//     only on slots nobody else waits for. Inside a class, FIFO.
+//     only on slots nobody else waits for. A class says how much a
+//     request matters, never how big it is: a large user request is
+//     Interactive like a small one.
+//   - Latency targets. Inside a class, the earliest due first: a task's
+//     due is its arrival plus its latency target (WithTarget, its ctx
+//     deadline, Options.LatencyTarget), its arrival when it has none, so
+//     without targets a class is FIFO. A running task hands its slot over
+//     at a Checkpoint to a waiter of its class that is due earlier, and
+//     queues again at its own due: a large request split into parts keeps
+//     its place in line. A task with a target that can no longer meet it
+//     is refused (ErrDeadline, wrapped with ErrSaturated) at the door or
+//     at the head of the queue instead of being served late. The rule and
+//     its sources: order.go.
 //   - Where tasks run. Do runs Critical and Interactive tasks on the
 //     caller's goroutine once admitted: no hand-off, the caller's stack,
 //     profiler labels and (for cgo) thread stay. Batch and Background tasks,
@@ -43,11 +55,13 @@
 //     takes it with one compare-and-swap, no lock. Queued tasks are never
 //     overtaken by new arrivals.
 //   - Checkpoint. Inside long loops: hands the slot to waiting work of a
-//     more urgent class, and yields the P to runnable goroutines and due
-//     timers. A few nanoseconds when there is nothing to do.
-//   - For. A chunked parallel loop that runs on the caller's slot plus the
-//     slots that are free now; it never waits for a second slot, so nested
-//     use cannot deadlock.
+//     more urgent class or due earlier, and yields the P to runnable
+//     goroutines and due timers. A few nanoseconds when there is nothing
+//     to do.
+//   - For. A chunked parallel loop that runs on the caller's slot plus
+//     helpers: on slots free now, and up to Options.ForMaxSlots waiting in
+//     line at the loop's due like any task of its class. The caller never
+//     waits for a second slot, so nested use cannot deadlock.
 //   - Load shedding, never loss. A full class queue, a ctx deadline the
 //     estimated queue wait cannot meet, or a class queue standing above
 //     Options.MaxQueueWait gives an error wrapping ErrSaturated at once; a

@@ -25,17 +25,25 @@ type Executor struct {
 	waiting  atomic.Int64  // queued waiters, all classes
 	waitMask atomic.Uint32 // bit c set while class c has queued waiters
 	closed   atomic.Bool
-	_        [64]byte
+	// headDue[c] is the due of class c's first waiter (math.MaxInt64
+	// when none), for Checkpoint's lock-free hand-over test (order.go).
+	headDue [NumClasses]atomic.Int64
+	_       [64]byte
 
 	stats [NumClasses]classStats
 
-	mu     sync.Mutex
-	slots  int // total slots; guarded by mu
+	mu    sync.Mutex
+	slots int // total slots; guarded by mu
+	// nslots mirrors slots for readers that do not take mu (For).
+	nslots atomic.Int64
 	queues [NumClasses]waitQueue
-	lag    [NumClasses]float64 // virtual-time offsets for Interactive, Batch
-	weight [NumClasses]float64
+	share  shares // weighted fair queuing of Interactive and Batch (order.go)
 	limit  [NumClasses]int
-	shed   [NumClasses]shedState // queue-wait targets (shed.go)
+	// latencyTarget is Options.LatencyTarget in ns (0: none).
+	latencyTarget [NumClasses]int64
+	// forMaxSlots is Options.ForMaxSlots (0: the default rule).
+	forMaxSlots int
+	shed        [NumClasses]shedState // queue-wait targets (shed.go)
 	// sinceBackground counts grants to other classes while Background
 	// waits (the Background starvation guard, shed.go).
 	sinceBackground int
@@ -114,7 +122,12 @@ func New(o Options) (*Executor, error) {
 			return nil, fmt.Errorf("cpuwork: Options.MaxQueueWait[%s] is %v, must be >= 0", c, o.MaxQueueWait[c])
 		}
 		e.shed[c] = shedState{target: int64(o.MaxQueueWait[c]), minWait: math.MaxInt64}
-		e.weight[c] = 1
+		e.share.weight[c] = 1
+		e.headDue[c].Store(math.MaxInt64)
+		if o.LatencyTarget[c] < 0 {
+			return nil, fmt.Errorf("cpuwork: Options.LatencyTarget[%s] is %v, must be >= 0", c, o.LatencyTarget[c])
+		}
+		e.latencyTarget[c] = int64(o.LatencyTarget[c])
 		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(LabelKey, c.String()))
 	}
 	weight := func(name string, w, def int) (float64, error) {
@@ -127,12 +140,16 @@ func New(o Options) (*Executor, error) {
 		return float64(w), nil
 	}
 	var err error
-	if e.weight[Interactive], err = weight("InteractiveWeight", o.InteractiveWeight, DefaultInteractiveWeight); err != nil {
+	if e.share.weight[Interactive], err = weight("InteractiveWeight", o.InteractiveWeight, DefaultInteractiveWeight); err != nil {
 		return nil, err
 	}
-	if e.weight[Batch], err = weight("BatchWeight", o.BatchWeight, DefaultBatchWeight); err != nil {
+	if e.share.weight[Batch], err = weight("BatchWeight", o.BatchWeight, DefaultBatchWeight); err != nil {
 		return nil, err
 	}
+	if o.ForMaxSlots < 0 || o.ForMaxSlots > MaxSlots {
+		return nil, fmt.Errorf("cpuwork: Options.ForMaxSlots %d out of range 0..%d", o.ForMaxSlots, MaxSlots)
+	}
+	e.forMaxSlots = o.ForMaxSlots
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
@@ -245,6 +262,9 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 	}
 }
 
+// slotCount is Slots without the lock.
+func (e *Executor) slotCount() int64 { return e.nslots.Load() }
+
 // Slots returns the current number of slots.
 func (e *Executor) Slots() int {
 	e.mu.Lock()
@@ -270,6 +290,7 @@ func (e *Executor) SetSlots(n int) error {
 func (e *Executor) setSlotsLocked(n int) {
 	delta := n - e.slots
 	e.slots = n
+	e.nslots.Store(int64(n))
 	e.lowCap.Store(0)
 	if e.spareP {
 		e.lowCap.Store(int64(max(1, min(n, runtime.GOMAXPROCS(0)-1))))

@@ -25,12 +25,19 @@ const (
 // queueing if needed) or, inside a task of e, uses that task's slot. It
 // runs chunks of 1, 2, 4, ... indexes until one takes at least 50 µs, sizes
 // the remaining chunks from the measured time per index (about 250 µs each,
-// at least 100 µs, and smaller only to give every slot several chunks), and
-// then recruits helper goroutines on slots that are free now and that
-// nobody waits for. It never waits for a second slot, so a For nested in a
-// Do (or in another For) cannot deadlock. Helpers give their slot back at a
-// chunk boundary as soon as a task is queued; the caller calls Checkpoint
-// between chunks.
+// at least 100 µs, and smaller only to give every slot several chunks).
+// Helper goroutines run chunks beside it: on slots that are free now and
+// that nobody waits for, and, up to Options.ForMaxSlots slots with the
+// caller's, waiting in line for a slot at the loop's due (its task's:
+// order.go), so a large request split into parts gets the slots that free
+// up before later arrivals do, as the pool of a channel-fed worker pool
+// would. The caller never waits for a second slot, so a For nested in a
+// Do (or in another For) cannot deadlock. At chunk boundaries the caller
+// calls Checkpoint and the helpers hand their slot over as Checkpoint
+// would (to more urgent work or work due earlier; helpers beyond
+// ForMaxSlots to anyone waiting); a helper within the bound then queues
+// again at its place. Helpers are not submissions: Stats counts the loop
+// once.
 //
 // The first error (fn's, a *PanicError, or ctx's) stops further chunks from
 // starting and is returned after running chunks finish. Chunks may run in
@@ -105,11 +112,18 @@ type forState struct {
 	chunk atomic.Int64 // indexes per claim: 1 while the caller probes
 	next  atomic.Int64
 	class Class
+	due   int64 // the loop's task's due: its helpers wait in line there
 	stop  atomic.Bool
 	once  sync.Once
 	err   error
 	done  <-chan struct{}
 	ctx   context.Context
+	// finished is closed when the caller's part of the loop is over:
+	// helpers still queued for a slot leave the queue.
+	finished chan struct{}
+	// helpers counts helper goroutines alive, queued or running; inLine
+	// those of them that wait in line (within Options.ForMaxSlots).
+	helpers, inLine atomic.Int64
 }
 
 func (st *forState) fail(err error) {
@@ -156,7 +170,8 @@ func (st *forState) run(lo, hi int64) bool {
 }
 
 func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, hi int) error) error {
-	st := &forState{fn: fn, n: int64(n), class: tc.class, done: ctx.Done(), ctx: ctx}
+	st := &forState{fn: fn, n: int64(n), class: tc.class, due: tc.due(), done: ctx.Done(), ctx: ctx,
+		finished: make(chan struct{})}
 	st.chunk.Store(1)
 
 	// From here on, fn may run on helpers while the caller's task context
@@ -171,36 +186,37 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 		// caller's alone again (else their Checkpoints race on it).
 		if !returned {
 			st.fail(ErrGoexit)
+			close(st.finished)
 		}
 		wg.Wait()
 		tc.shared.Add(-1)
 	}()
-	var active atomic.Int64      // helpers running
-	capped := e.capped(tc.class) // under SpareP, batch slots are counted under the lock: the caller works alone
-	// recruit adds helpers on slots that are free now and that nobody
-	// waits for, up to one per slot and one per chunk left besides the
-	// caller's. It runs before the probe (helpers take one index at a
-	// time while the caller measures: a loop of a few long indexes would
-	// otherwise leave every other slot idle for the first one) and again
-	// at each of the caller's chunk boundaries, so a slot freed while the
-	// loop runs is used.
+	// recruit adds helpers, up to one per slot and one per chunk left
+	// besides the caller's: on slots free now that nobody waits for, and,
+	// up to ForMaxSlots with the caller, queued in line at the loop's due
+	// like any task of its class. It runs before the probe (helpers take
+	// one index at a time while the caller measures: a loop of a few long
+	// indexes would otherwise leave every other slot idle for the first
+	// one) and again at each of the caller's chunk boundaries.
+	bound := int64(e.forBound())
 	recruit := func() {
-		if capped {
-			return
-		}
-		for e.waiting.Load() == 0 {
+		for {
 			c := st.chunk.Load()
 			left := (st.n - st.next.Load() + c - 1) / c
-			n := active.Load()
-			if n >= min(left-1, int64(e.Slots())-1) || !e.tryAcquire() {
+			if st.helpers.Load() >= min(left-1, e.slotCount()-1) || st.stop.Load() {
 				return
 			}
-			active.Add(1)
+			inLine := st.inLine.Load() < bound-1
+			running := e.tryAcquireFor(st.class)
+			if !running && !inLine {
+				return
+			}
+			st.helpers.Add(1)
+			if inLine {
+				st.inLine.Add(1)
+			}
 			wg.Add(1)
-			go func() {
-				defer active.Add(-1)
-				e.forHelper(st, &wg)
-			}()
+			go e.forHelper(st, &wg, running, inLine)
 		}
 	}
 	if st.n > 1 {
@@ -220,7 +236,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 		}
 		if d := now() - t0; d >= int64(forProbe) {
 			perIndex := max(d/(hi-lo), 1)
-			slots := int64(e.Slots())
+			slots := e.slotCount()
 			remaining := st.n - st.next.Load()
 			chunk := max(int64(forTarget)/perIndex, 1)
 			if remaining > 0 && remaining/chunk < 4*slots {
@@ -246,31 +262,119 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 		}
 		recruit()
 	}
+	close(st.finished)
 	wg.Wait()
 	returned = true
 	return st.err
 }
 
-// forHelper runs chunks on a slot taken with tryAcquire until the range is
-// done, the loop stops, or a task is queued (then it gives the slot back).
-// Its slot is given back on every path, runtime.Goexit in fn included
-// (the loop then fails with ErrGoexit).
-func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup) {
-	t0 := now()
-	returned := false
+// forBound is the most slots one For loop holds while others wait
+// (Options.ForMaxSlots; default max(2, ceil(slots/2)), at most the slots).
+func (e *Executor) forBound() int {
+	n := int(e.slotCount())
+	if e.forMaxSlots > 0 {
+		return min(e.forMaxSlots, n)
+	}
+	return min(max(2, (n+1)/2), n)
+}
+
+// forHelper runs chunks of st on a slot of st.class: the one it already
+// holds (running), else one it waits for in line at the loop's due. It
+// hands its slot back at a chunk boundary when it must (inLine: to more
+// urgent work or work due earlier; beyond ForMaxSlots: to anyone waiting),
+// and an inLine helper then queues again at its place, until the range is
+// done or the loop stopped. Its slot goes back through releaseSlot on
+// every path, runtime.Goexit in fn included (the loop then fails with
+// ErrGoexit).
+func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine bool) {
+	w := &waiter{class: st.class, kind: waitHelper, due: st.due, dueSet: true}
+	held, returned := running, false
+	var t0 int64
 	defer func() {
 		if !returned {
 			st.fail(ErrGoexit)
 		}
-		e.stats[st.class].used.Add(now() - t0)
-		e.release()
+		if held {
+			e.stats[st.class].used.Add(now() - t0)
+			e.releaseSlot(st.class, &w.est)
+		}
+		st.helpers.Add(-1)
+		if inLine {
+			st.inLine.Add(-1)
+		}
 		wg.Done()
 	}()
-	for e.waiting.Load() == 0 {
-		lo, hi, ok := st.claim()
-		if !ok || !st.run(lo, hi) {
+	for {
+		if !held {
+			if held = e.awaitHelper(st, w); !held {
+				break
+			}
+		}
+		t0 = now()
+		more := true
+		for {
+			if inLine && e.urgentOver(st.class, st.due) || !inLine && e.waiting.Load() != 0 {
+				break
+			}
+			lo, hi, ok := st.claim()
+			if !ok || !st.run(lo, hi) {
+				more = false
+				break
+			}
+		}
+		e.stats[st.class].used.Add(now() - t0)
+		held = false
+		e.releaseSlot(st.class, &w.est)
+		if !more || !inLine {
 			break
 		}
 	}
 	returned = true
+}
+
+// awaitHelper queues helper waiter w at its loop's due and blocks until w
+// is granted a slot (true), or the loop's caller finished or the
+// executor closed first (false; a slot granted meanwhile is given back).
+// Helpers are not submissions: never counted, refused or shed.
+func (e *Executor) awaitHelper(st *forState, w *waiter) bool {
+	select {
+	case <-st.finished:
+		return false
+	default:
+	}
+	if w.ready == nil {
+		w.ready = make(chan struct{}, 1)
+	}
+	e.mu.Lock()
+	if e.closed.Load() || st.stop.Load() {
+		e.mu.Unlock()
+		return false
+	}
+	w.enq = now()
+	e.enqueueLocked(w)
+	e.dispatchLocked()
+	e.unlockAndWake()
+	select {
+	case <-w.ready:
+	case <-st.finished:
+		e.mu.Lock()
+		if w.queued {
+			e.removeLocked(w)
+			e.mu.Unlock()
+			e.checkDrained()
+			return false
+		}
+		e.mu.Unlock()
+		<-w.ready // granted or closed out just now
+		if w.granted {
+			w.granted = false
+			e.releaseSlot(st.class, &w.est)
+		}
+		return false
+	}
+	if !w.granted { // closed out by Close
+		return false
+	}
+	w.granted = false
+	return true
 }

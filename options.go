@@ -64,6 +64,28 @@ type Options struct {
 	// wait is refused the same way.
 	MaxQueueWait [NumClasses]time.Duration
 
+	// LatencyTarget is a latency target per class, counted from a task's
+	// submission; 0 (the default) is none. Inside a class, waiting tasks
+	// are served earliest due first, a task's due being its arrival plus
+	// the smallest of this, its WithTarget latency and its ctx deadline;
+	// a task with none of them is due at its arrival, so a class without
+	// targets is served FIFO. A task with a target is refused (an error
+	// wrapping ErrSaturated and ErrDeadline) when it would queue and the
+	// estimated queue wait plus its expected run time pass its due, or
+	// when it reaches the head of the queue with less time left than its
+	// expected run time. Negative values make New fail. The rule, its
+	// sources and its cost: order.go and docs/architecture.md.
+	LatencyTarget [NumClasses]time.Duration
+
+	// ForMaxSlots bounds the slots one For loop holds at once while other
+	// tasks wait: its helpers beyond the bound give their slot back at
+	// their next chunk boundary when anyone waits. Helpers within it wait
+	// in line at the loop's due, like any task of its class, and hand
+	// their slot over only to more urgent work or work due earlier. 0
+	// means max(2, ceil(slots/2)) (at most the slots); valid 0..MaxSlots.
+	// While nobody waits, a loop uses every free slot whatever the bound.
+	ForMaxSlots int
+
 	// InteractiveWeight and BatchWeight are the relative shares of
 	// measured slot time that Interactive and Batch get while both wait
 	// (weighted fair queuing on measured slot time, the virtual-time form

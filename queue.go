@@ -1,19 +1,52 @@
 package cpuwork
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
-// waiter is a queued claim on a slot: a blocked Do caller or Checkpoint
-// (ready is signalled), or an asynchronous task (sent to a worker).
+// waiterKind says how a granted waiter is woken and what it counts as.
+type waiterKind uint8
+
+const (
+	// waitCaller is a blocked Do caller, or a task waiting at a
+	// Checkpoint for its slot back: ready is signalled.
+	waitCaller waiterKind = iota
+	// waitTask is an asynchronous task (Go): it is sent to a worker.
+	waitTask
+	// waitHelper is a For loop's helper waiting for a slot to run more
+	// chunks of its loop (ready is signalled). Not a submission: it is
+	// never counted in Stats, never refused and never shed.
+	waitHelper
+)
+
+// waiter is a queued claim on a slot.
 type waiter struct {
 	prev, next *waiter
 	ready      chan struct{}
 	task       *Task
-	enq        int64 // now() when queued
-	est        int64 // slot time charged to inflight at grant
-	class      Class
-	queued     bool
-	granted    bool
-	requeued   bool // a running task that yielded at a Checkpoint
+	// refused is set when the waiter was taken out of the queue because
+	// its latency target could no longer be met (order.go): it is woken
+	// without a slot and returns this error.
+	refused error
+	enq     int64 // now() when queued
+	est     int64 // slot time charged to inflight at grant
+	// due orders the waiters of a class: arrival + latency target, the
+	// arrival itself without a target (FIFO), see order.go. dueSet says
+	// it has been computed (a task admitted on the fast path computes it
+	// only when a Checkpoint needs it).
+	due     int64
+	service int64 // expected run time given with the target (Target.Service), ns; 0: unknown
+	class   Class
+	kind    waiterKind
+	queued  bool
+	granted bool
+	// hasTarget: due comes from a latency target (WithTarget, the ctx
+	// deadline or Options.LatencyTarget), so the waiter may be refused
+	// when it can no longer meet it.
+	hasTarget bool
+	dueSet    bool
+	requeued  bool // a running task that yielded at a Checkpoint
 	// started is set, under the executor's lock, when w is first granted
 	// a slot: from then on w belongs to its running task, and only that
 	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.
@@ -27,30 +60,39 @@ type waiter struct {
 // Checkpoint handles its context's end.
 func (w *waiter) cancelableLocked() bool { return w.queued && !w.started }
 
+// waitQueue is one class's waiters in due order (ties in arrival order):
+// a doubly linked list, so that a cancelled waiter leaves in O(1).
 type waitQueue struct {
 	head, tail *waiter
 	n          int
 }
 
-func (q *waitQueue) pushBack(w *waiter) {
-	w.prev, w.next, w.queued = q.tail, nil, true
-	if q.tail != nil {
-		q.tail.next = w
-	} else {
-		q.head = w
+// place returns the waiter after which a waiter due at due goes (nil: at
+// the head) and how many waiters are ahead of it. It walks from the tail
+// past the waiters due later, so FIFO (every due is an arrival time) costs
+// O(1) and a waiter with a shorter target passes only the waiters it
+// overtakes.
+func (q *waitQueue) place(due int64) (after *waiter, ahead int) {
+	after, ahead = q.tail, q.n
+	for after != nil && after.due > due {
+		after, ahead = after.prev, ahead-1
 	}
-	q.tail = w
-	q.n++
+	return after, ahead
 }
 
-func (q *waitQueue) pushFront(w *waiter) {
-	w.prev, w.next, w.queued = nil, q.head, true
-	if q.head != nil {
-		q.head.prev = w
+// insertAfter links w after p (nil: at the head).
+func (q *waitQueue) insertAfter(p, w *waiter) {
+	w.prev, w.queued = p, true
+	if p == nil {
+		w.next, q.head = q.head, w
+	} else {
+		w.next, p.next = p.next, w
+	}
+	if w.next != nil {
+		w.next.prev = w
 	} else {
 		q.tail = w
 	}
-	q.head = w
 	q.n++
 }
 
@@ -75,6 +117,14 @@ func (q *waitQueue) popFront() *waiter {
 		q.remove(w)
 	}
 	return w
+}
+
+// headDue is the due of the first waiter, math.MaxInt64 when empty.
+func (q *waitQueue) headDue() int64 {
+	if q.head == nil {
+		return math.MaxInt64
+	}
+	return q.head.due
 }
 
 // epoch anchors now(); time.Since on a monotonic reading costs one clock

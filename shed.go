@@ -11,11 +11,13 @@ import (
 // with an error wrapping ErrSaturated, when:
 //
 //   - its class queue is full (Options.QueueLimit);
-//   - its ctx has a deadline that the estimated queue wait cannot meet
-//     (deadline-aware admission): the tasks ahead of it (queued in its own
-//     and more urgent classes) times the class's recent slot time (an
-//     exponentially weighted moving average, 1/8 per measured task),
-//     divided by the slots;
+//   - it has a latency target (WithTarget, its ctx deadline,
+//     Options.LatencyTarget) that it cannot meet: the tasks queued ahead
+//     of its place (in its own class up to its due, and in more urgent
+//     classes) times the class's recent slot time (an exponentially
+//     weighted moving average, 1/8 per measured task), divided by the
+//     slots, plus its own expected run time, end past its due (order.go;
+//     the error also wraps ErrDeadline);
 //   - its class has a queue-wait target (Options.MaxQueueWait) and is
 //     shedding: CoDel's test (Nichols and Jacobson, "Controlling Queue
 //     Delay", ACM Queue 2012), applied at the door instead of at the head:
@@ -42,26 +44,35 @@ type shedState struct {
 	shedding      bool
 }
 
-// shedError is a refusal at the door that says why, with the numbers it
-// was decided on; it wraps ErrSaturated.
+// shedError is a refusal that says why, with the numbers it was decided
+// on; it wraps ErrSaturated, and ErrDeadline when a latency target could
+// not be met.
 type shedError struct {
-	class  Class
-	reason string
+	class    Class
+	deadline bool
+	reason   string
 }
 
 func (e *shedError) Error() string {
 	return fmt.Sprintf("cpuwork: %s task shed: %s", e.class, e.reason)
 }
 
-func (e *shedError) Unwrap() error { return ErrSaturated }
+func (e *shedError) Unwrap() []error {
+	if e.deadline {
+		return []error{ErrSaturated, ErrDeadline}
+	}
+	return []error{ErrSaturated}
+}
 
-// queueAdmitLocked decides whether a task of class c may join its queue:
-// nil, or the error that refuses it (ErrClosed, ctx's error, or one
-// wrapping ErrSaturated: a full queue, a deadline the queue cannot meet, a
-// standing queue above the class's target). It counts the refusal. The one
+// queueAdmitLocked decides whether w, a task of class w.class whose due is
+// set, may join its queue: nil, or the error that refuses it (ErrClosed,
+// ctx's error, or one wrapping ErrSaturated: a full queue, a standing
+// queue above the class's queue-wait target, a latency target it cannot
+// meet, the last also wrapping ErrDeadline). It counts the refusal. The one
 // door every queued submission (Do, Go, and Checkpoint's re-queue is not a
 // submission) goes through.
-func (e *Executor) queueAdmitLocked(ctx context.Context, c Class) error {
+func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter) error {
+	c := w.class
 	s := &e.stats[c]
 	switch {
 	case e.closed.Load():
@@ -80,31 +91,15 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, c Class) error {
 		if st.shedding {
 			s.rejected.Add(1)
 			s.shed.Add(1)
-			return &shedError{c, fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (Options.MaxQueueWait)", time.Duration(st.target))}
+			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (Options.MaxQueueWait)", time.Duration(st.target))}
 		}
 	}
-	if dl, ok := ctx.Deadline(); ok {
-		if est := e.queueWaitEstimateLocked(c); est > 0 && time.Until(dl) < est {
-			s.rejected.Add(1)
-			s.shed.Add(1)
-			return &shedError{c, fmt.Sprintf("its deadline is in %v but the estimated queue wait is %v", time.Until(dl).Round(time.Microsecond), est.Round(time.Microsecond))}
-		}
+	if err := e.doorLocked(w, t); err != nil {
+		s.rejected.Add(1)
+		s.shed.Add(1)
+		return err
 	}
 	return nil
-}
-
-// queueWaitEstimateLocked estimates how long a task of class c arriving
-// now would wait for a slot; 0 when there is nothing to go on.
-func (e *Executor) queueWaitEstimateLocked(c Class) time.Duration {
-	ahead := 0
-	for k := Critical; k <= c; k++ {
-		ahead += e.queues[k].n
-	}
-	avg := e.stats[c].avgSlotNs.Load()
-	if ahead == 0 || avg <= 0 || e.slots <= 0 {
-		return 0
-	}
-	return time.Duration(int64(ahead+1) * avg / int64(e.slots))
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a

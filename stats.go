@@ -18,9 +18,7 @@ type classStats struct {
 	shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
 	avgSlotNs atomic.Int64  // moving average of measured slot times, ns (shed.go)
 
-	used       atomic.Int64 // slot time charged, ns (weighted by sampling)
-	inflight   atomic.Int64 // estimated slot time of granted tasks still running, ns
-	lastSlotNs atomic.Int64 // last exactly measured slot time, ns
+	used atomic.Int64 // slot time charged, ns (weighted by sampling)
 
 	queueWait histogram
 	slotTime  histogram

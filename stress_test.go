@@ -74,6 +74,12 @@ func stress(t *testing.T, seed uint64) {
 			o.MaxQueueWait[c] = time.Duration(r.IntN(300)) * time.Microsecond
 		}
 	}
+	if r.IntN(3) == 0 { // latency targets: earliest due first, refusals at the door and at the head
+		for c := range o.LatencyTarget {
+			o.LatencyTarget[c] = time.Duration(r.IntN(2000)) * time.Microsecond
+		}
+	}
+	o.ForMaxSlots = r.IntN(4)
 	e, err := New(o)
 	if err != nil {
 		t.Fatal(err)
@@ -168,6 +174,9 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 		if r.IntN(4) == 0 {
 			cancel() // done before submission: must never run
 		}
+	case 3, 4: // a latency target: ordered by due, refused when it cannot be met
+		ctx = WithTarget(ctx, Target{Latency: time.Duration(r.IntN(3000)) * time.Microsecond,
+			Service: time.Duration(r.IntN(400)) * time.Microsecond})
 	}
 	o.panics = r.IntN(25) == 0
 	o.goexits = !o.panics && r.IntN(25) == 0

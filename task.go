@@ -79,7 +79,7 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 func (e *Executor) newTask(ctx context.Context, c Class, fn func(context.Context) error) *Task {
 	t := &Task{fn: fn, done: make(chan struct{})}
 	t.tc = taskCtx{Context: ctx, e: e, class: c}
-	t.tc.w.class, t.tc.w.task = c, t
+	t.tc.w.class, t.tc.w.task, t.tc.w.kind = c, t, waitTask
 	return t
 }
 
@@ -89,6 +89,9 @@ func (e *Executor) startFast(t *Task) error {
 	n, err := e.admitFast(t.tc.class)
 	if err != nil {
 		return err
+	}
+	if e.latencyTarget[t.tc.class] != 0 {
+		t.tc.w.enq = now() // the arrival its class's target counts from
 	}
 	if n%sampleEvery == 0 {
 		t.tc.timed, t.tc.weight, t.tc.start = true, sampleEvery, now()
@@ -129,15 +132,16 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 		t.stop = context.AfterFunc(ctx, func() { e.cancelQueued(t) })
 	}
 	t.tc.w.enq = now()
+	e.setDue(ctx, &t.tc.w, t.tc.w.enq)
 	e.mu.Lock()
-	if err := e.queueAdmitLocked(ctx, c); err != nil {
+	if err := e.queueAdmitLocked(ctx, &t.tc.w); err != nil {
 		e.mu.Unlock()
 		if t.stop != nil {
 			t.stop()
 		}
 		return nil, err
 	}
-	e.enqueueLocked(&t.tc.w, false)
+	e.enqueueLocked(&t.tc.w)
 	e.dispatchLocked()
 	e.unlockAndWake()
 	return t, nil

@@ -1,0 +1,316 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Which waiting task gets the next slot (the queue policy):
+//
+//  1. Class. Critical first; then Interactive or Batch by weighted fair
+//     queuing on measured slot time (shares below); Background last, with
+//     a starvation guard (shed.go).
+//  2. Inside a class, earliest due first; ties in arrival order. A task's
+//     due is its arrival plus its latency target, the smallest of:
+//     WithTarget's Latency (from the WithTarget call), the ctx deadline
+//     (the deadline itself), and Options.LatencyTarget of the class (from
+//     the submission). A task with none of these is due at its arrival, so
+//     a class whose tasks carry no targets is served first come, first
+//     served (FIFO): for the light-tailed size mixes of request serving it
+//     is close to tail-optimal (Wierman and Zwart, "Is tail-optimal
+//     scheduling possible?", Operations Research 2012). With targets it is
+//     earliest-deadline-first, which is also FCFS on a virtual arrival
+//     time: a request with a target d later than another's may be passed
+//     by requests arriving up to d after it, never by later ones (the
+//     bounded passing of Nudge, Grosof et al., SIGMETRICS 2021, and
+//     γ-Boost, arXiv 2404.08826). No task waits forever: every due is
+//     finite.
+//  3. Keeping its place. A task that hands its slot over at a Checkpoint,
+//     and a For loop's helpers, queue again with the due they had, so a
+//     large request split into parts goes back to its place in line, not
+//     behind every later arrival.
+//  4. Handing over. A running task hands its slot over at its next
+//     Checkpoint (a For loop: at its next chunk boundary) when a task of a
+//     more urgent class waits, or one of its own class that is due
+//     earlier. Without targets, nobody waiting in its own class is due
+//     earlier than a running task, so FIFO tasks run to completion.
+//  5. Refusing what would be late. A task with a target that must queue is
+//     refused at the door when its estimated completion (the work queued
+//     ahead of its place, divided by the slots, plus its own expected run
+//     time) is past its due; and a queued task with a target is taken out
+//     when it reaches the head of its class with less time left than its
+//     expected run time. Both return an error wrapping ErrSaturated and
+//     ErrDeadline. The expected run time is Target.Service when given,
+//     else the class's recent average slot time.
+//
+// Cost: a FIFO insertion is O(1) (the walk from the tail stops at once);
+// a task with a shorter target walks past the waiters it overtakes. A
+// Checkpoint compares its due with the head of its class only while that
+// class has waiters (one more atomic load). Measured per operation in
+// BenchmarkDoSaturated and BenchmarkDoTargets (docs/performance.md).
+
+// Target is a request's latency target, for WithTarget.
+type Target struct {
+	// Latency is how long after the WithTarget call the request should
+	// be done. 0 or negative: no latency target (Service is still used).
+	Latency time.Duration
+	// Service is the request's expected run time once it holds a slot
+	// (for a For loop: from its first slot to its end). 0 means unknown:
+	// the class's recent average slot time stands in.
+	Service time.Duration
+}
+
+type targetKey struct{}
+
+type targetVal struct {
+	arrival int64 // now() at WithTarget
+	Target
+}
+
+// WithTarget returns a context that carries t for the tasks submitted with
+// it (Do, Go, TryGo, For): they are ordered in their class by the due
+// time now + t.Latency, and refused with an error wrapping ErrSaturated
+// and ErrDeadline once they can no longer meet it (see the package
+// documentation's "Latency targets"). Call it when the request arrives,
+// so that its target counts from there. The ctx deadline, if earlier,
+// still wins. It reads the clock once (~25 ns) and allocates once.
+func WithTarget(ctx context.Context, t Target) context.Context {
+	mustCtx(ctx)
+	return context.WithValue(ctx, targetKey{}, &targetVal{arrival: now(), Target: t})
+}
+
+// ErrDeadline is wrapped, beside ErrSaturated, by the error of a task
+// refused because it could no longer meet its latency target (WithTarget,
+// its ctx deadline, Options.LatencyTarget): at the door, when the work
+// queued ahead of it and its own expected run time end past its due; or
+// at the head of the queue, when less time is left than its expected run
+// time. errors.Is(err, ErrDeadline) tells it apart from a full queue.
+var ErrDeadline = errors.New("cpuwork: latency target cannot be met")
+
+// dueOf returns the due (in now() nanoseconds) of a task of class c
+// submitted with ctx that arrived at arrival (0: not known, a task
+// admitted on the fast path), whether it comes from a target, and the
+// expected run time given with it (0: none).
+func (e *Executor) dueOf(ctx context.Context, c Class, arrival int64) (due int64, target bool, service int64) {
+	due = math.MaxInt64
+	if tv, ok := ctx.Value(targetKey{}).(*targetVal); ok {
+		service = int64(max(tv.Service, 0))
+		if tv.Latency > 0 {
+			due, target = tv.arrival+int64(tv.Latency), true
+		}
+	}
+	if dl, ok := ctx.Deadline(); ok {
+		due, target = min(due, int64(dl.Sub(epoch))), true
+	}
+	if lt := e.latencyTarget[c]; lt > 0 && arrival != 0 {
+		due, target = min(due, arrival+lt), true
+	}
+	if !target {
+		// FIFO: due at arrival. A task admitted on the fast path found
+		// nobody waiting, so it arrived before every waiter there is.
+		due = arrival
+		if arrival == 0 {
+			due = math.MinInt64
+		}
+	}
+	return due, target, service
+}
+
+// setDue computes w's due once, for a task of class c with ctx that
+// arrived at arrival (0 if unknown).
+func (e *Executor) setDue(ctx context.Context, w *waiter, arrival int64) {
+	if !w.dueSet {
+		w.due, w.hasTarget, w.service = e.dueOf(ctx, w.class, arrival)
+		w.dueSet = true
+	}
+}
+
+// urgentOver reports whether a task of class c due at due should hand its
+// slot over: a more urgent class waits, or its own class has a waiter due
+// earlier. Lock-free; called at Checkpoints and For chunk boundaries.
+func (e *Executor) urgentOver(c Class, due int64) bool {
+	m := e.waitMask.Load()
+	return m&moreUrgent[c] != 0 || (m&(1<<c) != 0 && e.headDue[c].Load() < due)
+}
+
+// moreUrgent[c] has the waitMask bits of the classes that c yields to.
+var moreUrgent = [NumClasses]uint32{
+	Critical:    0,
+	Interactive: 1 << Critical,
+	Batch:       1<<Critical | 1<<Interactive,
+	Background:  1<<Critical | 1<<Interactive | 1<<Batch,
+}
+
+// shares is the weighted fair queuing state of Interactive and Batch:
+// each class's virtual time is its charged slot time plus the estimate of
+// its running tasks, divided by its weight, plus a catch-up offset; a
+// freed slot goes to the class that is behind.
+type shares struct {
+	weight   [NumClasses]float64
+	lag      [NumClasses]float64      // catch-up offsets; guarded by e.mu
+	inflight [NumClasses]atomic.Int64 // estimated slot time of granted tasks still running, ns
+	lastSlot [NumClasses]atomic.Int64 // last exactly measured slot time, ns: the estimate of a grant
+}
+
+// vtime is class c's virtual time in weighted nanoseconds.
+func (e *Executor) vtime(c Class) float64 {
+	return float64(e.stats[c].used.Load()+e.share.inflight[c].Load())/e.share.weight[c] + e.share.lag[c]
+}
+
+// enqueueLocked puts w in its class queue at its due's place.
+func (e *Executor) enqueueLocked(w *waiter) {
+	c := w.class
+	q := &e.queues[c]
+	if q.n == 0 && (c == Interactive || c == Batch) {
+		// A class that starts waiting gets no credit for the time it was
+		// idle: its virtual time is raised to the other's if it is behind.
+		other := Interactive
+		if c == Interactive {
+			other = Batch
+		}
+		if e.queues[other].n > 0 {
+			if d := e.vtime(other) - e.vtime(c); d > 0 {
+				e.share.lag[c] += d
+			}
+		}
+	}
+	after, _ := q.place(w.due)
+	q.insertAfter(after, w)
+	e.queuedLocked(c)
+	e.waiting.Add(1)
+	e.waitMask.Or(1 << c)
+}
+
+// queuedLocked publishes class c's head due for lock-free readers.
+func (e *Executor) queuedLocked(c Class) { e.headDue[c].Store(e.queues[c].headDue()) }
+
+func (e *Executor) dequeuedLocked(c Class) {
+	e.waiting.Add(-1)
+	e.queuedLocked(c)
+	if e.queues[c].n == 0 {
+		e.waitMask.And(^uint32(1 << c))
+	}
+}
+
+// removeLocked takes a queued waiter out of its queue (cancellation).
+func (e *Executor) removeLocked(w *waiter) {
+	e.queues[w.class].remove(w)
+	e.dequeuedLocked(w.class)
+}
+
+// pickLocked removes and returns the waiter that gets the next slot:
+// Critical first; then Interactive or Batch, whichever has the smaller
+// virtual time; Background last; inside the class, the head (earliest
+// due). A head that can no longer meet its target is refused on the way
+// (refuseLocked) and the next one considered. nil when nobody may take
+// the slot.
+func (e *Executor) pickLocked() *waiter {
+	for {
+		c, ok := e.classLocked()
+		if !ok {
+			return nil
+		}
+		w := e.queues[c].popFront()
+		e.dequeuedLocked(c)
+		switch {
+		case c == Background:
+			e.sinceBackground = 0
+		case e.queues[Background].n > 0:
+			e.sinceBackground++
+		}
+		if e.lateLocked(w, now()) {
+			e.refuseLocked(w)
+			continue
+		}
+		return w
+	}
+}
+
+// classLocked is the class whose head gets the next slot.
+func (e *Executor) classLocked() (Class, bool) {
+	lc := e.lowCap.Load()
+	low := !e.paced.Load() && (lc == 0 || e.lowRunning.Load() < lc) // Batch/Background may take a slot
+	batch := low && e.queues[Batch].n > 0
+	bgDue := low && e.queues[Background].n > 0 &&
+		(e.sinceBackground >= backgroundEvery || now()-e.queues[Background].head.enq >= int64(backgroundMaxWait))
+	switch {
+	case e.queues[Critical].n > 0:
+		return Critical, true
+	case bgDue:
+		return Background, true
+	case e.queues[Interactive].n > 0 && batch:
+		if e.vtime(Batch) < e.vtime(Interactive) {
+			return Batch, true
+		}
+		return Interactive, true
+	case e.queues[Interactive].n > 0:
+		return Interactive, true
+	case batch:
+		return Batch, true
+	case low && e.queues[Background].n > 0:
+		return Background, true
+	}
+	return 0, false
+}
+
+// serviceOf is the expected run time of w: given with its target, else
+// its class's recent average slot time (0 when nothing was measured yet).
+func (e *Executor) serviceOf(w *waiter) int64 {
+	if w.service > 0 {
+		return w.service
+	}
+	return e.stats[w.class].avgSlotNs.Load()
+}
+
+// lateLocked reports whether w, at the head of its class at time t, can
+// no longer meet its target: less time is left than its expected run
+// time. Only submissions that have a target and never ran are refused.
+func (e *Executor) lateLocked(w *waiter, t int64) bool {
+	return w.hasTarget && !w.started && !w.requeued && w.kind != waitHelper && t+e.serviceOf(w) > w.due
+}
+
+// refuseLocked takes w, just out of the queue, out for good with an error
+// wrapping ErrSaturated and ErrDeadline: a blocked caller is woken
+// without a slot, a task fails after the lock is released (unlockAndWake).
+func (e *Executor) refuseLocked(w *waiter) {
+	s := &e.stats[w.class]
+	s.rejected.Add(1)
+	s.shed.Add(1)
+	left := time.Duration(w.due - now())
+	w.refused = &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
+		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
+		time.Duration(e.serviceOf(w)).Round(time.Microsecond))}
+	e.pending = append(e.pending, w)
+}
+
+// doorLocked is the door's target check for a task of class c due at due
+// with expected run time service (waiter w, not yet queued): the refusal,
+// or nil. The estimated completion is the work queued ahead of w's place
+// (its own class up to its due, every more urgent class), at the class's
+// average slot time, spread over the slots, plus half a slot time for the
+// tasks running now, plus its own run time.
+func (e *Executor) doorLocked(w *waiter, t int64) error {
+	if !w.hasTarget {
+		return nil
+	}
+	_, ahead := e.queues[w.class].place(w.due)
+	for k := Critical; k < w.class; k++ {
+		ahead += e.queues[k].n
+	}
+	avg := e.stats[w.class].avgSlotNs.Load()
+	if e.slots <= 0 {
+		return nil
+	}
+	wait := int64(ahead)*avg/int64(e.slots) + avg/2
+	if t+wait+e.serviceOf(w) <= w.due {
+		return nil
+	}
+	return &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
+		"its latency target is in %v but the estimated queue wait is %v (%d tasks ahead) and its expected run time %v",
+		time.Duration(w.due-t).Round(time.Microsecond), time.Duration(wait).Round(time.Microsecond), ahead,
+		time.Duration(e.serviceOf(w)).Round(time.Microsecond))}
+}

@@ -1,0 +1,373 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder collects the order in which tasks ran.
+type recorder struct {
+	mu    sync.Mutex
+	order []string
+}
+
+func (r *recorder) add(s string) {
+	r.mu.Lock()
+	r.order = append(r.order, s)
+	r.mu.Unlock()
+}
+
+func (r *recorder) String() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return fmt.Sprint(r.order)
+}
+
+// queueDo submits a Do of class c with ctx that records name when it runs,
+// waits until it is queued, and returns its result channel.
+func queueDo(t *testing.T, e *Executor, ctx context.Context, c Class, rec *recorder, name string) <-chan error {
+	t.Helper()
+	before := e.Stats().Classes[c].Queued
+	done := make(chan error, 1)
+	go func() {
+		done <- e.Do(ctx, c, func(context.Context) error { rec.add(name); return nil })
+	}()
+	waitQueued(t, e, c, before+1)
+	return done
+}
+
+func target(latency time.Duration) context.Context {
+	return WithTarget(context.Background(), Target{Latency: latency})
+}
+
+func TestWithoutTargetsAClassIsServedFIFO(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	rec := &recorder{}
+	var dones []<-chan error
+	for _, n := range []string{"a", "b", "c", "d"} {
+		dones = append(dones, queueDo(t, e, context.Background(), Interactive, rec, n))
+	}
+	release()
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rec.String(); got != "[a b c d]" {
+		t.Errorf("order %s, want arrival order [a b c d]", got)
+	}
+}
+
+func TestTargetsServeTheEarliestDueFirstAndTiesInArrivalOrder(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	rec := &recorder{}
+	var dones []<-chan error
+	// Due = arrival + target: a 1 h target is due last, the two 10 min
+	// targets in arrival order (their dues differ by the ~ms between the
+	// WithTarget calls, later for the later one), a ctx deadline of 5 min
+	// before them, and a task without a target is due at its arrival.
+	long := target(time.Hour)
+	dones = append(dones, queueDo(t, e, long, Interactive, rec, "1h"))
+	dones = append(dones, queueDo(t, e, target(10*time.Minute), Interactive, rec, "10m-first"))
+	dones = append(dones, queueDo(t, e, target(10*time.Minute), Interactive, rec, "10m-second"))
+	dl, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	dones = append(dones, queueDo(t, e, dl, Interactive, rec, "deadline-5m"))
+	dones = append(dones, queueDo(t, e, context.Background(), Interactive, rec, "none"))
+	release()
+	for _, d := range dones {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := "[none deadline-5m 10m-first 10m-second 1h]"
+	if got := rec.String(); got != want {
+		t.Errorf("order %s, want %s", got, want)
+	}
+}
+
+func TestAClassLatencyTargetOrdersAndTheCtxDeadlineWinsWhenEarlier(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, LatencyTarget: [NumClasses]time.Duration{Interactive: time.Hour}})
+	release := hold(t, e, 1)
+	rec := &recorder{}
+	a := queueDo(t, e, context.Background(), Interactive, rec, "class-target")
+	dl, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := queueDo(t, e, dl, Interactive, rec, "deadline")
+	release()
+	for _, d := range []<-chan error{a, b} {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rec.String(); got != "[deadline class-target]" {
+		t.Errorf("order %s, want [deadline class-target]", got)
+	}
+}
+
+func TestACancelledWaiterLeavesTheDueOrderIntact(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	rec := &recorder{}
+	a := queueDo(t, e, target(time.Hour), Interactive, rec, "a")
+	ctx, cancel := context.WithCancel(target(time.Minute))
+	b := queueDo(t, e, ctx, Interactive, rec, "b")
+	c := queueDo(t, e, target(2*time.Minute), Interactive, rec, "c")
+	cancel()
+	if err := <-b; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled waiter: %v, want context.Canceled", err)
+	}
+	release()
+	for _, d := range []<-chan error{a, c} {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := rec.String(); got != "[c a]" {
+		t.Errorf("order %s, want [c a]", got)
+	}
+}
+
+func TestATargetThatCannotBeMetIsRefusedAtTheDoor(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	ran := false
+	// 5 ms left, 50 ms of expected run time: it cannot make it.
+	ctx := WithTarget(context.Background(), Target{Latency: 5 * time.Millisecond, Service: 50 * time.Millisecond})
+	err := e.Do(ctx, Interactive, func(context.Context) error { ran = true; return nil })
+	if !errors.Is(err, ErrDeadline) || !errors.Is(err, ErrSaturated) || ran {
+		t.Fatalf("err %v (ErrDeadline %v, ErrSaturated %v), ran %v; want a refusal wrapping both, not run",
+			err, errors.Is(err, ErrDeadline), errors.Is(err, ErrSaturated), ran)
+	}
+	if st := e.Stats().Classes[Interactive]; st.Shed != 1 || st.Rejected != 1 {
+		t.Errorf("shed %d rejected %d, want 1 and 1", st.Shed, st.Rejected)
+	}
+	// The same target on the fast path (a slot free, nobody queued) runs:
+	// only a task that must queue is judged.
+	release()
+	if err := e.Do(ctx, Interactive, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("with a free slot: %v", err)
+	}
+}
+
+func TestAWaiterThatCanNoLongerMeetItsTargetIsRefusedAtTheHead(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	rec := &recorder{}
+	// Admitted to the queue (20 ms left, 1 ms to run), then the slot stays
+	// held past its due.
+	ctx := WithTarget(context.Background(), Target{Latency: 20 * time.Millisecond, Service: time.Millisecond})
+	late := queueDo(t, e, ctx, Interactive, rec, "late")
+	after := queueDo(t, e, context.Background(), Interactive, rec, "no-target")
+	time.Sleep(30 * time.Millisecond)
+	release()
+	err := <-late
+	if !errors.Is(err, ErrDeadline) || !errors.Is(err, ErrSaturated) {
+		t.Fatalf("late waiter: %v, want a refusal wrapping ErrDeadline and ErrSaturated", err)
+	}
+	if err := <-after; err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.String(); got != "[no-target]" {
+		t.Errorf("ran %s, want only [no-target]", got)
+	}
+	if st := e.Stats().Classes[Interactive]; st.Shed != 1 || st.Queued != 0 || st.Running != 0 {
+		t.Errorf("stats %+v: want 1 shed, nothing queued or running", st)
+	}
+	// An asynchronous task is refused the same way, through its handle.
+	release = hold(t, e, 1)
+	ctx = WithTarget(context.Background(), Target{Latency: 20 * time.Millisecond, Service: time.Millisecond})
+	task, err := e.Go(ctx, Interactive, func(context.Context) error { rec.add("task"); return nil })
+	if err != nil {
+		release()
+		t.Fatal(err)
+	}
+	waitQueued(t, e, Interactive, 1)
+	time.Sleep(30 * time.Millisecond)
+	release()
+	if err := task.Wait(context.Background()); !errors.Is(err, ErrDeadline) {
+		t.Fatalf("late task: %v, want ErrDeadline", err)
+	}
+}
+
+// spinParts returns a For body whose indexes each spin for d and record
+// "name<i>" when they start.
+func spinParts(rec *recorder, name string, d time.Duration) func(lo, hi int) error {
+	return func(lo, hi int) error {
+		for i := lo; i < hi; i++ {
+			rec.add(fmt.Sprintf("%s%d", name, i))
+			spin(d)
+		}
+		return nil
+	}
+}
+
+func TestOnOneSlotAShortTargetWaitsAtMostOnePartOfALongOne(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	rec := &recorder{}
+	started := make(chan struct{})
+	var once sync.Once
+	forDone := make(chan error, 1)
+	go func() {
+		ctx := WithTarget(context.Background(), Target{Latency: time.Hour})
+		forDone <- e.For(ctx, Interactive, 6, func(lo, hi int) error {
+			once.Do(func() { close(started) })
+			return spinParts(rec, "L", 20*time.Millisecond)(lo, hi)
+		})
+	}()
+	<-started
+	small := queueDo(t, e, target(time.Minute), Interactive, rec, "S")
+	if err := <-small; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-forDone; err != nil {
+		t.Fatal(err)
+	}
+	order := rec.order
+	s := slices.Index(order, "S")
+	// The small request arrived while part 0 (or 1) ran: it runs at the
+	// next part boundary, long before the loop's end.
+	if s < 0 || s > 2 {
+		t.Errorf("order %v: the small request ran after %d parts, want at most 2", order, s)
+	}
+	if len(order) != 7 {
+		t.Errorf("order %v: want 6 parts and S", order)
+	}
+}
+
+func TestALoopThatHandsItsSlotToCriticalWorkKeepsItsPlace(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	rec := &recorder{}
+	started := make(chan struct{})
+	var once sync.Once
+	forDone := make(chan error, 1)
+	go func() {
+		forDone <- e.For(context.Background(), Interactive, 6, func(lo, hi int) error {
+			once.Do(func() { close(started) })
+			return spinParts(rec, "L", 20*time.Millisecond)(lo, hi)
+		})
+	}()
+	<-started
+	later := queueDo(t, e, context.Background(), Interactive, rec, "I")
+	crit := queueDo(t, e, context.Background(), Critical, rec, "C")
+	for _, d := range []<-chan error{crit, later, forDone} {
+		if err := <-d; err != nil {
+			t.Fatal(err)
+		}
+	}
+	order := rec.order
+	c, i := slices.Index(order, "C"), slices.Index(order, "I")
+	// Critical runs at the next part boundary; the loop then resumes
+	// before the Interactive request that arrived after it (FIFO: it kept
+	// its place), which runs last.
+	if c < 0 || c > 2 || i != len(order)-1 {
+		t.Errorf("order %v: want C within 2 parts and I last", order)
+	}
+}
+
+func TestALoopsHelpersWaitInLineAheadOfLaterArrivals(t *testing.T) {
+	e := newExec(t, Options{Slots: 2})
+	rec := &recorder{}
+	gate := make(chan struct{})
+	busy := make(chan struct{})
+	other := make(chan error, 1)
+	go func() { // the second slot is busy until gate closes
+		other <- e.Do(context.Background(), Interactive, func(context.Context) error {
+			close(busy)
+			<-gate
+			return nil
+		})
+	}()
+	<-busy
+	var mu sync.Mutex
+	workers := map[string]bool{}
+	started := make(chan struct{})
+	var once sync.Once
+	forDone := make(chan error, 1)
+	go func() {
+		forDone <- e.For(context.Background(), Interactive, 40, func(lo, hi int) error {
+			once.Do(func() { close(started) })
+			mu.Lock()
+			workers[goroutineID()] = true
+			mu.Unlock()
+			spin(time.Duration(hi-lo) * 5 * time.Millisecond)
+			return nil
+		})
+	}()
+	<-started
+	waitQueued(t, e, Interactive, 1) // the loop's helper, in line
+	later := queueDo(t, e, context.Background(), Interactive, rec, "later")
+	close(gate) // the freed slot goes to the helper, which arrived first
+	if err := <-forDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := len(workers)
+	mu.Unlock()
+	if n < 2 {
+		t.Errorf("the loop ran on %d goroutines: its helper never got the freed slot", n)
+	}
+	if err := <-later; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-other; err != nil {
+		t.Fatal(err)
+	}
+	if got := rec.String(); got != "[later]" {
+		t.Errorf("ran %s", got)
+	}
+	if st := e.Stats().Classes[Interactive]; st.Queued != 0 || st.Running != 0 || st.Admitted != 3 || st.Completed != 3 {
+		t.Errorf("stats %+v: helpers must not count as submissions", st)
+	}
+}
+
+func TestHelpersBeyondForMaxSlotsHandTheirSlotsToWaitingWork(t *testing.T) {
+	e := newExec(t, Options{Slots: 4, ForMaxSlots: 2})
+	started := make(chan struct{})
+	var once sync.Once
+	forDone := make(chan error, 1)
+	var mu sync.Mutex
+	var ended time.Time
+	go func() {
+		forDone <- e.For(context.Background(), Interactive, 400, func(lo, hi int) error {
+			once.Do(func() { close(started) })
+			spin(time.Duration(hi-lo) * time.Millisecond)
+			return nil
+		})
+		mu.Lock()
+		ended = time.Now()
+		mu.Unlock()
+	}()
+	<-started
+	time.Sleep(20 * time.Millisecond) // the loop now runs on every slot
+	var got [2]time.Time
+	var wg sync.WaitGroup
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.Do(context.Background(), Interactive, func(context.Context) error {
+				got[i] = time.Now()
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	if err := <-forDone; err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for i, g := range got {
+		if !g.Before(ended) {
+			t.Errorf("request %d ran after the loop ended: helpers beyond ForMaxSlots kept their slots", i)
+		}
+	}
+}
