@@ -101,14 +101,19 @@ func (e *Executor) grantLocked(w *waiter) {
 	if w.class.runsOnWorker() {
 		e.lowRunning.Add(1)
 	}
-	if w.class == Interactive || w.class == Batch {
-		est := e.share.lastSlot[w.class].Load()
-		if est <= 0 {
-			est = int64(time.Millisecond)
-		}
-		w.est = est
-		e.share.inflight[w.class].Add(est)
+	// The grant's expected slot time: what the waiter was queued with
+	// (its given run time or its class's average), else the class's last
+	// measured slot time, else 1 ms. It counts in its class's virtual time
+	// and in the running work the door's estimate sees until released.
+	est := w.work
+	if est <= 0 {
+		est = e.share.lastSlot[w.class].Load()
 	}
+	if est <= 0 {
+		est = int64(time.Millisecond)
+	}
+	w.est = est
+	e.share.inflight[w.class].Add(est)
 	e.pending = append(e.pending, w)
 }
 

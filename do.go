@@ -35,7 +35,9 @@ type taskCtx struct {
 	class  Class
 	timed  bool // slot time is measured (weight 1 if queued, sampleEvery if sampled)
 	// noSlot is set when a Checkpoint gave the slot up and did not get it
-	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed).
+	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed); or when
+	// a For that is the whole task gave it back for its helpers' last
+	// chunks (handedBack).
 	noSlot lostSlot
 	w      waiter
 }
@@ -46,6 +48,7 @@ const (
 	holdsSlot lostSlot = iota
 	lostByCtx
 	lostByClose
+	handedBack
 )
 
 // err is what a Checkpoint repeats once the slot is lost.

@@ -76,10 +76,10 @@ func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) 
 		if tc.shared.Load() != 0 {
 			return forSequential(ctx, tc.class, n, fn)
 		}
-		return e.forBody(ctx, tc, n, fn)
+		return e.forBody(ctx, tc, n, fn, false)
 	}
 	return e.Do(ctx, c, func(ctx context.Context) error {
-		return e.forBody(ctx, taskOf(ctx), n, fn)
+		return e.forBody(ctx, taskOf(ctx), n, fn, true)
 	})
 }
 
@@ -169,7 +169,11 @@ func (st *forState) run(lo, hi int64) bool {
 	return true
 }
 
-func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, hi int) error) error {
+// forBody runs the loop on tc's slot with helpers. whole says the loop is
+// tc's whole task (a For called outside a task): once every chunk is
+// claimed, the caller gives its slot back instead of holding it idle
+// while helpers finish their last chunks.
+func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, hi int) error, whole bool) error {
 	st := &forState{fn: fn, n: int64(n), class: tc.class, due: tc.due(), done: ctx.Done(), ctx: ctx,
 		finished: make(chan struct{})}
 	st.chunk.Store(1)
@@ -263,6 +267,14 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 		recruit()
 	}
 	close(st.finished)
+	if whole && st.helpers.Load() > 0 && tc.noSlot == holdsSlot {
+		if tc.timed {
+			e.charge(tc, now())
+			tc.timed = false
+		}
+		tc.noSlot = handedBack
+		e.releaseSlot(tc.class, &tc.w.est)
+	}
 	wg.Wait()
 	returned = true
 	return st.err

@@ -152,7 +152,7 @@ var moreUrgent = [NumClasses]uint32{
 type shares struct {
 	weight   [NumClasses]float64
 	lag      [NumClasses]float64      // catch-up offsets; guarded by e.mu
-	inflight [NumClasses]atomic.Int64 // estimated slot time of granted tasks still running, ns
+	inflight [NumClasses]atomic.Int64 // expected slot time of granted tasks still running, ns (every class)
 	lastSlot [NumClasses]atomic.Int64 // last exactly measured slot time, ns: the estimate of a grant
 }
 
@@ -178,7 +178,8 @@ func (e *Executor) enqueueLocked(w *waiter) {
 			}
 		}
 	}
-	after, _ := q.place(w.due)
+	w.work = e.serviceOf(w)
+	after, _, _ := q.place(w.due)
 	q.insertAfter(after, w)
 	e.queuedLocked(c)
 	e.waiting.Add(1)
@@ -287,25 +288,26 @@ func (e *Executor) refuseLocked(w *waiter) {
 	e.pending = append(e.pending, w)
 }
 
-// doorLocked is the door's target check for a task of class c due at due
-// with expected run time service (waiter w, not yet queued): the refusal,
-// or nil. The estimated completion is the work queued ahead of w's place
-// (its own class up to its due, every more urgent class), at the class's
-// average slot time, spread over the slots, plus half a slot time for the
-// tasks running now, plus its own run time.
+// doorLocked is the door's target check for w, a task not yet queued
+// whose due is set: the refusal, or nil. Its estimated completion is now
+// plus the queue wait (the expected run time of the work queued ahead of
+// its place, in its own class up to its due and in every more urgent
+// class, plus half of the running tasks' expected run time, divided by
+// the slots) plus its own expected run time.
 func (e *Executor) doorLocked(w *waiter, t int64) error {
-	if !w.hasTarget {
+	if !w.hasTarget || e.slots <= 0 {
 		return nil
 	}
-	_, ahead := e.queues[w.class].place(w.due)
+	_, ahead, work := e.queues[w.class].place(w.due)
 	for k := Critical; k < w.class; k++ {
 		ahead += e.queues[k].n
+		work += e.queues[k].work
 	}
-	avg := e.stats[w.class].avgSlotNs.Load()
-	if e.slots <= 0 {
-		return nil
+	var running int64
+	for k := range e.share.inflight {
+		running += e.share.inflight[k].Load()
 	}
-	wait := int64(ahead)*avg/int64(e.slots) + avg/2
+	wait := (work + running/2) / int64(e.slots)
 	if t+wait+e.serviceOf(w) <= w.due {
 		return nil
 	}

@@ -31,6 +31,7 @@ type waiter struct {
 	refused error
 	enq     int64 // now() when queued
 	est     int64 // slot time charged to inflight at grant
+	work    int64 // expected run time counted in its queue's work while queued, ns
 	// due orders the waiters of a class: arrival + latency target, the
 	// arrival itself without a target (FIFO), see order.go. dueSet says
 	// it has been computed (a task admitted on the fast path computes it
@@ -65,19 +66,20 @@ func (w *waiter) cancelableLocked() bool { return w.queued && !w.started }
 type waitQueue struct {
 	head, tail *waiter
 	n          int
+	work       int64 // the queued waiters' expected run time, ns
 }
 
 // place returns the waiter after which a waiter due at due goes (nil: at
-// the head) and how many waiters are ahead of it. It walks from the tail
-// past the waiters due later, so FIFO (every due is an arrival time) costs
-// O(1) and a waiter with a shorter target passes only the waiters it
-// overtakes.
-func (q *waitQueue) place(due int64) (after *waiter, ahead int) {
-	after, ahead = q.tail, q.n
+// the head), how many waiters are ahead of it and their expected run
+// time. It walks from the tail past the waiters due later, so FIFO (every
+// due is an arrival time) costs O(1) and a waiter with a shorter target
+// passes only the waiters it overtakes.
+func (q *waitQueue) place(due int64) (after *waiter, ahead int, work int64) {
+	after, ahead, work = q.tail, q.n, q.work
 	for after != nil && after.due > due {
-		after, ahead = after.prev, ahead-1
+		after, ahead, work = after.prev, ahead-1, work-after.work
 	}
-	return after, ahead
+	return after, ahead, work
 }
 
 // insertAfter links w after p (nil: at the head).
@@ -94,6 +96,7 @@ func (q *waitQueue) insertAfter(p, w *waiter) {
 		q.tail = w
 	}
 	q.n++
+	q.work += w.work
 }
 
 func (q *waitQueue) remove(w *waiter) {
@@ -109,6 +112,7 @@ func (q *waitQueue) remove(w *waiter) {
 	}
 	w.prev, w.next, w.queued = nil, nil, false
 	q.n--
+	q.work -= w.work
 }
 
 func (q *waitQueue) popFront() *waiter {

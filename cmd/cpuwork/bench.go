@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -26,6 +27,8 @@ func benchCmd() *cobra.Command {
 		asJSON    bool
 		list      bool
 		compete   string
+		variants  string
+		loads     string
 		repeat    int
 		seed      int64
 	)
@@ -76,6 +79,18 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			}
 			if compete != "" {
 				cfg.Compete = strings.Split(compete, ",")
+			}
+			if variants != "" {
+				cfg.Variants = strings.Split(variants, ",")
+			}
+			if loads != "" {
+				for _, l := range strings.Split(loads, ",") {
+					pct, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(l), "%"), 64)
+					if err != nil || !(pct > 0 && pct <= 1000) {
+						return fmt.Errorf("bench: --loads %q: want percentages of capacity in (0, 1000], e.g. 80,110", l)
+					}
+					cfg.Loads = append(cfg.Loads, pct/100)
+				}
 			}
 			// A report directory that cannot be written is refused before
 			// anything runs (a full run takes minutes).
@@ -153,6 +168,8 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	f.BoolVar(&list, "list", false, "list scenarios and variants with what each shows, then exit")
 	f.IntVar(&repeat, "repeat", 0, "how often every variant runs, in a shuffled order per repeat; tables give the median p99 with its range and verdicts say in how many repeats they hold (0 = 3, or 1 with --quick)")
 	f.Int64Var(&seed, "seed", 0, "seed of the per-repeat shuffles (0 = from the clock; printed in the report)")
+	f.StringVar(&variants, "variants", "", "comma-separated variants to run in the load scenarios (service, inference), e.g. pool,cpuwork (default all; see --list); verdicts that need a variant left out say not judged")
+	f.StringVar(&loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default 50,80,95,110 and 150 for service)")
 	f.StringVar(&compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
 		" (default alone,nice0,sibling; alone,nice0 with --quick): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root)")
 	return cmd
@@ -253,16 +270,19 @@ func loadgenCmd() *cobra.Command {
 // scenario's quota cases.
 func inferenceServerCmd() *cobra.Command {
 	var variant string
+	var slo, perImage time.Duration
 	cmd := &cobra.Command{
 		Use:    "inference-server",
 		Short:  "serve a variant of bench's inference scenario until stdin closes (internal)",
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return bench.ServeInference(cmd.OutOrStdout(), os.Stdin, variant)
+			return bench.ServeInference(cmd.OutOrStdout(), os.Stdin, variant, slo, perImage)
 		},
 	}
 	cmd.Flags().StringVar(&variant, "variant", "cpuwork", "naive, pool or cpuwork")
+	cmd.Flags().DurationVar(&slo, "slo", 100*time.Millisecond, "the service's latency objective: cpuwork's requests get it as their target")
+	cmd.Flags().DurationVar(&perImage, "per-image", 10*time.Millisecond, "an image's run time on one core: cpuwork's expected run time of a request")
 	return cmd
 }
 

@@ -29,7 +29,7 @@ import (
 var inferenceVariants = []struct{ name, desc string }{
 	{"naive", "a goroutine per request; ONNX Runtime's default intra-op threads (one per core, blind to quotas); a large request runs its images one after another"},
 	{"pool", "the field report's fix: GOMAXPROCS workers, intra-op threads 1, a large request split into one task per image"},
-	{"cpuwork", "intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size: small requests Executor.Do, large ones Executor.For over their images on the free slots; a queue-wait target (MaxQueueWait 50 ms) sheds with 503; PaceQuota under a quota"},
+	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline); PaceQuota under a quota"},
 }
 
 const (
@@ -96,10 +96,14 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	}
 	bodies := []string{"--small-body", small, "--large-body", large}
 
+	// The service's latency objective: the p99 target of the goodput
+	// check, 3x a large request's run time on one core. The cpuwork
+	// variant gives it to its requests as their latency target.
+	slo := 3 * largeImages * single
 	perReq := (smallShare + (1-smallShare)*largeImages) * single.Seconds()
 	estimate := float64(r.slots) / perReq
 	once := func(v *Variant, variant string, rate float64) error {
-		return r.inferenceOnce(v, variant, ref, rate, loadgen, append(slices.Clone(bodies), closedLoop(rate, r.slots)...))
+		return r.inferenceOnce(v, variant, ref, serving{slo, single}, rate, loadgen, append(slices.Clone(bodies), closedLoop(rate, r.slots)...))
 	}
 	// Capacity from the field report's fix (the pool) at saturation: the
 	// naive server's CPU includes the spinning of ONNX Runtime's own
@@ -107,28 +111,27 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	cal := r.measureCapacity(s, "pool", estimate, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("model light_%s (onnx backend test data) through ONNX Runtime (%s), %s per inference on one thread, verified against its reference output before the run and on every response; small = 1 image, large = %d images, 90/10 mix, the request body is the float32 input tensor (estimate %.0f requests/s); %s",
 		inferenceModel, filepath.Base(lib), ms(single.Seconds()), largeImages, estimate, cal.note))
-	loads := []float64{0.5, 0.8, 0.95, 1.1}
+	loads := r.loadsOr([]float64{0.5, 0.8, 0.95, 1.1})
 	r.atLoads(s, inferenceVariants, loads, cal.capacity, func(v *Variant, variant string, load float64) error {
 		return once(v, variant, cal.capacity*load)
 	})
 	r.checkLoads(s, "pool", loads, cal)
 	if runtime.NumCPU() >= 2 && len(r.cfg.LoadGen) > 0 {
-		r.inferenceUnderQuota(s, float64(runtime.NumCPU())/2, cal.capacity, 0.8, bodies)
+		r.inferenceUnderQuota(s, float64(runtime.NumCPU())/2, cal.capacity, 0.8, serving{slo, single}, bodies)
 	}
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
-		if base.Latency.P99 == 0 {
+		if base == nil || base.Latency.P99 == 0 {
 			continue
 		}
 		for _, pv := range inferenceVariants {
-			v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
-			v.Ratio = ratiosTo(v, base)
+			if v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100)); v != nil {
+				v.Ratio = ratiosTo(v, base)
+			}
 		}
 	}
-	// Capacity at a p99 target of 3x the single-request latency of a large
-	// request, interpolated between load levels.
-	target := 3 * float64(largeImages) * single.Seconds()
-	judge(s, inferenceChecks(loads, target, s.variant("cpuwork+quota1.0@80%") != nil))
+	// Capacity at the p99 target (the SLO), interpolated between load levels.
+	judge(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil))
 	return s, nil
 }
 
@@ -184,8 +187,14 @@ func decodeFloats(b []byte) []float32 {
 	return f
 }
 
-func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Reference, rate float64, loadgen, bodies []string) error {
-	srv, err := newInferenceServer(variant, ref, r.slots)
+// serving is what the service knows of its requests: its latency
+// objective and an image's run time on one core.
+type serving struct {
+	slo, perImage time.Duration
+}
+
+func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Reference, sv serving, rate float64, loadgen, bodies []string) error {
+	srv, err := newInferenceServer(variant, ref, r.slots, sv)
 	if err != nil {
 		return err
 	}
@@ -200,7 +209,7 @@ func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Referen
 // slots is the cpuwork variant's slot count; 0 (a quota case's child
 // process) follows the process's own budget, with PaceQuota pacing Batch
 // under a quota.
-func newInferenceServer(variant string, ref *workload.Reference, slots int) (*inferenceServer, error) {
+func newInferenceServer(variant string, ref *workload.Reference, slots int, sv serving) (*inferenceServer, error) {
 	intraOp := 1
 	if variant == "naive" {
 		intraOp = 0 // ONNX Runtime's default
@@ -220,6 +229,9 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int) (*in
 	// order on the handler's goroutine otherwise (cpuwork: with a
 	// Checkpoint between images).
 	var run func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error
+	// arrive, when set, marks a request's arrival in its context (before
+	// its body is read).
+	var arrive func(ctx context.Context, images int) context.Context
 	closeFn := sess.Close
 	switch variant {
 	case "naive":
@@ -262,25 +274,32 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int) (*in
 		}
 		closeFn = func() { close(jobs); wg.Wait(); sess.Close() }
 	case "cpuwork":
-		var mqw [cpuwork.NumClasses]time.Duration
-		mqw[cpuwork.Interactive] = 50 * time.Millisecond
 		watch := time.Duration(-1) // a fixed slot count: no budget following
 		if slots == 0 {
 			watch = 0
 		}
-		e, err := cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: watch, PaceQuota: true, MaxQueueWait: mqw,
-			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256, cpuwork.Batch: 64}})
+		e, err := cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: watch, PaceQuota: true,
+			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256}})
 		if err != nil {
 			sess.Close()
 			return nil, err
+		}
+		// Every request gets the service's latency objective as its
+		// target, counted from its arrival (before its body is read), and
+		// its expected run time: its images on as many slots as it can
+		// use.
+		arrive = func(ctx context.Context, images int) context.Context {
+			par := min(images, e.Slots())
+			return cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo,
+				Service: sv.perImage * time.Duration((images+par-1)/par)})
 		}
 		run = func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error {
 			if len(imgs) == 1 {
 				return e.Do(ctx, class, func(context.Context) error { return infer(imgs[0]) })
 			}
-			// A batch runs on the slots that are free (e.For: the caller's
-			// slot plus helpers nobody waits for), one image per chunk, and
-			// hands slots to queued small requests between images.
+			// A large request runs its images as parts of one For: the
+			// caller's slot plus helpers that wait in line at the
+			// request's place, one image per chunk.
 			return e.For(ctx, class, len(imgs), func(lo, hi int) error {
 				for _, img := range imgs[lo:hi] {
 					if err := infer(img); err != nil {
@@ -298,6 +317,10 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int) (*in
 	n := len(ref.Input)
 	handler := func(images int, class cpuwork.Class) http.HandlerFunc {
 		return func(w http.ResponseWriter, req *http.Request) {
+			ctx := req.Context()
+			if arrive != nil {
+				ctx = arrive(ctx, images)
+			}
 			body, err := io.ReadAll(io.LimitReader(req.Body, int64(4*n*images+1)))
 			if err != nil || len(body) != 4*n*images {
 				http.Error(w, fmt.Sprintf("want %d float32 values", n*images), http.StatusBadRequest)
@@ -308,7 +331,7 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int) (*in
 			for i := range imgs {
 				imgs[i] = all[i*n : (i+1)*n]
 			}
-			respond(w, run(req.Context(), class, imgs))
+			respond(w, run(ctx, class, imgs))
 		}
 	}
 	mux := http.NewServeMux()
@@ -322,7 +345,7 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int) (*in
 // loopback port with the slots of its own CPU budget (the cgroup it was
 // started in), writes "listening ADDR" to w, and serves until stdin
 // reaches EOF (the bench closes it, or dies).
-func ServeInference(w io.Writer, stdin io.Reader, variant string) error {
+func ServeInference(w io.Writer, stdin io.Reader, variant string, slo, perImage time.Duration) error {
 	lib, models, err := workload.ONNXPaths()
 	if err != nil {
 		return err
@@ -334,7 +357,7 @@ func ServeInference(w io.Writer, stdin io.Reader, variant string) error {
 	if err != nil {
 		return err
 	}
-	srv, err := newInferenceServer(variant, ref, 0)
+	srv, err := newInferenceServer(variant, ref, 0, serving{slo, perImage})
 	if err != nil {
 		return err
 	}
@@ -355,7 +378,7 @@ func ServeInference(w io.Writer, stdin io.Reader, variant string) error {
 // with a quota of quota cores (below the host's CPUs) at load × its
 // capacity there, and records the throttled share of CFS periods of each
 // run. Needs root (it is skipped with the reason otherwise).
-func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64, bodies []string) {
+func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64, sv serving, bodies []string) {
 	if os.Geteuid() != 0 {
 		s.Notes = append(s.Notes, "quota cases not measured: creating a cgroup needs root")
 		return
@@ -370,6 +393,9 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 	rate := load * capacity * quota / float64(r.slots)
 	var vs []*Variant
 	for _, pv := range inferenceVariants {
+		if !r.wants(pv.name) {
+			continue
+		}
 		v := &Variant{Name: fmt.Sprintf("%s+quota%.1f@%.0f%%", pv.name, quota, load*100), Description: pv.desc, Valid: true}
 		vs = append(vs, v)
 		s.Variants = append(s.Variants, v)
@@ -378,7 +404,7 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 		for _, v := range shuffledOf(r, vs) {
 			r.step(fmt.Sprintf("inference: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
 			base, _, _ := strings.Cut(v.Name, "+")
-			if err := r.inferenceInGroup(v, g, self, base, rate, bodies); err != nil {
+			if err := r.inferenceInGroup(v, g, self, base, sv, rate, bodies); err != nil {
 				v.Valid, v.Invalid = false, err.Error()
 			}
 		}
@@ -387,13 +413,15 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 		if v.Valid && v.Extra["errors"] > 0 {
 			v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors", v.Extra["errors"])
 		}
-		v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
+		if vs[0].Name == fmt.Sprintf("naive+quota%.1f@%.0f%%", quota, load*100) {
+			v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
+		}
 	}
 	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with PaceQuota; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the measured capacity scaled to the quota; their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
 }
 
-func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, rate float64, bodies []string) error {
-	cmd, done, err := inGroup(self, g, "inference-server", "--variant", variant)
+func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, sv serving, rate float64, bodies []string) error {
+	cmd, done, err := inGroup(self, g, "inference-server", "--variant", variant, "--slo", sv.slo.String(), "--per-image", sv.perImage.String())
 	if err != nil {
 		return err
 	}

@@ -182,8 +182,29 @@ type Config struct {
 	// subcommand); LoadGen[0], the cpuwork binary, also runs the quota
 	// scenario's children. nil skips both scenarios.
 	LoadGen []string
+	// Variants, when not empty, restricts the load scenarios (service,
+	// inference) to these variants (names without "@load" or "+quota");
+	// their calibration runs still run. Verdicts that need a variant left
+	// out say "not judged".
+	Variants []string
+	// Loads, when not empty, replaces the load levels of the load
+	// scenarios (fractions of the measured capacity, e.g. 0.8).
+	Loads []float64
 	// Step is called before each measured step (progress display).
 	Step func(done, total int, what string)
+}
+
+// wants reports whether the load scenarios run variant (Config.Variants).
+func (r *Runner) wants(variant string) bool {
+	return len(r.cfg.Variants) == 0 || slices.Contains(r.cfg.Variants, variant)
+}
+
+// loadsOr is Config.Loads, or def when it is empty.
+func (r *Runner) loadsOr(def []float64) []float64 {
+	if len(r.cfg.Loads) > 0 {
+		return slices.Clone(r.cfg.Loads)
+	}
+	return def
 }
 
 // Runner runs scenarios with one configuration.
@@ -220,6 +241,11 @@ func Run(cfg Config) (*Report, error) {
 	for _, c := range cfg.Compete {
 		if !slices.Contains(CompetitionNames(), c) {
 			return nil, fmt.Errorf("unknown competition case %q (have %s)", c, strings.Join(CompetitionNames(), ", "))
+		}
+	}
+	for _, l := range cfg.Loads {
+		if !(l > 0 && l <= 10) {
+			return nil, fmt.Errorf("bench: load level %v must be a fraction of capacity in (0, 10]", l)
 		}
 	}
 	if cfg.Repeat < 0 {

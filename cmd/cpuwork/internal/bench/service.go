@@ -27,7 +27,7 @@ import (
 
 var serviceVariants = []struct{ name, desc string }{
 	{"naive", "net/http handlers run the work directly on their goroutines"},
-	{"cpuwork", "the docs' way: handlers call Executor.Do, every user request Interactive whatever its size (a class says how much a request matters, not how big it is), FIFO, with a queue-wait target of a few mean service times (MaxQueueWait 20 ms); a refused request answers 503"},
+	{"cpuwork", "the docs' way: handlers call Executor.Do, every user request Interactive whatever its size (a class says how much a request matters, not how big it is) with the service's latency target (WithTarget: 3x a large request's run time, the same for both kinds, so they are served in arrival order) and its expected run time; a request that can no longer meet the target is refused with 503 (ErrDeadline)"},
 	{"pool-503", "what a user writes to shed: P worker goroutines fed by a channel of 64; a request that finds it full answers 503 at once"},
 	{"cpuwork-sparep", "handlers call Executor.Do, small requests Interactive and large ones Batch (MaxQueueWait 10 and 50 ms), with Slots = GOMAXPROCS = budget+1 and SpareP: large requests hold at most the budget's slots on SCHED_IDLE threads (DemoteWithSpareP), small ones always find a P and a slot"},
 }
@@ -140,13 +140,17 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	} else {
 		s.Notes = append(s.Notes, "the load generator shares the bench's cgroup (a cgroup of its own needs root)")
 	}
+	// The service's latency objective: 3x a large request's run time on
+	// one core. The cpuwork variant gives it to its requests as their
+	// target, with each kind's run time as its expected run time.
+	sv := serviceTargets{slo: 3 * cl, small: cs, large: cl}
 	once := func(v *Variant, variant string, rate float64) error {
-		return r.serviceOnce(v, variant, small, large, rate, loadgen, closedLoop(rate, r.slots)...)
+		return r.serviceOnce(v, variant, small, large, sv, rate, loadgen, closedLoop(rate, r.slots)...)
 	}
 	cal := r.measureCapacity(s, "pool-capacity", estimate, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("small = regexp over 64 KB (%s), large = gzip+gunzip of 1 MB (%s), 90/10 mix on %d slots (the one-core calibrations estimate %.0f requests/s); %s",
 		ms(cs.Seconds()), ms(cl.Seconds()), r.slots, estimate, cal.note))
-	loads := []float64{0.5, 0.8, 0.95, 1.1, 1.5}
+	loads := r.loadsOr([]float64{0.5, 0.8, 0.95, 1.1, 1.5})
 	r.atLoads(s, serviceVariants, loads, cal.capacity, func(v *Variant, variant string, load float64) error {
 		return once(v, variant, cal.capacity*load)
 	})
@@ -154,7 +158,7 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
 		for _, pv := range serviceVariants {
-			if v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100)); base.Latency.P99 > 0 {
+			if v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100)); v != nil && base != nil && base.Latency.P99 > 0 {
 				v.Ratio = ratiosTo(v, base)
 			}
 		}
@@ -285,7 +289,13 @@ func closedLoop(rate float64, slots int) []string {
 	return []string{"--workers", strconv.Itoa(4 * slots)}
 }
 
-func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.Workload, rate float64, loadgen []string, extra ...string) error {
+// serviceTargets is what the service knows of its requests: its latency
+// objective and each kind's run time on one core.
+type serviceTargets struct {
+	slo, small, large time.Duration
+}
+
+func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.Workload, sv serviceTargets, rate float64, loadgen []string, extra ...string) error {
 	var e *cpuwork.Executor
 	var pool *boundedPool
 	switch variant {
@@ -306,9 +316,8 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 		}
 		var err error
 		var mqw [cpuwork.NumClasses]time.Duration
-		mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 10*time.Millisecond, 50*time.Millisecond
-		if variant == "cpuwork" {
-			mqw[cpuwork.Interactive] = 20 * time.Millisecond
+		if variant == "cpuwork-sparep" {
+			mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 10*time.Millisecond, 50*time.Millisecond
 		}
 		e, err = cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: -1, SpareP: variant == "cpuwork-sparep",
 			Demotion: cpuwork.DemoteWithSpareP, MaxQueueWait: mqw,
@@ -321,7 +330,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	var item sync.Mutex
 	n := 0
 	next := func() int { item.Lock(); defer item.Unlock(); n++; return n }
-	handler := func(w workload.Workload, class cpuwork.Class) http.HandlerFunc {
+	handler := func(w workload.Workload, class cpuwork.Class, service time.Duration) http.HandlerFunc {
 		return func(rw http.ResponseWriter, req *http.Request) {
 			i := next()
 			var err error
@@ -331,18 +340,22 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 			case e == nil:
 				err = w.Run(i)
 			default:
-				err = e.Do(req.Context(), class, func(context.Context) error { return w.Run(i) })
+				ctx := req.Context()
+				if variant == "cpuwork" {
+					ctx = cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo, Service: service})
+				}
+				err = e.Do(ctx, class, func(context.Context) error { return w.Run(i) })
 			}
 			respond(rw, err)
 		}
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/small", handler(small, cpuwork.Interactive))
+	mux.Handle("/small", handler(small, cpuwork.Interactive, sv.small))
 	largeClass := cpuwork.Batch // cpuwork-sparep: large requests on demoted Batch workers
 	if variant == "cpuwork" {
 		largeClass = cpuwork.Interactive // a user waits for it too
 	}
-	mux.Handle("/large", handler(large, largeClass))
+	mux.Handle("/large", handler(large, largeClass, sv.large))
 	return r.loadOnce(v, "service", mux, rate, loadgen, extra...)
 }
 
@@ -543,6 +556,7 @@ func wholeRate(rate float64) float64 { return max(math.Floor(rate), 1) }
 // invalid when its responses had errors or the generator sent less than 99
 // % of the offered rate.
 func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, capacity float64, once func(v *Variant, variant string, load float64) error) {
+	variants = slices.DeleteFunc(slices.Clone(variants), func(v struct{ name, desc string }) bool { return !r.wants(v.name) })
 	for _, pv := range variants {
 		for _, l := range loads {
 			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
