@@ -304,6 +304,13 @@ func NewSpin(d time.Duration) *Spin {
 	return &Spin{Iters: max(iters, 1), D: d}
 }
 
+// spinIters is never inlined: every caller (the calibration, Run,
+// RunChecked) must run the same machine code. Inlined, each got its own
+// copy of the loop at its own alignment, and the copies ran at speeds 10-15
+// % apart on this machine's CPUs, so a variant that checkpoints (RunChecked)
+// did more work per "2 ms" task than one that does not (Run).
+//
+//go:noinline
 func spinIters(n int) uint64 {
 	x := uint64(n)
 	for i := 0; i < n; i++ {

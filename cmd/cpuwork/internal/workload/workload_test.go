@@ -1,6 +1,8 @@
 package workload
 
 import (
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -83,3 +85,23 @@ type stopErr struct{}
 func (stopErr) Error() string { return "stop" }
 
 var errStop = stopErr{}
+
+// Every caller of the spin loop runs the same machine code: inlined, the
+// calibration, Run and RunChecked each got a copy at its own alignment, and
+// the copies ran 10-15 % apart, so the quota scenario's checkpointing
+// variants did more work per task than the plain ones.
+func TestTheSpinLoopIsOneFunctionForEveryCaller(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skipf("no go command to ask the compiler: %v", err)
+	}
+	out, err := exec.Command(goTool, "build", "-o", os.DevNull, "-gcflags=-m", ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build -gcflags=-m: %v\n%s", err, out)
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.Contains(line, "inlining call to spinIters") {
+			t.Errorf("the compiler inlines spinIters: %s", line)
+		}
+	}
+}
