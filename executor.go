@@ -56,13 +56,14 @@ type Executor struct {
 	lowCap     atomic.Int64
 	lowRunning atomic.Int64
 	spareP     bool
-	// Checkpoint's clock: yield the P at least every yieldGap ns (0:
-	// never on a timer); read the clock every checkMin..checkMax ns.
-	yieldGap, checkMin, checkMax int64
-	warned                       sync.Once
-	demotion                     Demotion
-	guard                        *guard // nil when Batch and Background are not demoted
-	critLane                     *osthread.Lane
+	// Checkpoint's clock: yield the P every yieldGap ns on average (0:
+	// never on a timer), at the first clock read yieldAfter ns after the
+	// last yield; read the clock every checkMin..checkMax ns.
+	yieldGap, yieldAfter, checkMin, checkMax int64
+	warned                                   sync.Once
+	demotion                                 Demotion
+	guard                                    *guard // nil when Batch and Background are not demoted
+	critLane                                 *osthread.Lane
 	// paced is set by the pacer while Batch and Background must wait for
 	// the quota's next window.
 	paced     atomic.Bool

@@ -828,19 +828,24 @@ func TestNestedCallsCountInNestedOnly(t *testing.T) {
 
 func TestCheckpointYieldSetsTheClockGaps(t *testing.T) {
 	for _, c := range []struct {
-		in                    time.Duration
-		yield, minGap, maxGap time.Duration
+		in                           time.Duration
+		yield, after, minGap, maxGap time.Duration
 	}{
-		{0, DefaultCheckpointYield, 12500 * time.Nanosecond, 25 * time.Microsecond},
-		{200 * time.Microsecond, 200 * time.Microsecond, 50 * time.Microsecond, 100 * time.Microsecond},
-		{-1, 0, 50 * time.Microsecond, 100 * time.Microsecond},
-		{time.Nanosecond, time.Nanosecond, 500 * time.Nanosecond, time.Microsecond},
+		// The default: the clock read every 12.5-25 µs, a yield at the
+		// first read 37.5 µs after the last: 37.5-62.5 µs apart, 50 on
+		// average.
+		{0, DefaultCheckpointYield, 37500 * time.Nanosecond, 12500 * time.Nanosecond, 25 * time.Microsecond},
+		{200 * time.Microsecond, 200 * time.Microsecond, 150 * time.Microsecond, 50 * time.Microsecond, 100 * time.Microsecond},
+		{-1, 0, 0, 50 * time.Microsecond, 100 * time.Microsecond},
+		{time.Nanosecond, time.Nanosecond, time.Nanosecond, 500 * time.Nanosecond, time.Microsecond},
 	} {
 		var e Executor
 		e.setCheckpointYield(c.in)
-		if time.Duration(e.yieldGap) != c.yield || time.Duration(e.checkMin) != c.minGap || time.Duration(e.checkMax) != c.maxGap {
-			t.Errorf("CheckpointYield %v: yield %v, clock read every %v..%v; want %v, %v..%v", c.in,
-				time.Duration(e.yieldGap), time.Duration(e.checkMin), time.Duration(e.checkMax), c.yield, c.minGap, c.maxGap)
+		if time.Duration(e.yieldGap) != c.yield || time.Duration(e.yieldAfter) != c.after ||
+			time.Duration(e.checkMin) != c.minGap || time.Duration(e.checkMax) != c.maxGap {
+			t.Errorf("CheckpointYield %v: yield %v after %v, clock read every %v..%v; want %v after %v, %v..%v", c.in,
+				time.Duration(e.yieldGap), time.Duration(e.yieldAfter), time.Duration(e.checkMin), time.Duration(e.checkMax),
+				c.yield, c.after, c.minGap, c.maxGap)
 		}
 	}
 }

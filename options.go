@@ -29,7 +29,7 @@ const (
 
 // DefaultCheckpointYield is Options.CheckpointYield's default: at most
 // this long between the P yields of a task that calls Checkpoint.
-const DefaultCheckpointYield = 50 * time.Microsecond
+const DefaultCheckpointYield = 40 * time.Microsecond
 
 // Default weights of the classes that share slots by weight.
 const (
@@ -96,16 +96,19 @@ type Options struct {
 	InteractiveWeight int
 	BatchWeight       int
 
-	// CheckpointYield is the longest a task that calls Checkpoint runs
-	// without yielding its P (runtime.Gosched), so that the P runs its due
-	// timers and the goroutines queued behind it: timers run only when a P
-	// enters the scheduler (Go issue 38860), and a due timer is not a
-	// runnable goroutine until then. 0 means DefaultCheckpointYield
-	// (50 µs); a negative value yields only when goroutines are runnable
-	// (sampled every 100 µs). The cost is one Gosched (~140 ns) per
-	// interval with nothing else to run: 0.3 % of a task at 50 µs. Check-
-	// point reads the clock often enough to keep the interval (every
-	// quarter to half of it, at most every 100 µs). Measurements:
+	// CheckpointYield is how often, on average, a task that calls
+	// Checkpoint yields its P (runtime.Gosched) while every P is busy, so
+	// that the P runs its due timers and the goroutines queued behind it:
+	// timers run only when a P enters the scheduler (Go issue 38860), and
+	// a due timer is not a runnable goroutine until then. Checkpoint reads
+	// the clock every quarter to half of the interval (at most every
+	// 100 µs) and yields at the first read 3/4 of the interval after the
+	// last yield, so yields come 3/4 to 5/4 of it apart (a task that calls
+	// Checkpoint at least that often). 0 means DefaultCheckpointYield
+	// (40 µs); a negative value yields only when goroutines are runnable
+	// (sampled every 100 µs). With a P idle it never yields on the timer:
+	// the idle P runs the timers. The cost is one Gosched (~140 ns) per
+	// interval: 0.35 % of a task at 40 µs. Measurements:
 	// docs/performance.md.
 	CheckpointYield time.Duration
 

@@ -536,7 +536,7 @@ func diagnose(w *Window) []Finding {
 			out = append(out, Finding{ID: "timer-starvation", Severity: Warning,
 				Summary:  fmt.Sprintf("a timer fires %v late at p99: busy Ps do not run timers and the netpoller until a goroutine yields", short(q.P99)),
 				Evidence: []string{fmt.Sprintf("timer canary lateness p50 %v, p99 %v, max %v over %d wake-ups in %v", short(q.P50), short(q.P99), short(q.Max), q.Count, short(s.Interval)), "Go issue 38860 (timers wait behind non-yielding goroutines); /sched/latencies does not show it (Go issue 45632)"},
-				Fix:      "call cpuwork.Checkpoint(ctx) inside long CPU loops (it yields for due timers every 50 µs when every P is busy, ~4 ns a call otherwise), or runtime.Gosched() every ~100 µs of work",
+				Fix:      "call cpuwork.Checkpoint(ctx) inside long CPU loops (it yields for due timers every ~40 µs when every P is busy, ~4 ns a call otherwise), or runtime.Gosched() every ~100 µs of work",
 			})
 		}
 		if s.CPU > 0 {
