@@ -831,10 +831,10 @@ func TestCheckpointYieldSetsTheClockGaps(t *testing.T) {
 		in                           time.Duration
 		yield, after, minGap, maxGap time.Duration
 	}{
-		// The default: the clock read every 12.5-25 µs, a yield at the
-		// first read 37.5 µs after the last: 37.5-62.5 µs apart, 50 on
-		// average.
-		{0, DefaultCheckpointYield, 37500 * time.Nanosecond, 12500 * time.Nanosecond, 25 * time.Microsecond},
+		// The default: the clock read every 10-20 µs, a yield at the
+		// first read 30 µs after the last: 30-50 µs apart, 40 on average.
+		{0, DefaultCheckpointYield, 30 * time.Microsecond, 10 * time.Microsecond, 20 * time.Microsecond},
+		{50 * time.Microsecond, 50 * time.Microsecond, 37500 * time.Nanosecond, 12500 * time.Nanosecond, 25 * time.Microsecond},
 		{200 * time.Microsecond, 200 * time.Microsecond, 150 * time.Microsecond, 50 * time.Microsecond, 100 * time.Microsecond},
 		{-1, 0, 0, 50 * time.Microsecond, 100 * time.Microsecond},
 		{time.Nanosecond, time.Nanosecond, time.Nanosecond, 500 * time.Nanosecond, time.Microsecond},
