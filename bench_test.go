@@ -40,6 +40,48 @@ func BenchmarkDoSaturated(b *testing.B) {
 	})
 }
 
+// BenchmarkDoTargets is BenchmarkDoSaturated with latency targets that
+// differ per task (every fourth 10x longer), so queued tasks are inserted
+// by due rather than appended: the cost of earliest-due-first ordering.
+// The targets are long enough that nothing is refused.
+func BenchmarkDoTargets(b *testing.B) {
+	e := newExec(b, Options{Slots: 2})
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		short := WithTarget(context.Background(), Target{Latency: time.Hour})
+		long := WithTarget(context.Background(), Target{Latency: 10 * time.Hour})
+		for pb.Next() {
+			ctx := short
+			if n.Add(1)%4 == 0 {
+				ctx = long
+			}
+			e.Do(ctx, Interactive, emptyTask)
+		}
+	})
+}
+
+// BenchmarkCheckpointClassWaits is Checkpoint inside a task while its own
+// class has waiters due later (FIFO: it never hands over): the extra
+// atomic load and due comparison of the fast path.
+func BenchmarkCheckpointClassWaits(b *testing.B) {
+	e := newExec(b, Options{Slots: 1})
+	b.ReportAllocs()
+	e.Do(context.Background(), Interactive, func(ctx context.Context) error {
+		queued := make(chan error, 1)
+		go func() { queued <- e.Do(context.Background(), Interactive, emptyTask) }()
+		for e.Stats().Classes[Interactive].Queued == 0 {
+			time.Sleep(10 * time.Microsecond)
+		}
+		for b.Loop() {
+			Checkpoint(ctx)
+		}
+		go func() { <-queued }()
+		return nil
+	})
+}
+
 // BenchmarkCheckpointNobodyWaits is Checkpoint inside a task with no queued
 // work: the cost a tight loop pays per call.
 func BenchmarkCheckpointNobodyWaits(b *testing.B) {
