@@ -161,7 +161,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&scenarios, "scenario", "", "comma-separated scenarios to run (default all; see --list)")
-	f.DurationVar(&duration, "duration", 0, "time per variant per repeat for the time-based scenarios (priority, timers, and service up to 2s); must be positive; 0 = 2s, or 0.6s with --quick")
+	f.DurationVar(&duration, "duration", 0, "time per variant per repeat for the time-based scenarios (priority, timers, service, inference); must be positive; 0 = 2s (5s for service and inference), or 0.6s with --quick")
 	f.BoolVar(&quick, "quick", false, "smaller bursts, one round, short durations: the whole suite in about a minute (smoke test, not for conclusions)")
 	f.StringVar(&out, "out", "./cpuwork-report", "directory for index.html, results.json and histograms/ (\"\" = none)")
 	f.BoolVar(&asJSON, "json", false, "print results.json to stdout instead of tables (progress still goes to stderr)")

@@ -422,7 +422,7 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		rate = wholeRate(rate) // what the pacer sends is what is offered
 	}
 	m := startMeter()
-	d := min(r.duration, 2*time.Second) // 12 variants: keep the suite within its 5 minutes
+	d := r.loadDur
 	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+addr,
 		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", d.String())
 	args = append(args, extra...)
