@@ -153,3 +153,33 @@ func BenchmarkCheckpointYield(b *testing.B) {
 }
 
 var benchSink atomic.Uint64
+
+// spin10us is about 10 µs of CPU work.
+func spin10us(context.Context) error {
+	x := uint64(1)
+	for i := range 4_000 {
+		x = x*6364136223846793005 + uint64(i)
+	}
+	sinkU.Store(x)
+	return nil
+}
+
+// benchAccount runs 10 µs tasks on one slot with accounting set to every.
+func benchAccount(b *testing.B, every int) {
+	e := newExec(b, Options{Slots: 1, Account: AccountOptions{Every: every}})
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Do(ctx, Interactive, spin10us)
+	}
+}
+
+// BenchmarkAccountedTask: every task accounted: the cost per accounted
+// task is its time minus BenchmarkAccountOff's.
+func BenchmarkAccountedTask(b *testing.B) { benchAccount(b, 1) }
+
+// BenchmarkAccountDefault: the default sampling (DefaultAccountEvery).
+func BenchmarkAccountDefault(b *testing.B) { benchAccount(b, 0) }
+
+// BenchmarkAccountOff: accounting off (Every < 0).
+func BenchmarkAccountOff(b *testing.B) { benchAccount(b, -1) }

@@ -175,8 +175,19 @@ func (tc *taskCtx) check(ctx context.Context) error {
 	if tc.lastGs == 0 {
 		tc.lastGs = t
 	}
+	if tc.accounted {
+		if v, ok := e.acct.active.Load(tc); ok {
+			v.(*taskAccount).check()
+		}
+	}
 	if runnable, busy := schedNow(t); busy && (runnable || (e.yieldAfter > 0 && t-tc.lastGs >= e.yieldAfter)) {
-		runtime.Gosched()
+		if tc.accounted {
+			ta, t0 := e.accountPause(tc)
+			runtime.Gosched()
+			ta.resume(t0, false)
+		} else {
+			runtime.Gosched()
+		}
 		tc.lastGs = now()
 	}
 	if e.free.Load() < 0 && tc.noSlot == holdsSlot && tc.shared.Load() == 0 {
@@ -293,8 +304,14 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	w.est = 0
 	e.enqueueLocked(w)
 	e.mu.Unlock()
+	var ta *taskAccount
+	var t0 int64
+	if tc.accounted {
+		ta, t0 = e.accountPause(tc)
+	}
 	e.releaseSlot(tc.class, &est)
 	err := e.await(ctx, w)
+	ta.resume(t0, true)
 	w.requeued = false
 	if onWorker {
 		e.mu.Lock()

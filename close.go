@@ -65,6 +65,7 @@ func (e *Executor) shutdown() {
 	if e.critLane != nil {
 		e.laneErr = e.critLane.Close(context.Background()) // its tasks are done: it stops at once
 	}
+	e.acct.close()
 	close(e.shutDown)
 }
 

@@ -34,6 +34,9 @@ type taskCtx struct {
 	shared atomic.Int32
 	class  Class
 	timed  bool // slot time is measured (weight 1 if queued, sampleEvery if sampled)
+	// accounted: where this task's time goes is being recorded
+	// (account.go; its state is in the executor's accountant).
+	accounted bool
 	// noSlot is set when a Checkpoint gave the slot up and did not get it
 	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed); or when
 	// a For that is the whole task gave it back for its helpers' last
@@ -311,6 +314,16 @@ func (e *Executor) runOnLane(ctx context.Context, tc *taskCtx, fn func(context.C
 // run executes fn under tc's slot with labels, a trace region and panic
 // recovery, then accounts and releases the slot.
 func (e *Executor) run(tc *taskCtx, fn func(context.Context) error) (err error) {
+	if a := e.acct; a != nil {
+		var wait int64
+		if tc.timed && tc.weight == 1 {
+			wait = tc.start - tc.w.enq
+		}
+		if a.pick(wait) {
+			t := now()
+			e.accountBegin(tc, t-wait, t)
+		}
+	}
 	defer e.finish(tc)
 	if !e.noLabels {
 		e.setLabels(tc)
@@ -344,6 +357,9 @@ func (e *Executor) finish(tc *taskCtx) {
 		e.releaseSlot(tc.class, &tc.w.est)
 	} else if e.closed.Load() {
 		e.checkDrained()
+	}
+	if tc.accounted {
+		e.accountEnd(tc, now())
 	}
 }
 

@@ -82,6 +82,10 @@ type Executor struct {
 	// sends and goroutine wake-ups out of the critical section.
 	pending []*waiter
 
+	// acct records where sampled tasks' time went (account.go); nil when
+	// Options.Account.Every < 0.
+	acct *accountant
+
 	labels   [NumClasses]context.Context
 	noLabels bool
 	log      *slog.Logger
@@ -177,10 +181,20 @@ func New(o Options) (*Executor, error) {
 	if detect == nil {
 		detect = budget.Detect
 	}
+	var b budget.Budget
+	var berr error
+	if slots == 0 || o.Account.Every >= 0 {
+		b, berr = detect()
+	}
+	if o.Account.Every >= 0 {
+		// Accounting reads throttling from the cgroup that sets the
+		// quota; without a readable budget it goes without (Slots set).
+		e.acct = newAccountant(o.Account, b, berr == nil)
+	}
 	if slots == 0 {
-		b, err := detect()
-		if err != nil {
-			return nil, fmt.Errorf("cpuwork: detect CPU budget (set Options.Slots to run without it): %w", err)
+		if berr != nil {
+			e.acct.close()
+			return nil, fmt.Errorf("cpuwork: detect CPU budget (set Options.Slots to run without it): %w", berr)
 		}
 		slots = b.Slots()
 		if _, _, ok := quotaOf(b); ok && o.PaceQuota {
@@ -198,6 +212,7 @@ func New(o Options) (*Executor, error) {
 	if o.CriticalLane != nil {
 		lane, err := osthread.Start(*o.CriticalLane)
 		if err != nil {
+			e.acct.close()
 			return nil, fmt.Errorf("cpuwork: start the critical lane: %w", err)
 		}
 		e.critLane = lane

@@ -24,6 +24,10 @@ func TestMain(m *testing.M) {
 		fractionChild()
 		return
 	}
+	if os.Getenv("CPUWORK_ACCOUNT_CHILD") != "" {
+		accountChild()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 

@@ -169,6 +169,14 @@ type Options struct {
 	// for whole quotas.
 	Quota QuotaPolicy
 
+	// Account records, for a sample of tasks, where their latency went:
+	// queue wait, on-CPU time, kernel run queue, throttling, Go run
+	// queue, GC and the unattributed rest (TaskAccount). The zero value
+	// accounts one task in DefaultAccountEvery; Every < 0 turns it off.
+	// Results: Stats (per class and part), PartHistogram, SlowTasks,
+	// AccountOptions.OnTask. Sources, limits and cost: account.go.
+	Account AccountOptions
+
 	// CriticalLane, when set, runs Critical tasks admitted by Do on a
 	// dedicated lane of locked OS threads with these options (for cgo
 	// libraries that need a fixed thread, or an affinity and priority of

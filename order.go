@@ -124,7 +124,7 @@ func (e *Executor) dueOf(ctx context.Context, c Class, arrival int64) (due int64
 // arrived at arrival (0 if unknown).
 func (e *Executor) setDue(ctx context.Context, w *waiter, arrival int64) {
 	if !w.dueSet {
-		w.due, w.hasTarget, w.service = e.dueOf(ctx, w.class, arrival)
+		w.due, w.hasTarget, w.work = e.dueOf(ctx, w.class, arrival)
 		w.dueSet = true
 	}
 }
@@ -178,7 +178,9 @@ func (e *Executor) enqueueLocked(w *waiter) {
 			}
 		}
 	}
-	w.work = e.serviceOf(w)
+	if w.work <= 0 {
+		w.work = e.stats[c].avgSlotNs.Load()
+	}
 	after, _, _ := q.place(w.due)
 	q.insertAfter(after, w)
 	e.queuedLocked(c)
@@ -258,11 +260,12 @@ func (e *Executor) classLocked() (Class, bool) {
 	return 0, false
 }
 
-// serviceOf is the expected run time of w: given with its target, else
-// its class's recent average slot time (0 when nothing was measured yet).
+// serviceOf is the expected run time of w: given with its target or set
+// at its first enqueue (w.work), else its class's recent average slot
+// time (0 when nothing was measured yet).
 func (e *Executor) serviceOf(w *waiter) int64 {
-	if w.service > 0 {
-		return w.service
+	if w.work > 0 {
+		return w.work
 	}
 	return e.stats[w.class].avgSlotNs.Load()
 }

@@ -28,16 +28,18 @@ type waiter struct {
 	// refused is set when the waiter was taken out of the queue because
 	// its latency target could no longer be met (order.go): it is woken
 	// without a slot and returns this error.
-	refused error
+	refused *shedError
 	enq     int64 // now() when queued
 	est     int64 // slot time charged to inflight at grant
-	work    int64 // expected run time counted in its queue's work while queued, ns
+	// work is the expected run time, ns: the one given with its target
+	// (Target.Service) from setDue, else its class's average slot time at
+	// its first enqueue; counted in its queue's work while queued.
+	work int64
 	// due orders the waiters of a class: arrival + latency target, the
 	// arrival itself without a target (FIFO), see order.go. dueSet says
 	// it has been computed (a task admitted on the fast path computes it
 	// only when a Checkpoint needs it).
 	due     int64
-	service int64 // expected run time given with the target (Target.Service), ns; 0: unknown
 	class   Class
 	kind    waiterKind
 	queued  bool

@@ -54,6 +54,11 @@ type ClassStats struct {
 	// SlotSeconds is the total slot time charged to the class, in seconds
 	// (what weighted sharing divides between Interactive and Batch).
 	SlotSeconds float64
+	// Accounted is how many of the class's tasks had where their time
+	// went recorded (Options.Account); Parts summarizes each part over
+	// them, indexed by Part (zero when none).
+	Accounted uint64
+	Parts     [NumParts]Summary
 }
 
 // Stats is a snapshot of an executor.
@@ -124,6 +129,7 @@ func (e *Executor) Stats() Stats {
 		cs.Running = int(cs.Admitted - min(cs.Completed, cs.Admitted))
 		cs.Submitted = cs.Admitted + cs.Rejected + cs.Canceled + uint64(cs.Queued)
 		cs.SlotSeconds = time.Duration(s.used.Load()).Seconds()
+		cs.Parts, cs.Accounted = e.partSummaries(c)
 		st.Classes[c] = cs
 	}
 	return st

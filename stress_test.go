@@ -80,6 +80,7 @@ func stress(t *testing.T, seed uint64) {
 		}
 	}
 	o.ForMaxSlots = r.IntN(4)
+	o.Account.Every = []int{-1, 0, 1}[r.IntN(3)] // off, sampled, every task (hand-overs and Goscheds of accounted tasks)
 	e, err := New(o)
 	if err != nil {
 		t.Fatal(err)

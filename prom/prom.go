@@ -76,6 +76,7 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	}
 	d("cpuwork_queue_wait_seconds", "Time from submission to getting a slot, per class.", "class")
 	d("cpuwork_slot_seconds", "Time a task held its slot (service time), per class.", "class")
+	d("cpuwork_task_latency_seconds", "Where accounted tasks' latency went (cpuwork.Options.Account: a sample of tasks), per class and part: queue_wait, on_cpu, kernel_run_queue, throttled, go_run_queue, gc, other; a task's parts sum to its latency from arrival.", "class", "part")
 	d("cpuwork_tasks_total", "Tasks by class and outcome: admitted, completed, rejected (ErrSaturated or ErrClosed; includes shed), shed, canceled, panicked.", "class", "outcome")
 	d("cpuwork_queued", "Tasks waiting for a slot, per class.", "class")
 	d("cpuwork_running", "Tasks holding a slot, per class.", "class")
@@ -121,17 +122,23 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_running"], prometheus.GaugeValue, float64(s.Running), name)
 		ch <- c.histogram("cpuwork_queue_wait_seconds", c.e.QueueWaitHistogram(class), name)
 		ch <- c.histogram("cpuwork_slot_seconds", c.e.SlotTimeHistogram(class), name)
+		if s.Accounted == 0 {
+			continue
+		}
+		for p := range cpuwork.Part(cpuwork.NumParts) {
+			ch <- c.histogram("cpuwork_task_latency_seconds", c.e.PartHistogram(class, p), name, p.String())
+		}
 	}
 }
 
 // histogram re-buckets a cumulative cpuwork histogram to the collector's
 // buckets.
-func (c *Collector) histogram(name string, h cpuwork.Histogram, class string) prometheus.Metric {
+func (c *Collector) histogram(name string, h cpuwork.Histogram, labels ...string) prometheus.Metric {
 	var total uint64
 	if n := len(h.Count); n > 0 {
 		total = h.Count[n-1]
 	}
-	return prometheus.MustNewConstHistogram(c.descs[name], total, h.SumSeconds, rebucket(h.UpperSeconds, h.Count, c.o.Buckets), class)
+	return prometheus.MustNewConstHistogram(c.descs[name], total, h.SumSeconds, rebucket(h.UpperSeconds, h.Count, c.o.Buckets), labels...)
 }
 
 // rebucket maps cumulative counts at source bounds to cumulative counts at

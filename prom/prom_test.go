@@ -125,3 +125,58 @@ func TestRebucketNeverCountsAnObservationBelowItsBound(t *testing.T) {
 		}
 	}
 }
+
+// Accounted tasks are exported per class and part, one series per part,
+// each counting every accounted task.
+func TestTaskLatencyPartsAreExported(t *testing.T) {
+	e, err := cpuwork.New(cpuwork.Options{Slots: 1, Account: cpuwork.AccountOptions{Every: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	for range 5 {
+		e.Do(context.Background(), cpuwork.Interactive, func(context.Context) error { time.Sleep(time.Millisecond); return nil })
+	}
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(e, Options{NoProcess: true}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	parts := map[string]uint64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "cpuwork_task_latency_seconds" {
+			continue
+		}
+		for _, m := range mf.Metric {
+			var class, part string
+			for _, l := range m.Label {
+				switch l.GetName() {
+				case "class":
+					class = l.GetValue()
+				case "part":
+					part = l.GetValue()
+				}
+			}
+			if class != "interactive" {
+				t.Errorf("series for class %q: only interactive was accounted", class)
+			}
+			parts[part] = m.Histogram.GetSampleCount()
+		}
+	}
+	if len(parts) != cpuwork.NumParts {
+		t.Fatalf("parts exported: %v, want %d", parts, cpuwork.NumParts)
+	}
+	for p, n := range parts {
+		if n != 5 {
+			t.Errorf("part %s counts %d tasks, want 5", p, n)
+		}
+	}
+	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
+	}
+}

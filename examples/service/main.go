@@ -84,7 +84,7 @@ func newServer(log *slog.Logger) (http.Handler, func(), error) {
 	mux.Handle("/hash", work(e, cpuwork.Interactive, 200))
 	mux.Handle("/batch", work(e, cpuwork.Batch, 20000))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Stats() }))
+	mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Debug() }))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	return mux, func() { s.Close(); e.Close(context.Background()) }, nil
 }

@@ -1,0 +1,483 @@
+package cpuwork
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"runtime"
+	"runtime/metrics"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+)
+
+// Where a task's time went (issue 23). For a sample of tasks the executor
+// splits the latency from arrival to completion into parts that sum to it:
+//
+//   - queue_wait: arrival to its first slot, plus every wait for its slot
+//     again after handing it over at a Checkpoint (the executor's clock);
+//   - on_cpu: time its thread ran while the task ran on it
+//     (/proc/self/task/TID/schedstat field 1, the kernel's sum_exec_runtime);
+//   - kernel_run_queue: time its thread was runnable on a kernel run queue
+//     but not running (schedstat field 2, run_delay), throttling excluded;
+//   - throttled: the part of that run delay during which the cgroup that
+//     sets the quota was throttled: cpu.stat throttled_time/throttled_usec
+//     over the run, which the kernel sums over the CPUs whose run queues
+//     were throttled (kernel/sched/fair.c, unthrottle_cfs_rq), divided by
+//     the CPUs the process can run Go code on at once (the affinity mask,
+//     at most GOMAXPROCS), capped at the run delay: a throttled thread
+//     stays queued, so the kernel counts throttling in run_delay
+//     (kernel/sched/stats.h). An estimate: a process whose threads
+//     outnumber its Ps (cgo) may see it too small;
+//   - go_run_queue: after yielding its P at a Checkpoint (runtime.Gosched)
+//     until it ran again (the executor's clock around the Gosched);
+//   - gc: stop-the-world pauses during the run (runtime/metrics
+//     /sched/pauses/total/gc:seconds, summed from its buckets);
+//   - other: the rest, not attributed: blocking (channels, I/O, locks),
+//     system calls that sleep, and any overlap the parts above could not
+//     see. It is reported as such, never spread over the others.
+//
+// The thread-level parts (on_cpu, kernel_run_queue, throttled) are read
+// per stretch that the goroutine ran on one thread: at the slot, before
+// and after every Gosched and hand-over at a Checkpoint, at every
+// Checkpoint clock read (every 10-20 µs by default) and at the end. When
+// the runtime moved the goroutine to another thread (it preempts a
+// goroutine that ran 10 ms), the stretch closes at its last reading on
+// the old thread and the time since (one Checkpoint interval) goes to
+// other. An account is Partial, with the reason, when that lost time is
+// over 5 % of the run or a source could not be read. A goroutine that blocks, or that the runtime preempts without a
+// Checkpoint (a loop that runs 10 ms without one), may share its thread
+// with other goroutines during a stretch: that time shows as on_cpu or
+// kernel_run_queue of this task. Accounting suits CPU-bound tasks that
+// call Checkpoint.
+//
+// Cost per accounted task: two or more reads of a per-thread schedstat
+// file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
+// reads: a few microseconds (BenchmarkAccountedTask). Tasks are accounted
+// one in AccountOptions.Every (DefaultAccountEvery), chosen at random, and
+// every task that waited at least AccountOptions.SlowWait for its slot.
+
+// Part is one part of a task's latency in a TaskAccount.
+type Part uint8
+
+const (
+	PartQueueWait Part = iota
+	PartOnCPU
+	PartKernelRunQueue
+	PartThrottled
+	PartGoRunQueue
+	PartGC
+	PartOther
+
+	// NumParts is the number of parts, for arrays indexed by Part.
+	NumParts = 7
+)
+
+var partNames = [NumParts]string{"queue_wait", "on_cpu", "kernel_run_queue", "throttled", "go_run_queue", "gc", "other"}
+
+// String returns the part's snake_case name ("queue_wait", ...), the
+// value of the part label in cpuwork/prom.
+func (p Part) String() string {
+	if p < NumParts {
+		return partNames[p]
+	}
+	return "part(?)"
+}
+
+// DefaultAccountEvery is AccountOptions.Every's default: one task in 1024
+// is accounted.
+const DefaultAccountEvery = 1024
+
+// AccountOptions configures where-the-time-went accounting
+// (Options.Account).
+type AccountOptions struct {
+	// Every accounts one task in Every, chosen at random. 0 means
+	// DefaultAccountEvery; negative turns accounting off (SlowWait and
+	// OnTask then do nothing).
+	Every int
+	// SlowWait, when positive, also accounts every task whose wait for
+	// its first slot was at least this long (known when it gets the slot).
+	SlowWait time.Duration
+	// OnTask, when set, receives every account on the task's goroutine
+	// after the task ended and its slot was released (for request-level
+	// attribution: a log line, span attributes). It must not block.
+	OnTask func(TaskAccount)
+}
+
+// TaskAccount is where one task's time went: Wall, from its arrival to its
+// end, is the sum of Parts. See Part for each part's source.
+type TaskAccount struct {
+	Class Class
+	End   time.Time     // when the task ended
+	Wall  time.Duration // arrival to end
+	Run   time.Duration // first slot to end
+	// Parts, indexed by Part, sum to Wall.
+	Parts [NumParts]time.Duration
+	// Partial is empty when every stretch was read on one thread, else
+	// why the thread-level parts are incomplete (that time is in other).
+	Partial string
+}
+
+// accountant holds an executor's accounting state.
+type accountant struct {
+	every    uint32
+	slowWait int64
+	onTask   func(TaskAccount)
+
+	throttle *cgroupClock // nil when no cgroup sets a quota
+	cpus     float64      // CPUs throttling counts across
+
+	parts   [NumClasses]atomic.Pointer[[NumParts]histogram] // allocated at a class's first account
+	active  sync.Map                                        // *taskCtx -> *taskAccount, tasks being accounted
+	slowest slowest
+}
+
+// defaultSlowWindow is how long the slowest-tasks window lasts.
+const defaultSlowWindow = 10 * time.Second
+
+func newAccountant(o AccountOptions, b budget.Budget, haveBudget bool) *accountant {
+	if o.Every < 0 {
+		return nil
+	}
+	a := &accountant{every: uint32(o.Every), slowWait: int64(o.SlowWait), onTask: o.OnTask}
+	if a.every == 0 {
+		a.every = DefaultAccountEvery
+	}
+	a.slowest.window = int64(defaultSlowWindow)
+	if haveBudget {
+		if l, ok := b.Limiting(); ok {
+			a.throttle = newCgroupClock(l.Dir)
+		}
+		a.cpus = float64(max(b.Affinity, 1))
+	}
+	if a.cpus == 0 {
+		a.cpus = 1
+	}
+	return a
+}
+
+// close releases the accountant's descriptor (nil-safe).
+func (a *accountant) close() {
+	if a != nil && a.throttle != nil {
+		a.throttle.close()
+	}
+}
+
+// taskAccount is the state of one task being accounted.
+type taskAccount struct {
+	arrival, start int64
+	queueWait      int64
+	goQueue        int64
+	seg            threadStretch // the stretch running now: its first reading
+	last           threadStretch // its latest reading on the same thread
+	lastT          int64         // now() of last
+	onCPU, delay   int64
+	moves          int   // stretches that ended on another thread
+	lost           int64 // ns between a stretch's last reading and its move: in other
+	partial        string
+	throttled0     int64 // cgroup throttled time at the start, ns (-1: unread)
+	gc0            float64
+	pauses         []metrics.Sample // one: gcPausesName
+}
+
+// threadStretch is a reading of the thread a stretch began (or ended) on:
+// its id, its on-CPU time and its run delay, ns.
+type threadStretch struct {
+	tid        int
+	cpu, delay int64
+	ok         bool
+}
+
+// pick decides whether a task that waited wait ns for its slot is
+// accounted.
+func (a *accountant) pick(wait int64) bool {
+	return (a.slowWait > 0 && wait >= a.slowWait) || rand.Uint32()%a.every == 0
+}
+
+// begin starts accounting tc, which got its slot now (t) after arriving
+// at arrival.
+func (e *Executor) accountBegin(tc *taskCtx, arrival, t int64) {
+	a := e.acct
+	ta := &taskAccount{arrival: arrival, start: t, queueWait: t - arrival, throttled0: -1}
+	ta.pauses = []metrics.Sample{{Name: gcPausesName}}
+	metrics.Read(ta.pauses)
+	ta.gc0 = histSum(ta.pauses[0].Value)
+	if a.throttle != nil {
+		if v, ok := a.throttle.read(); ok {
+			ta.throttled0 = v
+		}
+	}
+	ta.begin()
+	tc.accounted = true
+	a.active.Store(tc, ta)
+}
+
+// accountPause ends the current stretch of an accounted task before it
+// yields its P or its slot; accountResume starts the next one. gap is
+// where the time in between goes: the Go run queue (a Gosched) or the
+// queue wait (a hand-over).
+func (e *Executor) accountPause(tc *taskCtx) (ta *taskAccount, t int64) {
+	v, ok := e.acct.active.Load(tc)
+	if !ok {
+		return nil, 0
+	}
+	ta = v.(*taskAccount)
+	ta.endStretch()
+	return ta, now()
+}
+
+func (ta *taskAccount) resume(t0 int64, toQueue bool) {
+	if ta == nil {
+		return
+	}
+	d := now() - t0
+	if toQueue {
+		ta.queueWait += d
+	} else {
+		ta.goQueue += d
+	}
+	ta.begin()
+}
+
+// begin starts a stretch on the calling thread.
+func (ta *taskAccount) begin() {
+	ta.seg = readThread()
+	ta.last, ta.lastT = ta.seg, now()
+}
+
+// check is called at the accounted task's Checkpoint clock reads: it
+// reads its thread again, and when the goroutine was moved to another
+// thread (the runtime preempts a goroutine that ran 10 ms, forcePreemptNS
+// in runtime/proc.go) it closes the stretch at its last reading on the
+// old thread and begins one on the new: only the time since that last
+// reading (one Checkpoint interval) is lost to other.
+func (ta *taskAccount) check() {
+	r := readThread()
+	switch {
+	case !r.ok || !ta.seg.ok:
+		return
+	case r.tid == ta.seg.tid:
+		ta.last, ta.lastT = r, now()
+	default:
+		ta.add(ta.seg, ta.last)
+		ta.moves++
+		t := now()
+		ta.lost += t - ta.lastT
+		ta.seg, ta.last, ta.lastT = r, r, t
+	}
+}
+
+func (ta *taskAccount) add(from, to threadStretch) {
+	ta.onCPU += max(to.cpu-from.cpu, 0)
+	ta.delay += max(to.delay-from.delay, 0)
+}
+
+func (ta *taskAccount) endStretch() {
+	end := readThread()
+	switch {
+	case !ta.seg.ok || !end.ok:
+		ta.partial = "the thread's schedstat could not be read"
+	case end.tid != ta.seg.tid:
+		ta.add(ta.seg, ta.last)
+		ta.moves++
+		ta.lost += now() - ta.lastT
+	default:
+		ta.add(ta.seg, end)
+	}
+	ta.seg.ok = false
+}
+
+// accountEnd finishes tc's account at t, after its slot was released.
+func (e *Executor) accountEnd(tc *taskCtx, t int64) {
+	a := e.acct
+	v, ok := a.active.LoadAndDelete(tc)
+	tc.accounted = false
+	if !ok {
+		return
+	}
+	ta := v.(*taskAccount)
+	if ta.seg.ok {
+		ta.endStretch()
+	}
+	metrics.Read(ta.pauses)
+	gc := int64((histSum(ta.pauses[0].Value) - ta.gc0) * 1e9)
+	var throttled int64
+	if a.throttle != nil && ta.throttled0 >= 0 {
+		if v, ok := a.throttle.read(); ok {
+			throttled = int64(float64(v-ta.throttled0) / min(a.cpus, float64(runtime.GOMAXPROCS(0))))
+		} else if ta.partial == "" {
+			ta.partial = "cpu.stat of the cgroup that sets the quota could not be read"
+		}
+	}
+	if ta.partial == "" && ta.lost*20 > t-ta.start {
+		ta.partial = fmt.Sprintf("the goroutine moved threads %d times; %v between a thread's last reading and the move (over 5 %% of the run) is in other",
+			ta.moves, time.Duration(ta.lost).Round(time.Microsecond))
+	}
+	acc := TaskAccount{Class: tc.class, End: time.Now(), Wall: time.Duration(t - ta.arrival), Run: time.Duration(t - ta.start), Partial: ta.partial}
+	// Each part takes what it measured, up to what is left of the wall
+	// time: the parts sum to Wall and other is what nothing explains.
+	left := t - ta.arrival
+	take := func(p Part, v int64) {
+		v = min(max(v, 0), left)
+		acc.Parts[p] = time.Duration(v)
+		left -= v
+	}
+	take(PartQueueWait, ta.queueWait)
+	take(PartOnCPU, ta.onCPU)
+	throttled = min(max(throttled, 0), ta.delay)
+	take(PartThrottled, throttled)
+	take(PartKernelRunQueue, ta.delay-throttled)
+	take(PartGoRunQueue, ta.goQueue)
+	take(PartGC, gc)
+	acc.Parts[PartOther] = time.Duration(left)
+	e.recordAccount(acc)
+	if a.onTask != nil {
+		a.onTask(acc)
+	}
+}
+
+func (e *Executor) recordAccount(acc TaskAccount) {
+	a := e.acct
+	hp := a.parts[acc.Class].Load()
+	if hp == nil {
+		a.parts[acc.Class].CompareAndSwap(nil, new([NumParts]histogram))
+		hp = a.parts[acc.Class].Load()
+	}
+	for p := range Part(NumParts) {
+		hp[p].record(int64(acc.Parts[p]), 1)
+	}
+	a.slowest.add(acc, now())
+}
+
+// gcPausesName is the runtime/metrics histogram of stop-the-world pauses
+// for garbage collection (Go >= 1.22).
+const gcPausesName = "/sched/pauses/total/gc:seconds"
+
+// histSum estimates the sum of a runtime/metrics time histogram in
+// seconds from its bucket counts (each at its bucket's midpoint; the open
+// ends at their finite bound). 0 for a missing metric.
+func histSum(v metrics.Value) float64 {
+	if v.Kind() != metrics.KindFloat64Histogram {
+		return 0
+	}
+	h := v.Float64Histogram()
+	var s float64
+	for i, n := range h.Counts {
+		if n == 0 {
+			continue
+		}
+		lo, hi := h.Buckets[i], h.Buckets[i+1]
+		switch {
+		case math.IsInf(lo, -1):
+			lo = hi
+		case math.IsInf(hi, 1):
+			hi = lo
+		}
+		s += float64(n) * (lo + hi) / 2
+	}
+	return s
+}
+
+// slowest keeps the slowest accounts (by Wall) of the current window and
+// of the last full one.
+type slowest struct {
+	mu         sync.Mutex
+	window     int64 // ns
+	start      int64 // now() when the current window began
+	cur, last  []TaskAccount
+	keep       int
+	haveWindow bool
+}
+
+const slowestKeep = 8
+
+func (s *slowest) add(acc TaskAccount, t int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(t)
+	s.cur = append(s.cur, acc)
+	sort.Slice(s.cur, func(i, j int) bool { return s.cur[i].Wall > s.cur[j].Wall })
+	if len(s.cur) > slowestKeep {
+		s.cur = s.cur[:slowestKeep]
+	}
+}
+
+func (s *slowest) roll(t int64) {
+	if !s.haveWindow {
+		s.start, s.haveWindow = t, true
+	}
+	if t-s.start >= s.window {
+		if t-s.start >= 2*s.window {
+			s.last = nil // nothing accounted in the last full window
+		} else {
+			s.last = s.cur
+		}
+		s.cur, s.start = nil, t
+	}
+}
+
+func (s *slowest) get(t int64) []TaskAccount {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roll(t)
+	out := append(append([]TaskAccount(nil), s.cur...), s.last...)
+	sort.Slice(out, func(i, j int) bool { return out[i].Wall > out[j].Wall })
+	return out[:min(len(out), slowestKeep)]
+}
+
+// SlowestTasks returns the slowest accounted tasks (by Wall, slowest
+// first, at most 8) of the current 10 s window and the one before, for a
+// debug endpoint (schedstat.Handler) or a log. Empty when accounting is
+// off (Options.Account.Every < 0) or nothing was accounted yet.
+func (e *Executor) SlowTasks() []TaskAccount {
+	if e.acct == nil {
+		return nil
+	}
+	return e.acct.slowest.get(now())
+}
+
+// PartHistogram returns class c's distribution of part p over the
+// accounted tasks (for a Prometheus collector); the zero Histogram when
+// accounting is off, nothing of c was accounted, or c or p is invalid.
+func (e *Executor) PartHistogram(c Class, p Part) Histogram {
+	if e.acct == nil || !c.valid() || p >= NumParts {
+		return Histogram{}
+	}
+	hp := e.acct.parts[c].Load()
+	if hp == nil {
+		return Histogram{}
+	}
+	return e.hist(&hp[p])
+}
+
+// partSummaries returns class c's part summaries (zero when none).
+func (e *Executor) partSummaries(c Class) (out [NumParts]Summary, n uint64) {
+	if e.acct == nil {
+		return out, 0
+	}
+	hp := e.acct.parts[c].Load()
+	if hp == nil {
+		return out, 0
+	}
+	for p := range Part(NumParts) {
+		out[p] = hp[p].summary()
+	}
+	return out, out[PartQueueWait].Count
+}
+
+// Debug is what an executor shows at a debug endpoint: its statistics and
+// its slowest accounted tasks. Serve it with schedstat.Handler:
+//
+//	mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Debug() }))
+//
+// `cpuwork doctor --url` reads it.
+type Debug struct {
+	Stats     Stats         `json:"stats"`
+	SlowTasks []TaskAccount `json:"slow_tasks"`
+}
+
+// Debug returns e's statistics and slowest accounted tasks (SlowTasks).
+func (e *Executor) Debug() Debug { return Debug{Stats: e.Stats(), SlowTasks: e.SlowTasks()} }

@@ -1,0 +1,329 @@
+package cpuwork
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// spinChecked runs about d of CPU work calling Checkpoint every ~20 µs.
+func spinChecked(ctx context.Context, d time.Duration) {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		x := uint64(1)
+		for i := range 20_000 {
+			x = x*6364136223846793005 + uint64(i)
+		}
+		sinkU.Store(x)
+		Checkpoint(ctx)
+	}
+}
+
+// accountOne runs fn as one Interactive task of e (every task accounted)
+// and returns its account and the latency seen from outside.
+func accountOne(t *testing.T, e *Executor, ctx context.Context, got chan TaskAccount, fn func(context.Context) error) (TaskAccount, time.Duration) {
+	t.Helper()
+	t0 := time.Now()
+	if err := e.Do(ctx, Interactive, fn); err != nil {
+		t.Fatal(err)
+	}
+	outside := time.Since(t0)
+	select {
+	case a := <-got:
+		return a, outside
+	case <-time.After(10 * time.Second):
+		t.Fatal("no account for the task")
+	}
+	return TaskAccount{}, 0
+}
+
+// checkSum: the parts sum to Wall exactly, and Wall is the latency seen
+// from outside within 5 % or 1 ms (the submitter's clock starts before Do
+// and stops after the account's own readings).
+func checkSum(t *testing.T, a TaskAccount, outside time.Duration) {
+	t.Helper()
+	var sum time.Duration
+	for _, p := range a.Parts {
+		if p < 0 {
+			t.Errorf("negative part in %+v", a)
+		}
+		sum += p
+	}
+	if sum != a.Wall {
+		t.Errorf("parts sum to %v, wall %v", sum, a.Wall)
+	}
+	if a.Wall > outside || float64(outside-a.Wall) > max(0.05*float64(outside), float64(time.Millisecond)) {
+		t.Errorf("wall %v, %v seen from outside: want within 5 %%", a.Wall, outside)
+	}
+}
+
+func largest(a TaskAccount) Part {
+	best := Part(0)
+	for p := range Part(NumParts) {
+		if a.Parts[p] > a.Parts[best] {
+			best = p
+		}
+	}
+	return best
+}
+
+func accountExec(t *testing.T, o Options) (*Executor, chan TaskAccount) {
+	got := make(chan TaskAccount, 64)
+	o.Account = AccountOptions{Every: 1, OnTask: func(a TaskAccount) { got <- a }}
+	return newExec(t, o), got
+}
+
+func TestAQueuedTaskIsMostlyQueueWait(t *testing.T) {
+	e, got := accountExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	go func() { time.Sleep(60 * time.Millisecond); release() }()
+	t0 := time.Now()
+	if err := e.Do(context.Background(), Interactive, func(ctx context.Context) error {
+		spinChecked(ctx, 5*time.Millisecond)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	outside := time.Since(t0)
+	// Two accounts: the holding task's, then this one's (one slot).
+	var a TaskAccount
+	for range 2 {
+		select {
+		case a = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("missing accounts")
+		}
+	}
+	checkSum(t, a, outside)
+	if largest(a) != PartQueueWait || a.Parts[PartQueueWait] < 40*time.Millisecond {
+		t.Errorf("queued 60 ms behind a held slot: %+v, want queue_wait the largest part", a)
+	}
+}
+
+func TestASpinningTaskIsOnCPUAndSumsToItsLatency(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("on-CPU time comes from Linux's per-thread schedstat")
+	}
+	e, got := accountExec(t, Options{Slots: 1})
+	a, outside := accountOne(t, e, context.Background(), got, func(ctx context.Context) error {
+		spinChecked(ctx, 30*time.Millisecond)
+		return nil
+	})
+	checkSum(t, a, outside)
+	t.Logf("%+v", a)
+	// On a loaded machine the kernel takes some of it: judged is that the
+	// CPU the task used is there and that no part is missing or doubled.
+	if a.Parts[PartOnCPU] < 5*time.Millisecond {
+		t.Errorf("30 ms of spinning: on_cpu %v", a.Parts[PartOnCPU])
+	}
+	if a.Partial == "" && a.Parts[PartOnCPU]+a.Parts[PartKernelRunQueue]+a.Parts[PartThrottled] < a.Run*8/10 {
+		t.Errorf("a whole account of a spinning task: on_cpu + run delay %v of a %v run", a.Parts[PartOnCPU]+a.Parts[PartKernelRunQueue], a.Run)
+	}
+}
+
+// A goroutine that moves to another thread during a stretch gives a
+// partial account that says so: checked against the thread ids the task
+// itself saw, so the test judges whatever the scheduler did.
+func TestATaskThatMovedThreadsSaysItsAccountIsPartial(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("thread ids from Linux's gettid")
+	}
+	e, got := accountExec(t, Options{Slots: 2})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // keeps Ps busy so a woken goroutine often lands elsewhere
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+				x := uint64(1)
+				for i := range 10_000 {
+					x = x*31 + uint64(i)
+				}
+				sinkU.Store(x)
+			}
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	moved := 0
+	for range 20 {
+		var first, last int
+		a, outside := accountOne(t, e, context.Background(), got, func(ctx context.Context) error {
+			first = unix.Gettid()
+			for range 5 {
+				time.Sleep(500 * time.Microsecond) // parks: any thread may run it next
+			}
+			last = unix.Gettid()
+			return nil
+		})
+		checkSum(t, a, outside)
+		if first != last {
+			moved++
+			if a.Partial == "" && a.Parts[PartOther] < time.Millisecond {
+				t.Errorf("the task ran on threads %d and %d and slept 2.5 ms, but its account has neither a partial note nor the sleep in other: %+v", first, last, a)
+			}
+		}
+	}
+	if moved == 0 {
+		t.Skip("the goroutine never moved threads in 20 tries here")
+	}
+}
+
+func TestSlowTasksHistogramsAndStatsCarryTheAccounts(t *testing.T) {
+	e, got := accountExec(t, Options{Slots: 1})
+	for _, d := range []time.Duration{time.Millisecond, 8 * time.Millisecond, 3 * time.Millisecond} {
+		accountOne(t, e, context.Background(), got, func(ctx context.Context) error {
+			spinChecked(ctx, d)
+			return nil
+		})
+	}
+	slow := e.SlowTasks()
+	if len(slow) != 3 || slow[0].Wall < slow[1].Wall || slow[1].Wall < slow[2].Wall {
+		t.Fatalf("SlowTasks %+v: want 3, slowest first", slow)
+	}
+	st := e.Stats().Classes[Interactive]
+	if st.Accounted != 3 || st.Parts[PartQueueWait].Count != 3 {
+		t.Errorf("stats: %d accounted, %+v", st.Accounted, st.Parts)
+	}
+	h := e.PartHistogram(Interactive, PartOther)
+	if n := len(h.Count); n == 0 || h.Count[n-1] != 3 {
+		t.Errorf("PartHistogram(other): %+v, want 3 observations", h)
+	}
+	if h := e.PartHistogram(Batch, PartOther); len(h.Count) != 0 {
+		t.Errorf("PartHistogram of a class with no accounts: %+v", h)
+	}
+}
+
+func TestAccountingOffAndSlowWait(t *testing.T) {
+	got := make(chan TaskAccount, 8)
+	e := newExec(t, Options{Slots: 1, Account: AccountOptions{Every: -1, OnTask: func(a TaskAccount) { got <- a }}})
+	e.Do(context.Background(), Interactive, emptyTask)
+	if len(got) != 0 || e.SlowTasks() != nil || e.Stats().Classes[Interactive].Accounted != 0 {
+		t.Error("Every < 0 accounted a task")
+	}
+	// SlowWait: a task that waited at least 20 ms is accounted although
+	// Every would almost never pick it.
+	e2 := newExec(t, Options{Slots: 1, Account: AccountOptions{Every: 1 << 30, SlowWait: 20 * time.Millisecond,
+		OnTask: func(a TaskAccount) { got <- a }}})
+	e2.Do(context.Background(), Interactive, emptyTask) // no wait: not accounted
+	release := hold(t, e2, 1)
+	go func() { time.Sleep(40 * time.Millisecond); release() }()
+	e2.Do(context.Background(), Interactive, emptyTask)
+	select {
+	case a := <-got:
+		if a.Parts[PartQueueWait] < 20*time.Millisecond {
+			t.Errorf("accounted %+v", a)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slow task was not accounted")
+	}
+}
+
+// accountChild runs in a cgroup or beside a competitor
+// (TestThrottlingAndRunDelayAreWhereTheTimeWent): one accounted 120 ms
+// spinning task on one slot; prints its account as JSON.
+func accountChild() {
+	var acc TaskAccount
+	e, err := New(Options{Slots: 1, WatchInterval: -1, Account: AccountOptions{Every: 1, OnTask: func(a TaskAccount) { acc = a }}})
+	if err != nil {
+		fmt.Println(`{"err":"` + err.Error() + `"}`)
+		os.Exit(1)
+	}
+	e.Do(context.Background(), Interactive, func(ctx context.Context) error {
+		spinChecked(ctx, 120*time.Millisecond)
+		return nil
+	})
+	e.Close(context.Background())
+	out, _ := json.Marshal(acc)
+	fmt.Println(string(out))
+}
+
+// runAccountChild starts the test binary as accountChild with extra env,
+// after prep (which may move it into a cgroup through its shell).
+func runAccountChild(t *testing.T, shell string, env ...string) TaskAccount {
+	t.Helper()
+	cmd := exec.Command("sh", "-c", shell, "sh", os.Args[0])
+	cmd.Env = append(append(os.Environ(), "CPUWORK_ACCOUNT_CHILD=1", "GOMAXPROCS=1"), env...)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("child: %v: %s", err, out)
+	}
+	var a TaskAccount
+	if err := json.Unmarshal(out, &a); err != nil {
+		t.Fatalf("child output %q: %v", out, err)
+	}
+	t.Logf("%+v", a)
+	return a
+}
+
+func TestThrottlingAndRunDelayAreWhereTheTimeWent(t *testing.T) {
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 || cgroup.Version() == 0 {
+		t.Skip("needs root and a cgroup CPU controller")
+	}
+	t.Run("a task in a 0.2-CPU cgroup is mostly throttled", func(t *testing.T) {
+		g, err := cgroup.New(cgroup.Config{Name: cgroup.OwnedName("account-test"), Parent: "cpuwork-test-account", CPUs: 0.2})
+		if err != nil {
+			t.Skip("cannot create a quota cgroup here:", err)
+		}
+		defer g.Remove()
+		a := runAccountChild(t, `echo $$ > "`+g.ProcsFile()+`" && exec "$1" -test.run '^$'`)
+		if a.Partial != "" && !strings.Contains(a.Partial, "moved") {
+			t.Fatalf("partial account: %s", a.Partial)
+		}
+		if largest(a) != PartThrottled {
+			t.Errorf("120 ms of CPU under a 0.2-CPU quota (~500 ms of wall): %+v, want throttled the largest part", a)
+		}
+	})
+	t.Run("a task sharing its CPU with a busy loop waits in the kernel run queue", func(t *testing.T) {
+		// The child and a shell busy loop on CPU 0 only, each in a cgroup
+		// of its own with the same weight: the task gets about half.
+		a := runAccountChild(t, `(trap 'exit 0' TERM; while :; do :; done) & loop=$!; taskset -p 1 $loop >/dev/null; `+
+			`taskset 1 "$1" -test.run '^$'; s=$?; kill $loop; exit $s`)
+		if a.Partial != "" && !strings.Contains(a.Partial, "moved") {
+			t.Fatalf("partial account: %s", a.Partial)
+		}
+		if a.Parts[PartKernelRunQueue] < a.Run/4 {
+			t.Errorf("120 ms of CPU beside a busy loop on the same CPU: %+v, want a quarter or more in kernel_run_queue", a)
+		}
+	})
+}
+
+// A task during forced collections: its gc part is the stop-the-world
+// time during its run, checked against the runtime's exact pause total
+// (debug.ReadGCStats) around it; the histogram-based sum is within its
+// bucket precision.
+func TestATaskDuringForcedGCsHasTheirPausesInGC(t *testing.T) {
+	e, got := accountExec(t, Options{Slots: 1})
+	var before, after debug.GCStats
+	debug.ReadGCStats(&before)
+	a, outside := accountOne(t, e, context.Background(), got, func(ctx context.Context) error {
+		for range 30 {
+			runtime.GC()
+		}
+		return nil
+	})
+	debug.ReadGCStats(&after)
+	checkSum(t, a, outside)
+	stw := after.PauseTotal - before.PauseTotal
+	t.Logf("stw %v, %+v", stw, a)
+	if a.Parts[PartGC] == 0 || stw == 0 {
+		t.Fatalf("30 forced collections: gc part %v, pauses %v", a.Parts[PartGC], stw)
+	}
+	if d := a.Parts[PartGC] - stw; d > stw/2+100*time.Microsecond || -d > stw/2+100*time.Microsecond {
+		t.Errorf("gc part %v, the runtime's pause total %v", a.Parts[PartGC], stw)
+	}
+}
