@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"runtime/metrics"
 	"sort"
 	"sync"
@@ -23,15 +22,18 @@ import (
 //     (/proc/self/task/TID/schedstat field 1, the kernel's sum_exec_runtime);
 //   - kernel_run_queue: time its thread was runnable on a kernel run queue
 //     but not running (schedstat field 2, run_delay), throttling excluded;
-//   - throttled: the part of that run delay during which the cgroup that
-//     sets the quota was throttled: cpu.stat throttled_time/throttled_usec
-//     over the run, which the kernel sums over the CPUs whose run queues
-//     were throttled (kernel/sched/fair.c, unthrottle_cfs_rq), divided by
-//     the CPUs the process can run Go code on at once (the affinity mask,
-//     at most GOMAXPROCS), capped at the run delay: a throttled thread
-//     stays queued, so the kernel counts throttling in run_delay
-//     (kernel/sched/stats.h). An estimate: a process whose threads
-//     outnumber its Ps (cgo) may see it too small;
+//   - throttled: time the cgroup that sets the quota held the thread back:
+//     between two readings of the task's thread at least 1 ms apart in
+//     run delay or idle wall time, if the cgroup's cpu.stat nr_throttled
+//     (counted when a throttle begins, kernel/sched/fair.c
+//     throttle_cfs_rq) grew meanwhile, the run delay and the wall time the
+//     thread was neither running nor runnable between them are throttled
+//     (older kernels keep a throttled thread queued, so it shows as run
+//     delay; Linux 6.18's task-based throttling dequeues it on its way
+//     back to user space, so it shows as neither); run delay outside such
+//     gaps is kernel_run_queue. throttled_time itself grows only when a
+//     throttle ends, in lumps that may fall after the task. A task that
+//     blocks during a throttle gets its blocked time counted throttled;
 //   - go_run_queue: after yielding its P at a Checkpoint (runtime.Gosched)
 //     until it ran again (the executor's clock around the Gosched);
 //   - gc: stop-the-world pauses during the run (runtime/metrics
@@ -127,8 +129,10 @@ type accountant struct {
 	slowWait int64
 	onTask   func(TaskAccount)
 
-	throttle *cgroupClock // nil when no cgroup sets a quota
-	cpus     float64      // CPUs throttling counts across
+	mu          sync.Mutex   // guards throttle's replacement (reconfigure)
+	throttle    *cgroupClock // nil when no cgroup sets a quota
+	throttleDir string
+	cpus        float64 // CPUs throttling counts across
 
 	parts   [NumClasses]atomic.Pointer[[NumParts]histogram] // allocated at a class's first account
 	active  sync.Map                                        // *taskCtx -> *taskAccount, tasks being accounted
@@ -148,21 +152,57 @@ func newAccountant(o AccountOptions, b budget.Budget, haveBudget bool) *accounta
 	}
 	a.slowest.window = int64(defaultSlowWindow)
 	if haveBudget {
-		if l, ok := b.Limiting(); ok {
-			a.throttle = newCgroupClock(l.Dir)
-		}
-		a.cpus = float64(max(b.Affinity, 1))
-	}
-	if a.cpus == 0 {
-		a.cpus = 1
+		a.reconfigure(b)
 	}
 	return a
 }
 
+// reconfigure follows a budget change: the cgroup that sets the quota
+// (its cpu.stat is reopened when it changed) and the CPUs.
+func (a *accountant) reconfigure(b budget.Budget) {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	dir := ""
+	if l, ok := b.Limiting(); ok {
+		dir = l.Dir
+	}
+	if dir == a.throttleDir && (dir == "") == (a.throttle == nil) {
+		return
+	}
+	if a.throttle != nil {
+		a.throttle.close()
+		a.throttle = nil
+	}
+	a.throttleDir = dir
+	if dir != "" {
+		a.throttle = newCgroupClock(dir)
+	}
+}
+
+// throttled reads nr_throttled of the cgroup that sets the quota; false
+// when none is known or it cannot be read.
+func (a *accountant) throttled() (uint64, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.throttle == nil {
+		return 0, false
+	}
+	return a.throttle.read()
+}
+
 // close releases the accountant's descriptor (nil-safe).
 func (a *accountant) close() {
-	if a != nil && a.throttle != nil {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.throttle != nil {
 		a.throttle.close()
+		a.throttle = nil
 	}
 }
 
@@ -178,7 +218,11 @@ type taskAccount struct {
 	moves          int   // stretches that ended on another thread
 	lost           int64 // ns between a stretch's last reading and its move: in other
 	partial        string
-	throttled0     int64 // cgroup throttled time at the start, ns (-1: unread)
+	acct           *accountant
+	nrThrottled    uint64 // the cgroup's nr_throttled at the last reading
+	haveThrottled  bool
+	thrDelay       int64 // run delay attributed to throttling, ns
+	thrIdle        int64 // not-runnable time attributed to throttling, ns
 	gc0            float64
 	pauses         []metrics.Sample // one: gcPausesName
 }
@@ -188,6 +232,7 @@ type taskAccount struct {
 type threadStretch struct {
 	tid        int
 	cpu, delay int64
+	t          int64 // now() of the reading
 	ok         bool
 }
 
@@ -201,15 +246,11 @@ func (a *accountant) pick(wait int64) bool {
 // at arrival.
 func (e *Executor) accountBegin(tc *taskCtx, arrival, t int64) {
 	a := e.acct
-	ta := &taskAccount{arrival: arrival, start: t, queueWait: t - arrival, throttled0: -1}
+	ta := &taskAccount{arrival: arrival, start: t, queueWait: t - arrival, acct: a}
 	ta.pauses = []metrics.Sample{{Name: gcPausesName}}
 	metrics.Read(ta.pauses)
 	ta.gc0 = histSum(ta.pauses[0].Value)
-	if a.throttle != nil {
-		if v, ok := a.throttle.read(); ok {
-			ta.throttled0 = v
-		}
-	}
+	ta.nrThrottled, ta.haveThrottled = a.throttled()
 	ta.begin()
 	tc.accounted = true
 	a.active.Store(tc, ta)
@@ -260,9 +301,9 @@ func (ta *taskAccount) check() {
 	case !r.ok || !ta.seg.ok:
 		return
 	case r.tid == ta.seg.tid:
+		ta.add(ta.last, r)
 		ta.last, ta.lastT = r, now()
 	default:
-		ta.add(ta.seg, ta.last)
 		ta.moves++
 		t := now()
 		ta.lost += t - ta.lastT
@@ -270,10 +311,29 @@ func (ta *taskAccount) check() {
 	}
 }
 
+// add counts a stretch's reading from..to; a run delay of at least
+// throttleGap between them is throttling if the cgroup was throttled
+// meanwhile.
 func (ta *taskAccount) add(from, to threadStretch) {
-	ta.onCPU += max(to.cpu-from.cpu, 0)
-	ta.delay += max(to.delay-from.delay, 0)
+	cpu := max(to.cpu-from.cpu, 0)
+	d := max(to.delay-from.delay, 0)
+	idle := max(to.t-from.t-cpu-d, 0)
+	ta.onCPU += cpu
+	ta.delay += d
+	if (d >= throttleGap || idle >= throttleGap) && ta.haveThrottled {
+		if n, ok := ta.acct.throttled(); ok {
+			if n > ta.nrThrottled {
+				ta.thrDelay += d
+				ta.thrIdle += idle
+			}
+			ta.nrThrottled = n
+		}
+	}
 }
+
+// throttleGap is the run delay between two readings from which the
+// cgroup's throttle count is read to tell throttling from competition.
+const throttleGap = int64(time.Millisecond)
 
 func (ta *taskAccount) endStretch() {
 	end := readThread()
@@ -281,11 +341,10 @@ func (ta *taskAccount) endStretch() {
 	case !ta.seg.ok || !end.ok:
 		ta.partial = "the thread's schedstat could not be read"
 	case end.tid != ta.seg.tid:
-		ta.add(ta.seg, ta.last)
 		ta.moves++
 		ta.lost += now() - ta.lastT
 	default:
-		ta.add(ta.seg, end)
+		ta.add(ta.last, end)
 	}
 	ta.seg.ok = false
 }
@@ -304,14 +363,7 @@ func (e *Executor) accountEnd(tc *taskCtx, t int64) {
 	}
 	metrics.Read(ta.pauses)
 	gc := int64((histSum(ta.pauses[0].Value) - ta.gc0) * 1e9)
-	var throttled int64
-	if a.throttle != nil && ta.throttled0 >= 0 {
-		if v, ok := a.throttle.read(); ok {
-			throttled = int64(float64(v-ta.throttled0) / min(a.cpus, float64(runtime.GOMAXPROCS(0))))
-		} else if ta.partial == "" {
-			ta.partial = "cpu.stat of the cgroup that sets the quota could not be read"
-		}
-	}
+	thrDelay := min(ta.thrDelay, ta.delay)
 	if ta.partial == "" && ta.lost*20 > t-ta.start {
 		ta.partial = fmt.Sprintf("the goroutine moved threads %d times; %v between a thread's last reading and the move (over 5 %% of the run) is in other",
 			ta.moves, time.Duration(ta.lost).Round(time.Microsecond))
@@ -327,9 +379,8 @@ func (e *Executor) accountEnd(tc *taskCtx, t int64) {
 	}
 	take(PartQueueWait, ta.queueWait)
 	take(PartOnCPU, ta.onCPU)
-	throttled = min(max(throttled, 0), ta.delay)
-	take(PartThrottled, throttled)
-	take(PartKernelRunQueue, ta.delay-throttled)
+	take(PartThrottled, thrDelay+ta.thrIdle)
+	take(PartKernelRunQueue, ta.delay-thrDelay)
 	take(PartGoRunQueue, ta.goQueue)
 	take(PartGC, gc)
 	acc.Parts[PartOther] = time.Duration(left)

@@ -39,7 +39,7 @@ func readThread() threadStretch {
 		n, err := f.ReadAt(buf[:], 0)
 		if n > 0 {
 			cpu, delay, ok := parseThreadSchedstat(buf[:n])
-			return threadStretch{tid: tid, cpu: cpu, delay: delay, ok: ok}
+			return threadStretch{tid: tid, cpu: cpu, delay: delay, t: now(), ok: ok}
 		}
 		_ = err
 		if threadFiles.CompareAndDelete(tid, f) {
@@ -73,8 +73,8 @@ func parseThreadSchedstat(b []byte) (cpu, delay int64, ok bool) {
 	return v[0], v[1], true
 }
 
-// cgroupClock reads the throttled time (ns) of one cgroup's cpu.stat
-// through a descriptor kept open.
+// cgroupClock reads nr_throttled of one cgroup's cpu.stat through a
+// descriptor kept open.
 type cgroupClock struct {
 	mu  sync.Mutex
 	f   *os.File
@@ -89,7 +89,7 @@ func newCgroupClock(dir string) *cgroupClock {
 	return &cgroupClock{f: f, buf: make([]byte, 4096)}
 }
 
-func (c *cgroupClock) read() (int64, bool) {
+func (c *cgroupClock) read() (uint64, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	n, _ := c.f.ReadAt(c.buf, 0)
@@ -100,7 +100,7 @@ func (c *cgroupClock) read() (int64, bool) {
 	if err != nil {
 		return 0, false
 	}
-	return int64(st.ThrottledTime), true
+	return st.ThrottledPeriods, true
 }
 
 func (c *cgroupClock) close() { c.f.Close() }

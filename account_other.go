@@ -13,6 +13,6 @@ type cgroupClock struct{}
 
 func newCgroupClock(dir string) *cgroupClock { return nil }
 
-func (c *cgroupClock) read() (int64, bool) { return 0, false }
+func (c *cgroupClock) read() (uint64, bool) { return 0, false }
 
 func (c *cgroupClock) close() {}

@@ -258,6 +258,7 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 			continue
 		}
 		b := c.Budget
+		e.acct.reconfigure(b)
 		n := b.Slots()
 		if e.pacer != nil {
 			e.pacer.reconfigure(b)

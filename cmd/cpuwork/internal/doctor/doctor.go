@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/schedstat"
 )
@@ -38,7 +39,7 @@ const (
 
 // Finding is one diagnosis.
 type Finding struct {
-	ID       string   `json:"id"`       // stable: gomaxprocs-above-quota, cpu-throttled, os-starvation, self-oversubscribed, at-capacity, unresponsive, slow-to-answer, oversubscribed, timer-starvation, gc-pressure, inconclusive, healthy
+	ID       string   `json:"id"`       // stable: gomaxprocs-above-quota, cpu-throttled, throttling-impact, os-starvation, self-oversubscribed, at-capacity, unresponsive, slow-to-answer, oversubscribed, timer-starvation, gc-pressure, inconclusive, healthy
 	Severity Severity `json:"severity"` // info, warning or critical
 	Summary  string   `json:"summary"`
 	Evidence []string `json:"evidence"` // numbers and the files they came from
@@ -66,9 +67,12 @@ type Window struct {
 	Throttling       budget.Stat       `json:"throttling"` // cpu.stat delta of the limiting cgroup
 	LimitDir         string            `json:"limit_dir"`
 	Runtime          *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
-	Trace            *TraceView        `json:"trace,omitempty"`   // the target's execution trace, with --url and net/http/pprof
-	Profile          *ProfileView      `json:"profile,omitempty"` // the target's CPU profile, likewise
-	CPUCores         float64           `json:"cpu_cores"`         // CPU used / window (/proc/PID/stat: threads that exited included)
+	// Executor is the target's executor view (cpuwork.Executor.Debug at
+	// /debug/cpuwork), with --url.
+	Executor *ExecutorView `json:"executor,omitempty"`
+	Trace    *TraceView    `json:"trace,omitempty"`   // the target's execution trace, with --url and net/http/pprof
+	Profile  *ProfileView  `json:"profile,omitempty"` // the target's CPU profile, likewise
+	CPUCores float64       `json:"cpu_cores"`         // CPU used / window (/proc/PID/stat: threads that exited included)
 	// RunnableThreads is the mean number of the target's threads in state R
 	// over the window (sampled ten times).
 	RunnableThreads float64              `json:"runnable_threads"`
@@ -244,12 +248,13 @@ func Run(cfg Config) (*Result, error) {
 	// trace and profile still arriving (all within the margin).
 	type sampled struct {
 		s   *schedstat.Sample
+		ex  *ExecutorView
 		err error
 	}
 	var sampleDone chan sampled
 	if cfg.URL != "" {
 		sampleDone = make(chan sampled, 1)
-		go func() { s, err := fetch(ctx, cfg.URL); sampleDone <- sampled{s, err} }()
+		go func() { s, ex, err := fetch(ctx, cfg.URL); sampleDone <- sampled{s, ex, err} }()
 	}
 	w.RunnableThreads = <-runnableDone
 	var fromURL int // sources read from the target's server
@@ -284,7 +289,7 @@ func Run(cfg Config) (*Result, error) {
 		if err != nil {
 			res.Unread = append(res.Unread, err.Error())
 		} else {
-			w.Runtime = smp
+			w.Runtime, w.Executor = smp, got.ex
 			fromURL++
 			if smp.GOMAXPROCS > 0 {
 				w.GOMAXPROCS, w.GOMAXPROCSSource = smp.GOMAXPROCS, "the target's /debug/cpuwork"
@@ -339,29 +344,140 @@ func environReadable(pid int) bool {
 	return true
 }
 
-// fetch reads the target's schedstat.Handler, within ctx.
-func fetch(ctx context.Context, base string) (*schedstat.Sample, error) {
+// fetch reads the target's schedstat.Handler, within ctx: the sampler's
+// last sample and, when the target serves it (cpuwork.Executor.Debug), its
+// executor's view.
+func fetch(ctx context.Context, base string) (*schedstat.Sample, *ExecutorView, error) {
 	u := strings.TrimSuffix(base, "/") + "/debug/cpuwork"
 	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", u, err)
+		return nil, nil, fmt.Errorf("%s: %w", u, err)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", u, err)
+		return nil, nil, fmt.Errorf("%s: %w", u, err)
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s (mount schedstat.Handler there)", u, resp.Status)
+		return nil, nil, fmt.Errorf("%s: %s (mount schedstat.Handler there)", u, resp.Status)
 	}
-	var rep schedstat.Report
+	var rep struct {
+		Sample   schedstat.Sample `json:"sample"`
+		Executor json.RawMessage  `json:"executor"`
+	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<22)).Decode(&rep); err != nil {
-		return nil, fmt.Errorf("%s: %w", u, err)
+		return nil, nil, fmt.Errorf("%s: %w", u, err)
 	}
 	if rep.Sample.Interval == 0 {
-		return nil, fmt.Errorf("%s: no sample yet (the sampler takes its first one interval after it starts)", u)
+		return nil, nil, fmt.Errorf("%s: no sample yet (the sampler takes its first one interval after it starts)", u)
 	}
-	return &rep.Sample, nil
+	return &rep.Sample, parseExecutorView(rep.Executor), nil
+}
+
+// ExecutorView is what the target's executor shows at /debug/cpuwork
+// (cpuwork.Executor.Debug): per class, where its accounted tasks' time
+// went, and its slowest accounted tasks.
+type ExecutorView struct {
+	Classes   []ClassView           `json:"classes"`
+	SlowTasks []cpuwork.TaskAccount `json:"slow_tasks"`
+}
+
+// ClassView is one class's accounted latency: P99 of each part over its
+// accounted tasks, and the class's latency p99 (queue wait + slot time).
+type ClassView struct {
+	Class      string                          `json:"class"`
+	Accounted  uint64                          `json:"accounted"`
+	PartsP99   [cpuwork.NumParts]time.Duration `json:"parts_p99_ns"`
+	LatencyP99 time.Duration                   `json:"latency_p99_ns"`
+}
+
+// parseExecutorView reads cpuwork.Executor.Debug's JSON; nil when raw is
+// not that (an executor served another way, or none).
+func parseExecutorView(raw json.RawMessage) *ExecutorView {
+	if len(raw) == 0 {
+		return nil
+	}
+	var d cpuwork.Debug
+	if err := json.Unmarshal(raw, &d); err != nil {
+		return nil
+	}
+	v := &ExecutorView{SlowTasks: d.SlowTasks}
+	for _, cs := range d.Stats.Classes {
+		if cs.Accounted == 0 {
+			continue
+		}
+		cv := ClassView{Class: cs.Class.String(), Accounted: cs.Accounted, LatencyP99: cs.QueueWait.P99 + cs.SlotTime.P99}
+		for p := range cs.Parts {
+			cv.PartsP99[p] = cs.Parts[p].P99
+		}
+		v.Classes = append(v.Classes, cv)
+	}
+	if len(v.Classes) == 0 && len(v.SlowTasks) == 0 {
+		return nil
+	}
+	return v
+}
+
+// throttleImpact is the evidence line of what throttling added to the
+// target executor's latency-sensitive classes ("" without an executor
+// view that accounted throttling).
+func throttleImpact(w *Window) string {
+	var parts []string
+	for _, cv := range latencyClasses(w) {
+		parts = append(parts, fmt.Sprintf("%v to the p99 of %s (p99 of the throttled part over %d accounted tasks, whose latency p99 is %v)",
+			short(cv.PartsP99[cpuwork.PartThrottled]), cv.Class, cv.Accounted, short(cv.LatencyP99)))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "throttling added " + strings.Join(parts, "; ") + " (/debug/cpuwork, cpuwork.Executor.Debug)"
+}
+
+// latencyClasses are the target executor's accounted Critical and
+// Interactive classes.
+func latencyClasses(w *Window) []ClassView {
+	if w.Executor == nil {
+		return nil
+	}
+	var out []ClassView
+	for _, cv := range w.Executor.Classes {
+		if (cv.Class == "critical" || cv.Class == "interactive") && cv.Accounted > 0 {
+			out = append(out, cv)
+		}
+	}
+	return out
+}
+
+// throttlingImpact judges throttling by what it added to the latency of
+// the target executor's latency-sensitive classes, measured per task
+// (cpuwork.Options.Account), rather than by the share of throttled
+// periods: a warning when the p99 of the throttled part is at least
+// impactWarn of the class's latency p99 and at least impactMin, critical
+// at impactCritical.
+func throttlingImpact(w *Window) (Finding, bool) {
+	worst, worstShare := ClassView{}, 0.0
+	for _, cv := range latencyClasses(w) {
+		th := cv.PartsP99[cpuwork.PartThrottled]
+		if th < impactMin || cv.LatencyP99 <= 0 {
+			continue
+		}
+		if share := float64(th) / float64(cv.LatencyP99); share > worstShare {
+			worst, worstShare = cv, share
+		}
+	}
+	if worstShare < impactWarn {
+		return Finding{}, false
+	}
+	sev := Warning
+	if worstShare >= impactCritical {
+		sev = Critical
+	}
+	th := worst.PartsP99[cpuwork.PartThrottled]
+	return Finding{ID: "throttling-impact", Severity: sev,
+		Summary:  fmt.Sprintf("throttling added %v to the p99 of %s tasks (%.0f%% of their %v p99)", short(th), worst.Class, 100*worstShare, short(worst.LatencyP99)),
+		Evidence: []string{throttleImpact(w), fmt.Sprintf("%d of %d CFS periods throttled in the window (%s/cpu.stat)", w.Throttling.ThrottledPeriods, w.Throttling.Periods, w.LimitDir)},
+		Fix:      fmt.Sprintf("keep the process's parallel CPU work under its %.2f-core quota (a cpuwork.Executor with zero Options uses the fractional core without throttling; native thread pools sized to the slots), or raise the limit", w.Budget.Cores),
+	}, true
 }
 
 // Thresholds. They are deliberately coarse: a finding must mean that
@@ -378,6 +494,11 @@ const (
 	perSliceWarn     = 500 * time.Microsecond
 	perSliceCritical = 2 * time.Millisecond
 	atBudget         = 0.85 // CPU used / budget above which the process is using its budget
+	// throttling judged by its impact on the executor's accounted tasks:
+	// the p99 of their throttled part against their latency p99
+	impactMin        = time.Millisecond
+	impactWarn       = 0.10
+	impactCritical   = 0.30
 	capacityWarn     = 0.90 // CPU used / budget for the whole window: at capacity
 	demandOverQuota  = 0.95 // CPU used / quota: the extra Ps' demand reaches the quota
 	runnablePerPWarn = 4.0
@@ -447,6 +568,9 @@ func diagnose(w *Window) []Finding {
 		ev := []string{thrEvidence, fmt.Sprintf("CPU used %.2f cores of a %.2f-core quota", w.CPUCores, b.Cores)}
 		if quotaWhere != "" {
 			ev = append(ev, quotaWhere)
+		}
+		if imp := throttleImpact(w); imp != "" {
+			ev = append(ev, imp)
 		}
 		out = append(out, Finding{ID: "cpu-throttled", Severity: sev,
 			Summary:  fmt.Sprintf("the cgroup that sets the CPU quota was throttled in %.0f%% of its periods", 100*throttledShare),
@@ -550,6 +674,9 @@ func diagnose(w *Window) []Finding {
 			}
 		}
 	}
+	if f, ok := throttlingImpact(w); ok {
+		out = append(out, f)
+	}
 	if tv := w.Trace; tv != nil && tv.Procs > 0 {
 		perP := tv.MeanRunnable / float64(tv.Procs)
 		ev := fmt.Sprintf("execution trace (/debug/pprof/trace, %v): %d runnable→running waits, p50 %v, p99 %v, max %v; on average %.1f goroutines runnable per P (%d Ps ran)",
@@ -607,6 +734,24 @@ func (r *Result) Text(out io.Writer) {
 				s.SchedLatency.Sum.Seconds()/s.Interval.Seconds(), s.GCPause.Sum.Seconds()/s.Interval.Seconds(), s.Interval)
 		}
 		fmt.Fprintln(out)
+	}
+	if ex := w.Executor; ex != nil && len(ex.SlowTasks) > 0 {
+		fmt.Fprintf(out, "  the executor's slowest accounted tasks, where their time went (/debug/cpuwork):\n")
+		for i, a := range ex.SlowTasks {
+			if i == 3 {
+				break
+			}
+			fmt.Fprintf(out, "    %s %v:", a.Class, short(a.Wall))
+			for p, d := range a.Parts {
+				if d > 0 {
+					fmt.Fprintf(out, " %s %v", cpuwork.Part(p), short(d))
+				}
+			}
+			if a.Partial != "" {
+				fmt.Fprintf(out, " (partial: %s)", a.Partial)
+			}
+			fmt.Fprintln(out)
+		}
 	}
 	for _, f := range r.Findings {
 		fmt.Fprintf(out, "\n[%s] %s: %s\n", strings.ToUpper(string(f.Severity)), f.ID, f.Summary)

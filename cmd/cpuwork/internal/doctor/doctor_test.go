@@ -5,6 +5,7 @@ package doctor
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -24,6 +25,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/schedstat"
 )
@@ -86,6 +88,43 @@ func sick(ill string) {
 		go http.Serve(ln, mux)
 		fmt.Println(ln.Addr().String())
 		spinners = n
+	case "executor": // n loops of accounted 2 ms Interactive tasks behind /debug/cpuwork serving Executor.Debug
+		s, err := schedstat.Start(schedstat.Options{Interval: 500 * time.Millisecond})
+		if err != nil {
+			panic(err)
+		}
+		// Slots from the budget, followed each second: the process is
+		// moved into its quota cgroup after it started.
+		e, err := cpuwork.New(cpuwork.Options{Account: cpuwork.AccountOptions{Every: 1}})
+		if err != nil {
+			panic(err)
+		}
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Debug() }))
+		go http.Serve(ln, mux)
+		fmt.Println(ln.Addr().String())
+		for range n {
+			go func() {
+				for {
+					e.Do(context.Background(), cpuwork.Interactive, func(ctx context.Context) error {
+						end := time.Now().Add(2 * time.Millisecond)
+						for time.Now().Before(end) {
+							x := int64(0)
+							for i := range 10_000 {
+								x += int64(i)
+							}
+							sink.Add(x)
+							cpuwork.Checkpoint(ctx)
+						}
+						return nil
+					})
+				}
+			}()
+		}
 	case "pprof": // n spinning goroutines behind net/http/pprof only (started after "ready")
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {

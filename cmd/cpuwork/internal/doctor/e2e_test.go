@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"bufio"
 	"fmt"
 	"os"
 	"os/exec"
@@ -161,5 +162,32 @@ func TestAnOlderGoDirectiveGetsThePre125Rule(t *testing.T) {
 	}
 	if !strings.Contains(r.Window.GOMAXPROCSSource, "blind to the quota") {
 		t.Errorf("GOMAXPROCS source %q", r.Window.GOMAXPROCSSource)
+	}
+}
+
+// An executor whose tasks are throttled by a 0.5-CPU quota, accounting
+// every task: the doctor reads where their time went from /debug/cpuwork
+// and judges throttling by what it added to the Interactive p99.
+func TestThrottlingIsJudgedByWhatItAddsToTheExecutorsP99(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "DOCTOR_ILL=executor:4", "GOMAXPROCS=2")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	inQuota(t, 0.5, cmd)
+	sc := bufio.NewScanner(out)
+	addr := ""
+	for sc.Scan() && sc.Text() != "ready" {
+		addr = sc.Text()
+	}
+	time.Sleep(2 * time.Second) // the executor follows its new budget (within 1 s), then accounts tasks
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://" + addr, Duration: 1500 * time.Millisecond})
+	f, ok := find(r.Findings, "throttling-impact")
+	if !ok || f.Severity == Info {
+		t.Fatalf("a throttled executor: findings %v, want throttling-impact at warning or above", ids(r))
+	}
+	if ex := r.Window.Executor; ex == nil || len(ex.SlowTasks) == 0 {
+		t.Errorf("no slowest tasks read from /debug/cpuwork: %+v", ex)
 	}
 }

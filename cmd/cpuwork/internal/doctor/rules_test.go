@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/schedstat"
 )
@@ -250,6 +251,43 @@ func TestGoVersionRule(t *testing.T) {
 	for v, want := range map[string]bool{"go1.25.0": true, "go1.26.8": true, "go1.24.9": false, "go1.9": false, "go1.100": true, "devel": false} {
 		if got := goAtLeast(v, 25); got != want {
 			t.Errorf("goAtLeast(%q, 25) = %v", v, got)
+		}
+	}
+}
+
+// Throttling judged by its impact on the executor's accounted tasks: the
+// p99 of their throttled part against their latency p99, at and across
+// 10 % (warning) and 30 % (critical), never under 1 ms, only for the
+// latency-sensitive classes.
+func TestThrottlingImpactAtItsThresholds(t *testing.T) {
+	at := func(class string, throttled, p99 time.Duration) *Window {
+		w := quotaWindow(1.5, 2)
+		cv := ClassView{Class: class, Accounted: 100, LatencyP99: p99}
+		cv.PartsP99[cpuwork.PartThrottled] = throttled
+		w.Executor = &ExecutorView{Classes: []ClassView{cv}}
+		return w
+	}
+	for _, c := range []struct {
+		name string
+		w    *Window
+		want Severity // "" for no finding
+	}{
+		{"no executor view", quotaWindow(1.5, 2), ""},
+		{"just under 10 %", at("interactive", 9990*time.Microsecond, 100*time.Millisecond), ""},
+		{"10 %", at("interactive", 10*time.Millisecond, 100*time.Millisecond), Warning},
+		{"just under 30 %", at("interactive", 29*time.Millisecond, 100*time.Millisecond), Warning},
+		{"30 %", at("critical", 30*time.Millisecond, 100*time.Millisecond), Critical},
+		{"half, but under 1 ms", at("interactive", 900*time.Microsecond, 1800*time.Microsecond), ""},
+		{"a batch class is not judged", at("batch", 80*time.Millisecond, 100*time.Millisecond), ""},
+	} {
+		f, ok := find(diagnose(c.w), "throttling-impact")
+		switch {
+		case c.want == "" && ok:
+			t.Errorf("%s: %s %s", c.name, f.Severity, f.Summary)
+		case c.want != "" && (!ok || f.Severity != c.want):
+			t.Errorf("%s: found %v %s, want %s", c.name, ok, f.Severity, c.want)
+		case ok && !strings.Contains(f.Summary, "p99 of"):
+			t.Errorf("%s: summary %q does not say what it added to the p99", c.name, f.Summary)
 		}
 	}
 }

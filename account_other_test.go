@@ -1,0 +1,6 @@
+//go:build !linux
+
+package cpuwork
+
+// accountChild is the child process of a Linux-only test.
+func accountChild() {}
