@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"runtime/metrics"
 	"sort"
 	"sync"
@@ -42,19 +43,18 @@ import (
 //     system calls that sleep, and any overlap the parts above could not
 //     see. It is reported as such, never spread over the others.
 //
-// The thread-level parts (on_cpu, kernel_run_queue, throttled) are read
-// per stretch that the goroutine ran on one thread: at the slot, before
-// and after every Gosched and hand-over at a Checkpoint, at every
-// Checkpoint clock read (every 10-20 µs by default) and at the end. When
-// the runtime moved the goroutine to another thread (it preempts a
-// goroutine that ran 10 ms), the stretch closes at its last reading on
-// the old thread and the time since (one Checkpoint interval) goes to
-// other. An account is Partial, with the reason, when that lost time is
-// over 5 % of the run or a source could not be read. A goroutine that blocks, or that the runtime preempts without a
-// Checkpoint (a loop that runs 10 ms without one), may share its thread
-// with other goroutines during a stretch: that time shows as on_cpu or
-// kernel_run_queue of this task. Accounting suits CPU-bound tasks that
-// call Checkpoint.
+// The accounted task's goroutine is locked to its thread
+// (runtime.LockOSThread) from its slot to its end, so the thread's
+// schedstat is the task's own: no other goroutine runs on that thread.
+// The thread is read at the slot, before and after every Gosched and
+// hand-over at a Checkpoint, at every Checkpoint clock read (every
+// 10-20 µs by default) and at the end. Time the thread was neither
+// running nor runnable is other (the goroutine waited in Go's run queue
+// after the runtime preempted it, or blocked), or throttled (above). An
+// account is Partial, with the reason, when a source could not be read
+// (or where the thread changed anyway: the time since the last reading
+// is then other). Locking costs an accounted task a thread hand-off at
+// each Gosched or preemption.
 //
 // Cost per accounted task: two or more reads of a per-thread schedstat
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
@@ -215,8 +215,9 @@ type taskAccount struct {
 	last           threadStretch // its latest reading on the same thread
 	lastT          int64         // now() of last
 	onCPU, delay   int64
-	moves          int   // stretches that ended on another thread
-	lost           int64 // ns between a stretch's last reading and its move: in other
+	gap            gapKind // what the task waits for until its next reading
+	moves          int     // stretches that ended on another thread
+	lost           int64   // ns between a stretch's last reading and its move: in other
 	partial        string
 	acct           *accountant
 	nrThrottled    uint64 // the cgroup's nr_throttled at the last reading
@@ -251,36 +252,48 @@ func (e *Executor) accountBegin(tc *taskCtx, arrival, t int64) {
 	metrics.Read(ta.pauses)
 	ta.gc0 = histSum(ta.pauses[0].Value)
 	ta.nrThrottled, ta.haveThrottled = a.throttled()
+	// The accounted task's goroutine keeps its thread until it ends, so
+	// the thread's schedstat is the task's own: no other goroutine runs on
+	// it, and the runtime cannot move it mid-stretch. (LockOSThread nests:
+	// a task that locked its thread stays locked.)
+	runtime.LockOSThread()
 	ta.begin()
 	tc.accounted = true
 	a.active.Store(tc, ta)
 }
 
-// accountPause ends the current stretch of an accounted task before it
-// yields its P or its slot; accountResume starts the next one. gap is
-// where the time in between goes: the Go run queue (a Gosched) or the
-// queue wait (a hand-over).
-func (e *Executor) accountPause(tc *taskCtx) (ta *taskAccount, t int64) {
+// gapKind says what an accounted task waits for until its next reading.
+type gapKind uint8
+
+const (
+	gapNone  gapKind = iota // running: idle time is other (preempted, blocked)
+	gapGo                   // yielded its P (Gosched): idle time is Go run queue
+	gapQueue                // handed its slot over: idle time is queue wait
+)
+
+// accountPause reads an accounted task's thread before it yields its P
+// (gapGo) or its slot (gapQueue); the caller reads it again with resume
+// once it runs again. Its goroutine is locked to the thread, so the time
+// in between is read on the same thread: what the thread did not spend
+// running or runnable was the wait.
+func (e *Executor) accountPause(tc *taskCtx, kind gapKind) *taskAccount {
 	v, ok := e.acct.active.Load(tc)
 	if !ok {
-		return nil, 0
+		return nil
 	}
-	ta = v.(*taskAccount)
-	ta.endStretch()
-	return ta, now()
+	ta := v.(*taskAccount)
+	ta.check()
+	ta.gap = kind
+	return ta
 }
 
-func (ta *taskAccount) resume(t0 int64, toQueue bool) {
+// resume reads the task's thread after the wait that accountPause began.
+func (ta *taskAccount) resume() {
 	if ta == nil {
 		return
 	}
-	d := now() - t0
-	if toQueue {
-		ta.queueWait += d
-	} else {
-		ta.goQueue += d
-	}
-	ta.begin()
+	ta.check()
+	ta.gap = gapNone
 }
 
 // begin starts a stretch on the calling thread.
@@ -320,14 +333,23 @@ func (ta *taskAccount) add(from, to threadStretch) {
 	idle := max(to.t-from.t-cpu-d, 0)
 	ta.onCPU += cpu
 	ta.delay += d
+	if ta.gap == gapQueue { // waiting for a slot: not runnable, whatever the cgroup did
+		ta.queueWait += idle
+		return
+	}
 	if (d >= throttleGap || idle >= throttleGap) && ta.haveThrottled {
 		if n, ok := ta.acct.throttled(); ok {
-			if n > ta.nrThrottled {
+			grew := n > ta.nrThrottled
+			ta.nrThrottled = n
+			if grew {
 				ta.thrDelay += d
 				ta.thrIdle += idle
+				return
 			}
-			ta.nrThrottled = n
 		}
+	}
+	if ta.gap == gapGo {
+		ta.goQueue += idle
 	}
 }
 
@@ -357,6 +379,7 @@ func (e *Executor) accountEnd(tc *taskCtx, t int64) {
 	if !ok {
 		return
 	}
+	defer runtime.UnlockOSThread()
 	ta := v.(*taskAccount)
 	if ta.seg.ok {
 		ta.endStretch()

@@ -182,9 +182,9 @@ func (tc *taskCtx) check(ctx context.Context) error {
 	}
 	if runnable, busy := schedNow(t); busy && (runnable || (e.yieldAfter > 0 && t-tc.lastGs >= e.yieldAfter)) {
 		if tc.accounted {
-			ta, t0 := e.accountPause(tc)
+			ta := e.accountPause(tc, gapGo)
 			runtime.Gosched()
-			ta.resume(t0, false)
+			ta.resume()
 		} else {
 			runtime.Gosched()
 		}
@@ -305,13 +305,12 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	e.enqueueLocked(w)
 	e.mu.Unlock()
 	var ta *taskAccount
-	var t0 int64
 	if tc.accounted {
-		ta, t0 = e.accountPause(tc)
+		ta = e.accountPause(tc, gapQueue)
 	}
 	e.releaseSlot(tc.class, &est)
 	err := e.await(ctx, w)
-	ta.resume(t0, true)
+	ta.resume()
 	w.requeued = false
 	if onWorker {
 		e.mu.Lock()

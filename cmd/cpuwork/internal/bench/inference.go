@@ -194,12 +194,19 @@ type serving struct {
 }
 
 func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Reference, sv serving, rate float64, loadgen, bodies []string) error {
-	srv, err := newInferenceServer(variant, ref, r.slots, sv)
+	sp := &split{}
+	srv, err := newInferenceServer(variant, ref, r.slots, sv, sp)
 	if err != nil {
 		return err
 	}
 	defer srv.close()
-	return r.loadOnce(v, "inference", srv.h, rate, loadgen, bodies...)
+	if err := r.loadOnce(v, "inference", srv.h, rate, loadgen, bodies...); err != nil {
+		return err
+	}
+	if variant == "cpuwork" && rate > 0 {
+		sp.record(v)
+	}
+	return nil
 }
 
 // newInferenceServer builds a variant's handler: /small takes one image,
@@ -209,7 +216,7 @@ func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Referen
 // slots is the cpuwork variant's slot count; 0 (a quota case's child
 // process) follows the process's own budget, with PaceQuota pacing Batch
 // under a quota.
-func newInferenceServer(variant string, ref *workload.Reference, slots int, sv serving) (*inferenceServer, error) {
+func newInferenceServer(variant string, ref *workload.Reference, slots int, sv serving, sp *split) (*inferenceServer, error) {
 	intraOp := 1
 	if variant == "naive" {
 		intraOp = 0 // ONNX Runtime's default
@@ -278,8 +285,12 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 		if slots == 0 {
 			watch = 0
 		}
-		e, err := cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: watch, PaceQuota: true,
-			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256}})
+		o := cpuwork.Options{Slots: slots, WatchInterval: watch, PaceQuota: true,
+			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256}}
+		if sp != nil {
+			o.Account = sp.account()
+		}
+		e, err := cpuwork.New(o)
 		if err != nil {
 			sess.Close()
 			return nil, err
@@ -357,7 +368,7 @@ func ServeInference(w io.Writer, stdin io.Reader, variant string, slo, perImage 
 	if err != nil {
 		return err
 	}
-	srv, err := newInferenceServer(variant, ref, 0, serving{slo, perImage})
+	srv, err := newInferenceServer(variant, ref, 0, serving{slo, perImage}, nil)
 	if err != nil {
 		return err
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/cpuwork/cpuwork"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -88,6 +89,15 @@ func WriteTables(w io.Writer, rep *Report) {
 			if v.Privileges != "" {
 				fmt.Fprintf(w, "privileges (%s): %s\n", v.Name, v.Privileges)
 			}
+		}
+		for _, v := range splitVariants(s) {
+			fmt.Fprintf(w, "where the p99 tasks' time went (%s, mean of the slowest 1 %% of %s's accounted tasks, from arrival at the executor):", v.Name, v.Name)
+			for part := range cpuwork.Part(cpuwork.NumParts) {
+				if x := v.Extra[splitKey(part)]; x > 0 {
+					fmt.Fprintf(w, " %s %s", part, ms(x))
+				}
+			}
+			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "verdict: %s\n", colored(status(s)))
 		if s.Calibration != "" {
@@ -256,6 +266,11 @@ func WriteDir(dir string, rep *Report) error {
 			return err
 		}
 		ps.Plots = append(ps.Plots, pl)
+		if pl, ok, err := splitPlot(s); err != nil {
+			return err
+		} else if ok {
+			ps.Plots = append(ps.Plots, pl)
+		}
 		sets = append(sets, ps)
 	}
 	f, err := os.Create(filepath.Join(dir, "index.html"))
@@ -525,6 +540,62 @@ func cpuPlot(s *Scenario) (template.HTML, error) {
 	p.X.Label.Text = "CPU seconds (all repeats)"
 	p.Y.Tick.Label.Font.Size = vg.Points(8)
 	return svgSized(p, 5.5*vg.Inch, max(3*vg.Inch, vg.Length(len(names))*0.17*vg.Inch+vg.Inch))
+}
+
+// splitVariants are s's variants whose p99 tasks' split was recorded.
+func splitVariants(s *Scenario) []*Variant {
+	var out []*Variant
+	for _, v := range s.Variants {
+		if v.Extra["split_tasks"] > 0 {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// splitPlot draws, per cpuwork variant with accounted tasks, where its p99
+// tasks' latency went: one horizontal bar per variant, stacked by part
+// (cpuwork.Options.Account; split.go).
+func splitPlot(s *Scenario) (template.HTML, bool, error) {
+	vs := splitVariants(s)
+	if len(vs) == 0 {
+		return "", false, nil
+	}
+	p := plot.New()
+	p.Title.Text = s.Name + ": where the p99 tasks' time went"
+	var names []string
+	for _, v := range vs {
+		names = append(names, v.Name)
+	}
+	var below *plotter.BarChart
+	for part := range cpuwork.Part(cpuwork.NumParts) {
+		var vals plotter.Values
+		for _, v := range vs {
+			vals = append(vals, v.Extra[splitKey(part)]*1000)
+		}
+		bars, err := plotter.NewBarChart(vals, vg.Points(9))
+		if err != nil {
+			return "", false, err
+		}
+		bars.Horizontal = true
+		bars.Color = plotutil.Color(int(part))
+		bars.LineStyle.Width = 0
+		if below != nil {
+			bars.StackOn(below)
+		}
+		below = bars
+		p.Add(bars)
+		p.Legend.Add(part.String(), bars)
+	}
+	p.Legend.Top = true
+	p.Legend.Left = false
+	p.Legend.TextStyle.Font.Size = vg.Points(7)
+	p.NominalY(names...)
+	p.Y.Label.Text = ""
+	p.X.Label.Text = "ms, mean over each run's slowest 1 % of accounted tasks (median of the repeats)"
+	p.Y.Tick.Label.Font.Size = vg.Points(8)
+	out, err := svgSized(p, 5.5*vg.Inch, max(3*vg.Inch, vg.Length(len(names))*0.22*vg.Inch+1.5*vg.Inch))
+	return out, true, err
 }
 
 // percentileTicks labels the 1/(1-q) log axis with percentiles.

@@ -297,6 +297,9 @@ type serviceTargets struct {
 
 func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.Workload, sv serviceTargets, rate float64, loadgen []string, extra ...string) error {
 	var e *cpuwork.Executor
+	sp := &split{}
+	acct := sp.account()
+	acct.Every = 4 // ~10 µs per accounted task: a quarter of the requests (small ones take ~70 µs)
 	var pool *boundedPool
 	switch variant {
 	case "naive":
@@ -319,7 +322,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 		if variant == "cpuwork-sparep" {
 			mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 10*time.Millisecond, 50*time.Millisecond
 		}
-		e, err = cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: -1, SpareP: variant == "cpuwork-sparep",
+		e, err = cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: -1, SpareP: variant == "cpuwork-sparep", Account: acct,
 			Demotion: cpuwork.DemoteWithSpareP, MaxQueueWait: mqw,
 			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256, cpuwork.Batch: 64}})
 		if err != nil {
@@ -356,7 +359,13 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 		largeClass = cpuwork.Interactive // a user waits for it too
 	}
 	mux.Handle("/large", handler(large, largeClass, sv.large))
-	return r.loadOnce(v, "service", mux, rate, loadgen, extra...)
+	if err := r.loadOnce(v, "service", mux, rate, loadgen, extra...); err != nil {
+		return err
+	}
+	if e != nil && rate > 0 {
+		sp.record(v)
+	}
+	return nil
 }
 
 // loadOnce serves h on loopback, drives it with the load generator process

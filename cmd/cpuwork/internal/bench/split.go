@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"slices"
+	"sync"
+
+	"github.com/cpuwork/cpuwork"
+)
+
+// split collects where the time went for the tasks of one run of a cpuwork
+// variant (cpuwork.Options.Account with every task accounted), and records
+// for the run the mean of each part over its slowest 1 % of tasks: the
+// split of the p99 tasks' latency that the report draws as a stacked bar.
+type split struct {
+	mu    sync.Mutex
+	accts []cpuwork.TaskAccount
+}
+
+// splitCap bounds the accounts kept per run.
+const splitCap = 200_000
+
+// account is the executor option that feeds s.
+func (s *split) account() cpuwork.AccountOptions {
+	return cpuwork.AccountOptions{Every: 1, OnTask: s.add}
+}
+
+func (s *split) add(a cpuwork.TaskAccount) {
+	s.mu.Lock()
+	if len(s.accts) < splitCap {
+		s.accts = append(s.accts, a)
+	}
+	s.mu.Unlock()
+}
+
+// splitKey is the Extra key of a part's mean over the p99 tasks.
+func splitKey(p cpuwork.Part) string { return "split_" + p.String() + "_s" }
+
+// record sets, on v's latest repeat and as the median over its repeats,
+// each part's mean (seconds) over the tasks at or above the p99 of the
+// accounted tasks' latency (Wall, from their arrival at the executor), and
+// how many accounts were partial among them.
+func (s *split) record(v *Variant) {
+	s.mu.Lock()
+	accts := s.accts
+	s.accts = nil
+	s.mu.Unlock()
+	if len(accts) == 0 {
+		return
+	}
+	slices.SortFunc(accts, func(a, b cpuwork.TaskAccount) int { return int(b.Wall - a.Wall) })
+	top := accts[:max(len(accts)/100, 1)]
+	partial := 0
+	var sums [cpuwork.NumParts]float64
+	for _, a := range top {
+		for p, d := range a.Parts {
+			sums[p] += d.Seconds()
+		}
+		if a.Partial != "" {
+			partial++
+		}
+	}
+	for p := range cpuwork.Part(cpuwork.NumParts) {
+		v.setRepeatExtra(splitKey(p), sums[p]/float64(len(top)))
+		v.setExtra(splitKey(p), median(v.repeatExtras(splitKey(p))))
+	}
+	v.setRepeatExtra("split_tasks", float64(len(top)))
+	v.setRepeatExtra("split_partial", float64(partial))
+	v.setExtra("split_tasks", median(v.repeatExtras("split_tasks")))
+}
