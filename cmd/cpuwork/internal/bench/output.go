@@ -587,12 +587,15 @@ func splitPlot(s *Scenario) (template.HTML, bool, error) {
 		p.Add(bars)
 		p.Legend.Add(part.String(), bars)
 	}
+	// The legend right of the bars, outside the plotting area.
 	p.Legend.Top = true
 	p.Legend.Left = false
+	p.Legend.XOffs = vg.Points(0)
 	p.Legend.TextStyle.Font.Size = vg.Points(7)
+	p.X.Max *= 1.35 // room for the legend beside the longest bar
 	p.NominalY(names...)
 	p.Y.Label.Text = ""
-	p.X.Label.Text = "ms, mean over each run's slowest 1 % of accounted tasks (median of the repeats)"
+	p.X.Label.Text = "ms: mean of each run's slowest 1 % of tasks"
 	p.Y.Tick.Label.Font.Size = vg.Points(8)
 	out, err := svgSized(p, 5.5*vg.Inch, max(3*vg.Inch, vg.Length(len(names))*0.22*vg.Inch+1.5*vg.Inch))
 	return out, true, err
