@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/cpuwork/cpuwork"
 )
@@ -76,4 +77,46 @@ func ExampleCheckpoint() {
 	})
 	fmt.Println(err)
 	// Output: <nil>
+}
+
+func ExampleWithTarget() {
+	e, _ := cpuwork.New(cpuwork.Options{Slots: 1})
+	defer e.Close(context.Background())
+
+	// In a handler, when the request arrives: the service's objective
+	// (200 ms) and, if known, the request's run time. Requests that wait
+	// are served earliest due first; one that can no longer make it is
+	// refused at once rather than served late.
+	ctx := cpuwork.WithTarget(context.Background(), cpuwork.Target{Latency: 200 * time.Millisecond, Service: 5 * time.Millisecond})
+	err := e.Do(ctx, cpuwork.Interactive, func(ctx context.Context) error {
+		return nil // the request's CPU work
+	})
+	switch {
+	case errors.Is(err, cpuwork.ErrDeadline):
+		fmt.Println("too late to meet the target: reply 503 now")
+	case err != nil:
+		fmt.Println(err)
+	default:
+		fmt.Println("served")
+	}
+	// Output: served
+}
+
+func ExampleExecutor_SlowTasks() {
+	// Account every task (the default is one in 1024).
+	e, _ := cpuwork.New(cpuwork.Options{Slots: 1, Account: cpuwork.AccountOptions{Every: 1}})
+	defer e.Close(context.Background())
+
+	e.Do(context.Background(), cpuwork.Interactive, func(ctx context.Context) error {
+		time.Sleep(2 * time.Millisecond) // blocking: neither on a CPU nor queued
+		return nil
+	})
+	for _, a := range e.SlowTasks() {
+		var sum time.Duration
+		for _, d := range a.Parts {
+			sum += d
+		}
+		fmt.Println(a.Class, sum == a.Wall, a.Parts[cpuwork.PartOther] >= 2*time.Millisecond)
+	}
+	// Output: interactive true true
 }
