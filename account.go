@@ -44,8 +44,10 @@ import (
 //     see. It is reported as such, never spread over the others.
 //
 // The accounted task's goroutine is locked to its thread
-// (runtime.LockOSThread) from its slot to its end, so the thread's
-// schedstat is the task's own: no other goroutine runs on that thread.
+// (runtime.LockOSThread) from its slot to its end, except while it waits
+// after a Gosched or a hand-over at a Checkpoint (read before and after,
+// that wait is Go run queue or queue wait), so the thread's schedstat is
+// the task's own: no other goroutine runs on that thread.
 // The thread is read at the slot, before and after every Gosched and
 // hand-over at a Checkpoint, at every Checkpoint clock read (every
 // 10-20 µs by default) and at the end. Time the thread was neither
@@ -54,7 +56,8 @@ import (
 // account is Partial, with the reason, when a source could not be read
 // (or where the thread changed anyway: the time since the last reading
 // is then other). Locking costs an accounted task a thread hand-off at
-// each Gosched or preemption.
+// each preemption by the runtime (not at its own Goscheds: it unlocks for
+// them).
 //
 // Cost per accounted task: two or more reads of a per-thread schedstat
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
@@ -216,6 +219,7 @@ type taskAccount struct {
 	lastT          int64         // now() of last
 	onCPU, delay   int64
 	gap            gapKind // what the task waits for until its next reading
+	pauseT         int64   // now() at accountPause
 	moves          int     // stretches that ended on another thread
 	lost           int64   // ns between a stretch's last reading and its move: in other
 	partial        string
@@ -272,10 +276,11 @@ const (
 )
 
 // accountPause reads an accounted task's thread before it yields its P
-// (gapGo) or its slot (gapQueue); the caller reads it again with resume
-// once it runs again. Its goroutine is locked to the thread, so the time
-// in between is read on the same thread: what the thread did not spend
-// running or runnable was the wait.
+// (gapGo) or its slot (gapQueue), and unlocks its goroutine from the
+// thread for the wait: a locked goroutine that yields costs two thread
+// hand-offs of its P (stoplockedm/startlockedm in runtime/proc.go), which
+// delayed the timers of that P. The caller reads it again with resume
+// once it runs again, on whatever thread.
 func (e *Executor) accountPause(tc *taskCtx, kind gapKind) *taskAccount {
 	v, ok := e.acct.active.Load(tc)
 	if !ok {
@@ -283,17 +288,54 @@ func (e *Executor) accountPause(tc *taskCtx, kind gapKind) *taskAccount {
 	}
 	ta := v.(*taskAccount)
 	ta.check()
-	ta.gap = kind
+	ta.gap, ta.pauseT = kind, now()
+	runtime.UnlockOSThread()
 	return ta
 }
 
-// resume reads the task's thread after the wait that accountPause began.
+// resume locks the task's goroutine to its (possibly new) thread again
+// and reads it: on the same thread, what the thread did not spend running
+// or runnable since the pause was the wait (add); on another, the wait is
+// the wall time since the pause, and a new stretch begins.
 func (ta *taskAccount) resume() {
 	if ta == nil {
 		return
 	}
-	ta.check()
+	runtime.LockOSThread()
+	r := readThread()
+	switch {
+	case !r.ok || !ta.seg.ok:
+	case r.tid == ta.seg.tid:
+		ta.add(ta.last, r)
+	default:
+		wait := max(r.t-ta.pauseT, 0)
+		switch {
+		case ta.gap == gapQueue:
+			ta.queueWait += wait
+		case ta.throttledSince():
+			ta.thrIdle += wait
+		default:
+			ta.goQueue += wait
+		}
+		ta.seg = r
+	}
+	ta.last, ta.lastT = r, now()
 	ta.gap = gapNone
+}
+
+// throttledSince reports whether the cgroup's throttle count grew since
+// the task last read it (and reads it).
+func (ta *taskAccount) throttledSince() bool {
+	if !ta.haveThrottled {
+		return false
+	}
+	n, ok := ta.acct.throttled()
+	if !ok {
+		return false
+	}
+	grew := n > ta.nrThrottled
+	ta.nrThrottled = n
+	return grew
 }
 
 // begin starts a stretch on the calling thread.
@@ -337,16 +379,10 @@ func (ta *taskAccount) add(from, to threadStretch) {
 		ta.queueWait += idle
 		return
 	}
-	if (d >= throttleGap || idle >= throttleGap) && ta.haveThrottled {
-		if n, ok := ta.acct.throttled(); ok {
-			grew := n > ta.nrThrottled
-			ta.nrThrottled = n
-			if grew {
-				ta.thrDelay += d
-				ta.thrIdle += idle
-				return
-			}
-		}
+	if (d >= throttleGap || idle >= throttleGap) && ta.throttledSince() {
+		ta.thrDelay += d
+		ta.thrIdle += idle
+		return
 	}
 	if ta.gap == gapGo {
 		ta.goQueue += idle
