@@ -33,7 +33,8 @@ import (
 //     tokens. Closing it
 //     takes one slot away (the free count goes negative when all are busy);
 //     the task over the count gives its slot back at its next Checkpoint
-//     (or when it ends) and queues at the front of its class;
+//     (or when it ends) and queues again at its own due's place in its
+//     class (order.go);
 //   - the period's phase is not needed: the bucket keeps the usage of every
 //     window of one period, whatever its start, under target·q·period plus
 //     the cap and one task's overshoot past the close (the margin, 3 % of

@@ -17,7 +17,7 @@ import (
 var timerVariants = []struct{ name, desc string }{
 	{"pool", "GOMAXPROCS worker goroutines running 1 ms CPU jobs back to back"},
 	{"pool-gosched", "the same pool calling runtime.Gosched once per 1 ms job (the C1 fix)"},
-	{"pool-gosched-50us", "the same pool calling runtime.Gosched at every ~50 µs step, where cpuwork's jobs call Checkpoint: at least as often as Checkpoint yields (it yields every 1 ms, and within ~100 µs when goroutines are runnable)"},
+	{"pool-gosched-50us", "the same pool calling runtime.Gosched at every ~50 µs step, where cpuwork's jobs call Checkpoint: about as often as Checkpoint yields while every P is busy (every 40 µs on average by default, and within ~100 µs when goroutines are runnable)"},
 	{"cpuwork", "the same jobs as Executor Batch tasks (defaults) calling Checkpoint every ~50 µs"},
 }
 
