@@ -182,7 +182,14 @@ func parsePressure(file string, b []byte) Pressure {
 				p.SomeAvg60, _ = strconv.ParseFloat(v, 64)
 			case "total":
 				us, _ := strconv.ParseUint(v, 10, 64)
-				p.SomeTotal = sat(us) * time.Microsecond
+				// Saturate in microseconds: a total near the uint64 range
+				// (a corrupt file; the fuzzer's 2001700000000000000 µs)
+				// overflowed to a negative Duration once multiplied.
+				if us > uint64(1<<63-1)/uint64(time.Microsecond) {
+					p.SomeTotal = 1<<63 - 1
+				} else {
+					p.SomeTotal = time.Duration(us) * time.Microsecond
+				}
 			}
 		}
 		p.Available = true
