@@ -288,7 +288,13 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 		o := cpuwork.Options{Slots: slots, WatchInterval: watch, PaceQuota: true,
 			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256}}
 		if sp != nil {
+			// Accounting every request cost these cgo-bound tasks several
+			// percent of throughput (its goroutine is locked to its thread
+			// around a 10 ms cgo call): one in 8 at random, and every
+			// request that waited a quarter of the objective for its slot
+			// (the slow ones, which the split is about).
 			o.Account = sp.account()
+			o.Account.Every, o.Account.SlowWait = 8, sv.slo/4
 		}
 		e, err := cpuwork.New(o)
 		if err != nil {

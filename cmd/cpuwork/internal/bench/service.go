@@ -299,7 +299,10 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	var e *cpuwork.Executor
 	sp := &split{}
 	acct := sp.account()
-	acct.Every = 4 // ~10 µs per accounted task: a quarter of the requests (small ones take ~70 µs)
+	// ~13 µs per accounted task (small requests take ~100 µs): one in 8 at
+	// random, and every request that waited a quarter of the objective
+	// for its slot (the slow ones, which the split is about).
+	acct.Every, acct.SlowWait = 8, sv.slo/4
 	var pool *boundedPool
 	switch variant {
 	case "naive":

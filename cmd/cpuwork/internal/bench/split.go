@@ -7,10 +7,13 @@ import (
 	"github.com/cpuwork/cpuwork"
 )
 
-// split collects where the time went for the tasks of one run of a cpuwork
-// variant (cpuwork.Options.Account with every task accounted), and records
-// for the run the mean of each part over its slowest 1 % of tasks: the
-// split of the p99 tasks' latency that the report draws as a stacked bar.
+// split collects where the time went for the accounted tasks of one run
+// of a cpuwork variant (cpuwork.Options.Account: a random sample plus
+// every task that waited long for its slot, as the scenario sets it), and
+// records for the run the mean of each part over the slowest 1 % of them:
+// the split of the p99 tasks' latency that the report draws as a stacked
+// bar. (The long waiters are over-represented among the accounted tasks,
+// which is what the slowest 1 % are made of anyway.)
 type split struct {
 	mu    sync.Mutex
 	accts []cpuwork.TaskAccount
