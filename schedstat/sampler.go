@@ -372,26 +372,39 @@ var canaryBuckets = func() []float64 {
 	return append(b, 10, math.Inf(1))
 }()
 
-func startCanary(ctx context.Context, period time.Duration) *canary {
+// newCanary arms the first sleep's due time before any goroutine exists:
+// on Ps busy with many runnable goroutines a new goroutine can wait a whole
+// sampling interval before it first runs, and a canary that has not run is
+// the worst case of lateness, not an empty one.
+func newCanary(period time.Duration) *canary {
 	c := &canary{counts: make([]uint64, len(canaryBuckets)-1), done: make(chan struct{})}
-	go func() {
-		defer close(c.done)
-		t := time.NewTimer(period)
-		defer t.Stop()
-		for {
-			want := time.Now().Add(period)
-			c.due.Store(want.UnixNano())
-			t.Reset(period)
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			c.due.Store(0)
-			c.record(time.Since(want).Seconds())
-		}
-	}()
+	c.due.Store(time.Now().Add(period).UnixNano())
 	return c
+}
+
+func startCanary(ctx context.Context, period time.Duration) *canary {
+	c := newCanary(period)
+	go c.run(ctx, period)
+	return c
+}
+
+func (c *canary) run(ctx context.Context, period time.Duration) {
+	defer close(c.done)
+	want := time.Unix(0, c.due.Load())
+	t := time.NewTimer(time.Until(want))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.due.Store(0)
+		c.record(time.Since(want).Seconds())
+		want = time.Now().Add(period)
+		c.due.Store(want.UnixNano())
+		t.Reset(period)
+	}
 }
 
 // take returns the lateness recorded since the last take. A sleep that is

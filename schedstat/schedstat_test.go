@@ -123,3 +123,16 @@ func BenchmarkSample(b *testing.B) {
 		prev = cur
 	}
 }
+
+// A canary whose goroutine has not run yet (on Ps busy with a hundred
+// runnable goroutines a new goroutine can wait a whole interval) reports its
+// first sleep as overdue: the doctor's timer-starvation test saw an interval
+// with no canary wake-up and no lateness at all (CI, session 10).
+func TestAnUnstartedCanaryIsOverdue(t *testing.T) {
+	c := newCanary(time.Millisecond)
+	time.Sleep(5 * time.Millisecond)
+	q := c.take()
+	if q.Count != 1 || q.Max < 2*time.Millisecond {
+		t.Errorf("a canary that never ran, 5 ms after arming a 1 ms sleep: %+v, want one late wake-up of at least 2 ms", q)
+	}
+}
