@@ -375,17 +375,42 @@ func summaryLine(s *Scenario) string {
 	if len(s.Checks) == 0 {
 		return string(s.Status)
 	}
-	r := s.Checks[0]
 	if s.Status == StatusNotJudged {
 		return strings.Split(strings.TrimPrefix(s.Verdict, "not judged: "), ". Measured")[0]
 	}
-	key := ""
-	if len(r.Against) > 0 {
-		key = fmt.Sprintf("%s: %s %.2fx %s %s (expected %s %.2fx)", r.Label, r.Judged, median(r.Values), r.Best[medianIndex(r.Values)], perRepeat(r.Values, "x"), map[bool]string{true: ">=", false: "<="}[r.HigherIsBetter], r.Limit)
-	} else {
-		key = fmt.Sprintf("%s: %s %s %s", r.Label, r.Judged, fmtValue(median(r.Values), r.Metric, r.Unit), perRepeatValues(r.Values, r.Metric, r.Unit))
+	line := fmt.Sprintf("%d/%d repeats pass all %d checks; key check %s", s.Agree, s.Of, len(s.Checks), checkLine(s.Checks[0]))
+	// A verdict that fails on a later check names it: a passing key check
+	// beside "does not hold" would read as a contradiction.
+	worst, fewest := -1, passes(s.Checks[0])
+	for i, r := range s.Checks[1:] {
+		if p := passes(r); p < fewest {
+			worst, fewest = i+1, p
+		}
 	}
-	return fmt.Sprintf("%d/%d repeats pass all %d checks; key check %s", s.Agree, s.Of, len(s.Checks), key)
+	if worst >= 0 {
+		r := s.Checks[worst]
+		line += fmt.Sprintf("; fails most: %s (%d/%d)", checkLine(r), fewest, len(r.Pass))
+	}
+	return line
+}
+
+// passes counts the repeats in which r passed.
+func passes(r CheckResult) int {
+	n := 0
+	for _, p := range r.Pass {
+		if p {
+			n++
+		}
+	}
+	return n
+}
+
+// checkLine is one check: its median, per-repeat values and limit.
+func checkLine(r CheckResult) string {
+	if len(r.Against) > 0 {
+		return fmt.Sprintf("%s: %s %.2fx %s %s (expected %s %.2fx)", r.Label, r.Judged, median(r.Values), r.Best[medianIndex(r.Values)], perRepeat(r.Values, "x"), map[bool]string{true: ">=", false: "<="}[r.HigherIsBetter], r.Limit)
+	}
+	return fmt.Sprintf("%s: %s %s %s (expected %s %s)", r.Label, r.Judged, fmtValue(median(r.Values), r.Metric, r.Unit), perRepeatValues(r.Values, r.Metric, r.Unit), map[bool]string{true: ">=", false: "<="}[r.HigherIsBetter], fmtValue(r.Limit, r.Metric, r.Unit))
 }
 
 // capacityAt returns a check's value function: the goodput at which the

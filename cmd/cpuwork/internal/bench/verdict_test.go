@@ -367,3 +367,26 @@ func TestCapacityAtTheTargetIsInterpolatedAndBoundedNeverInfinite(t *testing.T) 
 		}
 	})
 }
+
+// A verdict that fails on a later check says which in its summary: the
+// seed-71 run's service summary showed only its passing key check (0.10x
+// naive) beside "does not hold", which failed on shed.
+func TestSummaryNamesTheCheckThatFailsMost(t *testing.T) {
+	s := synth(map[string]map[string][]float64{
+		"cw": {"p99": {1, 1, 1}, "share": {0.5, 0.5, 0.95}, "other": {0.95, 0.5, 0.95}},
+		"a":  {"p99": {2, 2, 2}},
+	})
+	judge(s, []check{
+		{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", limit: 1},
+		{label: "other", judged: "cw", metric: "other", higher: true, limit: 0.9},
+		{label: "share", judged: "cw", metric: "share", higher: true, limit: 0.9},
+	})
+	if !strings.Contains(s.Summary, "key check p99") || !strings.Contains(s.Summary, "fails most: share") || !strings.Contains(s.Summary, "(1/3)") {
+		t.Errorf("summary %q: want the key check and the check that fails most (share, 1/3)", s.Summary)
+	}
+	s = synth(map[string]map[string][]float64{"cw": {"p99": {1, 1, 1}}, "a": {"p99": {2, 2, 2}}})
+	judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", limit: 1}})
+	if strings.Contains(s.Summary, "fails most") {
+		t.Errorf("summary %q of a verdict that holds names a failing check", s.Summary)
+	}
+}
