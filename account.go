@@ -63,7 +63,8 @@ import (
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
 // reads: a few microseconds (BenchmarkAccountedTask). Tasks are accounted
 // one in AccountOptions.Every (DefaultAccountEvery), chosen at random, and
-// every task that waited at least AccountOptions.SlowWait for its slot.
+// every task that waited at least AccountOptions.SlowWait for its slot, up
+// to AccountOptions.SlowLimit per second.
 
 // Part is one part of a task's latency in a TaskAccount.
 type Part uint8
@@ -96,6 +97,11 @@ func (p Part) String() string {
 // is accounted.
 const DefaultAccountEvery = 1024
 
+// DefaultAccountSlowLimit is AccountOptions.SlowLimit's default: at most
+// 100 slow tasks accounted per second, ~1.3 ms of CPU per second at
+// ~13 µs each (0.13 % of one core).
+const DefaultAccountSlowLimit = 100
+
 // AccountOptions configures where-the-time-went accounting
 // (Options.Account).
 type AccountOptions struct {
@@ -104,8 +110,16 @@ type AccountOptions struct {
 	// OnTask then do nothing).
 	Every int
 	// SlowWait, when positive, also accounts every task whose wait for
-	// its first slot was at least this long (known when it gets the slot).
+	// its first slot was at least this long (known when it gets the slot),
+	// up to SlowLimit of them per second.
 	SlowWait time.Duration
+	// SlowLimit bounds the tasks SlowWait accounts per second (a
+	// one-second window of the monotonic clock): under overload every task
+	// waits, and accounting each (~13 µs, and its goroutine locked to its
+	// thread) would take CPU exactly when there is none to spare. 0 means
+	// DefaultAccountSlowLimit; negative means no bound. The random one in
+	// Every is not bounded by it.
+	SlowLimit int
 	// OnTask, when set, receives every account on the task's goroutine
 	// after the task ended and its slot was released (for request-level
 	// attribution: a log line, span attributes). It must not block.
@@ -128,9 +142,13 @@ type TaskAccount struct {
 
 // accountant holds an executor's accounting state.
 type accountant struct {
-	every    uint32
-	slowWait int64
-	onTask   func(TaskAccount)
+	every     uint32
+	slowWait  int64
+	slowLimit int64 // < 0: no bound
+	onTask    func(TaskAccount)
+
+	slowSec   atomic.Int64 // the second (now()/1e9) slowCount counts in
+	slowCount atomic.Int64
 
 	mu          sync.Mutex   // guards throttle's replacement (reconfigure)
 	throttle    *cgroupClock // nil when no cgroup sets a quota
@@ -149,9 +167,12 @@ func newAccountant(o AccountOptions, b budget.Budget, haveBudget bool) *accounta
 	if o.Every < 0 {
 		return nil
 	}
-	a := &accountant{every: uint32(o.Every), slowWait: int64(o.SlowWait), onTask: o.OnTask}
+	a := &accountant{every: uint32(o.Every), slowWait: int64(o.SlowWait), slowLimit: int64(o.SlowLimit), onTask: o.OnTask}
 	if a.every == 0 {
 		a.every = DefaultAccountEvery
+	}
+	if a.slowLimit == 0 {
+		a.slowLimit = DefaultAccountSlowLimit
 	}
 	a.slowest.window = int64(defaultSlowWindow)
 	if haveBudget {
@@ -244,7 +265,21 @@ type threadStretch struct {
 // pick decides whether a task that waited wait ns for its slot is
 // accounted.
 func (a *accountant) pick(wait int64) bool {
-	return (a.slowWait > 0 && wait >= a.slowWait) || rand.Uint32()%a.every == 0
+	return (a.slowWait > 0 && wait >= a.slowWait && a.slowToken()) || rand.Uint32()%a.every == 0
+}
+
+// slowToken takes one of the second's SlowLimit slow accounts. The
+// window's reset races with takes in the same instant: a second can count
+// a few more than the limit, never unboundedly many.
+func (a *accountant) slowToken() bool {
+	if a.slowLimit < 0 {
+		return true
+	}
+	sec := now() / int64(time.Second)
+	if w := a.slowSec.Load(); w != sec && a.slowSec.CompareAndSwap(w, sec) {
+		a.slowCount.Store(0)
+	}
+	return a.slowCount.Add(1) <= a.slowLimit
 }
 
 // begin starts accounting tc, which got its slot now (t) after arriving

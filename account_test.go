@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -199,5 +201,36 @@ func TestATaskDuringForcedGCsHasTheirPausesInGC(t *testing.T) {
 	}
 	if d := a.Parts[PartGC] - stw; d > stw/2+100*time.Microsecond || -d > stw/2+100*time.Microsecond {
 		t.Errorf("gc part %v, the runtime's pause total %v", a.Parts[PartGC], stw)
+	}
+}
+
+// Under overload every task waits: SlowWait accounts at most SlowLimit of
+// them per second (a window boundary can split the burst, so at most
+// twice), and all of them with SlowLimit < 0.
+func TestSlowWaitAccountsAtMostSlowLimitPerSecond(t *testing.T) {
+	for _, tc := range []struct {
+		limit    int
+		min, max int64
+	}{{10, 1, 20}, {-1, 200, 200}} {
+		var n atomic.Int64
+		e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{Interactive: 1000}, Account: AccountOptions{Every: 1 << 30, SlowWait: time.Nanosecond, SlowLimit: tc.limit,
+			OnTask: func(TaskAccount) { n.Add(1) }}})
+		release := hold(t, e, 1)
+		var wg sync.WaitGroup
+		for range 200 {
+			wg.Go(func() {
+				if err := e.Do(context.Background(), Interactive, emptyTask); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		for e.Stats().Classes[Interactive].Queued < 200 {
+			time.Sleep(time.Millisecond)
+		}
+		release()
+		wg.Wait()
+		if got := n.Load(); got < tc.min || got > tc.max {
+			t.Errorf("SlowLimit %d: %d of 200 waiting tasks accounted, want %d to %d", tc.limit, got, tc.min, tc.max)
+		}
 	}
 }

@@ -81,6 +81,11 @@ func stress(t *testing.T, seed uint64) {
 	}
 	o.ForMaxSlots = r.IntN(4)
 	o.Account.Every = []int{-1, 0, 1}[r.IntN(3)] // off, sampled, every task (hand-overs and Goscheds of accounted tasks)
+	if r.IntN(2) == 0 {
+		// Slow tasks accounted up to a per-second bound (its window's
+		// reset races with concurrent takes).
+		o.Account.SlowWait, o.Account.SlowLimit = time.Duration(r.IntN(500))*time.Microsecond, []int{-1, 0, 3}[r.IntN(3)]
+	}
 	e, err := New(o)
 	if err != nil {
 		t.Fatal(err)

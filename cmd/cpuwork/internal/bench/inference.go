@@ -292,7 +292,8 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			// percent of throughput (its goroutine is locked to its thread
 			// around a 10 ms cgo call): one in 8 at random, and every
 			// request that waited a quarter of the objective for its slot
-			// (the slow ones, which the split is about).
+			// (the slow ones, which the split is about), at most the
+			// default 100 of those per second.
 			o.Account = sp.account()
 			o.Account.Every, o.Account.SlowWait = 8, sv.slo/4
 		}

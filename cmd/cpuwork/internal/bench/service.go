@@ -301,7 +301,8 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	acct := sp.account()
 	// ~13 µs per accounted task (small requests take ~100 µs): one in 8 at
 	// random, and every request that waited a quarter of the objective
-	// for its slot (the slow ones, which the split is about).
+	// for its slot (the slow ones, which the split is about), at most
+	// AccountOptions' default 100 of those per second.
 	acct.Every, acct.SlowWait = 8, sv.slo/4
 	var pool *boundedPool
 	switch variant {
