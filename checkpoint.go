@@ -180,15 +180,14 @@ func (tc *taskCtx) check(ctx context.Context) error {
 			v.(*taskAccount).check()
 		}
 	}
-	if runnable, busy := schedNow(t); busy && (runnable || (e.yieldAfter > 0 && t-tc.lastGs >= e.yieldAfter)) {
-		if tc.accounted {
-			ta := e.accountPause(tc, gapGo)
-			runtime.Gosched()
-			ta.resume()
-		} else {
-			runtime.Gosched()
-		}
-		tc.lastGs = now()
+	runnable, busy := schedNow(t)
+	switch {
+	case busy && !runnable && networkArrived(t):
+		// A request arrived on a watched connection (WatchListener) and
+		// no P will poll the network soon: park so this P does.
+		tc.pause(parkForNetwork)
+	case busy && (runnable || (e.yieldAfter > 0 && t-tc.lastGs >= e.yieldAfter)):
+		tc.pause(runtime.Gosched)
 	}
 	if e.free.Load() < 0 && tc.noSlot == holdsSlot && tc.shared.Load() == 0 {
 		// More tasks run than there are slots (the fractional quota's
@@ -259,8 +258,25 @@ func schedNow(t int64) (runnable, busy bool) {
 	return n > 0, b
 }
 
+// pause runs wait (a Gosched or a park for the network) with the task's
+// accounting paused around it, and restarts the yield interval.
+func (tc *taskCtx) pause(wait func()) {
+	if tc.accounted {
+		ta := tc.e.accountPause(tc, gapGo)
+		wait()
+		ta.resume()
+	} else {
+		wait()
+	}
+	tc.lastGs = now()
+}
+
 func checkpointFree(ctx context.Context) error {
-	if runnable, busy := schedNow(now()); runnable && busy {
+	t := now()
+	switch runnable, busy := schedNow(t); {
+	case busy && !runnable && networkArrived(t):
+		parkForNetwork()
+	case runnable && busy:
 		runtime.Gosched()
 	}
 	return ctx.Err()

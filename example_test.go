@@ -5,6 +5,9 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"log"
+	"net"
+	"net/http"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
@@ -121,4 +124,36 @@ func ExampleExecutor_SlowTasks() {
 		fmt.Println(a.Class, sum == a.Wall, a.Wall >= 2*time.Millisecond)
 	}
 	// Output: interactive true true
+}
+
+// A service whose CPU-bound handlers call Checkpoint serves its listener
+// through WatchListener: requests that arrive while every P is busy are
+// read within ~NetPollInterval, not after sysmon's 10 ms network poll.
+func ExampleWatchListener() {
+	exec, err := cpuwork.New(cpuwork.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer exec.Close(context.Background())
+	http.HandleFunc("/render", func(w http.ResponseWriter, r *http.Request) {
+		err := exec.Do(r.Context(), cpuwork.Interactive, func(ctx context.Context) error {
+			for i := 0; i < 1000; i++ {
+				// ... a slice of CPU-bound work ...
+				if err := cpuwork.Checkpoint(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(cpuwork.WatchListener(ln))
+	srv.Close()
 }

@@ -3,7 +3,9 @@ package cpuwork
 import (
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
@@ -89,6 +91,11 @@ func stress(t *testing.T, seed uint64) {
 	e, err := New(o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if r.IntN(2) == 0 {
+		// Arrivals on a watched connection: Checkpoints park for the
+		// network among hand-overs, requeues and Close.
+		defer stressNetwork(t)()
 	}
 	submitters, perSubmitter := 2+r.IntN(4), 5+r.IntN(20)
 	outs := make([]*outcome, submitters*perSubmitter)
@@ -284,4 +291,34 @@ func submit(e *Executor, ctx context.Context, c Class, mode int, r *rand.Rand, b
 			})
 		}))
 	}
+}
+
+// stressNetwork sends a byte every ~200 µs to a watched echo listener
+// until the returned stop is called.
+func stressNetwork(t *testing.T) (stop func()) {
+	addr, closeEcho := watchedEcho(t)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		b := []byte{1}
+		for {
+			select {
+			case <-done:
+				return
+			case <-time.After(200 * time.Microsecond):
+			}
+			if _, err := c.Write(b); err != nil {
+				return
+			}
+			if _, err := io.ReadFull(c, b); err != nil {
+				return
+			}
+		}
+	}()
+	return func() { close(done); c.Close(); <-finished; closeEcho() }
 }

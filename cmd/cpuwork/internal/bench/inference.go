@@ -200,7 +200,7 @@ func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Referen
 		return err
 	}
 	defer srv.close()
-	if err := r.loadOnce(v, "inference", srv.h, rate, loadgen, bodies...); err != nil {
+	if err := r.loadOnce(v, "inference", srv.h, false, rate, loadgen, bodies...); err != nil {
 		return err
 	}
 	if variant == "cpuwork" && rate > 0 {

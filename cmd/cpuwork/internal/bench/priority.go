@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,7 +26,7 @@ var priorityVariants = []struct {
 	{"two-pools", "a 1-worker critical pool and a GOMAXPROCS-worker batch pool", false},
 	{"os-thread-pool", "C4's OS-thread pool: critical on a goroutine locked to a thread pinned to the last CPU at SCHED_FIFO 50, else nice -10, as permitted", false},
 	{"hybrid", "C4's hybrid: GOMAXPROCS = NumCPU/2 plus NumCPU/2 dedicated locked threads (SCHED_FIFO or nice -10) for critical", false},
-	{"cpuwork", "Executor defaults: Do(Critical); Do(Batch) with Checkpoint every ~50 µs, batch on ordinary goroutines (DemoteNever)", true},
+	{"cpuwork", "Executor defaults: Do(Critical); Do(Batch) with Checkpoint every ~50 µs, batch on ordinary goroutines (DemoteNever); the HTTP listener wrapped in WatchListener (every cpuwork variant)", true},
 	{"cpuwork-demote", "Executor with Demotion: DemoteAlways: batch on SCHED_IDLE threads under the starvation guard, Checkpoint every ~50 µs", true},
 	{"cpuwork-nocheckpoint", "Executor defaults without Checkpoint in the batch loop", false},
 	{"cpuwork-sparep", "Executor with SpareP and one spare P and slot (GOMAXPROCS = Slots = budget+1): batch on SCHED_IDLE threads (DemoteWithSpareP) under the guard, no Checkpoint", true},
@@ -370,7 +371,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		tmp := &Variant{Name: variant, Valid: true}
 		h := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { runCritical(); w.Write([]byte("ok\n")) })
 		rate := wholeRate(float64(time.Second) / float64(interval))
-		lerr := r.loadOnce(tmp, "priority", h, rate, r.cfg.LoadGen, "--only-small")
+		lerr := r.loadOnce(tmp, "priority", h, strings.HasPrefix(variant, "cpuwork"), rate, r.cfg.LoadGen, "--only-small")
 		wall := wind() // every handler has answered: the generator waited for each response
 		if lerr != nil {
 			return res, lerr

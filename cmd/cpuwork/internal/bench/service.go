@@ -363,7 +363,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 		largeClass = cpuwork.Interactive // a user waits for it too
 	}
 	mux.Handle("/large", handler(large, largeClass, sv.large))
-	if err := r.loadOnce(v, "service", mux, rate, loadgen, extra...); err != nil {
+	if err := r.loadOnce(v, "service", mux, false, rate, loadgen, extra...); err != nil {
 		return err
 	}
 	if e != nil && rate > 0 {
@@ -413,10 +413,16 @@ func (p *boundedPool) run(fn func() error) error {
 
 func (p *boundedPool) close() { close(p.jobs); p.wg.Wait() }
 
-func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, rate float64, loadgen []string, extra ...string) error {
+// loadOnce serves h on a loopback port and runs the load generator
+// against it; watch wraps the listener with cpuwork.WatchListener (the
+// cpuwork variants whose tasks call Checkpoint).
+func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, watch bool, rate float64, loadgen []string, extra ...string) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return fmt.Errorf("%s: listen on loopback: %w", scenario, err)
+	}
+	if watch {
+		ln = cpuwork.WatchListener(ln)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)

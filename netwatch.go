@@ -1,0 +1,110 @@
+package cpuwork
+
+import (
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// Network wake-ups: serving requests that arrive while every P is busy.
+//
+// Go's netpoller is asked for ready connections only when a P has nothing
+// else to run (findRunnable in runtime/proc.go polls the network after the
+// local and global run queues are empty) or by sysmon when nobody polled
+// for 10 ms. While every P runs CPU-bound work, a request that arrives on
+// a connection therefore waits up to 10 ms before its goroutine is even
+// runnable — Gosched does not help, because the goroutine that yields is
+// itself in the run queue the scheduler takes from first. The bench's
+// priority scenario measured it: critical requests over loopback waited
+// ~10 ms at p99 beside batch work, with Checkpoint or a Gosched every
+// 50 µs alike, and ~5 ms with one P left idle (SpareP).
+//
+// WatchListener registers a listener and every connection it accepts in
+// a private epoll set (edge-triggered: one event per arrival; the kernel
+// drops a connection from it when the connection closes). Checkpoint,
+// while every P is busy and no goroutine waits in the run queues, asks
+// that set at most every NetPollInterval whether anything arrived (one
+// epoll_wait with a zero timeout, ~0.4 µs by
+// BenchmarkNetworkPollNothingArrived, by one task of the process at a
+// time). When something did, the task parks its goroutine for ~30 µs on
+// a timerfd that the runtime's own netpoller watches: its P, with empty
+// run queues, polls the network at once and runs the goroutines of the
+// connections that became ready (the request's handler then queues for a
+// slot like any other task, and Checkpoint's hand-over lets it in), and
+// the timerfd's expiry wakes the task through the same netpoller. Cost:
+// nothing without a watched listener; with one, one zero-timeout
+// epoll_wait per NetPollInterval per process, and per arrival that finds
+// every P busy one park of the task (~60-200 µs with the kernel's 50 µs
+// timer slack).
+
+// NetPollInterval is how often, at most, Checkpoint asks the watched
+// connections whether a request arrived while every P is busy.
+const NetPollInterval = 200 * time.Microsecond
+
+// netParkFor is how long a task parks so that its P polls the network.
+const netParkFor = 30 * time.Microsecond
+
+// NetWatchStats counts what WatchListener and Checkpoint's network polls
+// did in this process.
+type NetWatchStats struct {
+	// Watched is the listeners and connections registered; Unwatched
+	// those that could not be (no file descriptor, or epoll_ctl failed:
+	// they are served as without WatchListener).
+	Watched, Unwatched uint64
+	// Polls is the zero-timeout polls of the watched set; Wakes the polls
+	// that found an arrival and parked a task so its P polled the network.
+	Polls, Wakes uint64
+}
+
+var netStats struct {
+	watched, unwatched, polls, wakes atomic.Uint64
+	last                             atomic.Int64 // now() of the last poll
+}
+
+// ReadNetWatchStats returns the process's NetWatchStats.
+func ReadNetWatchStats() NetWatchStats {
+	return NetWatchStats{Watched: netStats.watched.Load(), Unwatched: netStats.unwatched.Load(),
+		Polls: netStats.polls.Load(), Wakes: netStats.wakes.Load()}
+}
+
+// WatchListener returns ln, wrapped so that ln and every connection it
+// accepts are watched for arrivals while every P is busy (see
+// NetPollInterval): a request that arrives while all Ps run tasks calling
+// Checkpoint is read within ~NetPollInterval instead of up to 10 ms. Wrap
+// the network listener itself, under any TLS: tls.NewListener(
+// cpuwork.WatchListener(ln), cfg). Closing the returned listener closes
+// ln. Outside Linux it returns ln unchanged. A listener or connection
+// that cannot be watched is served as usual (NetWatchStats.Unwatched).
+func WatchListener(ln net.Listener) net.Listener {
+	if !watchConn(ln) {
+		return ln
+	}
+	return &watchedListener{ln}
+}
+
+type watchedListener struct{ net.Listener }
+
+func (l *watchedListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		watchConn(c)
+	}
+	return c, err
+}
+
+// networkArrived is Checkpoint's network poll, at t, with every P busy
+// and no goroutine runnable: it reports whether the watched set saw an
+// arrival, and the caller then parks (parkForNetwork) so its P polls the
+// network. One caller per NetPollInterval in the process polls.
+func networkArrived(t int64) bool {
+	last := netStats.last.Load()
+	if netEpoll.Load() < 0 || time.Duration(t-last) < NetPollInterval || !netStats.last.CompareAndSwap(last, t) {
+		return false
+	}
+	netStats.polls.Add(1)
+	if !arrived() {
+		return false
+	}
+	netStats.wakes.Add(1)
+	return true
+}

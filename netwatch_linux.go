@@ -1,0 +1,102 @@
+package cpuwork
+
+import (
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// netEpoll is the private epoll set's descriptor, -1 until WatchListener
+// first creates it (it then lives as long as the process).
+var netEpoll atomic.Int32
+
+var netEpollOnce sync.Once
+
+func init() { netEpoll.Store(-1) }
+
+// watchConn adds c's descriptor to the watched set (EPOLLIN|EPOLLRDHUP,
+// edge-triggered) and reports whether it did.
+func watchConn(c any) bool {
+	netEpollOnce.Do(func() {
+		if fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC); err == nil {
+			netEpoll.Store(int32(fd))
+		}
+	})
+	ep := int(netEpoll.Load())
+	sc, ok := c.(syscall.Conn)
+	if ep < 0 || !ok {
+		netStats.unwatched.Add(1)
+		return false
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		netStats.unwatched.Add(1)
+		return false
+	}
+	var cerr error
+	err = rc.Control(func(fd uintptr) {
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)}
+		cerr = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, int(fd), &ev)
+		if cerr == unix.EEXIST { // a descriptor number reused after a close the set saw
+			cerr = unix.EpollCtl(ep, unix.EPOLL_CTL_MOD, int(fd), &ev)
+		}
+	})
+	if err != nil || cerr != nil {
+		netStats.unwatched.Add(1)
+		return false
+	}
+	netStats.watched.Add(1)
+	return true
+}
+
+// arrived reports whether anything arrived on a watched descriptor since
+// the last poll (a zero-timeout epoll_wait; edge-triggered, so each
+// arrival is reported once).
+func arrived() bool {
+	var evs [16]unix.EpollEvent
+	for {
+		n, err := unix.EpollWait(int(netEpoll.Load()), evs[:], 0)
+		if err == unix.EINTR {
+			continue
+		}
+		return n > 0
+	}
+}
+
+// parkers are timerfds, each a pollable *os.File, free for the next park.
+var parkers = make(chan *os.File, 64)
+
+// parkForNetwork parks the calling goroutine for netParkFor on a timerfd
+// the runtime's netpoller watches. Where no timerfd can be made it
+// returns at once.
+func parkForNetwork() {
+	var f *os.File
+	select {
+	case f = <-parkers:
+	default:
+		fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+		if err != nil {
+			return
+		}
+		f = os.NewFile(uintptr(fd), "cpuwork-netpark")
+	}
+	var buf [8]byte
+	rc, err := f.SyscallConn()
+	if err == nil {
+		var serr error
+		rc.Control(func(fd uintptr) {
+			serr = unix.TimerfdSettime(int(fd), 0, &unix.ItimerSpec{Value: unix.NsecToTimespec(int64(netParkFor))}, nil)
+		})
+		if serr == nil {
+			f.Read(buf[:]) // parks in the netpoller until the timer expires
+		}
+	}
+	select {
+	case parkers <- f:
+	default:
+		f.Close()
+	}
+}

@@ -1,0 +1,123 @@
+package cpuwork
+
+import (
+	"context"
+	"io"
+	"net"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// While every P runs a Batch task that calls Checkpoint, requests arrive
+// on a watched connection: every one is answered, and Checkpoint's polls
+// found arrivals and parked a task so its P polled the network. (How much
+// sooner they are read is the bench's priority scenario, not a test.)
+func TestWatchedArrivalsWakeTheNetpollerWhileEveryPIsBusy(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("WatchListener watches only on Linux")
+	}
+	P := runtime.GOMAXPROCS(0)
+	before := ReadNetWatchStats()
+	addr, closeEcho := watchedEcho(t)
+	defer closeEcho()
+
+	e := newExec(t, Options{Slots: P, WatchInterval: -1})
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range P {
+		wg.Go(func() {
+			e.Do(ctx, Batch, func(ctx context.Context) error {
+				for ctx.Err() == nil {
+					spin(20 * time.Microsecond)
+					Checkpoint(ctx)
+				}
+				return nil
+			})
+		})
+	}
+	defer func() { stop(); wg.Wait() }()
+
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	b := []byte{7}
+	for i := range 30 {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil || b[0] != 7 {
+			t.Fatalf("echo %d: %v %v", i, b, err)
+		}
+		time.Sleep(3 * time.Millisecond)
+	}
+	got := ReadNetWatchStats()
+	if got.Watched-before.Watched < 2 {
+		t.Errorf("watched %d descriptors, want the listener and its connection", got.Watched-before.Watched)
+	}
+	if got.Polls == before.Polls || got.Wakes == before.Wakes {
+		t.Errorf("30 arrivals beside %d busy Ps: %d polls, %d wakes", P, got.Polls-before.Polls, got.Wakes-before.Wakes)
+	}
+}
+
+// A listener without a file descriptor is returned as it is, and counted.
+func TestAListenerWithoutADescriptorIsNotWatched(t *testing.T) {
+	before := ReadNetWatchStats()
+	ln := fakeListener{}
+	if got := WatchListener(ln); got != net.Listener(ln) {
+		t.Errorf("WatchListener(%T) = %T, want it unchanged", ln, got)
+	}
+	if runtime.GOOS == "linux" && ReadNetWatchStats().Unwatched == before.Unwatched {
+		t.Error("the unwatched listener was not counted")
+	}
+}
+
+type fakeListener struct{}
+
+func (fakeListener) Accept() (net.Conn, error) { return nil, net.ErrClosed }
+func (fakeListener) Close() error              { return nil }
+func (fakeListener) Addr() net.Addr            { return &net.TCPAddr{} }
+
+// The poll Checkpoint makes per NetPollInterval when nothing arrived: one
+// zero-timeout epoll_wait on the watched set.
+func BenchmarkNetworkPollNothingArrived(b *testing.B) {
+	if runtime.GOOS != "linux" {
+		b.Skip("WatchListener watches only on Linux")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer WatchListener(ln).Close()
+	for b.Loop() {
+		if arrived() {
+			b.Fatal("an arrival on an idle listener")
+		}
+	}
+}
+
+// watchedEcho serves an echo on a watched loopback listener.
+func watchedEcho(t *testing.T) (addr string, stop func()) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := WatchListener(ln)
+	if runtime.GOOS == "linux" && wl == ln {
+		t.Fatal("a TCP listener was returned unwatched")
+	}
+	go func() {
+		for {
+			c, err := wl.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(c, c); c.Close() }()
+		}
+	}()
+	return ln.Addr().String(), func() { wl.Close() }
+}
