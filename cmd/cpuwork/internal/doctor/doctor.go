@@ -638,7 +638,7 @@ func diagnose(w *Window) []Finding {
 			out = append(out, Finding{ID: "slow-to-answer", Severity: Warning,
 				Summary:  fmt.Sprintf("a trivial request takes %v (median) to answer: requests wait for a P behind CPU-bound work", short(p.median())),
 				Evidence: []string{ev},
-				Fix:      "bound CPU-bound concurrency (a cpuwork.Executor) and call cpuwork.Checkpoint in long loops so the netpoller is served",
+				Fix:      "bound CPU-bound concurrency (a cpuwork.Executor), call cpuwork.Checkpoint in long loops and serve the listener through cpuwork.WatchListener: with every P busy Go polls the network only every 10 ms, and Checkpoint then wakes the netpoller when a request arrives",
 			})
 		}
 	}
