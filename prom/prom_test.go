@@ -105,6 +105,11 @@ cpuwork_slots 1
 	if got["cpuwork_go_sched_latency_seconds"] == 0 {
 		t.Error("no scheduling latency exported")
 	}
+	for _, k := range []string{"cpuwork_netwatch_polls_total", "cpuwork_netwatch_wakes_total", "cpuwork_netwatch_descriptors_total,true", "cpuwork_netwatch_descriptors_total,false"} {
+		if _, ok := got[k]; !ok {
+			t.Errorf("%s not exported", k)
+		}
+	}
 	problems, err := promlint.NewWithMetricFamilies(mfs).Lint()
 	if err != nil {
 		t.Fatal(err)
