@@ -34,7 +34,7 @@ import (
 // the timerfd's expiry wakes the task through the same netpoller. Cost:
 // nothing without a watched listener; with one, one zero-timeout
 // epoll_wait per NetPollInterval per process, and per arrival that finds
-// every P busy one park of the task (~60-200 µs with the kernel's 50 µs
+// every P busy one park of the task (~60-220 µs with the kernel's 50 µs
 // timer slack).
 
 // NetPollInterval is how often, at most, Checkpoint asks the watched

@@ -66,37 +66,36 @@ func arrived() bool {
 	}
 }
 
-// parkers are timerfds, each a pollable *os.File, free for the next park.
-var parkers = make(chan *os.File, 64)
+// parker is a timerfd, pollable through its *os.File (which owns fd).
+type parker struct {
+	f  *os.File
+	fd int
+}
+
+// parkers are timerfds free for the next park.
+var parkers = make(chan parker, 64)
 
 // parkForNetwork parks the calling goroutine for netParkFor on a timerfd
 // the runtime's netpoller watches. Where no timerfd can be made it
 // returns at once.
 func parkForNetwork() {
-	var f *os.File
+	var p parker
 	select {
-	case f = <-parkers:
+	case p = <-parkers:
 	default:
 		fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
 		if err != nil {
 			return
 		}
-		f = os.NewFile(uintptr(fd), "cpuwork-netpark")
+		p = parker{os.NewFile(uintptr(fd), "cpuwork-netpark"), fd}
 	}
-	var buf [8]byte
-	rc, err := f.SyscallConn()
-	if err == nil {
-		var serr error
-		rc.Control(func(fd uintptr) {
-			serr = unix.TimerfdSettime(int(fd), 0, &unix.ItimerSpec{Value: unix.NsecToTimespec(int64(netParkFor))}, nil)
-		})
-		if serr == nil {
-			f.Read(buf[:]) // parks in the netpoller until the timer expires
-		}
+	if unix.TimerfdSettime(p.fd, 0, &unix.ItimerSpec{Value: unix.NsecToTimespec(int64(netParkFor))}, nil) == nil {
+		var buf [8]byte
+		p.f.Read(buf[:]) // parks in the netpoller until the timer expires
 	}
 	select {
-	case parkers <- f:
+	case parkers <- p:
 	default:
-		f.Close()
+		p.f.Close()
 	}
 }

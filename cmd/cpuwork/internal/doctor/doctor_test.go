@@ -52,6 +52,17 @@ func spin() {
 	}
 }
 
+// serveLoopback serves mux on a loopback port and prints its address for
+// the test that started this process.
+func serveLoopback(mux *http.ServeMux) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	go http.Serve(ln, mux)
+	fmt.Println(ln.Addr().String())
+}
+
 func sick(ill string) {
 	name, arg, _ := strings.Cut(ill, ":")
 	n, _ := strconv.Atoi(arg)
@@ -77,16 +88,11 @@ func sick(ill string) {
 		if err != nil {
 			panic(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic(err)
-		}
 		mux := http.NewServeMux()
 		mux.Handle("/debug/cpuwork", schedstat.Handler(s, nil))
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		go http.Serve(ln, mux)
-		fmt.Println(ln.Addr().String())
+		serveLoopback(mux)
 		spinners = n
 	case "executor": // n loops of accounted 2 ms Interactive tasks behind /debug/cpuwork serving Executor.Debug
 		s, err := schedstat.Start(schedstat.Options{Interval: 500 * time.Millisecond})
@@ -99,14 +105,9 @@ func sick(ill string) {
 		if err != nil {
 			panic(err)
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic(err)
-		}
 		mux := http.NewServeMux()
 		mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Debug() }))
-		go http.Serve(ln, mux)
-		fmt.Println(ln.Addr().String())
+		serveLoopback(mux)
 		for range n {
 			go func() {
 				for {
@@ -126,15 +127,10 @@ func sick(ill string) {
 			}()
 		}
 	case "pprof": // n spinning goroutines behind net/http/pprof only (started after "ready")
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			panic(err)
-		}
 		mux := http.NewServeMux()
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		go http.Serve(ln, mux)
-		fmt.Println(ln.Addr().String())
+		serveLoopback(mux)
 		spinners = n
 	}
 	fmt.Println("ready")
