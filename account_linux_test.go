@@ -43,7 +43,15 @@ func TestAnAccountedTaskKeepsItsThreadAndItsSleepsAreOther(t *testing.T) {
 		}
 	}()
 	defer func() { close(stop); wg.Wait() }()
-	for range 20 {
+	// The first three tasks' accounts are not checked: in a fresh process
+	// the parking thread itself works while its goroutine sleeps (handoffp
+	// starting Ms, newm's clone, the race runtime's per-thread set-up;
+	// seen as 3.9 ms on CPU and 4 ms of run delay during 2.5 ms of sleeps
+	// 12 ms after the test binary started, 1 run in 6), which the account
+	// rightly shows as on-CPU and run queue time, not other; and the
+	// test's own goroutine waited 3.5 ms for a CPU between its clock read
+	// and Do (1 run in 8), which no account sees.
+	for i := range 23 {
 		var first, last int
 		a, outside := accountOne(t, e, context.Background(), got, func(ctx context.Context) error {
 			first = unix.Gettid()
@@ -53,12 +61,15 @@ func TestAnAccountedTaskKeepsItsThreadAndItsSleepsAreOther(t *testing.T) {
 			last = unix.Gettid()
 			return nil
 		})
-		checkSum(t, a, outside)
 		if first != last {
-			t.Fatalf("the accounted task ran on threads %d and %d: it must keep its thread", first, last)
+			t.Fatalf("task %d ran on threads %d and %d: an accounted task must keep its thread", i, first, last)
 		}
+		if i < 3 {
+			continue
+		}
+		checkSum(t, a, outside)
 		if a.Partial != "" || a.Parts[PartOther] < 2*time.Millisecond {
-			t.Errorf("2.5 ms of sleeping: %+v, want a whole account with the sleeps in other", a)
+			t.Errorf("task %d, 2.5 ms of sleeping: %+v, want a whole account with the sleeps in other", i, a)
 		}
 	}
 }

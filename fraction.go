@@ -19,7 +19,13 @@ import (
 // (Documentation/scheduler/sched-bwc.rst). With Options.Quota set to
 // QuotaFraction (the default), the executor runs ceil(q) slots of which the
 // last is open only while the cgroup's CPU use stays under its quota (for
-// q >= 1; below one core it runs the one slot unpaced, as QuotaFloor):
+// q >= 1; below one core it runs the one slot unpaced, as QuotaFloor).
+// A whole quota q is paced the same way when GOMAXPROCS is above q (Go's
+// default for a 1-CPU quota is 2 Ps, runtime/cgroup_linux.go): there the
+// slots alone fill the quota and goroutines outside the executor
+// (request handlers, GC workers) take the process over it, so the q-th
+// slot is the paced one; its cost where the slots' work is all there is:
+// the slot closes ~3 % of the time (target below):
 //
 //   - every tick (period/50: 2 ms for the default 100 ms period), and at a
 //     task's end when the tick is late (a ticker goroutine waits for a P
@@ -102,10 +108,24 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 	q := b.Cores
 	n := math.Floor(q)
 	frac := q - n
-	if frac < 0.01 || n < 1 || (b.GOMAXPROCS > 0 && int(n)+1 > b.GOMAXPROCS) {
-		// Whole; or below one core, where the one slot is the paced one
-		// and pacing it only adds idle gaps to a process that is
-		// throttled whenever it is busy; or no P for an extra slot.
+	switch {
+	case n < 1:
+		// Below one core the one slot would be the paced one, and pacing
+		// it only adds idle gaps to a process that is throttled whenever
+		// it is busy.
+		p.n, p.frac = int(n), 0
+		return false
+	case frac < 0.01 && b.GOMAXPROCS > int(n):
+		// A whole quota with a P beyond the slots (Go's default gives a
+		// 1-CPU quota 2 Ps, runtime/cgroup_linux.go): goroutines outside
+		// the executor (handlers, GC workers) run beside full slots and
+		// take the process over its quota. The last whole slot is the
+		// paced one: n-1 always open, one open while the cgroup stays
+		// under target x q.
+		n, frac = n-1, 1
+	case frac < 0.01 || (b.GOMAXPROCS > 0 && int(n)+1 > b.GOMAXPROCS):
+		// Whole with no P to spare (the slots' own use cannot pass the
+		// quota); or no P for an extra slot.
 		p.n, p.frac = int(n), 0
 		return false
 	}

@@ -19,6 +19,10 @@ import (
 // an executor with zero Options keeps two Batch loops busy for 1.5 s and
 // prints its slot count and whether the fractional slot is paced.
 func fractionChild() {
+	if m := os.Getenv("CPUWORK_FRACTION_CHILD"); m == "whole" || m == "whole-floor" {
+		wholeQuotaChild(m == "whole-floor")
+		return
+	}
 	e, err := New(Options{WatchInterval: -1})
 	if err != nil {
 		fmt.Println(`{"err":"` + err.Error() + `"}`)
@@ -76,33 +80,7 @@ func TestFractionalSlotInARealCgroup(t *testing.T) {
 	if runtime.NumCPU() < 2 {
 		t.Skip("needs 2 CPUs for a 1.5-CPU quota")
 	}
-	g, err := cgroup.New(cgroup.Config{Name: cgroup.OwnedName("fraction-test"), Parent: "cpuwork-test-fraction", CPUs: 1.5})
-	if err != nil {
-		t.Skip("cannot create a quota cgroup here:", err)
-	}
-	defer g.Remove()
-	files, err := g.OpenProcs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Join the group before the Go runtime starts: the child is a shell
-	// that moves itself in, then executes the test binary.
-	cmd := exec.Command("sh", "-c", `echo $$ > "$1" && exec "$2" -test.run '^$'`, "sh", g.ProcsFile(), os.Args[0])
-	for _, f := range files {
-		f.Close()
-	}
-	cmd.Env = append(os.Environ(), "CPUWORK_FRACTION_CHILD=1", "GOMAXPROCS=")
-	before, _ := g.Stat()
-	t0 := time.Now()
-	out, err := cmd.Output()
-	wall := time.Since(t0)
-	if err != nil {
-		t.Fatalf("child: %v: %s", err, out)
-	}
-	after, err := g.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
+	out, periods, throttled, wall := runInQuota(t, 1.5, "1")
 	var r struct {
 		Slots      int
 		Fractional bool
@@ -112,7 +90,6 @@ func TestFractionalSlotInARealCgroup(t *testing.T) {
 	if err := json.Unmarshal(out, &r); err != nil {
 		t.Fatalf("child output %q: %v", out, err)
 	}
-	periods, throttled := after.Periods-before.Periods, after.ThrottledPeriods-before.ThrottledPeriods
 	t.Logf("slots %d fractional %v; %d of %d periods throttled; %.2f cores used over the busy 1.5 s (child ran %v)", r.Slots, r.Fractional, throttled, periods, r.Cores, wall.Round(time.Millisecond))
 	if r.Slots != 2 || !r.Fractional {
 		t.Errorf("slots %d, fractional pacing %v; want 2 slots, paced", r.Slots, r.Fractional)
@@ -125,6 +102,139 @@ func TestFractionalSlotInARealCgroup(t *testing.T) {
 	if r.Most != 2 {
 		t.Errorf("at most %d tasks ran at once: the fractional slot was never open", r.Most)
 	}
+}
+
+// wholeQuotaChild runs in a 1-CPU cgroup at Go's default GOMAXPROCS (2):
+// two Batch loops keep the executor's one slot busy for 1.5 s (calling
+// Checkpoint every ~100 µs) while a goroutine outside the executor, as a
+// request handler would, spins 3 ms in every 8. Prints the slot count,
+// whether the slot was paced and the tasks' work done.
+func wholeQuotaChild(floor bool) {
+	o := Options{WatchInterval: -1}
+	if floor {
+		o.Quota = QuotaFloor
+	}
+	e, err := New(o)
+	if err != nil {
+		fmt.Println(`{"err":"` + err.Error() + `"}`)
+		os.Exit(1)
+	}
+	t0, cpu0 := time.Now(), processCPU()
+	stop := t0.Add(1500 * time.Millisecond)
+	var wg sync.WaitGroup
+	var steps atomic.Int64
+	wg.Add(3)
+	spin := func(n int) { // ~n ns of CPU, whatever the throttling
+		x := uint64(1)
+		for i := range n {
+			x = x*6364136223846793005 + uint64(i)
+		}
+		sinkU.Store(x)
+	}
+	go func() { // outside the executor
+		defer wg.Done()
+		for time.Now().Before(stop) {
+			spin(3_000_000)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	for range 2 {
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				e.Do(context.Background(), Batch, func(ctx context.Context) error {
+					for range 100 {
+						spin(100_000)
+						steps.Add(1)
+						if Checkpoint(ctx) != nil {
+							return nil
+						}
+					}
+					return nil
+				})
+			}
+		}()
+	}
+	wg.Wait()
+	cores := (processCPU() - cpu0).Seconds() / time.Since(t0).Seconds()
+	out, _ := json.Marshal(map[string]any{"slots": e.Slots(), "fractional": e.frac != nil, "steps": steps.Load(), "cores": cores})
+	e.Close(context.Background())
+	fmt.Println(string(out))
+}
+
+// TestWholeQuotaSlotGivesWayInARealCgroup: in a real 1-CPU cgroup at Go's
+// default of 2 Ps, one busy slot plus work outside the executor is over
+// the quota. The zero Options pace the slot: few periods throttled. The
+// same child with QuotaFloor (the slot unpaced) is throttled in most
+// periods, which shows the setting makes the difference here.
+func TestWholeQuotaSlotGivesWayInARealCgroup(t *testing.T) {
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 || cgroup.Version() == 0 {
+		t.Skip("needs root and a cgroup CPU controller to create a quota cgroup")
+	}
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs: Go gives a 1-CPU quota 2 Ps only where there are 2 CPUs")
+	}
+	run := func(mode string) (slots int, paced bool, steps, periods, throttled uint64) {
+		out, periods, throttled, _ := runInQuota(t, 1, mode)
+		var r struct {
+			Slots      int
+			Fractional bool
+			Steps      uint64
+			Cores      float64
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("child output %q: %v", out, err)
+		}
+		t.Logf("%s: slots %d paced %v; %d of %d periods throttled; %.2f cores used; %d steps of ~100 µs", mode, r.Slots, r.Fractional, throttled, periods, r.Cores, r.Steps)
+		return r.Slots, r.Fractional, r.Steps, periods, throttled
+	}
+	slots, paced, steps, periods, throttled := run("whole")
+	_, floorPaced, floorSteps, floorPeriods, floorThrottled := run("whole-floor")
+	if slots != 1 || !paced || floorPaced {
+		t.Fatalf("zero Options: %d slots, paced %v; QuotaFloor paced %v: want 1 slot, paced only by default", slots, paced, floorPaced)
+	}
+	if floorThrottled*2 <= floorPeriods {
+		t.Skipf("unpaced, %d of %d periods were throttled: this machine did not give the child over a core, so the test shows nothing", floorThrottled, floorPeriods)
+	}
+	if periods == 0 || throttled*5 > periods {
+		t.Errorf("paced: %d of %d periods throttled (unpaced %d of %d): want at most a fifth", throttled, periods, floorThrottled, floorPeriods)
+	}
+	// The paced slot still did most of the unpaced one's work (the quota
+	// is what both share; logged ratio, loosely bounded: a loaded machine
+	// moves it).
+	if steps*2 < floorSteps {
+		t.Errorf("paced slot did %d steps, unpaced %d: the slot was closed most of the time", steps, floorSteps)
+	}
+}
+
+// runInQuota runs the test binary as fractionChild in mode (its
+// CPUWORK_FRACTION_CHILD value) in a new cgroup of cpus cores, at Go's
+// default GOMAXPROCS; it returns the child's output, the cgroup's periods
+// and throttled periods over the run, and the run's wall time. It skips
+// the test where no quota cgroup can be created.
+func runInQuota(t *testing.T, cpus float64, mode string) (out []byte, periods, throttled uint64, wall time.Duration) {
+	t.Helper()
+	g, err := cgroup.New(cgroup.Config{Name: cgroup.OwnedName("fraction-test"), Parent: "cpuwork-test-fraction", CPUs: cpus})
+	if err != nil {
+		t.Skip("cannot create a quota cgroup here:", err)
+	}
+	defer g.Remove()
+	// Join the group before the Go runtime starts: the child is a shell
+	// that moves itself in, then executes the test binary.
+	cmd := exec.Command("sh", "-c", `echo $$ > "$1" && exec "$2" -test.run '^$'`, "sh", g.ProcsFile(), os.Args[0])
+	cmd.Env = append(os.Environ(), "CPUWORK_FRACTION_CHILD="+mode, "GOMAXPROCS=")
+	before, _ := g.Stat()
+	t0 := time.Now()
+	out, err = cmd.Output()
+	wall = time.Since(t0)
+	if err != nil {
+		t.Fatalf("child %s: %v: %s", mode, err, out)
+	}
+	after, err := g.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out, after.Periods - before.Periods, after.ThrottledPeriods - before.ThrottledPeriods, wall
 }
 
 var sinkU atomic.Uint64

@@ -21,6 +21,7 @@ type sim struct {
 	lag      int64
 	throttle uint64
 	usageAt  []int64 // cumulative usage at each ms
+	outside  float64 // cores of work outside the slots (handlers, GC), always running
 }
 
 func newSim(q float64, period time.Duration, lag time.Duration) *sim {
@@ -41,8 +42,12 @@ func newSim(q float64, period time.Duration, lag time.Duration) *sim {
 
 func (s *sim) setQuota(q float64, period time.Duration) {
 	n := int(q)
+	frac := q - float64(n)
+	if frac == 0 { // a whole quota: the last slot is the paced one
+		n, frac = n-1, 1
+	}
 	s.p.mu.Lock()
-	s.p.n, s.p.frac, s.p.period, s.p.tickNs = n, q-float64(n), period, int64(period/fracTicks)
+	s.p.n, s.p.frac, s.p.period, s.p.tickNs = n, frac, period, int64(period/fracTicks)
 	s.p.mu.Unlock()
 }
 
@@ -59,7 +64,7 @@ func (s *sim) run(d time.Duration) {
 		if s.open {
 			cores++
 		}
-		s.u += cores * us
+		s.u += cores*us + int64(s.outside*float64(us))
 		s.t += us
 		if s.t%s.p.tickNs == 0 {
 			s.p.step(s.t)
@@ -106,6 +111,32 @@ func TestFractionalSlotUsesTheQuotaWithoutExceedingItInAnyPeriodPhase(t *testing
 		if avg < 0.93*c.q || worst > c.q {
 			t.Errorf("quota %v period %v close lag %v: used %.3f cores on average (want >= 0.93 x quota), %.3f in the worst window of one period (want <= quota)",
 				c.q, c.period, c.lag, avg, worst)
+		}
+	}
+}
+
+// A whole quota with a P beyond the slots: work outside the executor
+// (0.1-0.3 cores of handlers and GC) runs beside a busy slot all the time;
+// unpaced the process would use q + outside and be throttled every period.
+// Paced, the slot gives way: no window of one period passes the quota and
+// the quota is still used.
+func TestWholeQuotaLastSlotGivesWayToWorkOutsideTheExecutor(t *testing.T) {
+	for _, c := range []struct {
+		q, outside float64
+		lag        time.Duration
+	}{
+		{1, 0.1, time.Millisecond},
+		{1, 0.3, 2 * time.Millisecond},
+		{2, 0.2, time.Millisecond},
+		{1, 0, time.Millisecond}, // the slots' work is all there is: the cost
+	} {
+		s := newSim(c.q, 100*time.Millisecond, c.lag)
+		s.outside = c.outside
+		s.run(3 * time.Second)
+		avg, worst := s.avg(200), s.maxWindow(200, 100*time.Millisecond)
+		if avg < 0.93*c.q || worst > c.q {
+			t.Errorf("quota %v with %.1f cores outside the slots, close lag %v: used %.3f cores on average (want >= 0.93 x quota), %.3f in the worst window of one period (want <= quota)",
+				c.q, c.outside, c.lag, avg, worst)
 		}
 	}
 }
@@ -185,7 +216,16 @@ func TestFractionalPacerOnlyForFractionalQuotas(t *testing.T) {
 			Limits: []budget.Limit{{Dir: t.TempDir(), Period: 100 * time.Millisecond, Cores: q}}}
 	}
 	if p := newFracPacer(mk(2, 2), func(bool) {}); p != nil {
-		t.Error("a whole quota got a fractional pacer")
+		t.Error("a whole quota with GOMAXPROCS at the quota (nothing can run beside the slots) got a pacer")
+	}
+	if p := newFracPacer(mk(1, 2), func(bool) {}); p == nil || p.slots() != 1 || p.n != 0 || p.frac != 1 {
+		t.Errorf("1 core at GOMAXPROCS 2 (Go's default): want the one slot paced, got %+v", p)
+	}
+	if p := newFracPacer(mk(2, 3), func(bool) {}); p == nil || p.slots() != 2 || p.n != 1 || p.frac != 1 {
+		t.Errorf("2 cores at GOMAXPROCS 3: want 2 slots, the second paced, got %+v", p)
+	}
+	if p := newFracPacer(mk(1, 0), func(bool) {}); p != nil {
+		t.Error("a whole quota with GOMAXPROCS unknown got a pacer")
 	}
 	if p := newFracPacer(mk(0.5, 2), func(bool) {}); p != nil {
 		t.Error("below one core the one slot got a pacer")

@@ -15,15 +15,15 @@ const DefaultQueueLimit = 1024
 // MaxSlots is the largest slot count an executor accepts.
 const MaxSlots = 4096
 
-// QuotaPolicy is how an executor uses a fractional CPU quota
-// (Options.Quota).
+// QuotaPolicy is how an executor uses a CPU quota (Options.Quota).
 type QuotaPolicy uint8
 
 const (
 	// QuotaFraction runs ceil(quota) slots, the last one open only while
-	// the cgroup stays under its quota.
+	// the cgroup stays under its quota (for a whole quota only when
+	// GOMAXPROCS is above it).
 	QuotaFraction QuotaPolicy = iota
-	// QuotaFloor runs floor(quota) slots.
+	// QuotaFloor runs floor(quota) slots, unpaced.
 	QuotaFloor
 )
 
@@ -159,14 +159,19 @@ type Options struct {
 	// and used less of the quota (docs/architecture.md).
 	PaceQuota bool
 
-	// Quota chooses how Slots 0 uses a CFS quota that is not a whole number
-	// of cores (1.25, 1.5, 2.5). The zero value, QuotaFraction, runs
-	// ceil(quota) slots and opens the last one only while the cgroup's
-	// CPU usage stays under the quota (fraction.go): the process uses
-	// the fractional core without being throttled. QuotaFloor runs
-	// floor(quota) slots (at least 1), as budget.Budget.Slots says; the
-	// fraction stays unused. Ignored with PaceQuota, with Slots set, and
-	// for whole quotas.
+	// Quota chooses how Slots 0 uses a CFS quota. The zero value,
+	// QuotaFraction, runs ceil(quota) slots for a quota that is not a
+	// whole number of cores (1.25, 1.5, 2.5) and opens the last one only
+	// while the cgroup's CPU usage stays under the quota (fraction.go):
+	// the process uses the fractional core without being throttled. For a
+	// whole quota q with GOMAXPROCS above q (Go's default under a 1-CPU
+	// quota is 2 Ps) it runs q slots and paces the last the same way, so
+	// work outside the executor (handlers, GC) beside busy slots does not
+	// get the process throttled; where the slots' work is all the process
+	// does this costs up to 3 % of its throughput. QuotaFloor runs
+	// floor(quota) slots (at least 1), as budget.Budget.Slots says,
+	// unpaced; the fraction stays unused. Ignored with PaceQuota and with
+	// Slots set.
 	Quota QuotaPolicy
 
 	// Account records, for a sample of tasks, where their latency went:
