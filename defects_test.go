@@ -122,6 +122,40 @@ func TestGoexitInATaskIsAnErrorAndTheWorkerIsReplaced(t *testing.T) {
 	}
 }
 
+// A worker runs the task granted to its pool at its task's end itself
+// (keepNext). When that task ended in runtime.Goexit the worker goroutine
+// is gone: the granted task must go to another worker, not vanish.
+func TestATaskGrantedAtAGoexitStillRuns(t *testing.T) {
+	for _, c := range []Class{Interactive, Batch} {
+		e := newExec(t, Options{Slots: 1})
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		release := make(chan struct{})
+		first, err := e.Go(ctx, c, func(context.Context) error { <-release; runtime.Goexit(); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ran atomic.Int32
+		var queued []*Task
+		for range 3 { // queued behind the one slot, granted at first's end
+			task, err := e.Go(ctx, c, func(context.Context) error { ran.Add(1); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			queued = append(queued, task)
+		}
+		close(release)
+		if err := first.Wait(ctx); !errors.Is(err, ErrGoexit) {
+			t.Fatalf("%s: first: %v, want ErrGoexit", c, err)
+		}
+		for i, task := range queued {
+			if err := task.Wait(ctx); err != nil {
+				t.Fatalf("%s: task %d queued behind a Goexit: %v (ran %d of 3)", c, i, err, ran.Load())
+			}
+		}
+		cancel()
+	}
+}
+
 // Checkpoint called with the enclosing task's context from For's chunk
 // callbacks runs on several goroutines at once: it must be safe (run with
 // -race) and never hand the task's slot over from a helper.

@@ -43,6 +43,9 @@ type taskCtx struct {
 	// chunks (handedBack).
 	noSlot lostSlot
 	w      waiter
+	// keep, set while the task runs on a worker, receives the next task
+	// granted to that worker's pool at this task's end (keepNext).
+	keep *keepNext
 }
 
 type lostSlot uint8
@@ -276,7 +279,11 @@ func (e *Executor) ungrant(w *waiter) { e.releaseSlot(w.class, &w.est) }
 // by Close. It drops the class's in-flight slot-time estimate (*est) and
 // its SpareP count, frees the slot and hands it to the next waiter in
 // policy order (order.go), and, after Close, signals a drained executor.
-func (e *Executor) releaseSlot(c Class, est *int64) {
+func (e *Executor) releaseSlot(c Class, est *int64) { e.releaseSlotKeep(c, est, nil) }
+
+// releaseSlotKeep is releaseSlot for a task ending on a worker: a task
+// granted to keep's pool goes into keep for the worker to run next.
+func (e *Executor) releaseSlotKeep(c Class, est *int64, keep *keepNext) {
 	if *est != 0 {
 		e.share.inflight[c].Add(-*est)
 		*est = 0
@@ -284,7 +291,7 @@ func (e *Executor) releaseSlot(c Class, est *int64) {
 	if c.runsOnWorker() {
 		e.lowRunning.Add(-1)
 	}
-	e.release()
+	e.release(keep)
 	if e.closed.Load() {
 		e.checkDrained()
 	}
@@ -354,7 +361,7 @@ func (e *Executor) finish(tc *taskCtx) {
 	}
 	s.completed.Add(1)
 	if tc.noSlot == holdsSlot {
-		e.releaseSlot(tc.class, &tc.w.est)
+		e.releaseSlotKeep(tc.class, &tc.w.est, tc.keep)
 	} else if e.closed.Load() {
 		e.checkDrained()
 	}

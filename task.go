@@ -9,6 +9,7 @@ type Task struct {
 	stop func() bool // stops the context watch of a queued task
 	done chan struct{}
 	err  error
+	keep keepNext // the worker's next task, filled at this one's end
 }
 
 // Done is closed when the task has finished or failed.
@@ -165,16 +166,23 @@ func (e *Executor) cancelQueued(t *Task) {
 // runTask runs a task handed to a worker and closes its Done channel on
 // every path: fn's return, a panic (run recovers it) or runtime.Goexit
 // (the task then fails with ErrGoexit; the worker goroutine ends and its
-// pool starts a replacement).
-func (e *Executor) runTask(t *Task) {
+// pool starts a replacement). It returns the task granted to the same
+// pool at this one's end, for the worker to run next (keepNext), or nil.
+func (e *Executor) runTask(t *Task) (next *Task) {
 	if t.stop != nil {
 		t.stop()
 	}
+	t.keep = keepNext{pool: t.tc.class.pool()}
+	t.tc.keep = &t.keep
 	returned := false
 	defer func() {
 		if !returned { // fn called runtime.Goexit: run's deferred finish released the slot
 			t.err = ErrGoexit
 			close(t.done)
+			if k := t.keep.task; k != nil { // this goroutine ends: another worker runs it
+				t.keep.task = nil
+				e.pools[t.keep.pool].runq <- k
+			}
 		}
 	}()
 	tc := &t.tc
@@ -187,4 +195,6 @@ func (e *Executor) runTask(t *Task) {
 	t.err = e.run(tc, t.fn)
 	returned = true
 	close(t.done)
+	next, t.keep.task = t.keep.task, nil
+	return next
 }

@@ -20,7 +20,7 @@ type workerPool struct {
 	wg    sync.WaitGroup
 	// Callbacks into the executor: its lock, and running a task.
 	lock, unlock func()
-	runTask      func(*Task)
+	runTask      func(*Task) (next *Task)
 }
 
 const (
@@ -108,17 +108,21 @@ func (p *workerPool) loop(w *guardedWorker) bool {
 		if t == nil {
 			return true
 		}
-		if w == nil {
-			p.runTask(t)
-			continue
+		// Run t, then each task granted to this pool at the end of the
+		// one before (keepNext), without going through runq.
+		for t != nil {
+			if w == nil {
+				t = p.runTask(t)
+				continue
+			}
+			if !p.guard.adjust(w) {
+				p.runq <- t // runq never holds more than slots + sentinels: room enough
+				return false
+			}
+			w.busy.Store(true)
+			t = p.runTask(t)
+			w.busy.Store(false)
 		}
-		if !p.guard.adjust(w) {
-			p.runq <- t // runq never holds more than slots + sentinels: room enough
-			return false
-		}
-		w.busy.Store(true)
-		p.runTask(t)
-		w.busy.Store(false)
 	}
 	return true
 }

@@ -29,7 +29,7 @@ import (
 var inferenceVariants = []struct{ name, desc string }{
 	{"naive", "a goroutine per request; ONNX Runtime's default intra-op threads (one per core, blind to quotas); a large request runs its images one after another"},
 	{"pool", "the field report's fix: GOMAXPROCS workers, intra-op threads 1, a large request split into one task per image"},
-	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline); PaceQuota under a quota"},
+	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline); under a quota the default Quota policy (the last slot open only while the cgroup stays under its quota, handlers and GC included)"},
 }
 
 const (
@@ -214,8 +214,8 @@ func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Referen
 // reference, 503 when shed, 500 otherwise.
 //
 // slots is the cpuwork variant's slot count; 0 (a quota case's child
-// process) follows the process's own budget, with PaceQuota pacing Batch
-// under a quota.
+// process) follows the process's own budget, with the default Quota
+// policy pacing the last slot under a quota.
 func newInferenceServer(variant string, ref *workload.Reference, slots int, sv serving, sp *split) (*inferenceServer, error) {
 	intraOp := 1
 	if variant == "naive" {
@@ -285,7 +285,10 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 		if slots == 0 {
 			watch = 0
 		}
-		o := cpuwork.Options{Slots: slots, WatchInterval: watch, PaceQuota: true,
+		// Under a quota the zero Quota policy: the budget's slots, the last
+		// paced so that the handlers beside them keep the process under
+		// the quota (fraction.go; a 1-CPU quota gets 2 Ps from Go).
+		o := cpuwork.Options{Slots: slots, WatchInterval: watch,
 			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256}}
 		if sp != nil {
 			// Accounting every request cost these cgo-bound tasks several
@@ -435,7 +438,7 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 			v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
 		}
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with PaceQuota; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the measured capacity scaled to the quota; their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
+	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with its default Quota policy; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the measured capacity scaled to the quota; their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
 }
 
 func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, sv serving, rate float64, bodies []string) error {
