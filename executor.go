@@ -164,6 +164,9 @@ func New(o Options) (*Executor, error) {
 	}
 	e.spareP = o.SpareP
 	e.demotion = o.Demotion
+	if o.Quota > QuotaStrict {
+		return nil, fmt.Errorf("cpuwork: Options.Quota %d is not a QuotaPolicy", o.Quota)
+	}
 	if o.Demotion > DemoteAlways {
 		return nil, fmt.Errorf("cpuwork: Options.Demotion %d is not a Demotion", o.Demotion)
 	}
@@ -200,8 +203,8 @@ func New(o Options) (*Executor, error) {
 		if _, _, ok := quotaOf(b); ok && o.PaceQuota {
 			e.pacer = newPacer(b, e.setPaced)
 			slots = pacedSlots(b)
-		} else if ok && o.Quota == QuotaFraction {
-			if p := newFracPacer(b, e.setExtraOpen); p != nil {
+		} else if ok && (o.Quota == QuotaFraction || o.Quota == QuotaStrict) {
+			if p := newFracPacer(b, o.Quota == QuotaStrict, e.setExtraOpen); p != nil {
 				e.frac = p
 				slots = p.slots()
 			}

@@ -87,6 +87,8 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{Slots: MaxSlots + 1},
 		{Slots: 1, QueueLimit: [NumClasses]int{Batch: -1}},
 		{Slots: 1, InteractiveWeight: -2},
+		{Quota: QuotaStrict + 1},
+		{Demotion: DemoteAlways + 1},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) gave no error", o)

@@ -19,8 +19,8 @@ import (
 // an executor with zero Options keeps two Batch loops busy for 1.5 s and
 // prints its slot count and whether the fractional slot is paced.
 func fractionChild() {
-	if m := os.Getenv("CPUWORK_FRACTION_CHILD"); m == "whole" || m == "whole-floor" {
-		wholeQuotaChild(m == "whole-floor")
+	if m := os.Getenv("CPUWORK_FRACTION_CHILD"); m == "whole" || m == "whole-strict" {
+		wholeQuotaChild(m == "whole-strict")
 		return
 	}
 	e, err := New(Options{WatchInterval: -1})
@@ -104,15 +104,16 @@ func TestFractionalSlotInARealCgroup(t *testing.T) {
 	}
 }
 
-// wholeQuotaChild runs in a 1-CPU cgroup at Go's default GOMAXPROCS (2):
+// wholeQuotaChild runs in a 1-CPU cgroup at Go's default GOMAXPROCS (2),
+// with QuotaStrict when strict, else zero Options:
 // two Batch loops keep the executor's one slot busy for 1.5 s (calling
 // Checkpoint every ~100 µs) while a goroutine outside the executor, as a
 // request handler would, spins 3 ms in every 8. Prints the slot count,
 // whether the slot was paced and the tasks' work done.
-func wholeQuotaChild(floor bool) {
+func wholeQuotaChild(strict bool) {
 	o := Options{WatchInterval: -1}
-	if floor {
-		o.Quota = QuotaFloor
+	if strict {
+		o.Quota = QuotaStrict
 	}
 	e, err := New(o)
 	if err != nil {
@@ -162,12 +163,13 @@ func wholeQuotaChild(floor bool) {
 	fmt.Println(string(out))
 }
 
-// TestWholeQuotaSlotGivesWayInARealCgroup: in a real 1-CPU cgroup at Go's
-// default of 2 Ps, one busy slot plus work outside the executor is over
-// the quota. The zero Options pace the slot: few periods throttled. The
-// same child with QuotaFloor (the slot unpaced) is throttled in most
-// periods, which shows the setting makes the difference here.
-func TestWholeQuotaSlotGivesWayInARealCgroup(t *testing.T) {
+// TestQuotaStrictSlotGivesWayInARealCgroup: in a real 1-CPU cgroup at
+// Go's default of 2 Ps, one busy slot plus work outside the executor is
+// over the quota. QuotaStrict paces the slot: few periods throttled. The
+// same child with zero Options (the whole quota's slot unpaced) is
+// throttled in most periods, which shows the setting makes the
+// difference here.
+func TestQuotaStrictSlotGivesWayInARealCgroup(t *testing.T) {
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 || cgroup.Version() == 0 {
 		t.Skip("needs root and a cgroup CPU controller to create a quota cgroup")
 	}
@@ -188,10 +190,10 @@ func TestWholeQuotaSlotGivesWayInARealCgroup(t *testing.T) {
 		t.Logf("%s: slots %d paced %v; %d of %d periods throttled; %.2f cores used; %d steps of ~100 µs", mode, r.Slots, r.Fractional, throttled, periods, r.Cores, r.Steps)
 		return r.Slots, r.Fractional, r.Steps, periods, throttled
 	}
-	slots, paced, steps, periods, throttled := run("whole")
-	_, floorPaced, floorSteps, floorPeriods, floorThrottled := run("whole-floor")
+	slots, paced, steps, periods, throttled := run("whole-strict")
+	_, floorPaced, floorSteps, floorPeriods, floorThrottled := run("whole")
 	if slots != 1 || !paced || floorPaced {
-		t.Fatalf("zero Options: %d slots, paced %v; QuotaFloor paced %v: want 1 slot, paced only by default", slots, paced, floorPaced)
+		t.Fatalf("QuotaStrict: %d slots, paced %v; zero Options paced %v: want 1 slot, paced only with QuotaStrict", slots, paced, floorPaced)
 	}
 	if floorThrottled*2 <= floorPeriods {
 		t.Skipf("unpaced, %d of %d periods were throttled: this machine did not give the child over a core, so the test shows nothing", floorThrottled, floorPeriods)

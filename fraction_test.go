@@ -210,33 +210,39 @@ func TestUsageReaderReadsV1AndV2Counters(t *testing.T) {
 	closeFn()
 }
 
-func TestFractionalPacerOnlyForFractionalQuotas(t *testing.T) {
+func TestFractionalPacerForFractionalQuotasAndStrictWholeOnes(t *testing.T) {
 	mk := func(q float64, gomaxprocs int) budget.Budget {
 		return budget.Budget{Cores: q, GOMAXPROCS: gomaxprocs, Affinity: 4, Source: budget.SourceCgroupV1,
 			Limits: []budget.Limit{{Dir: t.TempDir(), Period: 100 * time.Millisecond, Cores: q}}}
 	}
-	if p := newFracPacer(mk(2, 2), func(bool) {}); p != nil {
-		t.Error("a whole quota with GOMAXPROCS at the quota (nothing can run beside the slots) got a pacer")
+	if p := newFracPacer(mk(2, 2), false, func(bool) {}); p != nil {
+		t.Error("a whole quota got a pacer")
 	}
-	if p := newFracPacer(mk(1, 2), func(bool) {}); p == nil || p.slots() != 1 || p.n != 0 || p.frac != 1 {
-		t.Errorf("1 core at GOMAXPROCS 2 (Go's default): want the one slot paced, got %+v", p)
+	if p := newFracPacer(mk(1, 2), false, func(bool) {}); p != nil {
+		t.Error("QuotaFraction paced a whole quota")
 	}
-	if p := newFracPacer(mk(2, 3), func(bool) {}); p == nil || p.slots() != 2 || p.n != 1 || p.frac != 1 {
-		t.Errorf("2 cores at GOMAXPROCS 3: want 2 slots, the second paced, got %+v", p)
+	if p := newFracPacer(mk(1, 2), true, func(bool) {}); p == nil || p.slots() != 1 || p.n != 0 || p.frac != 1 {
+		t.Errorf("QuotaStrict, 1 core at GOMAXPROCS 2 (Go's default): want the one slot paced, got %+v", p)
 	}
-	if p := newFracPacer(mk(1, 0), func(bool) {}); p != nil {
-		t.Error("a whole quota with GOMAXPROCS unknown got a pacer")
+	if p := newFracPacer(mk(2, 3), true, func(bool) {}); p == nil || p.slots() != 2 || p.n != 1 || p.frac != 1 {
+		t.Errorf("QuotaStrict, 2 cores at GOMAXPROCS 3: want 2 slots, the second paced, got %+v", p)
 	}
-	if p := newFracPacer(mk(0.5, 2), func(bool) {}); p != nil {
+	if p := newFracPacer(mk(2, 2), true, func(bool) {}); p != nil {
+		t.Error("QuotaStrict, a whole quota with GOMAXPROCS at the quota (nothing can run beside the slots) got a pacer")
+	}
+	if p := newFracPacer(mk(1, 0), true, func(bool) {}); p != nil {
+		t.Error("QuotaStrict, a whole quota with GOMAXPROCS unknown got a pacer")
+	}
+	if p := newFracPacer(mk(0.5, 2), false, func(bool) {}); p != nil {
 		t.Error("below one core the one slot got a pacer")
 	}
-	if p := newFracPacer(mk(1.25, 1), func(bool) {}); p != nil {
+	if p := newFracPacer(mk(1.25, 1), false, func(bool) {}); p != nil {
 		t.Error("GOMAXPROCS 1 leaves no P for the extra slot, yet a pacer was made")
 	}
-	if p := newFracPacer(mk(1.25, 2), func(bool) {}); p == nil || p.slots() != 2 {
+	if p := newFracPacer(mk(1.25, 2), false, func(bool) {}); p == nil || p.slots() != 2 {
 		t.Errorf("1.25 cores: %+v", p)
 	}
-	if p := newFracPacer(budget.Budget{Cores: 1.5, Affinity: 2, Source: budget.SourceAffinity}, func(bool) {}); p != nil {
+	if p := newFracPacer(budget.Budget{Cores: 1.5, Affinity: 2, Source: budget.SourceAffinity}, false, func(bool) {}); p != nil {
 		t.Error("a budget without a quota got a pacer")
 	}
 }

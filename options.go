@@ -19,12 +19,15 @@ const MaxSlots = 4096
 type QuotaPolicy uint8
 
 const (
-	// QuotaFraction runs ceil(quota) slots, the last one open only while
-	// the cgroup stays under its quota (for a whole quota only when
-	// GOMAXPROCS is above it).
+	// QuotaFraction runs ceil(quota) slots, the last one of a fractional
+	// quota open only while the cgroup stays under its quota.
 	QuotaFraction QuotaPolicy = iota
 	// QuotaFloor runs floor(quota) slots, unpaced.
 	QuotaFloor
+	// QuotaStrict is QuotaFraction that also paces a whole quota's last
+	// slot when GOMAXPROCS is above the quota: never throttled, at a cost
+	// in slot capacity.
+	QuotaStrict
 )
 
 // DefaultCheckpointYield is Options.CheckpointYield's default: at most
@@ -163,15 +166,16 @@ type Options struct {
 	// QuotaFraction, runs ceil(quota) slots for a quota that is not a
 	// whole number of cores (1.25, 1.5, 2.5) and opens the last one only
 	// while the cgroup's CPU usage stays under the quota (fraction.go):
-	// the process uses the fractional core without being throttled. For a
-	// whole quota q with GOMAXPROCS above q (Go's default under a 1-CPU
-	// quota is 2 Ps) it runs q slots and paces the last the same way, so
-	// work outside the executor (handlers, GC) beside busy slots does not
-	// get the process throttled; where the slots' work is all the process
-	// does this costs up to 3 % of its throughput. QuotaFloor runs
-	// floor(quota) slots (at least 1), as budget.Budget.Slots says,
-	// unpaced; the fraction stays unused. Ignored with PaceQuota and with
-	// Slots set.
+	// the process uses the fractional core without being throttled; a
+	// whole quota gets that many slots, unpaced. QuotaStrict paces a whole
+	// quota q's last slot the same way when GOMAXPROCS is above q (Go's
+	// default under a 1-CPU quota is 2 Ps), so that work outside the
+	// executor (handlers, GC) beside busy slots does not get the process
+	// throttled; the slots then get what the rest of the process leaves
+	// of ~97 % of the quota, a cost in their latency near capacity
+	// (docs/architecture.md, "Whole quotas"). QuotaFloor runs floor(quota)
+	// slots (at least 1), as budget.Budget.Slots says, unpaced; the
+	// fraction stays unused. Ignored with PaceQuota and with Slots set.
 	Quota QuotaPolicy
 
 	// Account records, for a sample of tasks, where their latency went:

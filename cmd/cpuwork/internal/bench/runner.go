@@ -120,8 +120,11 @@ var scenarioTable = []scenarioDef{
 		},
 		minDuration: 500 * time.Millisecond}, // the generator's pacing and start-up
 	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
-		variants: func() []string { return describe(inferenceVariants) },
-		steps:    func(r *Runner, vs []string) int { return 5*len(vs)*r.rounds + capacitySteps(r) }, // four loads, the quota case, the capacity
+		variants: func() []string { return append(describe(inferenceVariants), describe(inferenceQuotaExtras)...) },
+		steps: func(r *Runner, vs []string) int { // four loads and the quota case; the extras in the quota case only; the capacity
+			n := len(vs) - len(inferenceQuotaExtras)
+			return 4*n*r.rounds + len(vs)*r.rounds + capacitySteps(r)
+		},
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "inference", Skipped: "no load generator command configured"}, nil
