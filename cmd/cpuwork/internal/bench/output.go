@@ -167,7 +167,7 @@ func extraColumns(scenario string) []column {
 		count := func(x float64) string { return fmt.Sprintf("%.0f", x) }
 		return []column{
 			{"throttled_periods", "throttled", count}, {"periods", "periods", count},
-			{"throttled_share", "thr %", pct}, {"quota_used", "quota used", pct},
+			{"throttled_share", "thr %", pct}, {"quota_used", "quota used", pct}, {"quota_used_run", "used (run)", pct},
 		}
 	case scenario == "service", scenario == "inference":
 		count := func(x float64) string { return fmt.Sprintf("%.0f", x) }
