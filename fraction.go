@@ -65,9 +65,9 @@ import (
 const (
 	fracTargetMax   = 0.97
 	fracTargetMin   = 0.5
-	fracTicks       = 50  // ticks per period
-	fracClosedTicks = 4   // steps per tick while the extra slot is closed
-	fracCapDivisor  = 50  // bucket cap = period / fracCapDivisor
+	fracTicks       = 50 // ticks per period
+	fracClosedTicks = 4  // steps per tick while the extra slot is closed
+	fracCapDivisor  = 50 // bucket cap = period / fracCapDivisor
 )
 
 // fracPacer opens and closes the extra slot. Its clock and counters are
