@@ -572,10 +572,16 @@ func diagnose(w *Window) []Finding {
 		if imp := throttleImpact(w); imp != "" {
 			ev = append(ev, imp)
 		}
+		fix := fmt.Sprintf("keep parallel CPU work under the quota (a cpuwork.Executor uses the fractional core without throttling; or GOMAXPROCS = floor(quota) = %d), or raise the limit; every throttled period adds up to %v to the latency of whatever runs then", budget.Whole(b.Cores, false), periodOf(b))
+		if n := budget.Whole(b.Cores, false); b.Cores-float64(n) < 0.01 && w.GOMAXPROCS > n {
+			// A whole quota with Ps beyond it: the executor's slots fill
+			// the quota and the rest of the process takes it over.
+			fix += fmt.Sprintf("; with this whole quota and GOMAXPROCS %d, work outside an executor's %d slots (handlers, GC) still takes the process over it: cpuwork.Options{Quota: cpuwork.QuotaStrict} paces the last slot so the whole process stays under the quota, at a cost in the slots' own latency near capacity (docs/architecture.md, \"Whole quotas\")", w.GOMAXPROCS, n)
+		}
 		out = append(out, Finding{ID: "cpu-throttled", Severity: sev,
 			Summary:  fmt.Sprintf("the cgroup that sets the CPU quota was throttled in %.0f%% of its periods", 100*throttledShare),
 			Evidence: ev,
-			Fix:      fmt.Sprintf("keep parallel CPU work under the quota (a cpuwork.Executor uses the fractional core without throttling; or GOMAXPROCS = floor(quota) = %d), or raise the limit; every throttled period adds up to %v to the latency of whatever runs then", budget.Whole(b.Cores, false), periodOf(b)),
+			Fix:      fix,
 		})
 	}
 	// Run delay: time the threads were runnable but the kernel ran

@@ -291,3 +291,25 @@ func TestThrottlingImpactAtItsThresholds(t *testing.T) {
 		}
 	}
 }
+
+// A throttled whole quota with Ps beyond it names QuotaStrict in the fix
+// (the executor's slots fill the quota; the rest of the process takes it
+// over); a fractional quota, or GOMAXPROCS at the quota, does not.
+func TestThrottledWholeQuotaFixNamesQuotaStrict(t *testing.T) {
+	for _, c := range []struct {
+		q    float64
+		g    int
+		want bool
+	}{{1, 2, true}, {2, 3, true}, {1.25, 2, false}, {2, 2, false}} {
+		w := quotaWindow(c.q, c.g)
+		w.Throttling = budget.Stat{Periods: 50, ThrottledPeriods: 25}
+		w.CPUCores = c.q
+		f, ok := find(diagnose(w), "cpu-throttled")
+		if !ok {
+			t.Fatalf("quota %v, GOMAXPROCS %d, half the periods throttled: no cpu-throttled finding", c.q, c.g)
+		}
+		if got := strings.Contains(f.Fix, "QuotaStrict"); got != c.want {
+			t.Errorf("quota %v, GOMAXPROCS %d: fix names QuotaStrict %v, want %v: %s", c.q, c.g, got, c.want, f.Fix)
+		}
+	}
+}
