@@ -447,6 +447,7 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 }
 
 func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, sv serving, rate float64, bodies []string) error {
+	defer pinForChildren()()
 	cmd, done, err := inGroup(self, g, "inference-server", "--variant", variant, "--slo", sv.slo.String(), "--per-image", sv.perImage.String())
 	if err != nil {
 		return err

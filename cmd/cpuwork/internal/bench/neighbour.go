@@ -155,6 +155,7 @@ func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Dur
 		}
 		defer removeGroup(hg)
 	}
+	defer pinForChildren()() // the hog and the probe are reaped before this returns
 	var hog *exec.Cmd
 	var hogExited chan struct{} // closed when the hog has exited
 	if variant != "no-hog" {

@@ -228,6 +228,7 @@ func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, gorou
 		return err
 	}
 	defer removeGroup(g)
+	defer pinForChildren()()
 	cmd, done, err := inGroup(self, g, "quota-child", "--mode", qv.mode, "--rounds", strconv.Itoa(rounds),
 		"--goroutines", strconv.Itoa(goroutines), "--iters", strconv.Itoa(iters))
 	if err != nil {

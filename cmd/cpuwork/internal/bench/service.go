@@ -450,6 +450,7 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	if r.loadgenGroup != nil {
 		// The generator in a cgroup of its own with a fixed weight: the
 		// same CPU conditions for every variant, whatever the server does.
+		defer pinForChildren()() // until this returns, after the generator is reaped
 		c, done, err := inGroup(loadgen[0], r.loadgenGroup, args...)
 		if err != nil {
 			return err

@@ -103,6 +103,7 @@ func QuotaTimeline(self, out string, log io.Writer, q float64, d time.Duration) 
 }
 
 func timelineOnce(self string, g *cgroup.Group, mode string, rounds, iters int, q float64, d time.Duration) ([]TimelineSample, error) {
+	defer pinForChildren()()
 	cmd, done, err := inGroup(self, g, "quota-child", "--mode", mode, "--rounds", strconv.Itoa(rounds),
 		"--goroutines", "10", "--iters", strconv.Itoa(iters))
 	if err != nil {
