@@ -3,9 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
-	"github.com/cpuwork/cpuwork/cgroup"
 	"net/http"
-	"os"
 	"runtime"
 	"strings"
 	"sync"
@@ -52,19 +50,13 @@ func (r *Runner) priority(name string, crit, unit time.Duration, network bool) *
 			}
 		}
 	}
-	if network && os.Geteuid() == 0 && r.loadgenGroup == nil {
-		// The generator stands for clients on other machines: in a cgroup
-		// of its own at the highest weight, so that it sends on time
-		// instead of queueing for a CPU behind the server's batch loops
-		// (its lateness counts in every latency, measured from the
-		// intended send time; it is shown apart in "gen. late p99").
-		if g, err := newGroup("bench-loadgen", cgroup.Config{Weight: 10000}); err == nil {
-			r.loadgenGroup = g
-			defer func() { removeGroup(g); r.loadgenGroup = nil }()
-			s.Notes = append(s.Notes, "the load generator runs in a cgroup of its own at weight 10000 (the highest), the same for every variant: clients elsewhere, not competing with the server for its CPUs")
-		} else {
-			s.Notes = append(s.Notes, "the load generator shares the bench's cgroup: "+err.Error())
-		}
+	if network && r.loadgenGroup == nil {
+		// The generator stands for clients on other machines: at the
+		// highest weight it sends on time instead of queueing for a CPU
+		// behind the server's batch loops (its lateness counts in every
+		// latency, measured from the intended send time; it is shown
+		// apart in "gen. late p99").
+		defer r.loadgenIn(s, 10000, "the highest, the same for every variant: clients elsewhere, not competing with the server for its CPUs")()
 	}
 	critW := workload.NewSpin(crit)
 	batchW := workload.NewSpin(unit)

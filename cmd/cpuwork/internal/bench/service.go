@@ -129,17 +129,7 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	}
 	perReq := smallShare*cs.Seconds() + (1-smallShare)*cl.Seconds()
 	estimate := float64(r.slots) / perReq
-	if os.Geteuid() == 0 {
-		if g, err := newGroup("bench-loadgen", cgroup.Config{Weight: 100}); err == nil {
-			r.loadgenGroup = g
-			defer func() { removeGroup(g); r.loadgenGroup = nil }()
-			s.Notes = append(s.Notes, "the load generator runs in a cgroup of its own (weight 100), the same for every variant")
-		} else {
-			s.Notes = append(s.Notes, "the load generator shares the bench's cgroup: "+err.Error())
-		}
-	} else {
-		s.Notes = append(s.Notes, "the load generator shares the bench's cgroup (a cgroup of its own needs root)")
-	}
+	defer r.loadgenIn(s, 100, "the same for every variant")()
 	// The service's latency objective: 3x a large request's run time on
 	// one core. The cpuwork variant gives it to its requests as their
 	// target, with each kind's run time as its expected run time.
@@ -623,4 +613,22 @@ func respond(w http.ResponseWriter, err error) {
 	default:
 		w.Write([]byte("ok\n"))
 	}
+}
+
+// loadgenIn puts the load generator of the scenario's runs in a cgroup of
+// its own at weight (when root; else it shares the bench's, said in a
+// note); call the returned func when the scenario is done.
+func (r *Runner) loadgenIn(s *Scenario, weight uint64, why string) (undo func()) {
+	if os.Geteuid() != 0 {
+		s.Notes = append(s.Notes, "the load generator shares the bench's cgroup (a cgroup of its own needs root)")
+		return func() {}
+	}
+	g, err := newGroup("bench-loadgen", cgroup.Config{Weight: weight})
+	if err != nil {
+		s.Notes = append(s.Notes, "the load generator shares the bench's cgroup: "+err.Error())
+		return func() {}
+	}
+	r.loadgenGroup = g
+	s.Notes = append(s.Notes, fmt.Sprintf("the load generator runs in a cgroup of its own (weight %d), %s", weight, why))
+	return func() { removeGroup(g); r.loadgenGroup = nil }
 }
