@@ -219,8 +219,8 @@ func (r *Runner) inferenceOnce(v *Variant, variant string, ref *workload.Referen
 // reference, 503 when shed, 500 otherwise.
 //
 // slots is the cpuwork variant's slot count; 0 (a quota case's child
-// process) follows the process's own budget, with the default Quota
-// policy pacing the last slot under a quota.
+// process) follows the process's own budget under the default Quota
+// policy (cpuwork-strict: QuotaStrict, the quota's last slot paced).
 func newInferenceServer(variant string, ref *workload.Reference, slots int, sv serving, sp *split) (*inferenceServer, error) {
 	intraOp := 1
 	if variant == "naive" {
