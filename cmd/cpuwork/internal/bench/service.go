@@ -79,7 +79,7 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 		targets = append(targets, t)
 	}
 	opts := []func(*vegeta.Attacker){vegeta.Timeout(30 * time.Second), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000)}
-	pacer := vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}
+	var pacer vegeta.Pacer = &precisePacer{ConstantPacer: vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}}
 	if closed {
 		// vegeta's infinite rate (Freq 0) with a fixed number of workers.
 		opts = append(opts, vegeta.Workers(uint64(workers)), vegeta.MaxWorkers(uint64(workers)))

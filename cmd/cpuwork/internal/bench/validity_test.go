@@ -71,3 +71,53 @@ func TestLoadLevelsThatAreNotWhatTheySayAreNotJudged(t *testing.T) {
 		t.Errorf("judged on a failed calibration: %q", s.Status)
 	}
 }
+
+// A batch-alone reference measured low in one round (batch beside critical
+// load did more than 125 % of it) says nothing about the variants' critical
+// latency: the latency checks of that case stay judged; only the batch share
+// of that round, for every variant of the case, is dropped.
+func TestAnInvalidBatchReferenceDropsTheShareNotTheLatency(t *testing.T) {
+	mk := func(name string, p99 float64, shares ...float64) *Variant {
+		v := &Variant{Name: name, Valid: true}
+		for _, sh := range shares {
+			v.Repeats = append(v.Repeats, Repeat{Latency: Latency{P99: p99}, Extra: map[string]float64{"batch_share_of_alone": sh}})
+		}
+		return v
+	}
+	s := &Scenario{Name: "priority", Variants: []*Variant{
+		mk("cpuwork", 0.005, 0.9, 0.9, 0.9),
+		mk("goroutines", 0.02, 0.9, 0.9, 0.9),
+		mk("goroutines-yield", 0.01, 0.9, 0.9, 0.9),
+		mk("cpuwork+sibling", 0.006, 0.95, 0.9, 1.1),
+		mk("goroutines+sibling", 0.02, 0.9, 0.9, 1.2),
+		mk("goroutines-yield+sibling", 0.01, 0.9, 0.9, 1.32), // repeat 3's reference was low
+	}}
+	dropInvalidReferences(s)
+	for _, v := range s.Variants {
+		if !v.Valid {
+			t.Errorf("%s marked invalid: %s", v.Name, v.Invalid)
+		}
+		_, suf := baseName(v.Name)
+		for i, rp := range v.Repeats {
+			_, has := rp.Extra["batch_share_of_alone"]
+			if want := !(suf == "+sibling" && i == 2); has != want {
+				t.Errorf("%s repeat %d: batch share kept %v, want %v", v.Name, i+1, has, want)
+			}
+		}
+	}
+	if len(s.Notes) != 1 || !strings.Contains(s.Notes[0], "sibling") || !strings.Contains(s.Notes[0], "repeat 3") {
+		t.Errorf("notes %q: want one naming the case and the repeat", s.Notes)
+	}
+	lat := evaluate(s, check{label: "sibling: critical p99", judged: "cpuwork+sibling", against: []string{"goroutines+sibling", "goroutines-yield+sibling"}, metric: "p99", limit: 1})
+	if lat.Status != StatusHolds {
+		t.Errorf("latency check: %s %s, want holds", lat.Status, lat.Reason)
+	}
+	share := evaluate(s, check{label: "sibling: batch", judged: "cpuwork+sibling", metric: "batch_share_of_alone", higher: true, limit: 0.9})
+	if share.Status != StatusNotJudged {
+		t.Errorf("batch share check: %s, want not judged", share.Status)
+	}
+	alone := evaluate(s, check{label: "alone: batch", judged: "cpuwork", metric: "batch_share_of_alone", higher: true, limit: 0.9})
+	if alone.Status != StatusHolds {
+		t.Errorf("alone batch share check: %s %s, want holds", alone.Status, alone.Reason)
+	}
+}
