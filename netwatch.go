@@ -2,6 +2,8 @@ package cpuwork
 
 import (
 	"net"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -20,8 +22,9 @@ import (
 // 50 µs alike, and ~5 ms with one P left idle (SpareP).
 //
 // WatchListener registers a listener and every connection it accepts in
-// a private epoll set (edge-triggered: one event per arrival; the kernel
-// drops a connection from it when the connection closes). Checkpoint,
+// a private epoll set (level-triggered: a descriptor is reported while it
+// has unread input, see sightings; the kernel drops a connection from it
+// when the connection closes). Checkpoint,
 // while every P is busy and no goroutine waits in the run queues, asks
 // that set at most every NetPollInterval whether anything arrived (one
 // epoll_wait with a zero timeout, ~0.4 µs by
@@ -42,6 +45,9 @@ import (
 const NetPollInterval = 200 * time.Microsecond
 
 // netParkFor is how long a task parks so that its P polls the network.
+// 100 µs let fewer arrivals go unread in a park (0-1 of 1,430 instead of
+// 17-46) but cost batch work 6-9 points of its throughput alone and
+// raised the critical p99 (docs/raw/netpark-session13.txt).
 const netParkFor = 30 * time.Microsecond
 
 // NetWatchStats counts what WatchListener and Checkpoint's network polls
@@ -101,10 +107,57 @@ func networkArrived(t int64) bool {
 	if netEpoll.Load() < 0 || time.Duration(t-last) < NetPollInterval || !netStats.last.CompareAndSwap(last, t) {
 		return false
 	}
+	if !netPollMu.TryLock() { // the previous poll has not finished
+		return false
+	}
+	defer netPollMu.Unlock()
 	netStats.polls.Add(1)
 	if !arrived() {
 		return false
 	}
 	netStats.wakes.Add(1)
 	return true
+}
+
+var netPollMu sync.Mutex
+
+// maxSightings is how many polls in a row may park for the same
+// descriptor with unread input.
+const maxSightings = 2
+
+// sightings decides which polls park. The watched set is level-triggered:
+// a descriptor is reported while it has unread input. The first poll that
+// sees it parks a task so its P polls the network and the descriptor's
+// goroutine reads it; if the next poll sees it still unread, the runtime
+// did not get it to its reader in that park and it parks once more. Measured
+// with edge-triggered polls (one report per arrival): 17 and 46 of 1,430
+// requests (1-3 %, the p99) were seen ~0.1-0.3 ms after they were sent, the
+// task parked, and they still waited until the next request's arrival
+// 7 ms later (docs/raw/netpark-session13.txt). A descriptor whose input
+// stays unread longer (a handler that has not read its connection yet)
+// parks no third time until a poll finds it drained.
+type sightings struct {
+	m map[int32]uint8 // descriptor -> polls in a row that saw it ready
+}
+
+// update records one poll's ready descriptors and reports whether to
+// park: some descriptor was seen in fewer than maxSightings polls in a
+// row. Descriptors not ready in this poll are forgotten.
+func (s *sightings) update(ready []int32) bool {
+	park := false
+	for fd, n := range s.m {
+		if !slices.Contains(ready, fd) {
+			delete(s.m, fd)
+		} else if n < maxSightings {
+			s.m[fd] = n + 1
+			park = true
+		}
+	}
+	for _, fd := range ready {
+		if _, ok := s.m[fd]; !ok {
+			s.m[fd] = 1
+			park = true
+		}
+	}
+	return park
 }

@@ -18,7 +18,7 @@ var netEpollOnce sync.Once
 func init() { netEpoll.Store(-1) }
 
 // watchConn adds c's descriptor to the watched set (EPOLLIN|EPOLLRDHUP,
-// edge-triggered) and reports whether it did.
+// level-triggered: see sightings) and reports whether it did.
 func watchConn(c any) bool {
 	netEpollOnce.Do(func() {
 		if fd, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC); err == nil {
@@ -38,7 +38,7 @@ func watchConn(c any) bool {
 	}
 	var cerr error
 	err = rc.Control(func(fd uintptr) {
-		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP | unix.EPOLLET, Fd: int32(fd)}
+		ev := unix.EpollEvent{Events: unix.EPOLLIN | unix.EPOLLRDHUP, Fd: int32(fd)}
 		cerr = unix.EpollCtl(ep, unix.EPOLL_CTL_ADD, int(fd), &ev)
 		if cerr == unix.EEXIST { // a descriptor number reused after a close the set saw
 			cerr = unix.EpollCtl(ep, unix.EPOLL_CTL_MOD, int(fd), &ev)
@@ -52,19 +52,29 @@ func watchConn(c any) bool {
 	return true
 }
 
-// arrived reports whether anything arrived on a watched descriptor since
-// the last poll (a zero-timeout epoll_wait; edge-triggered, so each
-// arrival is reported once).
+// arrived reports whether a watched descriptor has unread input that
+// calls for a park (a zero-timeout epoll_wait, then sightings.update).
+// Callers are serialised by networkArrived.
 func arrived() bool {
-	var evs [16]unix.EpollEvent
+	var evs [128]unix.EpollEvent
 	for {
 		n, err := unix.EpollWait(int(netEpoll.Load()), evs[:], 0)
 		if err == unix.EINTR {
 			continue
 		}
-		return n > 0
+		ready := readyBuf[:0]
+		for _, ev := range evs[:max(n, 0)] {
+			ready = append(ready, ev.Fd)
+		}
+		readyBuf = ready
+		return seen.update(ready)
 	}
 }
+
+var (
+	seen     = sightings{m: map[int32]uint8{}}
+	readyBuf []int32
+)
 
 // parker is a timerfd, pollable through its *os.File (which owns fd).
 type parker struct {
