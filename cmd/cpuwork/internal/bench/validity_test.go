@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -119,5 +120,47 @@ func TestAnInvalidBatchReferenceDropsTheShareNotTheLatency(t *testing.T) {
 	alone := evaluate(s, check{label: "alone: batch", judged: "cpuwork", metric: "batch_share_of_alone", higher: true, limit: 0.9})
 	if alone.Status != StatusHolds {
 		t.Errorf("alone batch share check: %s %s, want holds", alone.Status, alone.Reason)
+	}
+}
+
+// The capacity is the highest open-loop rate the best alternative keeps up
+// with, found by stepping down from its closed-loop throughput: a server
+// that keeps up with 450/s open loop but served 500/s closed loop gets 450,
+// not 500 (the closed loop's 500 made "95 %" an overload in seed 171).
+func TestCapacityIsTheOpenLoopRateKeptUpWith(t *testing.T) {
+	server := func(sustains float64) func(rate float64) (float64, float64, error) {
+		return func(rate float64) (float64, float64, error) {
+			if rate <= sustains {
+				return 0.99 * rate, rate / sustains, nil // a queue left at the end
+			}
+			return 0.9 * sustains, 1, nil // overloaded: less than it sustains
+		}
+	}
+	at, tried, ok, err := descendToCapacity(500, server(460))
+	if err != nil || !ok || at.rate != 450 {
+		t.Fatalf("capacity %v (ok %v, err %v), want 450/s", at.rate, ok, err)
+	}
+	if len(tried) != 3 || tried[0].rate != 500 || tried[1].rate != 475 || tried[0].served >= keepsUp {
+		t.Errorf("steps %+v, want 500 and 475 refused, then 450", tried)
+	}
+	at, _, ok, _ = descendToCapacity(500, server(600))
+	if !ok || at.rate != 500 {
+		t.Errorf("a closed-loop rate kept up with open loop: got %v, want 500", at.rate)
+	}
+	_, tried, ok, err = descendToCapacity(500, server(100))
+	if ok || err != nil || len(tried) != len(capacityFactors) {
+		t.Errorf("no rate kept up with: ok %v err %v after %d steps, want not ok after %d", ok, err, len(tried), len(capacityFactors))
+	}
+	// Small rates round to whole requests per second and are offered once.
+	_, tried, _, _ = descendToCapacity(3, server(0.5))
+	for i := 1; i < len(tried); i++ {
+		if tried[i].rate == tried[i-1].rate {
+			t.Errorf("rate %v offered twice: %+v", tried[i].rate, tried)
+		}
+	}
+	boom := errors.New("generator failed")
+	_, _, ok, err = descendToCapacity(500, func(float64) (float64, float64, error) { return 0, 0, boom })
+	if ok || !errors.Is(err, boom) {
+		t.Errorf("a failed step: ok %v err %v, want the step's error", ok, err)
 	}
 }
