@@ -113,16 +113,13 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	// Capacity from the field report's fix (the pool) at saturation: the
 	// naive server's CPU includes the spinning of ONNX Runtime's own
 	// threads.
-	cal := r.measureCapacity(s, "pool", estimate, once)
-	s.Notes = append(s.Notes, fmt.Sprintf("model light_%s (onnx backend test data) through ONNX Runtime (%s), %s per inference on one thread, verified against its reference output before the run and on every response; small = 1 image, large = %d images, 90/10 mix, the request body is the float32 input tensor (estimate %.0f requests/s); %s",
-		inferenceModel, filepath.Base(lib), ms(single.Seconds()), largeImages, estimate, cal.note))
 	loads := r.loadsOr([]float64{0.5, 0.8, 0.95, 1.1})
-	r.atLoads(s, inferenceVariants, loads, cal.capacity, func(v *Variant, variant string, load float64) error {
-		return once(v, variant, cal.capacity*load)
-	})
-	r.checkLoads(s, "pool", loads, cal)
+	cals := r.atLoads(s, inferenceVariants, loads, func(round int) calibration { return r.measureCapacity(s, "pool", round, estimate, once) }, once)
+	s.Notes = append(s.Notes, fmt.Sprintf("model light_%s (onnx backend test data) through ONNX Runtime (%s), %s per inference on one thread, verified against its reference output before the run and on every response; small = 1 image, large = %d images, 90/10 mix, the request body is the float32 input tensor (estimate %.0f requests/s); %s",
+		inferenceModel, filepath.Base(lib), ms(single.Seconds()), largeImages, estimate, capacityNote("pool", r.slots, cals)))
+	r.checkLoads(s, "pool", loads, cals)
 	if runtime.NumCPU() >= 2 && len(r.cfg.LoadGen) > 0 {
-		r.inferenceUnderQuota(s, float64(runtime.NumCPU())/2, cal.capacity, 0.8, serving{slo, single}, bodies)
+		r.inferenceUnderQuota(s, float64(runtime.NumCPU())/2, medianCapacity(cals), 0.8, serving{slo, single}, bodies)
 	}
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
@@ -443,7 +440,7 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 			v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
 		}
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with its default Quota policy; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the measured capacity scaled to the quota; their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
+	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with its default Quota policy; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the median of the repeats' measured capacities scaled to the quota; their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
 }
 
 func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, sv serving, rate float64, bodies []string) error {

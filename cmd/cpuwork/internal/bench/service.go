@@ -137,14 +137,11 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	once := func(v *Variant, variant string, rate float64) error {
 		return r.serviceOnce(v, variant, small, large, sv, rate, loadgen, closedLoop(rate, r.slots)...)
 	}
-	cal := r.measureCapacity(s, "pool-capacity", estimate, once)
-	s.Notes = append(s.Notes, fmt.Sprintf("small = regexp over 64 KB (%s), large = gzip+gunzip of 1 MB (%s), 90/10 mix on %d slots (the one-core calibrations estimate %.0f requests/s); %s",
-		ms(cs.Seconds()), ms(cl.Seconds()), r.slots, estimate, cal.note))
 	loads := r.loadsOr([]float64{0.5, 0.8, 0.95, 1.1, 1.5})
-	r.atLoads(s, serviceVariants, loads, cal.capacity, func(v *Variant, variant string, load float64) error {
-		return once(v, variant, cal.capacity*load)
-	})
-	r.checkLoads(s, "pool-503", loads, cal)
+	cals := r.atLoads(s, serviceVariants, loads, func(round int) calibration { return r.measureCapacity(s, "pool-capacity", round, estimate, once) }, once)
+	s.Notes = append(s.Notes, fmt.Sprintf("small = regexp over 64 KB (%s), large = gzip+gunzip of 1 MB (%s), 90/10 mix on %d slots (the one-core calibrations estimate %.0f requests/s); %s",
+		ms(cs.Seconds()), ms(cl.Seconds()), r.slots, estimate, capacityNote("pool-capacity", r.slots, cals)))
+	r.checkLoads(s, "pool-503", loads, cals)
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
 		for _, pv := range serviceVariants {
@@ -245,12 +242,12 @@ func descendToCapacity(start float64, try func(rate float64) (served, cpuShare f
 // of it, so "95 %" is below what the best alternative keeps up with and
 // "110 %" above. A failed measurement sets s.Calibration, so nothing is
 // judged on the load levels, and the estimate is used and said to be one.
-func (r *Runner) measureCapacity(s *Scenario, variant string, estimate float64, once func(v *Variant, variant string, rate float64) error) calibration {
+func (r *Runner) measureCapacity(s *Scenario, variant string, round int, estimate float64, once func(v *Variant, variant string, rate float64) error) calibration {
 	failed := func(reason string, fallback float64) calibration {
 		s.Calibration = fmt.Sprintf("the capacity runs of %s failed (%s); load levels are fractions of %.0f/s", variant, reason, fallback)
-		return calibration{capacity: fallback, estimated: true, note: "capacity ESTIMATED (not measured): " + s.Calibration}
+		return calibration{capacity: fallback, estimated: true, note: fmt.Sprintf("ESTIMATED %.0f/s (not measured: %s)", fallback, reason)}
 	}
-	r.step(fmt.Sprintf("%s: measuring capacity (%s, closed loop, %d clients)", s.Name, variant, 4*r.slots))
+	r.step(fmt.Sprintf("%s: measuring capacity (%s, closed loop, %d clients, before repeat %d)", s.Name, variant, 4*r.slots, round+1))
 	closed := &Variant{Name: "calibration", Valid: true}
 	if err := once(closed, variant, 0); err != nil {
 		return failed(err.Error(), estimate)
@@ -260,7 +257,7 @@ func (r *Runner) measureCapacity(s *Scenario, variant string, estimate float64, 
 		return failed("served nothing closed loop", estimate)
 	}
 	at, tried, ok, err := descendToCapacity(upper, func(rate float64) (float64, float64, error) {
-		r.step(fmt.Sprintf("%s: measuring capacity (%s, open loop at %.0f/s)", s.Name, variant, rate))
+		r.step(fmt.Sprintf("%s: measuring capacity (%s, open loop at %.0f/s, before repeat %d)", s.Name, variant, rate, round+1))
 		v := &Variant{Name: "calibration", Valid: true}
 		if err := once(v, variant, rate); err != nil {
 			return 0, 0, err
@@ -279,8 +276,26 @@ func (r *Runner) measureCapacity(s *Scenario, variant string, estimate float64, 
 		return failed(fmt.Sprintf("it kept up with none of the open-loop rates (served within the run: %s)", strings.Join(steps, ", ")), upper)
 	}
 	return calibration{capacity: at.rate, cpuShare: at.cpuShare,
-		note: fmt.Sprintf("capacity %.0f requests/s measured: the highest open-loop rate at which %s served >= %.0f%% of the offer within the run, stepping down from its closed-loop throughput (%d clients) of %.0f/s (served: %s), using %.0f%% of the slots' CPU there; load levels are fractions of it",
-			at.rate, variant, 100*keepsUp, 4*r.slots, upper, strings.Join(steps, ", "), 100*at.cpuShare)}
+		note: fmt.Sprintf("%.0f/s (closed loop %.0f/s; open loop %s; %.0f%% of the slots' CPU)", at.rate, upper, strings.Join(steps, ", "), 100*at.cpuShare)}
+}
+
+// capacityNote describes the rounds' calibrations of variant.
+func capacityNote(variant string, slots int, cals []calibration) string {
+	var per []string
+	for i, c := range cals {
+		per = append(per, fmt.Sprintf("repeat %d %s", i+1, c.note))
+	}
+	return fmt.Sprintf("capacity measured before each repeat: the highest open-loop rate at which %s served >= %.0f%% of the offer within the run, stepping down from its closed-loop throughput (%d clients): %s; load levels are fractions of their repeat's capacity",
+		variant, 100*keepsUp, 4*slots, strings.Join(per, "; "))
+}
+
+// medianCapacity is the median of the rounds' capacities.
+func medianCapacity(cals []calibration) float64 {
+	var c []float64
+	for _, cal := range cals {
+		c = append(c, cal.capacity)
+	}
+	return median(c)
 }
 
 // checkLoads checks that the load levels are what they say, on the
@@ -294,9 +309,11 @@ func (r *Runner) measureCapacity(s *Scenario, variant string, estimate float64, 
 // request at light load (idle Ps spin for work, every request wakes a
 // thread) than in the closed loop, so it is not the load's share. A level
 // that fails sets s.Calibration.
-func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cal calibration) {
-	if cal.estimated {
-		return
+func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cals []calibration) {
+	for _, cal := range cals {
+		if cal.estimated {
+			return
+		}
 	}
 	var shares []string
 	for _, l := range loads {
@@ -309,7 +326,11 @@ func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cal ca
 			continue
 		}
 		for i, rp := range v.Repeats {
-			served := rp.Extra["goodput_per_s"] / (l * cal.capacity) // of the offer
+			c := rp.Extra["capacity_per_s"]
+			if c <= 0 {
+				continue
+			}
+			served := rp.Extra["goodput_per_s"] / (l * c) // of the offer
 			shed := rp.Extra["shed_share"]
 			switch {
 			case l <= 0.8 && served < 0.9:
@@ -611,34 +632,49 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 // requests per second, at least 1.
 func wholeRate(rate float64) float64 { return max(math.Floor(rate), 1) }
 
-// atLoads runs every variant at every load level (a fraction of capacity),
-// r.rounds times, load levels and variants in a shuffled order per round,
-// as variants named "variant@N%", then derives each one's goodput (of the
-// offered rate, and per repeat of capacity) and shed share and marks it
-// invalid when its responses had errors or the generator sent less than 99
-// % of the offered rate.
-func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, capacity float64, once func(v *Variant, variant string, load float64) error) {
+// atLoads runs every variant at every load level (a fraction of
+// capacity), r.rounds times, load levels and variants in a shuffled order
+// per round, as variants named "variant@N%". Before each round calibrate
+// measures the capacity afresh (this machine's speed drifts by ~10 % over
+// minutes: one capacity measured at the start made "110 %" of a later
+// round no overload and "95 %" of another one), and that round's levels
+// are fractions of it; each repeat records its capacity
+// ("capacity_per_s"). Then it derives each variant's goodput (of the
+// offered rate, and per repeat of its capacity) and shed share and marks
+// it invalid when its responses had errors or the generator sent less
+// than 99 % of the offered rate. It returns the rounds' calibrations.
+func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, calibrate func(round int) calibration, once func(v *Variant, variant string, rate float64) error) []calibration {
 	variants = slices.DeleteFunc(slices.Clone(variants), func(v struct{ name, desc string }) bool { return !r.wants(v.name) })
 	for _, pv := range variants {
 		for _, l := range loads {
 			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
 		}
 	}
+	var cals []calibration
 	for round := 0; round < r.rounds; round++ {
+		cal := calibrate(round)
+		cals = append(cals, cal)
 		for _, l := range shuffledOf(r, loads) {
 			for _, pv := range shuffledOf(r, variants) {
 				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
 				r.step(fmt.Sprintf("%s: %s (repeat %d/%d)", s.Name, v.Name, round+1, r.rounds))
-				if err := once(v, pv.name, l); err != nil {
+				n := len(v.Repeats)
+				if err := once(v, pv.name, cal.capacity*l); err != nil {
 					v.Valid, v.Invalid = false, err.Error()
+				}
+				if len(v.Repeats) > n {
+					if v.Repeats[n].Extra == nil {
+						v.Repeats[n].Extra = map[string]float64{}
+					}
+					v.Repeats[n].Extra["capacity_per_s"] = cal.capacity
 				}
 			}
 		}
 	}
 	for _, v := range s.Variants {
 		for i := range v.Repeats {
-			if capacity > 0 && v.Repeats[i].Extra != nil {
-				v.Repeats[i].Extra["goodput_of_capacity"] = v.Repeats[i].Extra["goodput_per_s"] / capacity
+			if c := v.Repeats[i].Extra["capacity_per_s"]; c > 0 {
+				v.Repeats[i].Extra["goodput_of_capacity"] = v.Repeats[i].Extra["goodput_per_s"] / c
 			}
 		}
 		if v.OfferedPS > 0 {
@@ -652,6 +688,7 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 			v.Valid, v.Invalid = false, err.Error()
 		}
 	}
+	return cals
 }
 
 // respond answers a scenario's request: 503 when the executor shed it

@@ -37,14 +37,14 @@ func TestLoadLevelsThatAreNotWhatTheySayAreNotJudged(t *testing.T) {
 		s := &Scenario{Name: "service"}
 		for i, l := range []float64{0.5, 0.8, 1.1} {
 			v := &Variant{Name: []string{"pool@50%", "pool@80%", "pool@110%"}[i], Valid: true}
-			v.Repeats = []Repeat{{Extra: map[string]float64{"goodput_per_s": served[i] * l * 100, "shed_share": shed, "cpu_share_of_slots": l}}}
+			v.Repeats = []Repeat{{Extra: map[string]float64{"goodput_per_s": served[i] * l * 100, "shed_share": shed, "cpu_share_of_slots": l, "capacity_per_s": 100}}}
 			s.Variants = append(s.Variants, v)
 		}
 		return s
 	}
 	r := &Runner{}
 	loads := []float64{0.5, 0.8, 1.1}
-	cal := calibration{capacity: 100, cpuShare: 0.95}
+	cal := []calibration{{capacity: 100, cpuShare: 0.95}}
 	s := mk([3]float64{0.95, 0.9, 0.96}, 0)
 	r.checkLoads(s, "pool", loads, cal)
 	if s.Calibration != "" {
@@ -65,6 +65,21 @@ func TestLoadLevelsThatAreNotWhatTheySayAreNotJudged(t *testing.T) {
 	if s.Calibration != "" {
 		t.Errorf("a shedding overload refused: %s", s.Calibration)
 	}
+	// Each repeat is judged against the capacity measured before it: 80 %
+	// of a repeat measured at 90/s served in full is no overload, whatever
+	// the other repeats measured.
+	s = mk([3]float64{0.95, 0.9, 0.96}, 0)
+	s.Variants[1].Repeats = append(s.Variants[1].Repeats, Repeat{Extra: map[string]float64{"goodput_per_s": 72, "capacity_per_s": 90}})
+	r.checkLoads(s, "pool", loads, append(cal, calibration{capacity: 90}))
+	if s.Calibration != "" {
+		t.Errorf("a repeat judged against another repeat's capacity: %s", s.Calibration)
+	}
+	s.Variants[1].Repeats[1].Extra["goodput_per_s"] = 64 // 89 % of 72/s
+	r.checkLoads(s, "pool", loads, append(cal, calibration{capacity: 90}))
+	if !strings.Contains(s.Calibration, "at 80% pool served 89% of the offer in repeat 2") {
+		t.Errorf("calibration %q", s.Calibration)
+	}
+	r.checkLoads(s, "pool", loads, append(cal, calibration{capacity: 90, estimated: true}))
 	judge(s, []check{{label: "x", judged: "pool@50%", metric: "cpu_share_of_slots", limit: 1}})
 	s.Calibration = "x"
 	judge(s, []check{{label: "x", judged: "pool@50%", metric: "cpu_share_of_slots", limit: 1}})
