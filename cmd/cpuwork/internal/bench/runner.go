@@ -123,7 +123,7 @@ var scenarioTable = []scenarioDef{
 		variants: func() []string { return append(describe(inferenceVariants), describe(inferenceQuotaExtras)...) },
 		steps: func(r *Runner, vs []string) int { // four loads and the quota case; the extras in the quota case only; the capacity before each repeat
 			n := len(vs) - len(inferenceQuotaExtras)
-			return (4*n+len(vs)+capacitySteps(r))*r.rounds
+			return (4*n + len(vs) + capacitySteps(r)) * r.rounds
 		},
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
