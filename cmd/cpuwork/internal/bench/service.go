@@ -235,13 +235,16 @@ func descendToCapacity(start float64, try func(rate float64) (served, cpuShare f
 // slot, the run's duration) gives an upper bound: its CPU per request is
 // the lowest there is (no idle Ps spinning, no thread wake-ups, 8
 // keep-alive connections), so open loop the same server keeps up with
-// 10-20 % less (measured: a pool that served 473/s closed loop served 78 %
-// of 500/s and 98 % of 450/s open loop). From it the rate steps down
+// 10-20 % less (measured: a pool that served 473-527/s closed loop served
+// 78 % of 500/s and 98 % of 450/s open loop;
+// docs/raw/capacity-open-loop-session14.txt). From it the rate steps down
 // (capacityFactors) open loop until variant serves >= 97 % of the offer
 // within the run; that rate is the capacity, and load levels are fractions
 // of it, so "95 %" is below what the best alternative keeps up with and
-// "110 %" above. A failed measurement sets s.Calibration, so nothing is
-// judged on the load levels, and the estimate is used and said to be one.
+// "110 %" above. It runs before each repeat (atLoads). A failed
+// measurement sets s.Calibration, so nothing is judged on the load levels,
+// and the estimate (or the closed-loop rate, when only the descent failed)
+// is used and said to be one.
 func (r *Runner) measureCapacity(s *Scenario, variant string, round int, estimate float64, once func(v *Variant, variant string, rate float64) error) calibration {
 	failed := func(reason string, fallback float64) calibration {
 		s.Calibration = fmt.Sprintf("the capacity runs of %s failed (%s); load levels are fractions of %.0f/s", variant, reason, fallback)
