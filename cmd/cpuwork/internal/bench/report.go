@@ -94,6 +94,10 @@ type Repeat struct {
 	ThroughputPS float64            `json:"throughput_per_s"`
 	CPUS         float64            `json:"cpu_s"`
 	Extra        map[string]float64 `json:"extra,omitempty"`
+	// NotJudged, when not empty, says why no check uses this repeat (its
+	// load levels were not what they say: checkLoads); the checks judge
+	// the other repeats.
+	NotJudged string `json:"not_judged,omitempty"`
 }
 
 // Latency summarises a latency distribution in seconds.

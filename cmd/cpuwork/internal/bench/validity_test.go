@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -177,5 +178,60 @@ func TestCapacityIsTheOpenLoopRateKeptUpWith(t *testing.T) {
 	_, _, ok, err = descendToCapacity(500, func(float64) (float64, float64, error) { return 0, 0, boom })
 	if ok || !errors.Is(err, boom) {
 		t.Errorf("a failed step: ok %v err %v, want the step's error", ok, err)
+	}
+}
+
+// A repeat whose load levels were not what they say (this machine drifts
+// within a repeat) is left out of every check; the scenario is judged on
+// the other repeats, and not at all when fewer than two remain.
+func TestARepeatWithMislabelledLevelsIsNotJudged(t *testing.T) {
+	mk := func(served110 [3]float64) *Scenario {
+		s := &Scenario{Name: "inference"}
+		for _, name := range []string{"pool", "cpuwork"} {
+			for _, l := range []float64{0.8, 1.1} {
+				v := &Variant{Name: fmt.Sprintf("%s@%.0f%%", name, l*100), Valid: true}
+				for i := range 3 {
+					served := 0.99
+					if l == 1.1 {
+						served = served110[i]
+					}
+					p99 := 0.05 // cpuwork at 0.5x the pool, except in repeat 3
+					if name == "pool" || i == 2 {
+						p99 = 0.1
+					}
+					v.Repeats = append(v.Repeats, Repeat{Latency: Latency{P99: p99}, Extra: map[string]float64{"goodput_per_s": served * l * 100, "capacity_per_s": 100}})
+				}
+				s.Variants = append(s.Variants, v)
+			}
+		}
+		return s
+	}
+	cals := []calibration{{capacity: 100}, {capacity: 100}, {capacity: 100}}
+	checks := []check{{label: "110%: p99", judged: "cpuwork@110%", against: []string{"pool@110%"}, metric: "p99", limit: 0.6}}
+	s := mk([3]float64{0.9, 0.9, 0.99}) // repeat 3: 110 % kept up with
+	(&Runner{}).checkLoads(s, "pool", []float64{0.8, 1.1}, cals)
+	if s.Calibration != "" {
+		t.Fatalf("one mislabelled repeat of three voided the scenario: %s", s.Calibration)
+	}
+	for _, v := range s.Variants {
+		if v.Repeats[2].NotJudged == "" || v.Repeats[0].NotJudged != "" {
+			t.Errorf("%s: repeats marked %q %q %q, want only repeat 3", v.Name, v.Repeats[0].NotJudged, v.Repeats[1].NotJudged, v.Repeats[2].NotJudged)
+		}
+	}
+	judge(s, checks)
+	if s.Status != StatusHolds || s.Agree != 2 || s.Of != 2 {
+		t.Errorf("status %s %d/%d, want holds 2/2 (repeat 3 left out): %s", s.Status, s.Agree, s.Of, s.Verdict)
+	}
+	if !strings.Contains(s.Verdict, "repeat 3 not judged") {
+		t.Errorf("the verdict does not say which repeat was left out: %s", s.Verdict)
+	}
+	s = mk([3]float64{0.99, 0.9, 0.99}) // two of three mislabelled
+	(&Runner{}).checkLoads(s, "pool", []float64{0.8, 1.1}, cals)
+	if !strings.Contains(s.Calibration, "repeat 1") || !strings.Contains(s.Calibration, "repeat 3") {
+		t.Errorf("two of three repeats mislabelled: calibration %q, want both named", s.Calibration)
+	}
+	judge(s, checks)
+	if s.Status != StatusNotJudged {
+		t.Errorf("judged on one repeat: %s", s.Verdict)
 	}
 }

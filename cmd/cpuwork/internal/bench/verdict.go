@@ -192,6 +192,12 @@ func evaluate(s *Scenario, c check) CheckResult {
 		return x, nil
 	}
 	for i := range n {
+		if why := notJudgedRepeat(s, names, i); why != "" {
+			if note := fmt.Sprintf("repeat %d not judged: %s", i+1, why); !slices.Contains(r.Notes, note) {
+				r.Notes = append(r.Notes, note)
+			}
+			continue
+		}
 		jv, err := value(c.judged, i)
 		if err != nil {
 			return notJudged("%v", err)
@@ -231,7 +237,10 @@ func evaluate(s *Scenario, c check) CheckResult {
 			k++
 		}
 	}
+	n = len(r.Pass)
 	switch {
+	case n == 0:
+		return notJudged("no repeat judged (%s)", strings.Join(r.Notes, "; "))
 	case k == n:
 		r.Status = StatusHolds
 	case k > 0:
@@ -240,6 +249,16 @@ func evaluate(s *Scenario, c check) CheckResult {
 		r.Status = StatusFails
 	}
 	return r
+}
+
+// notJudgedRepeat is why repeat i of any of names is not judged, or "".
+func notJudgedRepeat(s *Scenario, names []string, i int) string {
+	for _, name := range names {
+		if v := s.variant(name); v != nil && i < len(v.Repeats) && v.Repeats[i].NotJudged != "" {
+			return v.Repeats[i].NotJudged
+		}
+	}
+	return ""
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
