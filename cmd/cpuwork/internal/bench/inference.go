@@ -477,9 +477,7 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 		}
 	}
 	for _, v := range vs {
-		if v.Valid && v.Extra["errors"] > 0 {
-			v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors", v.Extra["errors"])
-		}
+		finishLoadVariant(v) // the shed share and goodput of the offer, as at the load levels
 		if vs[0].Name == fmt.Sprintf("naive+quota%.1f@%.0f%%", quota, load*100) {
 			v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
 		}

@@ -705,18 +705,26 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 				v.Repeats[i].Extra["goodput_of_capacity"] = v.Repeats[i].Extra["goodput_per_s"] / c
 			}
 		}
-		if v.OfferedPS > 0 {
-			v.setExtra("goodput_of_offered", v.Extra["goodput_per_s"]/v.OfferedPS)
-			v.setExtra("shed_share", v.Extra["shed"]/max(v.Extra["sent"], 1))
-		}
-		if v.Valid && v.Extra["errors"] > 0 {
-			v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors", v.Extra["errors"])
-		}
-		if err := rateValid(v.AchievedPS, v.OfferedPS); v.Valid && err != nil {
-			v.Valid, v.Invalid = false, err.Error()
-		}
+		finishLoadVariant(v)
 	}
 	return cals
+}
+
+// finishLoadVariant derives an open-loop variant's goodput of the offered
+// rate and shed share over its repeats, and marks it invalid when its
+// responses had errors or the generator sent less than 99 % of the
+// offered rate.
+func finishLoadVariant(v *Variant) {
+	if v.OfferedPS > 0 {
+		v.setExtra("goodput_of_offered", v.Extra["goodput_per_s"]/v.OfferedPS)
+		v.setExtra("shed_share", v.Extra["shed"]/max(v.Extra["sent"], 1))
+	}
+	if v.Valid && v.Extra["errors"] > 0 {
+		v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors", v.Extra["errors"])
+	}
+	if err := rateValid(v.AchievedPS, v.OfferedPS); v.Valid && err != nil {
+		v.Valid, v.Invalid = false, err.Error()
+	}
 }
 
 // respond answers a scenario's request: 503 when the executor shed it
