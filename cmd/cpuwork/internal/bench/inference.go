@@ -313,14 +313,9 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 		// its expected run time: its images on as many slots as it can
 		// use.
 		arrive = func(ctx context.Context, images int) context.Context {
-			if variant == "cpuwork-do" {
-				// One task (Do or the For's) per request: its images over
-				// as many slots as it can use.
-				par := min(images, e.Slots())
-				return cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo,
-					Service: sv.perImage * time.Duration((images+par-1)/par)})
-			}
-			return cpuwork.WithTarget(ctx, partTarget(sv))
+			par := min(images, e.Slots())
+			return cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo,
+				Service: sv.perImage * time.Duration((images+par-1)/par)})
 		}
 		run = func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error {
 			if variant == "cpuwork-do" {
@@ -336,7 +331,28 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 					return nil
 				})
 			}
-			return runParts(ctx, e, class, len(imgs), func(i int) error { return infer(imgs[i]) })
+			// One task per image on the executor's workers, all at the
+			// request's place in line (its target). A refused image
+			// cancels the ones queued before it: the request fails whole.
+			ctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			tasks := make([]*cpuwork.Task, 0, len(imgs))
+			var first error
+			for _, img := range imgs {
+				t, err := e.Go(ctx, class, func(context.Context) error { return infer(img) })
+				if err != nil {
+					first = err
+					cancel()
+					break
+				}
+				tasks = append(tasks, t)
+			}
+			for _, t := range tasks {
+				if err := t.Wait(context.Background()); err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
 		}
 		closeFn = func() { e.Close(context.Background()); sess.Close() }
 	default:
@@ -367,44 +383,6 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 	mux.Handle("/small", handler(1, cpuwork.Interactive))
 	mux.Handle("/large", handler(largeImages, cpuwork.Interactive)) // a user waits for a large request too
 	return &inferenceServer{h: mux, close: closeFn}, nil
-}
-
-// partTarget is the target of each part of a request run as one task per
-// image (runParts): the service's objective from the request's arrival,
-// and one image's run time, since each task is one image. A request's
-// expected run time would count every part once per sibling queued ahead
-// of it: on one slot a 4-image request's last part was refused
-// (ErrDeadline) by its own siblings' estimates.
-func partTarget(sv serving) cpuwork.Target {
-	return cpuwork.Target{Latency: sv.slo, Service: sv.perImage}
-}
-
-// runParts runs part(0..n-1) as one Executor.Go task each, at the
-// request's place in line (ctx's target), and waits for all of them: the
-// tasks run on the executor's warm workers, and a worker that ends one runs
-// the next in line itself. A part refused at submission (ErrSaturated,
-// ErrDeadline) cancels the parts queued before it, and its error is
-// returned after they end; otherwise the first part's error.
-func runParts(ctx context.Context, e *cpuwork.Executor, class cpuwork.Class, n int, part func(i int) error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	tasks := make([]*cpuwork.Task, 0, n)
-	var first error
-	for i := range n {
-		t, err := e.Go(ctx, class, func(context.Context) error { return part(i) })
-		if err != nil {
-			first = err
-			cancel()
-			break
-		}
-		tasks = append(tasks, t)
-	}
-	for _, t := range tasks {
-		if err := t.Wait(context.Background()); err != nil && first == nil {
-			first = err
-		}
-	}
-	return first
 }
 
 // ServeInference is the hidden `cpuwork inference-server` subcommand, the
