@@ -29,8 +29,7 @@ import (
 var inferenceVariants = []struct{ name, desc string }{
 	{"naive", "a goroutine per request; ONNX Runtime's default intra-op threads (one per core, blind to quotas); a large request runs its images one after another"},
 	{"pool", "the field report's fix: GOMAXPROCS workers, intra-op threads 1, a large request split into one task per image"},
-	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; each image one Executor.Go task on the executor's warm workers (a worker that ends one runs the next in line itself), the handler waiting on its tasks; a request that can no longer meet the target is refused with 503 (ErrDeadline); under a quota the default Quota policy (a whole quota's slots unpaced)"},
-	{"cpuwork-do", "cpuwork as the docs said before session 14 (shown, not judged): small requests Executor.Do on the handler's goroutine, large ones Executor.For over their images (its helpers wait in line at the request's place)"},
+	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline); under a quota the default Quota policy (a whole quota's slots unpaced)"},
 }
 
 // inferenceQuotaExtras run in the quota cases only, shown and not judged.
@@ -283,7 +282,7 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			return first
 		}
 		closeFn = func() { close(jobs); wg.Wait(); sess.Close() }
-	case "cpuwork", "cpuwork-strict", "cpuwork-do":
+	case "cpuwork", "cpuwork-strict":
 		watch := time.Duration(-1) // a fixed slot count: no budget following
 		if slots == 0 {
 			watch = 0
@@ -318,41 +317,20 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 				Service: sv.perImage * time.Duration((images+par-1)/par)})
 		}
 		run = func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error {
-			if variant == "cpuwork-do" {
-				if len(imgs) == 1 {
-					return e.Do(ctx, class, func(context.Context) error { return infer(imgs[0]) })
-				}
-				return e.For(ctx, class, len(imgs), func(lo, hi int) error {
-					for _, img := range imgs[lo:hi] {
-						if err := infer(img); err != nil {
-							return err
-						}
+			if len(imgs) == 1 {
+				return e.Do(ctx, class, func(context.Context) error { return infer(imgs[0]) })
+			}
+			// A large request runs its images as parts of one For: the
+			// caller's slot plus helpers that wait in line at the
+			// request's place, one image per chunk.
+			return e.For(ctx, class, len(imgs), func(lo, hi int) error {
+				for _, img := range imgs[lo:hi] {
+					if err := infer(img); err != nil {
+						return err
 					}
-					return nil
-				})
-			}
-			// One task per image on the executor's workers, all at the
-			// request's place in line (its target). A refused image
-			// cancels the ones queued before it: the request fails whole.
-			ctx, cancel := context.WithCancel(ctx)
-			defer cancel()
-			tasks := make([]*cpuwork.Task, 0, len(imgs))
-			var first error
-			for _, img := range imgs {
-				t, err := e.Go(ctx, class, func(context.Context) error { return infer(img) })
-				if err != nil {
-					first = err
-					cancel()
-					break
 				}
-				tasks = append(tasks, t)
-			}
-			for _, t := range tasks {
-				if err := t.Wait(context.Background()); err != nil && first == nil {
-					first = err
-				}
-			}
-			return first
+				return nil
+			})
 		}
 		closeFn = func() { e.Close(context.Background()); sess.Close() }
 	default:
