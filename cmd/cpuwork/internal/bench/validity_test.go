@@ -235,3 +235,21 @@ func TestARepeatWithMislabelledLevelsIsNotJudged(t *testing.T) {
 		t.Errorf("judged on one repeat: %s", s.Verdict)
 	}
 }
+
+// Progress never shows more steps done than its total, when a scenario
+// takes more steps than it counted (the capacity descent).
+func TestProgressNeverPassesItsTotal(t *testing.T) {
+	var bad []string
+	r := &Runner{total: 3}
+	r.cfg.Step = func(done, total int, what string) {
+		if done >= total {
+			bad = append(bad, fmt.Sprintf("%s: [%d/%d]", what, done, total))
+		}
+	}
+	for i := range 6 {
+		r.step(fmt.Sprintf("step %d", i))
+	}
+	if len(bad) > 0 {
+		t.Errorf("progress past its total: %v", bad)
+	}
+}
