@@ -177,12 +177,11 @@ func serviceChecks() []check {
 	return cs
 }
 
-// capacitySteps is the number of capacity runs the progress counts: one
-// closed-loop run and the open-loop steps down from it (three expected;
-// the descent stops at the first rate kept up with).
-func capacitySteps(r *Runner) int {
-	return 1 + 3
-}
+// capacitySteps is the number of capacity runs the progress counts per
+// repeat: one closed-loop run and the open-loop steps down from it (three
+// expected; the descent stops at the first rate kept up with, and the
+// progress total grows when it takes more).
+const capacitySteps = 1 + 3
 
 // calibration is a scenario's capacity: the highest open-loop rate (the
 // load levels' arrival process) its best alternative keeps up with, and
@@ -235,8 +234,10 @@ func descendToCapacity(start float64, try func(rate float64) (served, cpuShare f
 // under the load levels' own arrival process. A closed loop (4 clients per
 // slot, the run's duration) gives an upper bound: its CPU per request is
 // the lowest there is (no idle Ps spinning, no thread wake-ups, 8
-// keep-alive connections), so open loop the same server keeps up with
-// 10-20 % less (measured: a pool that served 473-527/s closed loop served
+// keep-alive connections), so open loop the same server keeps up with up
+// to ~20 % less (0-20 % in the repeats of docs/results-full-session14.txt
+// and docs/results-inference-session14.txt; a pool that served 473-527/s
+// closed loop served
 // 78 % of 500/s and 98 % of 450/s open loop;
 // docs/raw/capacity-open-loop-session14.txt). From it the rate steps down
 // (capacityFactors) open loop until variant serves >= 97 % of the offer

@@ -192,10 +192,9 @@ func evaluate(s *Scenario, c check) CheckResult {
 		return x, nil
 	}
 	for i := range n {
-		if why := notJudgedRepeat(s, names, i); why != "" {
-			if note := fmt.Sprintf("repeat %d not judged: %s", i+1, why); !slices.Contains(r.Notes, note) {
-				r.Notes = append(r.Notes, note)
-			}
+		if notJudgedRepeat(s, names, i) {
+			// The reason is the scenario's note; the check names the repeat.
+			r.Notes = append(r.Notes, fmt.Sprintf("repeat %d not judged", i+1))
 			continue
 		}
 		jv, err := value(c.judged, i)
@@ -240,7 +239,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 	n = len(r.Pass)
 	switch {
 	case n == 0:
-		return notJudged("no repeat judged (%s)", strings.Join(r.Notes, "; "))
+		return notJudged("no repeat judged (%s; the scenario's notes say why)", strings.Join(r.Notes, ", "))
 	case k == n:
 		r.Status = StatusHolds
 	case k > 0:
@@ -251,14 +250,15 @@ func evaluate(s *Scenario, c check) CheckResult {
 	return r
 }
 
-// notJudgedRepeat is why repeat i of any of names is not judged, or "".
-func notJudgedRepeat(s *Scenario, names []string, i int) string {
+// notJudgedRepeat reports whether repeat i of any of names is left out
+// (Repeat.NotJudged).
+func notJudgedRepeat(s *Scenario, names []string, i int) bool {
 	for _, name := range names {
 		if v := s.variant(name); v != nil && i < len(v.Repeats) && v.Repeats[i].NotJudged != "" {
-			return v.Repeats[i].NotJudged
+			return true
 		}
 	}
-	return ""
+	return false
 }
 
 func finite(x float64) bool { return !math.IsNaN(x) && !math.IsInf(x, 0) }
