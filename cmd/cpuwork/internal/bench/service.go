@@ -621,8 +621,12 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 			last = end
 		}
 	}
-	v.addRun(rec.merged(), rec.series, u)
+	h := rec.merged()
+	v.addRun(h, rec.series, u)
 	v.setRepeatExtra("shed_share", float64(shed)/float64(max(len(results), 1)))
+	unanswered := float64(shed+errs) / float64(len(results))
+	v.setRepeatExtra("unanswered_share", unanswered)
+	v.setRepeatExtra("p99_all_s", p99OfAll(h, unanswered))
 	v.setRepeatExtra("served", float64(ok))
 	v.setRepeatExtra("generator_lateness_p99_s", latencyOf(late).P99)
 	// Goodput counts the requests served within the run: a queue left at
@@ -655,6 +659,24 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	v.setExtra("shed", v.Extra["shed"]+float64(shed))
 	v.setExtra("errors", v.Extra["errors"]+float64(errs))
 	return nil
+}
+
+// p99OfAll is the p99 of every request sent, an unanswered one (shed or
+// failed: a share unanswered of them) counted as never answered: the
+// answered requests' quantile 0.99/(1-unanswered), so shedding the slowest
+// requests does not lower it. With more than 1 % unanswered the p99 is
+// beyond every answer; it is then the slowest answer's latency (a lower
+// bound), and the checks that use it fail that repeat on the unanswered
+// share (answeredCheck). Seconds.
+func p99OfAll(h *histT, unanswered float64) float64 {
+	if h.TotalCount() == 0 {
+		return 0
+	}
+	q := 0.99 / (1 - unanswered)
+	if unanswered >= 1 || q >= 1 {
+		return float64(h.Max()) / 1e6
+	}
+	return float64(h.ValueAtQuantile(100*q)) / 1e6
 }
 
 // wholeRate is the request rate the load generator can pace: whole

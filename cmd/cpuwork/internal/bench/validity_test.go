@@ -252,3 +252,33 @@ func TestProgressNeverPassesItsTotal(t *testing.T) {
 		t.Errorf("progress past its total: %v", bad)
 	}
 }
+
+// A variant that sheds its slowest requests must not get a lower "p99 of
+// all requests" for it: a shed request counts as never answered.
+func TestSheddingTheSlowestDoesNotLowerTheP99OfAll(t *testing.T) {
+	hist := func(n int) *histT {
+		h := newHist()
+		for i := 1; i <= n; i++ {
+			h.RecordValue(int64(i) * 1000) // i ms, in µs
+		}
+		return h
+	}
+	all := p99OfAll(hist(1000), 0)
+	for _, shed := range []int{1, 5, 9} {
+		got := p99OfAll(hist(1000-shed), float64(shed)/1000)
+		if got < all*0.995 {
+			t.Errorf("the 1000 requests' p99 is %.3fs; with the %d slowest shed it reads %.3fs", all, shed, got)
+		}
+		if served := latencyOf(hist(1000 - shed)).P99; shed >= 5 && served >= all {
+			t.Errorf("test data: the served p99 (%.3fs) should fall below %.3fs when %d are shed", served, all, shed)
+		}
+	}
+	// Over 1 % unanswered: the slowest answer, a lower bound (the answered
+	// check fails such a repeat).
+	if got, max := p99OfAll(hist(900), 0.1), 0.9; got < max*0.995 || got > max*1.005 {
+		t.Errorf("10%% unanswered: got %.3fs, want the slowest answer %.3fs", got, max)
+	}
+	if got := p99OfAll(newHist(), 1); got != 0 {
+		t.Errorf("nothing answered: got %v, want 0", got)
+	}
+}
