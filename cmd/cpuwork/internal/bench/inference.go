@@ -114,7 +114,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	// naive server's CPU includes the spinning of ONNX Runtime's own
 	// threads.
 	loads := r.loadsOr([]float64{0.5, 0.8, 0.95, 1.1})
-	cals := r.atLoads(s, inferenceVariants, loads, func(round int) calibration { return r.measureCapacity(s, "pool", round, estimate, once) }, once)
+	cals := r.atLoads(s, inferenceVariants, loads, "pool", func(round int) calibration { return r.measureCapacity(s, "pool", round, estimate, once) }, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("model light_%s (onnx backend test data) through ONNX Runtime (%s), %s per inference on one thread, verified against its reference output before the run and on every response; small = 1 image, large = %d images, 90/10 mix, the request body is the float32 input tensor (estimate %.0f requests/s); %s",
 		inferenceModel, filepath.Base(lib), ms(single.Seconds()), largeImages, estimate, capacityNote("pool", r.slots, cals)))
 	r.checkLoads(s, "pool", loads, cals)
@@ -126,14 +126,17 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 		if base == nil || base.Latency.P99 == 0 {
 			continue
 		}
-		for _, pv := range inferenceVariants {
-			if v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100)); v != nil {
+		for _, name := range append(names(inferenceVariants), "pool"+aaSuffix) {
+			if v := s.variant(fmt.Sprintf("%s@%.0f%%", name, l*100)); v != nil {
 				v.Ratio = ratiosTo(v, base)
 			}
 		}
 	}
 	// Capacity at the p99 target (the SLO), interpolated between load levels.
 	judge(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil))
+	if n := aaNote(s, "pool", "p99_all_s", "p99 of all requests"); n != "" {
+		s.Notes = append(s.Notes, n)
+	}
 	return s, nil
 }
 

@@ -111,7 +111,7 @@ var scenarioTable = []scenarioDef{
 		minDuration: 100 * time.Millisecond}, // >= 100 canary marks
 	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity",
 		variants: func() []string { return describe(serviceVariants) }, uses: []string{"regexp", "gzip"},
-		steps: func(r *Runner, vs []string) int { return (5*len(vs) + capacitySteps) * r.rounds }, // five load levels per variant, and the capacity measurement before each repeat
+		steps: func(r *Runner, vs []string) int { return (5*len(vs) + len(aaLoads) + capacitySteps) * r.rounds }, // five load levels per variant, the A/A control, and the capacity measurement before each repeat
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "service", Skipped: "no load generator command configured"}, nil
@@ -123,7 +123,7 @@ var scenarioTable = []scenarioDef{
 		variants: func() []string { return append(describe(inferenceVariants), describe(inferenceQuotaExtras)...) },
 		steps: func(r *Runner, vs []string) int { // four loads and the quota case; the extras in the quota case only; the capacity before each repeat
 			n := len(vs) - len(inferenceQuotaExtras)
-			return (4*n + len(vs) + capacitySteps) * r.rounds
+			return (4*n + len(aaLoads) + len(vs) + capacitySteps) * r.rounds
 		},
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
@@ -153,6 +153,15 @@ func describe(vs []struct{ name, desc string }) []string {
 	var out []string
 	for _, v := range vs {
 		out = append(out, v.name+": "+v.desc)
+	}
+	return out
+}
+
+// names lists a variant table's names.
+func names(vs []struct{ name, desc string }) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.name)
 	}
 	return out
 }

@@ -139,19 +139,22 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 		return r.serviceOnce(v, variant, small, large, sv, rate, loadgen, closedLoop(rate, r.slots)...)
 	}
 	loads := r.loadsOr([]float64{0.5, 0.8, 0.95, 1.1, 1.5})
-	cals := r.atLoads(s, serviceVariants, loads, func(round int) calibration { return r.measureCapacity(s, "pool-capacity", round, estimate, once) }, once)
+	cals := r.atLoads(s, serviceVariants, loads, "pool-503", func(round int) calibration { return r.measureCapacity(s, "pool-capacity", round, estimate, once) }, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("small = regexp over 64 KB (%s), large = gzip+gunzip of 1 MB (%s), 90/10 mix on %d slots (the one-core calibrations estimate %.0f requests/s); %s",
 		ms(cs.Seconds()), ms(cl.Seconds()), r.slots, estimate, capacityNote("pool-capacity", r.slots, cals)))
 	r.checkLoads(s, "pool-503", loads, cals)
 	for _, l := range loads {
 		base := s.variant(fmt.Sprintf("naive@%.0f%%", l*100))
-		for _, pv := range serviceVariants {
-			if v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100)); v != nil && base != nil && base.Latency.P99 > 0 {
+		for _, name := range append(names(serviceVariants), "pool-503"+aaSuffix) {
+			if v := s.variant(fmt.Sprintf("%s@%.0f%%", name, l*100)); v != nil && base != nil && base.Latency.P99 > 0 {
 				v.Ratio = ratiosTo(v, base)
 			}
 		}
 	}
 	judge(s, serviceChecks())
+	if n := aaNote(s, "pool-503", "p99", "p99 of served"); n != "" {
+		s.Notes = append(s.Notes, n)
+	}
 	return s, nil
 }
 
@@ -694,11 +697,24 @@ func wholeRate(rate float64) float64 { return max(math.Floor(rate), 1) }
 // offered rate, and per repeat of its capacity) and shed share and marks
 // it invalid when its responses had errors or the generator sent less
 // than 99 % of the offered rate. It returns the rounds' calibrations.
-func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, calibrate func(round int) calibration, once func(v *Variant, variant string, rate float64) error) []calibration {
+//
+// control, when not empty and run, also runs again at the levels of
+// aaLoads under the name control+"-aa", in the same shuffled order: an
+// A/A control (the same server twice in one repeat), whose ratio to the
+// first run says how far a ratio moves with nothing changed (aaNote).
+func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, control string, calibrate func(round int) calibration, once func(v *Variant, variant string, rate float64) error) []calibration {
 	variants = slices.DeleteFunc(slices.Clone(variants), func(v struct{ name, desc string }) bool { return !r.wants(v.name) })
+	if control != "" && slices.ContainsFunc(variants, func(v struct{ name, desc string }) bool { return v.name == control }) {
+		variants = append(variants, struct{ name, desc string }{control + aaSuffix, "an A/A control: " + control + " again in the same repeat (not judged; its ratio to " + control + " is the noise a ratio carries here)"})
+	}
+	at := func(name string, l float64) bool {
+		return !strings.HasSuffix(name, aaSuffix) || slices.Contains(aaLoads, l)
+	}
 	for _, pv := range variants {
 		for _, l := range loads {
-			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
+			if at(pv.name, l) {
+				s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
+			}
 		}
 	}
 	var cals []calibration
@@ -707,10 +723,13 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 		cals = append(cals, cal)
 		for _, l := range shuffledOf(r, loads) {
 			for _, pv := range shuffledOf(r, variants) {
+				if !at(pv.name, l) {
+					continue
+				}
 				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
 				r.step(fmt.Sprintf("%s: %s (repeat %d/%d)", s.Name, v.Name, round+1, r.rounds))
 				n := len(v.Repeats)
-				if err := once(v, pv.name, cal.capacity*l); err != nil {
+				if err := once(v, strings.TrimSuffix(pv.name, aaSuffix), cal.capacity*l); err != nil {
 					v.Valid, v.Invalid = false, err.Error()
 				}
 				if len(v.Repeats) > n {
@@ -731,6 +750,41 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 		finishLoadVariant(v)
 	}
 	return cals
+}
+
+// The A/A control of the load scenarios (atLoads): the best alternative
+// run twice per repeat at these levels.
+const aaSuffix = "-aa"
+
+var aaLoads = []float64{0.8, 0.95}
+
+// aaNote says how far metric (the judged p99, named label in the note) of
+// control's second run moved from its first, per repeat, at each level of
+// aaLoads that ran both: a judged ratio inside that spread is not told
+// apart from noise on this machine. Empty when no level ran both.
+func aaNote(s *Scenario, control, metric, label string) string {
+	var parts []string
+	for _, l := range aaLoads {
+		a, b := s.variant(fmt.Sprintf("%s@%.0f%%", control, l*100)), s.variant(fmt.Sprintf("%s%s@%.0f%%", control, aaSuffix, l*100))
+		if a == nil || b == nil || !a.Valid || !b.Valid || len(a.Repeats) != len(b.Repeats) || len(a.Repeats) == 0 {
+			continue
+		}
+		var rs []string
+		for i := range a.Repeats {
+			x, okx := metricOf(a.Repeats[i], metric)
+			y, oky := metricOf(b.Repeats[i], metric)
+			if okx && oky && x > 0 {
+				rs = append(rs, fmt.Sprintf("%.2fx", y/x))
+			}
+		}
+		if len(rs) > 0 {
+			parts = append(parts, fmt.Sprintf("%.0f%% [%s]", l*100, strings.Join(rs, " ")))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("A/A control: %s%s's %s over %s's in the same repeat (nothing changed but the run): %s; a judged ratio inside that spread is not told apart from noise here", control, aaSuffix, label, control, strings.Join(parts, ", "))
 }
 
 // finishLoadVariant derives an open-loop variant's goodput of the offered

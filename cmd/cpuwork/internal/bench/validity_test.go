@@ -282,3 +282,45 @@ func TestSheddingTheSlowestDoesNotLowerTheP99OfAll(t *testing.T) {
 		t.Errorf("nothing answered: got %v, want 0", got)
 	}
 }
+
+// The A/A control runs the control variant again, under its own name, at
+// the A/A levels only, in every repeat, and its note gives the ratio of
+// the two runs per repeat.
+func TestTheAAControlRunsTheControlAgainAtItsLevels(t *testing.T) {
+	r := &Runner{rounds: 2}
+	s := &Scenario{Name: "load"}
+	vs := []struct{ name, desc string }{{"pool", ""}, {"cpuwork", ""}}
+	p99 := map[string]float64{"pool": 0.050, "cpuwork": 0.060}
+	runs := map[string]int{}
+	calls := 0
+	once := func(v *Variant, variant string, rate float64) error {
+		calls++
+		runs[v.Name+" as "+variant]++
+		x := p99[variant]
+		if strings.HasPrefix(v.Name, "pool-aa") {
+			x *= 1.5 // the same server, a slower run
+		}
+		v.addRun(newHist(), nil, usage{})
+		v.Repeats[len(v.Repeats)-1].P99 = x
+		return nil
+	}
+	r.atLoads(s, vs, []float64{0.5, 0.8, 0.95}, "pool", func(int) calibration { return calibration{capacity: 100} }, once)
+	if got, want := calls, 2*(2*3+2); got != want {
+		t.Errorf("%d runs, want %d (2 variants at 3 levels and the control at 2, twice)", got, want)
+	}
+	for _, name := range []string{"pool-aa@80% as pool", "pool-aa@95% as pool"} {
+		if runs[name] != 2 {
+			t.Errorf("%s ran %d times, want 2 (runs: %v)", name, runs[name], runs)
+		}
+	}
+	if s.variant("pool-aa@50%") != nil {
+		t.Error("the control ran at 50 %, outside the A/A levels")
+	}
+	note := aaNote(s, "pool", "p99", "p99")
+	if !strings.Contains(note, "80% [1.50x 1.50x]") || !strings.Contains(note, "95% [1.50x 1.50x]") {
+		t.Errorf("note %q: want the ratio 1.50x in both repeats at 80 %% and 95 %%", note)
+	}
+	if aaNote(s, "cpuwork", "p99", "p99") != "" {
+		t.Error("a note for a variant that had no control run")
+	}
+}
