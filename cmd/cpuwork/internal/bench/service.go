@@ -578,6 +578,12 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		return fmt.Errorf("%s: load generator: %w", scenario, err)
 	}
 	u := m.stop()
+	// The generator's own CPU (wait4's rusage: it and the children it
+	// waited for), which it takes from the same CPUs as the server here.
+	var genCPU float64
+	if ps := cmd.ProcessState; ps != nil {
+		genCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
 	if len(results) == 0 {
 		return fmt.Errorf("%s: load generator returned no results", scenario)
 	}
@@ -632,6 +638,7 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	v.setRepeatExtra("p99_all_s", p99OfAll(h, unanswered))
 	v.setRepeatExtra("served", float64(ok))
 	v.setRepeatExtra("generator_lateness_p99_s", latencyOf(late).P99)
+	v.setRepeatExtra("generator_cpu_s", genCPU)
 	// Goodput counts the requests served within the run: a queue left at
 	// its end and drained afterwards is not throughput.
 	v.setRepeatExtra("goodput_per_s", float64(inWindow)/d.Seconds())
