@@ -635,7 +635,9 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	v.setRepeatExtra("shed_share", float64(shed)/float64(max(len(results), 1)))
 	unanswered := float64(shed+errs) / float64(len(results))
 	v.setRepeatExtra("unanswered_share", unanswered)
-	v.setRepeatExtra("p99_all_s", p99OfAll(h, unanswered))
+	if p, ok := p99OfAll(h, unanswered); ok {
+		v.setRepeatExtra("p99_all_s", p)
+	} // else nothing was answered: no p99 to judge, and the unanswered share fails the repeat
 	v.setRepeatExtra("served", float64(ok))
 	v.setRepeatExtra("generator_lateness_p99_s", latencyOf(late).P99)
 	v.setRepeatExtra("generator_cpu_s", genCPU)
@@ -677,16 +679,16 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 // requests does not lower it. With more than 1 % unanswered the p99 is
 // beyond every answer; it is then the slowest answer's latency (a lower
 // bound), and the checks that use it fail that repeat on the unanswered
-// share (answeredCheck). Seconds.
-func p99OfAll(h *histT, unanswered float64) float64 {
-	if h.TotalCount() == 0 {
-		return 0
+// share (answeredCheck). Seconds; false when nothing was answered (a
+// check on it is then not judged rather than fed a p99 of 0).
+func p99OfAll(h *histT, unanswered float64) (float64, bool) {
+	if h.TotalCount() == 0 || unanswered >= 1 {
+		return 0, false
 	}
-	q := 0.99 / (1 - unanswered)
-	if unanswered >= 1 || q >= 1 {
-		return float64(h.Max()) / 1e6
+	if q := 0.99 / (1 - unanswered); q < 1 {
+		return float64(h.ValueAtQuantile(100*q)) / 1e6, true
 	}
-	return float64(h.ValueAtQuantile(100*q)) / 1e6
+	return float64(h.Max()) / 1e6, true
 }
 
 // wholeRate is the request rate the load generator can pace: whole
