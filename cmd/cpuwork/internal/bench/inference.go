@@ -144,8 +144,8 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 // per request and the field report's pool on the p99 of all requests at
 // each load below capacity, a shed one counted as never answered, with at
 // most 1 % unanswered (<= 1.05x at 50 % and 80 %, <= 1.0x at 95 %), on the
-// p99 of served requests at 110 % (<= 0.5x, with goodput >= the pool's), small requests' p99 <= 0.5x the pool's at
-// 80 % and 95 %, in a 1.0-CPU cgroup at 80 % <= 1.0x with <= 5 % of periods
+// p99 of served requests at 110 % (<= 0.5x, with goodput >= the pool's),
+// small requests' p99 <= 0.5x the pool's at 80 % and 95 %, in a 1.0-CPU cgroup at 80 % <= 1.0x with <= 5 % of periods
 // throttled (issue 20's targets), and the capacity at a p99 target (C1:
 // 2.5x requests per second) >= the best alternative's.
 func inferenceChecks(loads []float64, target float64, quota bool) []check {

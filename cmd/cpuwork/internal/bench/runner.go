@@ -110,7 +110,7 @@ var scenarioTable = []scenarioDef{
 		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
 		minDuration: 100 * time.Millisecond}, // >= 100 canary marks
 	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity",
-		variants: func() []string { return append(describe(serviceVariants), aaDescription("pool-503")) }, uses: []string{"regexp", "gzip"},
+		variants: func() []string { return append(describe(serviceVariants), "pool-503"+aaSuffix+": "+aaDesc("pool-503")) }, uses: []string{"regexp", "gzip"},
 		steps: func(r *Runner, vs []string) int { return (5*(len(vs)-1) + len(aaLoads) + capacitySteps) * r.rounds }, // five load levels per variant, the A/A control (the last entry) at its levels, and the capacity measurement before each repeat
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
@@ -121,7 +121,7 @@ var scenarioTable = []scenarioDef{
 		minDuration: 500 * time.Millisecond}, // the generator's pacing and start-up
 	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string {
-			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), aaDescription("pool"))
+			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), "pool"+aaSuffix+": "+aaDesc("pool"))
 		},
 		steps: func(r *Runner, vs []string) int { // four loads and the quota case; the extras in the quota case only; the capacity before each repeat
 			vs = vs[:len(vs)-1] // the A/A control, counted apart
@@ -158,20 +158,6 @@ func describe(vs []struct{ name, desc string }) []string {
 		out = append(out, v.name+": "+v.desc)
 	}
 	return out
-}
-
-// aaDescription is the --list entry of a load scenario's A/A control.
-func aaDescription(control string) string {
-	return fmt.Sprintf("%s%s: an A/A control, not judged: %s again in the same repeat at %s, whenever %s runs; the scenario's note gives its p99 over %s's per repeat, the noise a ratio carries here", control, aaSuffix, control, loadList(aaLoads), control, control)
-}
-
-// loadList prints load levels as "80 % and 95 %".
-func loadList(ls []float64) string {
-	var out []string
-	for _, l := range ls {
-		out = append(out, fmt.Sprintf("%.0f %%", l*100))
-	}
-	return strings.Join(out, " and ")
 }
 
 // names lists a variant table's names.

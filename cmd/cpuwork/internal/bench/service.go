@@ -714,7 +714,7 @@ func wholeRate(rate float64) float64 { return max(math.Floor(rate), 1) }
 func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, control string, calibrate func(round int) calibration, once func(v *Variant, variant string, rate float64) error) []calibration {
 	variants = slices.DeleteFunc(slices.Clone(variants), func(v struct{ name, desc string }) bool { return !r.wants(v.name) })
 	if control != "" && slices.ContainsFunc(variants, func(v struct{ name, desc string }) bool { return v.name == control }) {
-		variants = append(variants, struct{ name, desc string }{control + aaSuffix, "an A/A control: " + control + " again in the same repeat (not judged; its ratio to " + control + " is the noise a ratio carries here)"})
+		variants = append(variants, struct{ name, desc string }{control + aaSuffix, aaDesc(control)})
 	}
 	at := func(name string, l float64) bool {
 		return !strings.HasSuffix(name, aaSuffix) || slices.Contains(aaLoads, l)
@@ -766,6 +766,15 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 const aaSuffix = "-aa"
 
 var aaLoads = []float64{0.8, 0.95}
+
+// aaDesc describes control's A/A control (atLoads, --list).
+func aaDesc(control string) string {
+	var at []string
+	for _, l := range aaLoads {
+		at = append(at, fmt.Sprintf("%.0f %%", l*100))
+	}
+	return fmt.Sprintf("an A/A control, not judged: %s again in the same repeat at %s, whenever %s runs; the scenario's note gives its p99 over %s's per repeat, the noise a ratio carries here", control, strings.Join(at, " and "), control, control)
+}
 
 // aaNote says how far metric (the judged p99, named label in the note) of
 // control's second run moved from its first, per repeat, at each level of
