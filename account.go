@@ -61,10 +61,12 @@ import (
 //
 // Cost per accounted task: two or more reads of a per-thread schedstat
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
-// reads: a few microseconds (BenchmarkAccountedTask). Tasks are accounted
-// one in AccountOptions.Every (DefaultAccountEvery), chosen at random, and
-// every task that waited at least AccountOptions.SlowWait for its slot, up
-// to AccountOptions.SlowLimit per second.
+// reads: ~13 µs (BenchmarkAccountedTask, docs/performance.md). Tasks are
+// accounted one in AccountOptions.Every (DefaultAccountEvery), chosen at
+// random (at the default Every, fewer where tasks are so short that this
+// would cost more than 1 % of their slot time: under ~1.3 µs), and every
+// task that waited at least AccountOptions.SlowWait for its slot, up to
+// AccountOptions.SlowLimit per second.
 
 // Part is one part of a task's latency in a TaskAccount.
 type Part uint8
@@ -94,7 +96,7 @@ func (p Part) String() string {
 }
 
 // DefaultAccountEvery is AccountOptions.Every's default: one task in 1024
-// is accounted.
+// is accounted (fewer of tasks under ~1.3 µs: AccountOptions.Every).
 const DefaultAccountEvery = 1024
 
 // DefaultAccountSlowLimit is AccountOptions.SlowLimit's default: at most
@@ -107,7 +109,11 @@ const DefaultAccountSlowLimit = 100
 type AccountOptions struct {
 	// Every accounts one task in Every, chosen at random. 0 means
 	// DefaultAccountEvery; negative turns accounting off (SlowWait and
-	// OnTask then do nothing).
+	// OnTask then do nothing). At the default, where a class's tasks are
+	// so short that one in 1024 would cost more than 1 % of their slot
+	// time (~13 µs per accounted task against the class's average slot
+	// time: tasks under ~1.3 µs), fewer are chosen; a value set here is
+	// kept exactly.
 	Every int
 	// SlowWait, when positive, also accounts every task whose wait for
 	// its first slot was at least this long (known when it gets the slot),
@@ -142,7 +148,9 @@ type TaskAccount struct {
 
 // accountant holds an executor's accounting state.
 type accountant struct {
-	every     uint32
+	below     uint64 // 2^32 / every: a draw's top 32 bits below it pick the task (chosen)
+	seed      uint64 // pickAdmitted's draw is mixed from it
+	capShort  bool   // Every is the default: short tasks are accounted less often (chosen)
 	slowWait  int64
 	slowLimit int64 // < 0: no bound
 	onTask    func(TaskAccount)
@@ -167,10 +175,12 @@ func newAccountant(o AccountOptions, b budget.Budget, haveBudget bool) *accounta
 	if o.Every < 0 {
 		return nil
 	}
-	a := &accountant{every: uint32(o.Every), slowWait: int64(o.SlowWait), slowLimit: int64(o.SlowLimit), onTask: o.OnTask}
-	if a.every == 0 {
-		a.every = DefaultAccountEvery
+	every := uint64(o.Every)
+	a := &accountant{slowWait: int64(o.SlowWait), slowLimit: int64(o.SlowLimit), onTask: o.OnTask}
+	if every == 0 {
+		every, a.capShort = DefaultAccountEvery, true
 	}
+	a.below, a.seed = (1<<32)/every, rand.Uint64()
 	if a.slowLimit == 0 {
 		a.slowLimit = DefaultAccountSlowLimit
 	}
@@ -264,8 +274,50 @@ type threadStretch struct {
 
 // pick decides whether a task that waited wait ns for its slot is
 // accounted.
-func (a *accountant) pick(wait int64) bool {
-	return (a.slowWait > 0 && wait >= a.slowWait && a.slowToken()) || rand.Uint32()%a.every == 0
+func (a *accountant) pick(wait, avgSlot int64) bool {
+	return (a.slowWait > 0 && wait >= a.slowWait && a.slowToken()) || a.chosen(rand.Uint64(), avgSlot)
+}
+
+// pickAdmitted decides whether a task admitted on the fast path (no wait)
+// as its class's n-th admission is accounted, false when accounting is
+// off. Its draw is n mixed with the accountant's random seed
+// (SplitMix64's finalizer: Steele, Lea & Flood, "Fast splittable
+// pseudorandom number generators", OOPSLA 2014), a few nanoseconds
+// cheaper on the fast path than a draw from the runtime's generator; a
+// workload cannot line up with it without knowing the seed.
+func (a *accountant) pickAdmitted(n uint64, avgSlot int64) bool {
+	if a == nil {
+		return false
+	}
+	z := n ^ a.seed
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return a.chosen(z^z>>31, avgSlot)
+}
+
+// accountCost is the CPU one accounted task costs, ns
+// (BenchmarkAccountedTask minus BenchmarkAccountOff, docs/performance.md),
+// and accountShare the most of a class's slot time the random one in Every
+// may cost: for tasks shorter than accountCost/accountShare/Every (~1.3 µs
+// at the defaults) fewer are accounted.
+const (
+	accountCost  = 13_000
+	accountShare = 0.01
+	// shareBelow is chosen's bound per ns of average slot time:
+	// 2^32 * accountShare / accountCost, rounded (TestAccountShareBound).
+	shareBelow = 3304
+)
+
+// chosen reports whether a uniform 64-bit draw picks its task, for a
+// class whose average slot time is avgSlot ns (0: not measured yet): with
+// probability 1/Every, or, at the default Every, avgSlot*accountShare/
+// accountCost when that is lower; a comparison instead of a division.
+func (a *accountant) chosen(draw uint64, avgSlot int64) bool {
+	below := a.below
+	if a.capShort && avgSlot > 0 {
+		below = min(below, uint64(avgSlot)*shareBelow)
+	}
+	return draw>>32 < below
 }
 
 // slowToken takes one of the second's SlowLimit slow accounts. The

@@ -2,12 +2,15 @@ package cpuwork
 
 import (
 	"context"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
 )
 
 // spinChecked runs about d of CPU work calling Checkpoint every ~20 µs.
@@ -245,5 +248,57 @@ func TestSlowWaitAccountsAtMostSlowLimitPerSecond(t *testing.T) {
 		if got := n.Load(); got < tc.min || got > tc.max {
 			t.Errorf("SlowLimit %d: %d of 200 waiting tasks accounted, want %d to %d", tc.limit, got, tc.min, tc.max)
 		}
+	}
+}
+
+func TestAccountShareBound(t *testing.T) {
+	if want := uint64(math.Round(1 << 32 * accountShare / accountCost)); shareBelow != want {
+		t.Errorf("shareBelow %d, want 2^32 * %v / %v = %d", shareBelow, accountShare, accountCost, want)
+	}
+}
+
+// The random one in Every: about 1/Every of 2^20 admissions on the fast
+// path (SplitMix64 of the admission count) and of 2^20 queued tasks
+// (the runtime's generator); at the default, fewer where the class's
+// average slot time is so short that one in Every would cost more than
+// accountShare of it; a value set explicitly is kept exactly.
+func TestAccountingChoosesOneInEveryAndFewerOfShortTasksAtTheDefault(t *testing.T) {
+	const n = 1 << 20
+	count := func(a *accountant, avgSlot int64, admitted bool) int {
+		c := 0
+		for i := range uint64(n) {
+			if (admitted && a.pickAdmitted(i+1, avgSlot)) || (!admitted && a.pick(0, avgSlot)) {
+				c++
+			}
+		}
+		return c
+	}
+	def := newAccountant(AccountOptions{}, budget.Budget{}, false)
+	set := newAccountant(AccountOptions{Every: DefaultAccountEvery}, budget.Budget{}, false)
+	all := newAccountant(AccountOptions{Every: 1}, budget.Budget{}, false)
+	short := int64(100) // ns: 1 % of it over accountCost is 1 in 13,000
+	for _, c := range []struct {
+		name    string
+		a       *accountant
+		avgSlot int64
+		want    float64
+	}{
+		{"default, 1 ms tasks", def, int64(time.Millisecond), n / DefaultAccountEvery},
+		{"default, slot time not measured yet", def, 0, n / DefaultAccountEvery},
+		{"default, 100 ns tasks", def, short, n * float64(short) * accountShare / accountCost},
+		{"Every set to the default, 100 ns tasks", set, short, n / DefaultAccountEvery},
+		{"Every 1", all, short, n},
+	} {
+		for _, admitted := range []bool{true, false} {
+			got := float64(count(c.a, c.avgSlot, admitted))
+			// Binomial: within 6 standard deviations (and exact for p = 1).
+			p := c.want / n
+			if sd := math.Sqrt(n * p * (1 - p)); math.Abs(got-c.want) > 6*sd {
+				t.Errorf("%s (fast path %v): %v chosen of %d, want %.0f ± %.0f", c.name, admitted, got, n, c.want, 6*sd)
+			}
+		}
+	}
+	if (*accountant)(nil).pickAdmitted(DefaultAccountEvery, 0) {
+		t.Error("accounting off chose a task")
 	}
 }

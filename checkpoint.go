@@ -303,7 +303,7 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}
 	t := now()
-	if tc.timed {
+	if tc.weight != 0 {
 		e.charge(tc, t)
 	}
 	s := &e.stats[tc.class]
@@ -351,7 +351,7 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		}
 		return err
 	}
-	tc.timed, tc.weight, tc.start = true, 1, now()
+	tc.weight, tc.start = 1, now()
 	s.queueWait.record(tc.start-w.enq, 1)
 	return nil
 }

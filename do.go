@@ -22,7 +22,6 @@ const sampleEvery = 8
 type taskCtx struct {
 	context.Context
 	e       *Executor
-	weight  int64 // histogram weight of this task's timing
 	start   int64 // now() when the current slot period began (timed tasks)
 	lastChk int64 // now() at the last clock read in Checkpoint
 	lastGs  int64 // now() at the last Gosched
@@ -33,9 +32,14 @@ type taskCtx struct {
 	// any goroutine only yields the P (the slot is the owner's to hand over).
 	shared atomic.Int32
 	class  Class
-	timed  bool // slot time is measured (weight 1 if queued, sampleEvery if sampled)
-	// accounted: where this task's time goes is being recorded
-	// (account.go; its state is in the executor's accountant).
+	// weight is the histogram weight of this task's slot-time
+	// measurement: 1 for a task that queued (every one is timed),
+	// sampleEvery for one timed on the fast path, 0 when it is not timed.
+	weight uint8
+	// accounted: the task is chosen to be accounted (set at admission on
+	// the fast path, else at run's start); from run's start until finish
+	// where its time goes is being recorded (account.go; its state is in
+	// the executor's accountant).
 	accounted bool
 	// noSlot is set when a Checkpoint gave the slot up and did not get it
 	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed); or when
@@ -43,9 +47,6 @@ type taskCtx struct {
 	// chunks (handedBack).
 	noSlot lostSlot
 	w      waiter
-	// keep, set while the task runs on a worker, receives the next task
-	// granted to that worker's pool at this task's end (keepNext).
-	keep *keepNext
 }
 
 type lostSlot uint8
@@ -178,9 +179,12 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 		}
 	} else if n, err := e.admitFast(c); err != nil {
 		return err
-	} else if n%sampleEvery == 0 {
-		tc.timed, tc.weight, tc.start = true, sampleEvery, now()
-		s.queueWait.record(0, sampleEvery)
+	} else {
+		if n%sampleEvery == 0 {
+			tc.weight, tc.start = sampleEvery, now()
+			s.queueWait.record(0, sampleEvery)
+		}
+		tc.accounted = e.acct.pickAdmitted(n, s.avgSlotNs.Load())
 	}
 	if c == Critical && e.critLane != nil {
 		return e.runOnLane(ctx, tc, fn)
@@ -224,7 +228,7 @@ func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
 	if err := e.await(ctx, w); err != nil {
 		return err
 	}
-	tc.timed, tc.weight, tc.start = true, 1, now()
+	tc.weight, tc.start = 1, now()
 	s.queueWait.record(tc.start-w.enq, 1)
 	return nil
 }
@@ -323,10 +327,11 @@ func (e *Executor) runOnLane(ctx context.Context, tc *taskCtx, fn func(context.C
 func (e *Executor) run(tc *taskCtx, fn func(context.Context) error) (err error) {
 	if a := e.acct; a != nil {
 		var wait int64
-		if tc.timed && tc.weight == 1 {
+		if tc.weight == 1 {
 			wait = tc.start - tc.w.enq
+			tc.accounted = a.pick(wait, e.stats[tc.class].avgSlotNs.Load())
 		}
-		if a.pick(wait) {
+		if tc.accounted {
 			t := now()
 			e.accountBegin(tc, t-wait, t)
 		}
@@ -356,12 +361,16 @@ func (e *Executor) setLabels(tc *taskCtx) {
 // finish accounts a finished task and releases its slot.
 func (e *Executor) finish(tc *taskCtx) {
 	s := &e.stats[tc.class]
-	if tc.timed {
+	if tc.weight != 0 {
 		e.charge(tc, now())
 	}
 	s.completed.Add(1)
 	if tc.noSlot == holdsSlot {
-		e.releaseSlotKeep(tc.class, &tc.w.est, tc.keep)
+		var keep *keepNext // a task on a worker: the worker's next task
+		if t := tc.w.task; t != nil {
+			keep = &t.keep
+		}
+		e.releaseSlotKeep(tc.class, &tc.w.est, keep)
 	} else if e.closed.Load() {
 		e.checkDrained()
 	}
@@ -375,7 +384,7 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 	s := &e.stats[tc.class]
 	d := end - tc.start
 	s.slotTime.record(d, uint64(tc.weight))
-	s.used.Add(d * tc.weight)
+	s.used.Add(d * int64(tc.weight))
 	if tc.weight == 1 {
 		e.share.lastSlot[tc.class].Store(d)
 	}

@@ -268,9 +268,9 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 	}
 	close(st.finished)
 	if whole && st.helpers.Load() > 0 && tc.noSlot == holdsSlot {
-		if tc.timed {
+		if tc.weight != 0 {
 			e.charge(tc, now())
-			tc.timed = false
+			tc.weight = 0
 		}
 		tc.noSlot = handedBack
 		e.releaseSlot(tc.class, &tc.w.est)

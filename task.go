@@ -95,9 +95,10 @@ func (e *Executor) startFast(t *Task) error {
 		t.tc.w.enq = now() // the arrival its class's target counts from
 	}
 	if n%sampleEvery == 0 {
-		t.tc.timed, t.tc.weight, t.tc.start = true, sampleEvery, now()
+		t.tc.weight, t.tc.start = sampleEvery, now()
 		s.queueWait.record(0, sampleEvery)
 	}
+	t.tc.accounted = e.acct.pickAdmitted(n, s.avgSlotNs.Load())
 	t.tc.w.started = true // never queued, so no cancellation can race this
 	e.pools[t.tc.class.pool()].runq <- t
 	return nil
@@ -173,7 +174,6 @@ func (e *Executor) runTask(t *Task) (next *Task) {
 		t.stop()
 	}
 	t.keep = keepNext{pool: t.tc.class.pool()}
-	t.tc.keep = &t.keep
 	returned := false
 	defer func() {
 		if !returned { // fn called runtime.Goexit: run's deferred finish released the slot
@@ -188,7 +188,7 @@ func (e *Executor) runTask(t *Task) (next *Task) {
 	tc := &t.tc
 	if tc.w.granted { // it waited in the queue
 		s := &e.stats[tc.class]
-		tc.timed, tc.weight, tc.start = true, 1, now()
+		tc.weight, tc.start = 1, now()
 		s.queueWait.record(tc.start-tc.w.enq, 1)
 		tc.w.granted = false
 	}
