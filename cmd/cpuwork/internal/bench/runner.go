@@ -109,9 +109,15 @@ var scenarioTable = []scenarioDef{
 		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
 		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
 		minDuration: 100 * time.Millisecond}, // >= 100 canary marks
-	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110% of capacity",
+	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110/150% of capacity, and at 95% again beside a competing CPU-bound process",
 		variants: func() []string { return append(describe(serviceVariants), "pool-503"+aaSuffix+": "+aaDesc("pool-503")) }, uses: []string{"regexp", "gzip"},
-		steps: func(r *Runner, vs []string) int { return (5*(len(vs)-1) + len(aaLoads) + capacitySteps) * r.rounds }, // five load levels per variant, the A/A control (the last entry) at its levels, and the capacity measurement before each repeat
+		steps: func(r *Runner, vs []string) int { // five load levels per variant, the A/A control (the last entry) at its levels, and the capacity measurement before each repeat; again at 95 % beside a competitor
+			n := (5*(len(vs)-1) + len(aaLoads) + capacitySteps) * r.rounds
+			if _, ok := r.besideCase(r.loadsOr(serviceLoads)); ok {
+				n += (len(vs) - 1 + capacitySteps) * r.rounds
+			}
+			return n
+		},
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "service", Skipped: "no load generator command configured"}, nil
@@ -211,7 +217,8 @@ type Config struct {
 
 // wants reports whether the load scenarios run variant (Config.Variants).
 func (r *Runner) wants(variant string) bool {
-	return len(r.cfg.Variants) == 0 || slices.Contains(r.cfg.Variants, variant)
+	base, _ := baseName(variant) // a case's variant (naive+nice0) is wanted with its base
+	return len(r.cfg.Variants) == 0 || slices.Contains(r.cfg.Variants, variant) || slices.Contains(r.cfg.Variants, base)
 }
 
 // loadsOr is Config.Loads, or def when it is empty.

@@ -3,6 +3,10 @@ package bench
 import (
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -323,5 +327,106 @@ func TestTheAAControlRunsTheControlAgainAtItsLevels(t *testing.T) {
 	}
 	if aaNote(s, "cpuwork", "p99", "p99") != "" {
 		t.Error("a note for a variant that had no control run")
+	}
+}
+
+// busyLoops counts the competitor processes (the sh busy loop) running.
+func busyLoops(t *testing.T) int {
+	t.Helper()
+	ms, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range ms {
+		b, err := os.ReadFile(m)
+		if err == nil && strings.Contains(string(b), "while :; do :; done") {
+			n++
+		}
+	}
+	return n
+}
+
+// The service's 95 % level beside a competitor: every repeat measures the
+// capacity again with the competitor running and runs each variant under
+// its base name at 95 % of it with the competitor running; the competitor
+// is gone afterwards. A capacity that cannot be measured beside it leaves
+// those variants not measured and the alone levels' verdict untouched.
+func TestTheServiceRunsAt95PercentBesideACompetitor(t *testing.T) {
+	if _, err := exec.LookPath("sh"); err != nil {
+		t.Skip("no sh to run the competitor with")
+	}
+	before := busyLoops(t)
+	for _, failCapacity := range []bool{false, true} {
+		r := &Runner{rounds: 2}
+		s := &Scenario{Name: "service"}
+		var ran []string
+		once := func(v *Variant, variant string, rate float64) error {
+			if n := busyLoops(t); n != before+1 {
+				t.Errorf("%s ran beside %d competitors, want 1", v.Name, n-before)
+			}
+			if v.Name == "calibration" {
+				if failCapacity {
+					return errors.New("planted failure")
+				}
+				v.addRun(newHist(), nil, usage{})
+				served := rate
+				if rate == 0 {
+					served = 100 // closed loop; every open-loop step keeps up
+				}
+				v.Repeats[0].Extra = map[string]float64{"goodput_per_s": served}
+				return nil
+			}
+			ran = append(ran, fmt.Sprintf("%s as %s at %.0f", v.Name, variant, rate))
+			v.addRun(newHist(), nil, usage{})
+			return nil
+		}
+		r.serviceBeside(s, besideCompetition, 50, once)
+		if n := busyLoops(t); n != before {
+			t.Errorf("%d competitors left running", n-before)
+		}
+		if s.Calibration != "" {
+			t.Errorf("the beside case touched the scenario's calibration: %q", s.Calibration)
+		}
+		v := s.variant("cpuwork+nice0@95%")
+		if v == nil {
+			t.Fatalf("no cpuwork+nice0@95%% among %d variants", len(s.Variants))
+		}
+		if failCapacity {
+			if v.Valid || !strings.Contains(v.Invalid, "not measured") || len(ran) != 0 {
+				t.Errorf("capacity failed beside the competitor: valid %v (%q), runs %v", v.Valid, v.Invalid, ran)
+			}
+			continue
+		}
+		if !v.Valid || len(v.Repeats) != 2 {
+			t.Errorf("cpuwork+nice0@95%%: valid %v (%q), %d repeats, want 2", v.Valid, v.Invalid, len(v.Repeats))
+		}
+		want := "cpuwork+nice0@95% as cpuwork at 95"
+		if !slices.Contains(ran, want) || len(ran) != 2*len(serviceVariants) {
+			t.Errorf("runs %v: want %q among %d", ran, want, 2*len(serviceVariants))
+		}
+	}
+}
+
+func TestTheBesideCaseRunsWithItsCompetitionAndLevel(t *testing.T) {
+	for _, c := range []struct {
+		cfg   Config
+		loads []float64
+		want  bool
+	}{
+		{Config{}, serviceLoads, true},
+		{Config{Quick: true}, serviceLoads, true},
+		{Config{Compete: []string{"alone"}}, serviceLoads, false},
+		{Config{Compete: []string{"nice0"}}, serviceLoads, true},
+		{Config{}, []float64{0.8}, false},
+	} {
+		r := &Runner{cfg: c.cfg}
+		if _, got := r.besideCase(c.loads); got != c.want {
+			t.Errorf("compete %v quick %v loads %v: beside %v, want %v", c.cfg.Compete, c.cfg.Quick, c.loads, got, c.want)
+		}
+	}
+	r := &Runner{cfg: Config{Variants: []string{"naive"}}}
+	if !r.wants("naive+nice0") || r.wants("cpuwork+nice0") || !r.wants("naive") {
+		t.Error("--variants naive: want naive and naive+nice0, not cpuwork+nice0")
 	}
 }
