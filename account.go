@@ -279,16 +279,12 @@ func (a *accountant) pick(wait, avgSlot int64) bool {
 }
 
 // pickAdmitted decides whether a task admitted on the fast path (no wait)
-// as its class's n-th admission is accounted, false when accounting is
-// off. Its draw is n mixed with the accountant's random seed
+// as its class's n-th admission is accounted. Its draw is n mixed with the accountant's random seed
 // (SplitMix64's finalizer: Steele, Lea & Flood, "Fast splittable
 // pseudorandom number generators", OOPSLA 2014), a few nanoseconds
 // cheaper on the fast path than a draw from the runtime's generator; a
 // workload cannot line up with it without knowing the seed.
 func (a *accountant) pickAdmitted(n uint64, avgSlot int64) bool {
-	if a == nil {
-		return false
-	}
 	z := n ^ a.seed
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb

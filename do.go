@@ -184,7 +184,9 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 			tc.weight, tc.start = sampleEvery, now()
 			s.queueWait.record(0, sampleEvery)
 		}
-		tc.accounted = e.acct.pickAdmitted(n, s.avgSlotNs.Load())
+		if a := e.acct; a != nil {
+			tc.accounted = a.pickAdmitted(n, s.avgSlotNs.Load())
+		}
 	}
 	if c == Critical && e.critLane != nil {
 		return e.runOnLane(ctx, tc, fn)

@@ -98,7 +98,9 @@ func (e *Executor) startFast(t *Task) error {
 		t.tc.weight, t.tc.start = sampleEvery, now()
 		s.queueWait.record(0, sampleEvery)
 	}
-	t.tc.accounted = e.acct.pickAdmitted(n, s.avgSlotNs.Load())
+	if a := e.acct; a != nil {
+		t.tc.accounted = a.pickAdmitted(n, s.avgSlotNs.Load())
+	}
 	t.tc.w.started = true // never queued, so no cancellation can race this
 	e.pools[t.tc.class.pool()].runq <- t
 	return nil
