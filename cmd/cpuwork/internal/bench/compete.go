@@ -149,6 +149,12 @@ func (c competition) start() (stop func(), alive func() bool, err error) {
 	return stop, alive, nil
 }
 
+// died is the error of a run whose competitor was found dead after it: the
+// run was not a competition case.
+func (c competition) died() error {
+	return fmt.Errorf("the competitor of case %s died during the run", c.Name)
+}
+
 // baseName strips a competition suffix from a variant name.
 func baseName(v string) (base, suffix string) {
 	if i := strings.IndexByte(v, '+'); i >= 0 {
@@ -208,7 +214,7 @@ func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, ref
 					r.step(fmt.Sprintf("%s: %s (repeat %d/%d)", scenario, v.Name, round+1, r.rounds))
 					err := once(cc, v, false)
 					if err == nil && !alive() {
-						err = fmt.Errorf("the competitor of case %s died during the run", cc.Name)
+						err = cc.died()
 					}
 					if err != nil {
 						v.Valid, v.Invalid = false, err.Error()

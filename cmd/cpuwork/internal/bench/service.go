@@ -189,8 +189,8 @@ func (r *Runner) besideCase(loads []float64) (competition, bool) {
 // variants run in a shuffled order, and the competitor stops (on every
 // path). A variant whose competitor died during its run is invalid; a
 // capacity that could not be measured beside it leaves that case's
-// variants not measured (invalid) without touching the alone levels'
-// verdict.
+// variants not measured (invalid); the alone levels' verdict does not use
+// these calibrations.
 func (r *Runner) serviceBeside(s *Scenario, cc competition, estimate float64, once func(v *Variant, variant string, rate float64) error) {
 	var vs []struct{ name, desc string }
 	for _, v := range serviceVariants {
@@ -213,7 +213,7 @@ func (r *Runner) serviceBeside(s *Scenario, cc competition, estimate float64, on
 			return err
 		}
 		if !alive() {
-			return fmt.Errorf("the competitor of case %s died during the run", cc.Name)
+			return cc.died()
 		}
 		return nil
 	}
@@ -225,14 +225,12 @@ func (r *Runner) serviceBeside(s *Scenario, cc competition, estimate float64, on
 		var err error
 		if stop, alive, err = cc.start(); err != nil {
 			failed = fmt.Sprintf("not measured: case %s: %v", cc.Name, err)
-			return calibration{capacity: estimate, estimated: true, note: failed}
+			return calibration{capacity: estimate, failure: failed, note: failed}
 		}
 		failed = ""
-		alone := s.Calibration
 		cal := r.measureCapacity(s, "pool-capacity"+cc.suffix(), round, estimate, beside)
-		if cal.estimated {
+		if cal.failure != "" {
 			failed = "not measured: the capacity beside " + cc.Name + " was not: " + cal.note
-			s.Calibration = alone // the alone levels keep their own verdict
 		}
 		return cal
 	}
@@ -281,8 +279,11 @@ const capacitySteps = 1 + 3
 type calibration struct {
 	capacity  float64
 	cpuShare  float64 // process CPU / (duration × slots) at the capacity
-	estimated bool    // the capacity runs failed: capacity is the estimate
-	note      string
+	// failure, when the capacity runs failed (capacity is then the
+	// estimate), says so for the scenario's verdict (checkLoads makes it
+	// s.Calibration: nothing is judged on those levels).
+	failure string
+	note    string
 }
 
 // capacityFactors are the fractions of the closed-loop throughput the
@@ -336,13 +337,14 @@ func descendToCapacity(start float64, try func(rate float64) (served, cpuShare f
 // within the run; that rate is the capacity, and load levels are fractions
 // of it, so "95 %" is below what the best alternative keeps up with and
 // "110 %" above. It runs before each repeat (atLoads). A failed
-// measurement sets s.Calibration, so nothing is judged on the load levels,
-// and the estimate (or the closed-loop rate, when only the descent failed)
-// is used and said to be one.
+// measurement returns the estimate (or the closed-loop rate, when only the
+// descent failed), said to be one, with its failure, which checkLoads makes
+// the scenario's calibration verdict (nothing is judged on its levels).
 func (r *Runner) measureCapacity(s *Scenario, variant string, round int, estimate float64, once func(v *Variant, variant string, rate float64) error) calibration {
 	failed := func(reason string, fallback float64) calibration {
-		s.Calibration = fmt.Sprintf("the capacity runs of %s failed (%s); load levels are fractions of %.0f/s", variant, reason, fallback)
-		return calibration{capacity: fallback, estimated: true, note: fmt.Sprintf("ESTIMATED %.0f/s (not measured: %s)", fallback, reason)}
+		return calibration{capacity: fallback,
+			failure: fmt.Sprintf("the capacity runs of %s failed (%s); load levels are fractions of %.0f/s", variant, reason, fallback),
+			note:    fmt.Sprintf("ESTIMATED %.0f/s (not measured: %s)", fallback, reason)}
 	}
 	r.step(fmt.Sprintf("%s: measuring capacity (%s, closed loop, %d clients, before repeat %d)", s.Name, variant, 4*r.slots, round+1))
 	closed := &Variant{Name: "calibration", Valid: true}
@@ -406,13 +408,15 @@ func medianCapacity(cals []calibration) float64 {
 // judged (Repeat.NotJudged on every load-level variant: its levels are
 // not what they say, by this machine's drift within a repeat); the
 // scenario is judged on the others while at least two remain (one of
-// one), else it is not judged at all (s.Calibration). The CPU share of
+// one), else it is not judged at all (s.Calibration), as it is when a
+// capacity run failed (the first calibration's failure). The CPU share of
 // each level is reported, not judged: a Go server spends more CPU per
 // request at light load (idle Ps spin for work, every request wakes a
 // thread) than in the closed loop, so it is not the load's share.
 func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cals []calibration) {
 	for _, cal := range cals {
-		if cal.estimated {
+		if cal.failure != "" {
+			s.Calibration = cal.failure
 			return
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -330,7 +331,9 @@ func TestTheAAControlRunsTheControlAgainAtItsLevels(t *testing.T) {
 	}
 }
 
-// busyLoops counts the competitor processes (the sh busy loop) running.
+// busyLoops counts the competitor processes (the sh busy loop) this test
+// process started and that still run: its children only, since other
+// packages' tests, run at the same time by go test, start the same loop.
 func busyLoops(t *testing.T) int {
 	t.Helper()
 	ms, err := filepath.Glob("/proc/[0-9]*/cmdline")
@@ -340,7 +343,16 @@ func busyLoops(t *testing.T) int {
 	n := 0
 	for _, m := range ms {
 		b, err := os.ReadFile(m)
-		if err == nil && strings.Contains(string(b), "while :; do :; done") {
+		if err != nil || !strings.Contains(string(b), "while :; do :; done") {
+			continue
+		}
+		// stat: "pid (comm) state ppid ..."; comm may hold spaces.
+		st, err := os.ReadFile(filepath.Join(filepath.Dir(m), "stat"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(st[strings.LastIndexByte(string(st), ')')+1:]))
+		if len(f) > 1 && f[0] != "Z" && f[1] == strconv.Itoa(os.Getpid()) {
 			n++
 		}
 	}
@@ -428,5 +440,20 @@ func TestTheBesideCaseRunsWithItsCompetitionAndLevel(t *testing.T) {
 	r := &Runner{cfg: Config{Variants: []string{"naive"}}}
 	if !r.wants("naive+nice0") || r.wants("cpuwork+nice0") || !r.wants("naive") {
 		t.Error("--variants naive: want naive and naive+nice0, not cpuwork+nice0")
+	}
+}
+
+// A repeat whose capacity runs failed leaves the scenario not judged,
+// naming the failure, whatever its levels served.
+func TestAFailedCapacityRunLeavesTheScenarioNotJudged(t *testing.T) {
+	s := &Scenario{Name: "load"}
+	cals := []calibration{{capacity: 100}, {capacity: 80, failure: "the capacity runs of pool failed (planted)", note: "ESTIMATED 80/s"}}
+	(&Runner{}).checkLoads(s, "pool", []float64{0.8, 1.1}, cals)
+	if s.Calibration != "the capacity runs of pool failed (planted)" {
+		t.Errorf("calibration %q, want the failed run's", s.Calibration)
+	}
+	judge(s, []check{{label: "p99", judged: "cpuwork@80%", against: []string{"pool@80%"}, metric: "p99", limit: 1}})
+	if s.Status != StatusNotJudged {
+		t.Errorf("status %v, want not judged", s.Status)
 	}
 }
