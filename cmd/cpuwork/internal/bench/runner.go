@@ -125,14 +125,18 @@ var scenarioTable = []scenarioDef{
 			return r.service(r.cfg.LoadGen)
 		},
 		minDuration: 500 * time.Millisecond}, // the generator's pacing and start-up
-	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
+	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity, and at 95% again beside a competing CPU-bound process: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string {
 			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), "pool"+aaSuffix+": "+aaDesc("pool"))
 		},
-		steps: func(r *Runner, vs []string) int { // four loads and the quota case; the extras in the quota case only; the capacity before each repeat
+		steps: func(r *Runner, vs []string) int { // four loads and the quota case; the extras in the quota case only; the capacity before each repeat; again at 95 % beside a competitor
 			vs = vs[:len(vs)-1] // the A/A control, counted apart
 			n := len(vs) - len(inferenceQuotaExtras)
-			return (4*n + len(aaLoads) + len(vs) + capacitySteps) * r.rounds
+			steps := (4*n + len(aaLoads) + len(vs) + capacitySteps) * r.rounds
+			if _, ok := r.besideCase(r.loadsOr(inferenceLoads)); ok {
+				steps += (n + capacitySteps) * r.rounds
+			}
+			return steps
 		},
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {

@@ -184,16 +184,22 @@ func (r *Runner) besideCase(loads []float64) (competition, bool) {
 }
 
 // serviceBeside runs the service variants at besideLevel beside the
-// competitor cc: in each repeat the competitor starts, the capacity is
-// measured again beside it (the best alternative's, as alone), the
-// variants run in a shuffled order, and the competitor stops (on every
-// path). A variant whose competitor died during its run is invalid; a
-// capacity that could not be measured beside it leaves that case's
-// variants not measured (invalid); the alone levels' verdict does not use
-// these calibrations.
+// competitor cc, calibrated by the bounded pool (besideAt).
 func (r *Runner) serviceBeside(s *Scenario, cc competition, estimate float64, once func(v *Variant, variant string, rate float64) error) {
+	r.besideAt(s, serviceVariants, "pool-capacity", cc, estimate, once)
+}
+
+// besideAt runs a load scenario's variants at besideLevel beside the
+// competitor cc: in each repeat the competitor starts, the capacity is
+// measured again beside it (by calibrating, the best alternative, as
+// alone), the variants run in a shuffled order under their base names,
+// and the competitor stops (on every path). A variant whose competitor
+// died during its run is invalid; a capacity that could not be measured
+// beside it leaves that case's variants not measured (invalid); the alone
+// levels' verdict does not use these calibrations.
+func (r *Runner) besideAt(s *Scenario, variants []struct{ name, desc string }, calibrating string, cc competition, estimate float64, once func(v *Variant, variant string, rate float64) error) {
 	var vs []struct{ name, desc string }
-	for _, v := range serviceVariants {
+	for _, v := range variants {
 		vs = append(vs, struct{ name, desc string }{v.name + cc.suffix(), v.desc + "; " + cc.Desc})
 	}
 	var stop func()
@@ -228,14 +234,14 @@ func (r *Runner) serviceBeside(s *Scenario, cc competition, estimate float64, on
 			return calibration{capacity: estimate, failure: failed, note: failed}
 		}
 		failed = ""
-		cal := r.measureCapacity(s, "pool-capacity"+cc.suffix(), round, estimate, beside)
+		cal := r.measureCapacity(s, calibrating+cc.suffix(), round, estimate, beside)
 		if cal.failure != "" {
 			failed = "not measured: the capacity beside " + cc.Name + " was not: " + cal.note
 		}
 		return cal
 	}
 	cals := r.atLoads(s, vs, []float64{besideLevel}, "", calibrate, beside)
-	s.Notes = append(s.Notes, fmt.Sprintf("%s at %.0f%%, %s: %s", cc.Name, besideLevel*100, cc.Desc, capacityNote("pool-capacity"+cc.suffix(), r.slots, cals)))
+	s.Notes = append(s.Notes, fmt.Sprintf("%s at %.0f%%, %s: %s", cc.Name, besideLevel*100, cc.Desc, capacityNote(calibrating+cc.suffix(), r.slots, cals)))
 }
 
 // serviceChecks: cpuwork (the docs' way: Do with classes and queue-wait
@@ -277,8 +283,8 @@ const capacitySteps = 1 + 3
 // load levels' arrival process) its best alternative keeps up with, and
 // the share of the slots' CPU it used there.
 type calibration struct {
-	capacity  float64
-	cpuShare  float64 // process CPU / (duration × slots) at the capacity
+	capacity float64
+	cpuShare float64 // process CPU / (duration × slots) at the capacity
 	// failure, when the capacity runs failed (capacity is then the
 	// estimate), says so for the scenario's verdict (checkLoads makes it
 	// s.Calibration: nothing is judged on those levels).

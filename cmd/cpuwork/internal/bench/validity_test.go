@@ -359,63 +359,79 @@ func busyLoops(t *testing.T) int {
 	return n
 }
 
-// The service's 95 % level beside a competitor: every repeat measures the
+// The load scenarios' 95 % level beside a competitor (service through
+// serviceBeside, inference through besideAt with its own variants and
+// calibrating pool): every repeat measures the
 // capacity again with the competitor running and runs each variant under
 // its base name at 95 % of it with the competitor running; the competitor
 // is gone afterwards. A capacity that cannot be measured beside it leaves
 // those variants not measured and the alone levels' verdict untouched.
-func TestTheServiceRunsAt95PercentBesideACompetitor(t *testing.T) {
+func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh to run the competitor with")
 	}
 	before := busyLoops(t)
-	for _, failCapacity := range []bool{false, true} {
-		r := &Runner{rounds: 2}
-		s := &Scenario{Name: "service"}
-		var ran []string
-		once := func(v *Variant, variant string, rate float64) error {
-			if n := busyLoops(t); n != before+1 {
-				t.Errorf("%s ran beside %d competitors, want 1", v.Name, n-before)
-			}
-			if v.Name == "calibration" {
-				if failCapacity {
-					return errors.New("planted failure")
+	for _, sc := range []struct {
+		name, calibrating string
+		variants          []struct{ name, desc string }
+	}{{"service", "pool-capacity", serviceVariants}, {"inference", "pool", inferenceVariants}} {
+		for _, failCapacity := range []bool{false, true} {
+			r := &Runner{rounds: 2}
+			s := &Scenario{Name: sc.name}
+			var ran []string
+			var calibrated []string
+			once := func(v *Variant, variant string, rate float64) error {
+				if n := busyLoops(t); n != before+1 {
+					t.Errorf("%s ran beside %d competitors, want 1", v.Name, n-before)
 				}
+				if v.Name == "calibration" {
+					calibrated = append(calibrated, variant)
+					if failCapacity {
+						return errors.New("planted failure")
+					}
+					v.addRun(newHist(), nil, usage{})
+					served := rate
+					if rate == 0 {
+						served = 100 // closed loop; every open-loop step keeps up
+					}
+					v.Repeats[0].Extra = map[string]float64{"goodput_per_s": served}
+					return nil
+				}
+				ran = append(ran, fmt.Sprintf("%s as %s at %.0f", v.Name, variant, rate))
 				v.addRun(newHist(), nil, usage{})
-				served := rate
-				if rate == 0 {
-					served = 100 // closed loop; every open-loop step keeps up
-				}
-				v.Repeats[0].Extra = map[string]float64{"goodput_per_s": served}
 				return nil
 			}
-			ran = append(ran, fmt.Sprintf("%s as %s at %.0f", v.Name, variant, rate))
-			v.addRun(newHist(), nil, usage{})
-			return nil
-		}
-		r.serviceBeside(s, besideCompetition, 50, once)
-		if n := busyLoops(t); n != before {
-			t.Errorf("%d competitors left running", n-before)
-		}
-		if s.Calibration != "" {
-			t.Errorf("the beside case touched the scenario's calibration: %q", s.Calibration)
-		}
-		v := s.variant("cpuwork+nice0@95%")
-		if v == nil {
-			t.Fatalf("no cpuwork+nice0@95%% among %d variants", len(s.Variants))
-		}
-		if failCapacity {
-			if v.Valid || !strings.Contains(v.Invalid, "not measured") || len(ran) != 0 {
-				t.Errorf("capacity failed beside the competitor: valid %v (%q), runs %v", v.Valid, v.Invalid, ran)
+			if sc.name == "service" {
+				r.serviceBeside(s, besideCompetition, 50, once)
+			} else {
+				r.besideAt(s, sc.variants, sc.calibrating, besideCompetition, 50, once)
 			}
-			continue
-		}
-		if !v.Valid || len(v.Repeats) != 2 {
-			t.Errorf("cpuwork+nice0@95%%: valid %v (%q), %d repeats, want 2", v.Valid, v.Invalid, len(v.Repeats))
-		}
-		want := "cpuwork+nice0@95% as cpuwork at 95"
-		if !slices.Contains(ran, want) || len(ran) != 2*len(serviceVariants) {
-			t.Errorf("runs %v: want %q among %d", ran, want, 2*len(serviceVariants))
+			if len(calibrated) == 0 || slices.ContainsFunc(calibrated, func(c string) bool { return c != sc.calibrating }) {
+				t.Errorf("%s: capacity measured by %v, want %s only", sc.name, calibrated, sc.calibrating)
+			}
+			if n := busyLoops(t); n != before {
+				t.Errorf("%d competitors left running", n-before)
+			}
+			if s.Calibration != "" {
+				t.Errorf("the beside case touched the scenario's calibration: %q", s.Calibration)
+			}
+			v := s.variant("cpuwork+nice0@95%")
+			if v == nil {
+				t.Fatalf("%s: no cpuwork+nice0@95%% among %d variants", sc.name, len(s.Variants))
+			}
+			if failCapacity {
+				if v.Valid || !strings.Contains(v.Invalid, "not measured") || len(ran) != 0 {
+					t.Errorf("capacity failed beside the competitor: valid %v (%q), runs %v", v.Valid, v.Invalid, ran)
+				}
+				continue
+			}
+			if !v.Valid || len(v.Repeats) != 2 {
+				t.Errorf("cpuwork+nice0@95%%: valid %v (%q), %d repeats, want 2", v.Valid, v.Invalid, len(v.Repeats))
+			}
+			want := "cpuwork+nice0@95% as cpuwork at 95"
+			if !slices.Contains(ran, want) || len(ran) != 2*len(sc.variants) {
+				t.Errorf("%s: runs %v: want %q among %d", sc.name, ran, want, 2*len(sc.variants))
+			}
 		}
 	}
 }

@@ -191,10 +191,10 @@ func TestEveryScenarioDeclaresChecksThatCanHoldAndFail(t *testing.T) {
 		"quota":     quotaChecks([]float64{0.25, 1.25, 1.5}),
 		"neighbour": neighbourChecks(),
 		"service":   serviceChecks(),
-		"inference": inferenceChecks([]float64{0.5, 0.8, 0.95, 1.1}, 0.1, true)[:0], // filled below
+		"inference": inferenceChecks([]float64{0.5, 0.8, 0.95, 1.1}, 0.1, true, true)[:0], // filled below
 	}
 	var plain []check // inference without its interpolated capacity check (tested apart)
-	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 1.1}, 0.1, true) {
+	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 1.1}, 0.1, true, true) {
 		if c.of == nil {
 			plain = append(plain, c)
 		}
