@@ -39,10 +39,14 @@
 //     without targets a class is FIFO. A running task hands its slot over
 //     at a Checkpoint to a waiter of its class that is due earlier, and
 //     queues again at its own due: a large request split into parts keeps
-//     its place in line. A task with a target that can no longer meet it
-//     is refused (ErrDeadline, wrapped with ErrSaturated) at the door or
-//     at the head of the queue instead of being served late. The rule and
-//     its sources: order.go.
+//     its place in line. A task that can no longer meet its target is
+//     refused (ErrDeadline, wrapped with ErrSaturated) at the door or at
+//     the head of the queue instead of being served late: always past a
+//     ctx deadline; past an objective (WithTarget, Options.LatencyTarget)
+//     once its class's late budget is spent, about 1 % of its queued
+//     objective tasks being let through late (a p99 target's share), so
+//     that below capacity a burst is answered late rather than refused.
+//     The rule and its sources: order.go.
 //   - Where tasks run. Do runs Critical and Interactive tasks on the
 //     caller's goroutine once admitted: no hand-off, the caller's stack,
 //     profiler labels and (for cgo) thread stay. Batch and Background tasks,

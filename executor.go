@@ -44,6 +44,10 @@ type Executor struct {
 	// forMaxSlots is Options.ForMaxSlots (0: the default rule).
 	forMaxSlots int
 	shed        [NumClasses]shedState // queue-wait targets (shed.go)
+	// lateShare[c] is the moving share of class c's queued objective
+	// tasks let in though expected late, in 1/2^24 (order.go's late
+	// budget).
+	lateShare [NumClasses]int32
 	// sinceBackground counts grants to other classes while Background
 	// waits (the Background starvation guard, shed.go).
 	sinceBackground int

@@ -76,8 +76,12 @@ type Options struct {
 	// wrapping ErrSaturated and ErrDeadline) when it would queue and the
 	// estimated queue wait plus its expected run time pass its due, or
 	// when it reaches the head of the queue with less time left than its
-	// expected run time. Negative values make New fail. The rule, its
-	// sources and its cost: order.go and docs/architecture.md.
+	// expected run time; this target and WithTarget's are objectives, so
+	// such a task is let through late instead while the class's late
+	// budget lasts (about 1 % of its queued objective tasks; a ctx
+	// deadline has none; ClassStats.AdmittedLate counts them). Negative
+	// values make New fail. The rule, its sources and its cost: order.go
+	// and docs/architecture.md.
 	LatencyTarget [NumClasses]time.Duration
 
 	// ForMaxSlots bounds the slots one For loop holds at once while other

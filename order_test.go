@@ -140,8 +140,11 @@ func TestATargetThatCannotBeMetIsRefusedAtTheDoor(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := hold(t, e, 1)
 	ran := false
-	// 5 ms left, 50 ms of expected run time: it cannot make it.
-	ctx := WithTarget(context.Background(), Target{Latency: 5 * time.Millisecond, Service: 50 * time.Millisecond})
+	// 5 ms left to its ctx deadline, 50 ms of expected run time: it
+	// cannot make it, and a deadline has no late budget.
+	dl, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	ctx := WithTarget(dl, Target{Service: 50 * time.Millisecond})
 	err := e.Do(ctx, Interactive, func(context.Context) error { ran = true; return nil })
 	if !errors.Is(err, ErrDeadline) || !errors.Is(err, ErrSaturated) || ran {
 		t.Fatalf("err %v (ErrDeadline %v, ErrSaturated %v), ran %v; want a refusal wrapping both, not run",
@@ -153,8 +156,108 @@ func TestATargetThatCannotBeMetIsRefusedAtTheDoor(t *testing.T) {
 	// The same target on the fast path (a slot free, nobody queued) runs:
 	// only a task that must queue is judged.
 	release()
-	if err := e.Do(ctx, Interactive, func(context.Context) error { return nil }); err != nil {
+	if err := e.Do(WithTarget(context.Background(), Target{Latency: 5 * time.Millisecond, Service: 50 * time.Millisecond}),
+		Interactive, func(context.Context) error { return nil }); err != nil {
 		t.Fatalf("with a free slot: %v", err)
+	}
+}
+
+// An objective (WithTarget) that cannot be met is let through late while
+// the class's late budget lasts (about ten in a row from a fresh start,
+// then about one in a hundred) and refused beyond it; AdmittedLate
+// counts the ones let through, and each of them runs once, not judged
+// again at the head.
+func TestAnObjectiveExpectedLateIsLetThroughWithinTheLateBudget(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	const n = 400
+	var ran atomic.Int64
+	var tasks []*Task
+	refused := 0
+	for range n {
+		ctx := WithTarget(context.Background(), Target{Latency: time.Millisecond, Service: 50 * time.Millisecond})
+		task, err := e.Go(ctx, Interactive, func(context.Context) error { ran.Add(1); return nil })
+		switch {
+		case err == nil:
+			tasks = append(tasks, task)
+		case errors.Is(err, ErrDeadline) && errors.Is(err, ErrSaturated):
+			refused++
+		default:
+			t.Fatalf("err %v, want nil or a refusal wrapping ErrDeadline", err)
+		}
+	}
+	// The first ~10 from a fresh start, then ~1 per 100 (lateBudgetShare):
+	// 10-20 of 400. Without the budget none goes through; with every late
+	// one let through, all do.
+	if len(tasks) < 5 || len(tasks) > 20 || refused != n-len(tasks) {
+		t.Errorf("%d let through, %d refused of %d expected late: want 5-20 through", len(tasks), refused, n)
+	}
+	st := e.Stats().Classes[Interactive]
+	if st.AdmittedLate != uint64(len(tasks)) || st.Shed != uint64(refused) {
+		t.Errorf("AdmittedLate %d, Shed %d; want %d and %d", st.AdmittedLate, st.Shed, len(tasks), refused)
+	}
+	release()
+	// At the head they are later still, but a task let through is not
+	// judged again: each runs once.
+	for _, task := range tasks {
+		if err := task.Wait(context.Background()); err != nil {
+			t.Fatalf("let-through task: %v", err)
+		}
+	}
+	if got := ran.Load(); got != int64(len(tasks)) {
+		t.Errorf("%d ran, want the %d let through", got, len(tasks))
+	}
+	if st := e.Stats().Classes[Interactive]; st.AdmittedLate != uint64(len(tasks)) {
+		t.Errorf("AdmittedLate %d after they ran, want %d (each counted once)", st.AdmittedLate, len(tasks))
+	}
+}
+
+// The same objective with a ctx deadline that it would also miss is
+// refused at once: a deadline is binding, whatever the budget.
+func TestAnObjectivePastItsCtxDeadlineIsRefusedWhateverTheBudget(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	defer release()
+	dl, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	// The objective (1 ms) binds the due, the deadline (20 ms) is missed
+	// too by 50 ms of expected run time.
+	ctx := WithTarget(dl, Target{Latency: time.Millisecond, Service: 50 * time.Millisecond})
+	if err := e.Do(ctx, Interactive, func(context.Context) error { return nil }); !errors.Is(err, ErrDeadline) {
+		t.Fatalf("err %v, want a refusal wrapping ErrDeadline", err)
+	}
+	if st := e.Stats().Classes[Interactive]; st.AdmittedLate != 0 {
+		t.Errorf("AdmittedLate %d, want 0", st.AdmittedLate)
+	}
+}
+
+// lateBudgetShare runs the late budget over a stream in which one task in
+// every period is expected late, and returns the share let through.
+func lateBudgetShare(period, n int) (through int) {
+	e := &Executor{}
+	for i := range n {
+		late := i%period == 0
+		if e.lateOKLocked(Interactive, late) && late {
+			through++
+		}
+	}
+	return through
+}
+
+// The budget's long-run share: every late task goes through while fewer
+// than 1 % are late; when all are late (overload), about 1 % do.
+func TestTheLateBudgetLetsThroughAbout1Percent(t *testing.T) {
+	const n = 200_000
+	if got := lateBudgetShare(200, n); got != n/200 {
+		t.Errorf("one late in 200: %d of %d let through, want all", got, n/200)
+	}
+	got := lateBudgetShare(1, n)
+	if share := float64(got) / n; share < 0.009 || share > 0.012 {
+		t.Errorf("all late: %.4f let through, want about 0.01", share)
+	}
+	// From a fresh start, a burst of late tasks: about ten go through.
+	if got := lateBudgetShare(1, 20); got < 8 || got > 12 {
+		t.Errorf("20 late from a fresh start: %d let through, want about 10", got)
 	}
 }
 
@@ -162,12 +265,15 @@ func TestAWaiterThatCanNoLongerMeetItsTargetIsRefusedAtTheHead(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := hold(t, e, 1)
 	rec := &recorder{}
-	// Admitted to the queue (20 ms left, 1 ms to run), then the slot stays
-	// held past its due.
-	ctx := WithTarget(context.Background(), Target{Latency: 20 * time.Millisecond, Service: time.Millisecond})
+	// Admitted to the queue (200 ms to its ctx deadline, 150 ms to run),
+	// then the slot stays held until less than its run time is left (a
+	// deadline: no late budget).
+	dl, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	ctx := WithTarget(dl, Target{Service: 150 * time.Millisecond})
 	late := queueDo(t, e, ctx, Interactive, rec, "late")
 	after := queueDo(t, e, context.Background(), Interactive, rec, "no-target")
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	release()
 	err := <-late
 	if !errors.Is(err, ErrDeadline) || !errors.Is(err, ErrSaturated) {
@@ -184,14 +290,16 @@ func TestAWaiterThatCanNoLongerMeetItsTargetIsRefusedAtTheHead(t *testing.T) {
 	}
 	// An asynchronous task is refused the same way, through its handle.
 	release = hold(t, e, 1)
-	ctx = WithTarget(context.Background(), Target{Latency: 20 * time.Millisecond, Service: time.Millisecond})
+	dl2, cancel2 := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel2()
+	ctx = WithTarget(dl2, Target{Service: 150 * time.Millisecond})
 	task, err := e.Go(ctx, Interactive, func(context.Context) error { rec.add("task"); return nil })
 	if err != nil {
 		release()
 		t.Fatal(err)
 	}
 	waitQueued(t, e, Interactive, 1)
-	time.Sleep(30 * time.Millisecond)
+	time.Sleep(100 * time.Millisecond)
 	release()
 	if err := task.Wait(context.Background()); !errors.Is(err, ErrDeadline) {
 		t.Fatalf("late task: %v, want ErrDeadline", err)

@@ -44,12 +44,13 @@ type waiter struct {
 	kind    waiterKind
 	queued  bool
 	granted bool
-	// hasTarget: due comes from a latency target (WithTarget, the ctx
-	// deadline or Options.LatencyTarget), so the waiter may be refused
-	// when it can no longer meet it.
-	hasTarget bool
-	dueSet    bool
-	requeued  bool // a running task that yielded at a Checkpoint
+	// target says where due comes from: none (FIFO), an objective
+	// (WithTarget or Options.LatencyTarget: a waiter expected to miss it
+	// is refused beyond the class's late budget) or a ctx deadline (one
+	// expected to miss its due is always refused); order.go.
+	target   targetKind
+	dueSet   bool
+	requeued bool // a running task that yielded at a Checkpoint
 	// started is set, under the executor's lock, when w is first granted
 	// a slot: from then on w belongs to its running task, and only that
 	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.

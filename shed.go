@@ -16,7 +16,8 @@ import (
 //     of its place (in its own class up to its due, and in more urgent
 //     classes) times the class's recent slot time (an exponentially
 //     weighted moving average, 1/8 per measured task), divided by the
-//     slots, plus its own expected run time, end past its due (order.go;
+//     slots, plus its own expected run time, end past its due, and it
+//     has a ctx deadline or its class's late budget is spent (order.go;
 //     the error also wraps ErrDeadline);
 //   - its class has a queue-wait target (Options.MaxQueueWait) and is
 //     shedding: CoDel's test (Nichols and Jacobson, "Controlling Queue
@@ -94,7 +95,7 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter) error {
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (Options.MaxQueueWait)", time.Duration(st.target))}
 		}
 	}
-	if err := e.doorLocked(w, t); err != nil {
+	if err := e.doorLocked(ctx, w, t); err != nil {
 		s.rejected.Add(1)
 		s.shed.Add(1)
 		return err

@@ -16,6 +16,7 @@ type classStats struct {
 	nested    atomic.Uint64 // ran inline on an enclosing task's slot
 	yields    atomic.Uint64 // slots handed over at a Checkpoint
 	shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
+	late      atomic.Uint64 // let in though expected to miss its objective (the late budget, order.go)
 	avgSlotNs atomic.Int64  // moving average of measured slot times, ns (shed.go)
 
 	used atomic.Int64 // slot time charged, ns (weighted by sampling)
@@ -35,9 +36,15 @@ type ClassStats struct {
 	Admitted  uint64 // tasks that got a slot
 	Completed uint64 // tasks that finished running, whatever their result
 	Rejected  uint64 // submissions refused with ErrSaturated or ErrClosed
-	Shed      uint64 // of Rejected: refused because the ctx deadline could not be met or the class's queue stood above Options.MaxQueueWait
-	Canceled  uint64 // tasks whose context ended while queued
-	Panicked  uint64 // tasks whose fn panicked (also counted in Completed)
+	Shed      uint64 // of Rejected: refused because a latency target could not be met (order.go) or the class's queue stood above Options.MaxQueueWait
+	// AdmittedLate counts tasks with a latency objective (WithTarget,
+	// Options.LatencyTarget) that were let into the queue, or through its
+	// head, though expected to miss it: the late budget of about 1 % of
+	// the class's queued objective tasks (order.go). They are also in
+	// Admitted once they get their slot.
+	AdmittedLate uint64
+	Canceled     uint64 // tasks whose context ended while queued
+	Panicked     uint64 // tasks whose fn panicked (also counted in Completed)
 	// Nested counts Do and For calls made with the context of a task of
 	// this executor (they run on the slot that task holds), whether they
 	// ran or their ctx had ended; they are never counted in Submitted,
@@ -113,18 +120,19 @@ func (e *Executor) Stats() Stats {
 	for c := range Class(NumClasses) {
 		s := &e.stats[c]
 		cs := ClassStats{
-			Class:     c,
-			Completed: s.completed.Load(),
-			Admitted:  s.admitted.Load(),
-			Rejected:  s.rejected.Load(),
-			Shed:      s.shed.Load(),
-			Canceled:  s.canceled.Load(),
-			Panicked:  s.panicked.Load(),
-			Nested:    s.nested.Load(),
-			Yields:    s.yields.Load(),
-			Queued:    queued[c],
-			QueueWait: s.queueWait.summary(),
-			SlotTime:  s.slotTime.summary(),
+			Class:        c,
+			Completed:    s.completed.Load(),
+			Admitted:     s.admitted.Load(),
+			Rejected:     s.rejected.Load(),
+			Shed:         s.shed.Load(),
+			AdmittedLate: s.late.Load(),
+			Canceled:     s.canceled.Load(),
+			Panicked:     s.panicked.Load(),
+			Nested:       s.nested.Load(),
+			Yields:       s.yields.Load(),
+			Queued:       queued[c],
+			QueueWait:    s.queueWait.summary(),
+			SlotTime:     s.slotTime.summary(),
 		}
 		cs.Running = int(cs.Admitted - min(cs.Completed, cs.Admitted))
 		cs.Submitted = cs.Admitted + cs.Rejected + cs.Canceled + uint64(cs.Queued)

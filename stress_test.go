@@ -187,9 +187,14 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 		if r.IntN(4) == 0 {
 			cancel() // done before submission: must never run
 		}
-	case 3, 4: // a latency target: ordered by due, refused when it cannot be met
+	case 3, 4: // a latency target: ordered by due, refused when it cannot be met (an objective: beyond the late budget)
 		ctx = WithTarget(ctx, Target{Latency: time.Duration(r.IntN(3000)) * time.Microsecond,
 			Service: time.Duration(r.IntN(400)) * time.Microsecond})
+		if r.IntN(3) == 0 { // and a ctx deadline, binding or not: never let through past it
+			var dcancel context.CancelFunc
+			ctx, dcancel = context.WithTimeout(ctx, time.Duration(r.IntN(3000))*time.Microsecond)
+			defer dcancel()
+		}
 	}
 	o.panics = r.IntN(25) == 0
 	o.goexits = !o.panics && r.IntN(25) == 0

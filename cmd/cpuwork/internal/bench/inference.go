@@ -29,7 +29,7 @@ import (
 var inferenceVariants = []struct{ name, desc string }{
 	{"naive", "a goroutine per request; ONNX Runtime's default intra-op threads (one per core, blind to quotas); a large request runs its images one after another"},
 	{"pool", "the field report's fix: GOMAXPROCS workers, intra-op threads 1, a large request split into one task per image"},
-	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline); under a quota the default Quota policy (a whole quota's slots unpaced)"},
+	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline) beyond the late budget (about 1 % served late); under a quota the default Quota policy (a whole quota's slots unpaced)"},
 }
 
 // inferenceQuotaExtras run in the quota cases only, shown and not judged.
