@@ -48,8 +48,9 @@ import (
 //     else the class's recent average slot time. A ctx deadline is
 //     binding; an objective (WithTarget, Options.LatencyTarget) has a late
 //     budget: about 1 % of the class's queued objective tasks expected
-//     late are let through and served late instead (below, "The late
-//     budget").
+//     late are let through and served late instead, and at the head an
+//     objective task is late only once its due has passed (it has waited
+//     already; below, "The late budget").
 //
 // Cost: a FIFO insertion is O(1) (the walk from the tail stops at once);
 // a task with a shorter target walks past the waiters it overtakes. A
@@ -96,7 +97,8 @@ func WithTarget(ctx context.Context, t Target) context.Context {
 // its ctx deadline, Options.LatencyTarget): at the door, when the work
 // queued ahead of it and its own expected run time end past its due; or
 // at the head of the queue, when less time is left than its expected run
-// time (for an objective, once its class's late budget is spent).
+// time (for an objective: once its due has passed and its class's late
+// budget is spent).
 // errors.Is(err, ErrDeadline) tells it apart from a full queue.
 var ErrDeadline = errors.New("cpuwork: latency target cannot be met")
 
@@ -114,7 +116,9 @@ const (
 // capacity a burst makes a few requests late, and answering them late
 // beats refusing them (a refused request is one never answered). So a
 // queued task whose due comes only from objectives and that is expected
-// to miss it (at the door, or at the head of its class) is let through
+// to miss it (at the door: its estimated completion is past its due; at
+// the head of its class: its due has passed, since with time left it has
+// waited already and ends at most its run time late) is let through
 // while the class's moving share of such late admissions, over its
 // queued objective tasks, is under lateBudget (1 %, the p99's share);
 // beyond it, it is refused. A task let through at the door is not judged
@@ -330,15 +334,21 @@ func (e *Executor) serviceOf(w *waiter) int64 {
 }
 
 // lateLocked reports whether w, at the head of its class at time t, is
-// to be refused: it can no longer meet its target (less time is left than
-// its expected run time) and either its ctx has a deadline or its class's
-// late budget is spent. Only submissions that have a target and never
-// ran are refused.
+// to be refused. A task whose due is its ctx deadline is refused when
+// less time is left than its expected run time (it would end past it).
+// One whose due is an objective has waited for its slot already: it is
+// refused only once its due has passed, and then only when its class's
+// late budget is spent; with time left it runs, ending at most its run
+// time late. Only submissions that have a target and never ran are
+// refused.
 func (e *Executor) lateLocked(w *waiter, t int64) bool {
-	if w.target == targetNone || w.started || w.requeued || w.kind == waitHelper || t+e.serviceOf(w) <= w.due {
+	if w.target == targetNone || w.started || w.requeued || w.kind == waitHelper {
 		return false
 	}
-	return w.target == targetDeadline || !e.lateOKLocked(w.class, true)
+	if w.target == targetDeadline {
+		return t+e.serviceOf(w) > w.due
+	}
+	return t > w.due && !e.lateOKLocked(w.class, true)
 }
 
 // refuseLocked takes w, just out of the queue, out for good with an error

@@ -306,6 +306,49 @@ func TestAWaiterThatCanNoLongerMeetItsTargetIsRefusedAtTheHead(t *testing.T) {
 	}
 }
 
+// At the head an objective (WithTarget) is refused only once its due has
+// passed and its class's late budget is spent: with time left but less
+// than its run time it runs (it has waited already, and ends at most its
+// run time late); past its due it goes through while the budget lasts.
+func TestAtTheHeadAnObjectiveRunsUntilItsDueAndIsRefusedPastItBeyondTheBudget(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	run := func(latency, service, held time.Duration, share int32) error {
+		release := hold(t, e, 1)
+		e.mu.Lock()
+		e.lateShare[Interactive] = share
+		e.mu.Unlock()
+		ctx := WithTarget(context.Background(), Target{Latency: latency, Service: service})
+		task, err := e.Go(ctx, Interactive, func(context.Context) error { return nil })
+		if err != nil {
+			release()
+			return fmt.Errorf("at the door: %w", err)
+		}
+		waitQueued(t, e, Interactive, 1)
+		time.Sleep(held)
+		release()
+		return task.Wait(context.Background())
+	}
+	// 150 ms objective, 100 ms to run, at the head after ~100 ms: ~50 ms
+	// left, less than its run time. A deadline would be refused; this
+	// runs, even with the late budget spent: it is not late yet.
+	if err := run(150*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond, lateOne/2); err != nil {
+		t.Errorf("time left at the head: %v, want it run", err)
+	}
+	// Past its due with the budget spent (half the class's recent
+	// objective tasks let through late): refused.
+	if err := run(20*time.Millisecond, time.Millisecond, 60*time.Millisecond, lateOne/2); !errors.Is(err, ErrDeadline) {
+		t.Errorf("past its due, budget spent: %v, want ErrDeadline", err)
+	}
+	// Past its due with the budget unspent: let through, counted.
+	before := e.Stats().Classes[Interactive].AdmittedLate
+	if err := run(20*time.Millisecond, time.Millisecond, 60*time.Millisecond, 0); err != nil {
+		t.Errorf("past its due, budget left: %v, want it run", err)
+	}
+	if got := e.Stats().Classes[Interactive].AdmittedLate; got != before+1 {
+		t.Errorf("AdmittedLate %d, want %d", got, before+1)
+	}
+}
+
 // spinParts returns a For body whose indexes each spin for d and record
 // "name<i>" when they start.
 func spinParts(rec *recorder, name string, d time.Duration) func(lo, hi int) error {
