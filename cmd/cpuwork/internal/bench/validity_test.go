@@ -160,8 +160,14 @@ func TestCapacityIsTheOpenLoopRateKeptUpWith(t *testing.T) {
 	if err != nil || !ok || at.rate != 450 {
 		t.Fatalf("capacity %v (ok %v, err %v), want 450/s", at.rate, ok, err)
 	}
-	if len(tried) != 3 || tried[0].rate != 500 || tried[1].rate != 475 || tried[0].served >= keepsUp {
-		t.Errorf("steps %+v, want 500 and 475 refused, then 450", tried)
+	if len(tried) != 4 || tried[0].rate != 500 || tried[1].rate != 475 || tried[0].served >= keepsUp || tried[3].rate != 462 {
+		t.Errorf("steps %+v, want 500 and 475 refused, 450 kept up with, then 462 halfway refused", tried)
+	}
+	// Kept up with halfway between the first step kept up with and the
+	// one above it: the capacity is the halfway rate.
+	at, tried, ok, _ = descendToCapacity(500, server(470))
+	if !ok || at.rate != 462 || len(tried) != 4 {
+		t.Errorf("capacity %v after %+v, want 462 (halfway between 450 and 475)", at.rate, tried)
 	}
 	at, _, ok, _ = descendToCapacity(500, server(600))
 	if !ok || at.rate != 500 {
@@ -179,6 +185,16 @@ func TestCapacityIsTheOpenLoopRateKeptUpWith(t *testing.T) {
 		}
 	}
 	boom := errors.New("generator failed")
+	// A failed halfway step fails the descent like any other.
+	_, _, ok, err = descendToCapacity(500, func(rate float64) (float64, float64, error) {
+		if rate == 462 {
+			return 0, 0, boom
+		}
+		return server(460)(rate)
+	})
+	if ok || !errors.Is(err, boom) {
+		t.Errorf("a failed halfway step: ok %v err %v, want the step's error", ok, err)
+	}
 	_, _, ok, err = descendToCapacity(500, func(float64) (float64, float64, error) { return 0, 0, boom })
 	if ok || !errors.Is(err, boom) {
 		t.Errorf("a failed step: ok %v err %v, want the step's error", ok, err)
