@@ -183,3 +183,33 @@ func BenchmarkAccountDefault(b *testing.B) { benchAccount(b, 0) }
 
 // BenchmarkAccountOff: accounting off (Every < 0).
 func BenchmarkAccountOff(b *testing.B) { benchAccount(b, -1) }
+
+// BenchmarkAllowSaturated is Allow with a latency target while the one
+// slot is held and a task waits: the door's estimate under the lock,
+// without a submission.
+func BenchmarkAllowSaturated(b *testing.B) {
+	e := newExec(b, Options{Slots: 1})
+	gate := make(chan struct{})
+	held := make(chan struct{})
+	done := make(chan struct{}, 2)
+	go func() {
+		e.Do(context.Background(), Interactive, func(context.Context) error { close(held); <-gate; return nil })
+		done <- struct{}{}
+	}()
+	<-held
+	go func() { e.Do(context.Background(), Interactive, emptyTask); done <- struct{}{} }()
+	for e.Stats().Classes[Interactive].Queued == 0 {
+		time.Sleep(10 * time.Microsecond)
+	}
+	ctx := WithTarget(context.Background(), Target{Latency: time.Hour, Service: time.Millisecond})
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := e.Allow(ctx, Interactive); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	close(gate)
+	<-done
+	<-done
+}

@@ -220,7 +220,7 @@ func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
 	w.enq = now()
 	e.setDue(ctx, w, w.enq)
 	e.mu.Lock()
-	if err := e.queueAdmitLocked(ctx, w); err != nil {
+	if err := e.queueAdmitLocked(ctx, w, false); err != nil {
 		e.mu.Unlock()
 		return err
 	}

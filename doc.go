@@ -44,11 +44,11 @@
 //     the head of the queue instead of being served late: always past a
 //     ctx deadline; past an objective (WithTarget, Options.LatencyTarget)
 //     once its class's late budget is spent, about 1 % of its queued
-//     objective tasks being let through late (a p99 target's share), and
-//     at the head an objective task is late only once its due has passed
-//     (it has waited already), so that below capacity a burst is answered
-//     late rather than refused.
-//     The rule and its sources: order.go.
+//     objective tasks being let through late (a p99 target's share), so
+//     that below capacity a burst is answered late rather than refused.
+//     Executor.Allow gives the door's verdict without submitting, for a
+//     handler to refuse before it reads a large request body. The rule
+//     and its sources: order.go.
 //   - Where tasks run. Do runs Critical and Interactive tasks on the
 //     caller's goroutine once admitted: no hand-off, the caller's stack,
 //     profiler labels and (for cgo) thread stay. Batch and Background tasks,

@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
@@ -103,6 +106,42 @@ func ExampleWithTarget() {
 		fmt.Println("served")
 	}
 	// Output: served
+}
+
+func ExampleExecutor_Allow() {
+	e, _ := cpuwork.New(cpuwork.Options{Slots: 2})
+	defer e.Close(context.Background())
+
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		// The target first, then the door's verdict before the large
+		// body is read: a request that would be refused costs no read.
+		ctx := cpuwork.WithTarget(r.Context(), cpuwork.Target{Latency: 200 * time.Millisecond, Service: 40 * time.Millisecond})
+		if err := e.Allow(ctx, cpuwork.Interactive); err != nil {
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		err = e.Do(ctx, cpuwork.Interactive, func(ctx context.Context) error {
+			_ = body // the request's CPU work
+			return nil
+		})
+		switch {
+		case errors.Is(err, cpuwork.ErrSaturated): // refused at the door after all
+			http.Error(w, "busy", http.StatusServiceUnavailable)
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+		default:
+			fmt.Fprintln(w, "done")
+		}
+	}
+	rec := httptest.NewRecorder()
+	handler(rec, httptest.NewRequest("POST", "/infer", strings.NewReader("tensor")))
+	fmt.Print(rec.Code, " ", rec.Body.String())
+	// Output: 200 done
 }
 
 func ExampleExecutor_SlowTasks() {

@@ -79,8 +79,7 @@ type Options struct {
 	// expected run time; this target and WithTarget's are objectives, so
 	// such a task is let through late instead while the class's late
 	// budget lasts (about 1 % of its queued objective tasks; a ctx
-	// deadline has none; ClassStats.AdmittedLate counts them), and at the
-	// head it is late only once its due has passed. Negative
+	// deadline has none; ClassStats.AdmittedLate counts them). Negative
 	// values make New fail. The rule, its sources and its cost: order.go
 	// and docs/architecture.md.
 	LatencyTarget [NumClasses]time.Duration

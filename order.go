@@ -48,9 +48,8 @@ import (
 //     else the class's recent average slot time. A ctx deadline is
 //     binding; an objective (WithTarget, Options.LatencyTarget) has a late
 //     budget: about 1 % of the class's queued objective tasks expected
-//     late are let through and served late instead, and at the head an
-//     objective task is late only once its due has passed (it has waited
-//     already; below, "The late budget").
+//     late are let through and served late instead (below, "The late
+//     budget").
 //
 // Cost: a FIFO insertion is O(1) (the walk from the tail stops at once);
 // a task with a shorter target walks past the waiters it overtakes. A
@@ -97,8 +96,7 @@ func WithTarget(ctx context.Context, t Target) context.Context {
 // its ctx deadline, Options.LatencyTarget): at the door, when the work
 // queued ahead of it and its own expected run time end past its due; or
 // at the head of the queue, when less time is left than its expected run
-// time (for an objective: once its due has passed and its class's late
-// budget is spent).
+// time (for an objective, once its class's late budget is spent).
 // errors.Is(err, ErrDeadline) tells it apart from a full queue.
 var ErrDeadline = errors.New("cpuwork: latency target cannot be met")
 
@@ -117,8 +115,7 @@ const (
 // beats refusing them (a refused request is one never answered). So a
 // queued task whose due comes only from objectives and that is expected
 // to miss it (at the door: its estimated completion is past its due; at
-// the head of its class: its due has passed, since with time left it has
-// waited already and ends at most its run time late) is let through
+// the head of its class: less time is left than its run time) is let through
 // while the class's moving share of such late admissions, over its
 // queued objective tasks, is under lateBudget (1 %, the p99's share);
 // beyond it, it is refused. A task let through at the door is not judged
@@ -334,21 +331,18 @@ func (e *Executor) serviceOf(w *waiter) int64 {
 }
 
 // lateLocked reports whether w, at the head of its class at time t, is
-// to be refused. A task whose due is its ctx deadline is refused when
-// less time is left than its expected run time (it would end past it).
-// One whose due is an objective has waited for its slot already: it is
-// refused only once its due has passed, and then only when its class's
-// late budget is spent; with time left it runs, ending at most its run
-// time late. Only submissions that have a target and never ran are
-// refused.
+// to be refused: less time is left than its expected run time (it would
+// end past its due), and its due is its ctx deadline or its class's late
+// budget is spent. Only submissions that have a target and never ran are
+// refused. (Letting every objective task with time left run, since it has
+// waited already, made the service scenario shed more, not less: a late
+// large request delays every small one behind it; session 17,
+// docs/raw/late-budget-ab-session17.txt.)
 func (e *Executor) lateLocked(w *waiter, t int64) bool {
-	if w.target == targetNone || w.started || w.requeued || w.kind == waitHelper {
+	if w.target == targetNone || w.started || w.requeued || w.kind == waitHelper || t+e.serviceOf(w) <= w.due {
 		return false
 	}
-	if w.target == targetDeadline {
-		return t+e.serviceOf(w) > w.due
-	}
-	return t > w.due && !e.lateOKLocked(w.class, true)
+	return w.target == targetDeadline || !e.lateOKLocked(w.class, true)
 }
 
 // refuseLocked takes w, just out of the queue, out for good with an error
@@ -375,7 +369,7 @@ func (e *Executor) refuseLocked(w *waiter) {
 // A task whose due comes only from objectives takes one sample of its
 // class's late budget here, and one expected late is let in while the
 // budget lasts.
-func (e *Executor) doorLocked(ctx context.Context, w *waiter, t int64) error {
+func (e *Executor) doorLocked(ctx context.Context, w *waiter, t int64, peek bool) error {
 	if w.target == targetNone || e.slots <= 0 {
 		return nil
 	}
@@ -394,7 +388,9 @@ func (e *Executor) doorLocked(ctx context.Context, w *waiter, t int64) error {
 	if w.target == targetObjective {
 		if dl, ok := ctx.Deadline(); ok && end > int64(dl.Sub(epoch)) {
 			late = true // past its ctx deadline too: no budget for that
-		} else if e.lateOKLocked(w.class, late) {
+		} else if peek && (!late || e.lateShare[w.class] < lateBudget) {
+			return nil // Allow: the budget read, not sampled
+		} else if !peek && e.lateOKLocked(w.class, late) {
 			if late {
 				w.target = targetNone // let through late once: not judged again at the head (its due still orders it)
 			}

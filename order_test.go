@@ -306,43 +306,35 @@ func TestAWaiterThatCanNoLongerMeetItsTargetIsRefusedAtTheHead(t *testing.T) {
 	}
 }
 
-// At the head an objective (WithTarget) is refused only once its due has
-// passed and its class's late budget is spent: with time left but less
-// than its run time it runs (it has waited already, and ends at most its
-// run time late); past its due it goes through while the budget lasts.
-func TestAtTheHeadAnObjectiveRunsUntilItsDueAndIsRefusedPastItBeyondTheBudget(t *testing.T) {
+// At the head an objective (WithTarget) with less time left than its run
+// time is late: it runs late while its class's late budget lasts
+// (counted in AdmittedLate) and is refused once the budget is spent.
+func TestAtTheHeadALateObjectiveRunsWithinTheBudgetAndIsRefusedBeyondIt(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
-	run := func(latency, service, held time.Duration, share int32) error {
+	run := func(share int32) error {
 		release := hold(t, e, 1)
 		e.mu.Lock()
 		e.lateShare[Interactive] = share
 		e.mu.Unlock()
-		ctx := WithTarget(context.Background(), Target{Latency: latency, Service: service})
+		// 150 ms objective, 100 ms to run: on time at the door, at the
+		// head after ~100 ms with ~50 ms left.
+		ctx := WithTarget(context.Background(), Target{Latency: 150 * time.Millisecond, Service: 100 * time.Millisecond})
 		task, err := e.Go(ctx, Interactive, func(context.Context) error { return nil })
 		if err != nil {
 			release()
 			return fmt.Errorf("at the door: %w", err)
 		}
 		waitQueued(t, e, Interactive, 1)
-		time.Sleep(held)
+		time.Sleep(100 * time.Millisecond)
 		release()
 		return task.Wait(context.Background())
 	}
-	// 150 ms objective, 100 ms to run, at the head after ~100 ms: ~50 ms
-	// left, less than its run time. A deadline would be refused; this
-	// runs, even with the late budget spent: it is not late yet.
-	if err := run(150*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond, lateOne/2); err != nil {
-		t.Errorf("time left at the head: %v, want it run", err)
+	if err := run(lateOne / 2); !errors.Is(err, ErrDeadline) {
+		t.Errorf("late at the head, budget spent: %v, want ErrDeadline", err)
 	}
-	// Past its due with the budget spent (half the class's recent
-	// objective tasks let through late): refused.
-	if err := run(20*time.Millisecond, time.Millisecond, 60*time.Millisecond, lateOne/2); !errors.Is(err, ErrDeadline) {
-		t.Errorf("past its due, budget spent: %v, want ErrDeadline", err)
-	}
-	// Past its due with the budget unspent: let through, counted.
 	before := e.Stats().Classes[Interactive].AdmittedLate
-	if err := run(20*time.Millisecond, time.Millisecond, 60*time.Millisecond, 0); err != nil {
-		t.Errorf("past its due, budget left: %v, want it run", err)
+	if err := run(0); err != nil {
+		t.Errorf("late at the head, budget left: %v, want it run", err)
 	}
 	if got := e.Stats().Classes[Interactive].AdmittedLate; got != before+1 {
 		t.Errorf("AdmittedLate %d, want %d", got, before+1)
@@ -520,5 +512,84 @@ func TestHelpersBeyondForMaxSlotsHandTheirSlotsToWaitingWork(t *testing.T) {
 		case <-time.After(30 * time.Second):
 			t.Fatalf("%d of 2 requests ran in 30 s while the loop held the slots: helpers beyond ForMaxSlots kept their slots", i)
 		}
+	}
+}
+
+// Allow gives the door's verdict without submitting: nil when a task
+// would run at once or queue, the door's error otherwise; its refusals
+// are counted like a submission's, and it reads the late budget without
+// spending it.
+func TestAllowSaysWhatTheDoorWould(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{Interactive: 1}})
+	hopeless := WithTarget(context.Background(), Target{Latency: time.Millisecond, Service: 50 * time.Millisecond})
+	// A free slot and nobody waiting: it would run at once, never judged.
+	if err := e.Allow(hopeless, Interactive); err != nil {
+		t.Fatalf("free slot: %v, want nil", err)
+	}
+	var once sync.Once
+	held := hold(t, e, 1)
+	release := func() { once.Do(held) }
+	defer release()
+	// Budget spent: an objective expected late is refused, and counted.
+	e.mu.Lock()
+	e.lateShare[Interactive] = lateOne / 2
+	e.mu.Unlock()
+	before := e.Stats().Classes[Interactive]
+	if err := e.Allow(hopeless, Interactive); !errors.Is(err, ErrDeadline) || !errors.Is(err, ErrSaturated) {
+		t.Fatalf("objective past its due, budget spent: %v, want ErrDeadline and ErrSaturated", err)
+	}
+	after := e.Stats().Classes[Interactive]
+	if after.Shed != before.Shed+1 || after.Rejected != before.Rejected+1 || after.Queued != 0 {
+		t.Errorf("a refusal by Allow: shed %d->%d rejected %d->%d queued %d; want each +1, nothing queued",
+			before.Shed, after.Shed, before.Rejected, after.Rejected, after.Queued)
+	}
+	// Budget left: allowed, and the budget is read, not spent.
+	e.mu.Lock()
+	e.lateShare[Interactive] = 0
+	e.mu.Unlock()
+	if err := e.Allow(hopeless, Interactive); err != nil {
+		t.Fatalf("objective past its due, budget left: %v, want nil", err)
+	}
+	e.mu.Lock()
+	share := e.lateShare[Interactive]
+	e.mu.Unlock()
+	if st := e.Stats().Classes[Interactive]; share != 0 || st.AdmittedLate != 0 {
+		t.Errorf("Allow spent the budget: share %d, AdmittedLate %d; want 0 and 0", share, st.AdmittedLate)
+	}
+	// A ctx deadline it cannot meet: refused whatever the budget.
+	dl, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	defer cancel()
+	if err := e.Allow(WithTarget(dl, Target{Service: 50 * time.Millisecond}), Interactive); !errors.Is(err, ErrDeadline) {
+		t.Errorf("deadline it cannot meet: %v, want ErrDeadline", err)
+	}
+	// No target: FIFO, never judged by the estimate; a full queue is.
+	if err := e.Allow(context.Background(), Interactive); err != nil {
+		t.Errorf("no target, room in the queue: %v, want nil", err)
+	}
+	rec := &recorder{}
+	queued := queueDo(t, e, context.Background(), Interactive, rec, "queued")
+	if err := e.Allow(context.Background(), Interactive); err != ErrSaturated {
+		t.Errorf("full queue: %v, want ErrSaturated", err)
+	}
+	// A done ctx: its error, nothing counted.
+	done, cancelDone := context.WithCancel(context.Background())
+	cancelDone()
+	before = e.Stats().Classes[Interactive]
+	if err := e.Allow(done, Interactive); !errors.Is(err, context.Canceled) {
+		t.Errorf("done ctx: %v, want context.Canceled", err)
+	}
+	if after := e.Stats().Classes[Interactive]; after.Canceled != before.Canceled || after.Rejected != before.Rejected {
+		t.Errorf("a done ctx was counted: %+v -> %+v", before, after)
+	}
+	if err := e.Allow(context.Background(), Class(NumClasses)); err == nil {
+		t.Error("invalid class: nil, want an error")
+	}
+	release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	e.Close(context.Background())
+	if err := e.Allow(context.Background(), Interactive); err != ErrClosed {
+		t.Errorf("closed: %v, want ErrClosed", err)
 	}
 }

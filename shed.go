@@ -71,8 +71,9 @@ func (e *shedError) Unwrap() []error {
 // queue above the class's queue-wait target, a latency target it cannot
 // meet, the last also wrapping ErrDeadline). It counts the refusal. The one
 // door every queued submission (Do, Go, and Checkpoint's re-queue is not a
-// submission) goes through.
-func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter) error {
+// submission) goes through, and Allow's (peek: a done ctx is not counted
+// and the late budget is read, not sampled).
+func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) error {
 	c := w.class
 	s := &e.stats[c]
 	switch {
@@ -80,7 +81,9 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter) error {
 		s.rejected.Add(1)
 		return ErrClosed
 	case ctx.Err() != nil:
-		s.canceled.Add(1)
+		if !peek {
+			s.canceled.Add(1)
+		}
 		return ctx.Err()
 	case e.queues[c].n >= e.limit[c]:
 		s.rejected.Add(1)
@@ -95,12 +98,54 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter) error {
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (Options.MaxQueueWait)", time.Duration(st.target))}
 		}
 	}
-	if err := e.doorLocked(ctx, w, t); err != nil {
+	if err := e.doorLocked(ctx, w, t, peek); err != nil {
 		s.rejected.Add(1)
 		s.shed.Add(1)
 		return err
 	}
 	return nil
+}
+
+// Allow is the door's verdict on a task of class c submitted now with
+// ctx, without submitting one: nil when Do, Go or For would run it at
+// once or queue it; else the error they would return there — ErrClosed,
+// ctx's error, ErrSaturated (its queue is full), an error wrapping
+// ErrSaturated (its queue stood above Options.MaxQueueWait), or one also
+// wrapping ErrDeadline (its latency target cannot be met, beyond its
+// class's late budget; order.go). It reserves nothing. Call it before the
+// work a refused request should not cost — reading and decoding a large
+// request body — with the ctx that carries the request's target
+// (WithTarget, made when it arrives, with the Service it will need), then
+// submit as usual: the submission's own door decides again, so a request
+// allowed here can still be refused there (the queue grew meanwhile). A
+// refusal is counted as a submission's would be (Rejected, Shed), so the
+// shed rate an autoscaler reads stays whole; an allowed call counts
+// nothing, a done ctx neither. It panics on a nil ctx or executor and
+// returns an error for an invalid class. Cost: two atomic loads when a
+// slot is free and nobody waits; else the door's estimate under the
+// executor's lock (BenchmarkAllowSaturated).
+func (e *Executor) Allow(ctx context.Context, c Class) error {
+	mustCtx(ctx)
+	mustExec(e)
+	if !c.valid() {
+		return invalidClass(c)
+	}
+	if e.closed.Load() {
+		e.stats[c].rejected.Add(1)
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if e.free.Load() > 0 && e.waiting.Load() == 0 {
+		return nil // it would take a free slot at once: never judged at the door
+	}
+	w := waiter{class: c}
+	t := now()
+	e.setDue(ctx, &w, t)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.queueAdmitLocked(ctx, &w, true)
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a

@@ -138,7 +138,7 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 	t.tc.w.enq = now()
 	e.setDue(ctx, &t.tc.w, t.tc.w.enq)
 	e.mu.Lock()
-	if err := e.queueAdmitLocked(ctx, &t.tc.w); err != nil {
+	if err := e.queueAdmitLocked(ctx, &t.tc.w, false); err != nil {
 		e.mu.Unlock()
 		if t.stop != nil {
 			t.stop()

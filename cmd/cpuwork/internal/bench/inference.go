@@ -29,7 +29,7 @@ import (
 var inferenceVariants = []struct{ name, desc string }{
 	{"naive", "a goroutine per request; ONNX Runtime's default intra-op threads (one per core, blind to quotas); a large request runs its images one after another"},
 	{"pool", "the field report's fix: GOMAXPROCS workers, intra-op threads 1, a large request split into one task per image"},
-	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline) beyond the late budget (about 1 % served late); under a quota the default Quota policy (a whole quota's slots unpaced)"},
+	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline) beyond the late budget (about 1 % served late), before its body is read (Executor.Allow); under a quota the default Quota policy (a whole quota's slots unpaced)"},
 }
 
 // inferenceQuotaExtras run in the quota cases only, shown and not judged.
@@ -284,6 +284,8 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 	// arrive, when set, marks a request's arrival in its context (before
 	// its body is read).
 	var arrive func(ctx context.Context, images int) context.Context
+	// allow, when set, is the door's verdict before the body is read.
+	var allow func(ctx context.Context, c cpuwork.Class) error
 	closeFn := sess.Close
 	switch variant {
 	case "naive":
@@ -359,6 +361,9 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			return cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo,
 				Service: sv.perImage * time.Duration((images+par-1)/par)})
 		}
+		// The door's verdict before the body is read: a request that
+		// would be refused costs no read or decode of its 0.6-2.4 MB.
+		allow = e.Allow
 		run = func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error {
 			if len(imgs) == 1 {
 				return e.Do(ctx, class, func(context.Context) error { return infer(imgs[0]) })
@@ -386,6 +391,12 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			ctx := req.Context()
 			if arrive != nil {
 				ctx = arrive(ctx, images)
+			}
+			if allow != nil {
+				if err := allow(ctx, class); err != nil {
+					respond(w, err)
+					return
+				}
 			}
 			body, err := io.ReadAll(io.LimitReader(req.Body, int64(4*n*images+1)))
 			if err != nil || len(body) != 4*n*images {
