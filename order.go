@@ -127,8 +127,8 @@ const (
 // average with weight 1/1024 per queued objective task (each door pass
 // counts one, a late pass at the head one more), in 1/2^24: after a
 // fresh start or a long on-time stretch about ten late tasks in a row go
-// through, then about one in a hundred (1.0-1.1 %, lateBudgetShare in
-// order_test.go). Its cost: a few integer operations under the lock, on
+// through, then about one in a hundred (11 in a row, then 1.06 % when every
+// task is late: docs/raw/late-budget-share-session17.txt). Its cost: a few integer operations under the lock, on
 // the path of a task that queues anyway.
 const (
 	lateOne    = 1 << 24       // the share's unit: 1 = lateOne
@@ -141,7 +141,7 @@ const (
 // (late false, always true).
 func (e *Executor) lateOKLocked(c Class, late bool) bool {
 	s := &e.lateShare[c]
-	ok := !late || *s < lateBudget
+	ok := !late || e.lateRoomLocked(c)
 	x := int32(0)
 	if late && ok {
 		x = lateOne
@@ -150,6 +150,10 @@ func (e *Executor) lateOKLocked(c Class, late bool) bool {
 	*s += (x - *s) >> lateShift
 	return ok
 }
+
+// lateRoomLocked reports whether class c's late budget has room, without
+// taking a sample (Allow reads it so).
+func (e *Executor) lateRoomLocked(c Class) bool { return e.lateShare[c] < lateBudget }
 
 // dueOf returns the due (in now() nanoseconds) of a task of class c
 // submitted with ctx that arrived at arrival (0: not known, a task
@@ -388,9 +392,11 @@ func (e *Executor) doorLocked(ctx context.Context, w *waiter, t int64, peek bool
 	if w.target == targetObjective {
 		if dl, ok := ctx.Deadline(); ok && end > int64(dl.Sub(epoch)) {
 			late = true // past its ctx deadline too: no budget for that
-		} else if peek && (!late || e.lateShare[w.class] < lateBudget) {
-			return nil // Allow: the budget read, not sampled
-		} else if !peek && e.lateOKLocked(w.class, late) {
+		} else if peek {
+			if !late || e.lateRoomLocked(w.class) {
+				return nil // Allow: the budget read, not sampled
+			}
+		} else if e.lateOKLocked(w.class, late) {
 			if late {
 				w.target = targetNone // let through late once: not judged again at the head (its due still orders it)
 			}
