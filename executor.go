@@ -209,7 +209,7 @@ func New(o Options) (*Executor, error) {
 			slots = pacedSlots(b)
 		} else if ok && (o.Quota == QuotaFraction || o.Quota == QuotaStrict) {
 			if p := newFracPacer(b, o.Quota == QuotaStrict, e.setClosedSlots); p != nil {
-				p.held = e.heldSlots
+				p.held, p.events = e.heldSlots, e.slotEvents
 				e.frac = p
 				slots = p.slots()
 			}

@@ -95,6 +95,8 @@ type fracPacer struct {
 	closeLag    float64                                     // ns a closed slot's task runs on, moving average
 	overSince   int64                                       // now() since which more slots run than are open (0: none)
 	lastBusy    int                                         // slots running at the last step
+	events      func() uint64                               // tasks started, ended or handed over so far (executor)
+	lastEvents  uint64
 	periodStart int64                                       // now() at the current period's start (the earliest it can have been)
 	periodEnd   int64                                       // now() at its end (the latest it can be)
 	uStart      int64                                       // usage at periodStart
@@ -238,12 +240,10 @@ func (p *fracPacer) step(t int64) {
 //     (handlers, GC, the runtime), sampled between steps that see the
 //     same slots held (a step at a task's end would undercount the
 //     slots' use and count it as outside: 0.7-0.9 cores estimated where
-//     handlers used about 0.15 in the inference scenario's 1-CPU case),
-//     a moving average that rises over about
-//     a quarter period and falls over a whole one (bursty handlers are not
-//     underestimated: with one weight for both, a 1-CPU cgroup's slots
-//     were throttled in 2-3 of 16 periods beside 0.4 cores of bursty work
-//     outside, TestQuotaStrictSlotGivesWayInARealCgroup);
+//     handlers used about 0.15 in the inference scenario's 1-CPU case)
+//     and with no task started, ended or handed over in between; a
+//     moving average that rises over about a quarter period and falls
+//     over half a one (bursty handlers are not underestimated);
 //   - room = target·q·period − the period's usage − outside·left, where
 //     left is the time to the period's end: the quota the slots may still
 //     use this period once the rest of the process has had its share;
@@ -285,19 +285,23 @@ func (p *fracPacer) stepPeriodicLocked(t int64) {
 	if p.held != nil {
 		busy = max(0, p.held()-p.closed)
 	}
-	if busy == p.lastBusy {
-		// Only a step whose held slots did not change since the last
-		// one: a task that ended or started in between ran for an
-		// unknown part of it (and steps come at tasks' ends, so the
-		// slots held at a step undercount the interval's).
+	var events uint64
+	if p.events != nil {
+		events = p.events()
+	}
+	if busy == p.lastBusy && events == p.lastEvents {
+		// Only a step with the same slots held as the last one and no
+		// task started, ended or handed over in between: otherwise a
+		// task ran for an unknown part of the interval (and steps come
+		// at tasks' ends, so the slots held at a step undercount it).
 		sample := min(max(0, float64(du)/float64(dt)-float64(busy)), float64(p.n+1))
-		w := float64(p.period) // a rise weighs in over a quarter period, a fall over a whole one
+		w := float64(p.period) / 2 // a rise weighs in over a quarter period, a fall over half a one
 		if sample > p.outside {
-			w /= 4
+			w /= 2
 		}
 		p.outside += min(1, float64(dt)/w) * (sample - p.outside)
 	}
-	p.lastBusy = busy
+	p.lastBusy, p.lastEvents = busy, events
 	switch over := busy > p.n+1-p.closed; {
 	case over && p.overSince == 0:
 		p.overSince = p.lastT // closed at the last step
@@ -520,3 +524,15 @@ func (e *Executor) setClosedSlots(k int) {
 
 // heldSlots is the quota pacer's count of slots held or closed now.
 func (e *Executor) heldSlots() int { return int(e.nslots.Load() - e.free.Load()) }
+
+// slotEvents is the quota pacer's sign of slot changes: it moves when a
+// task is admitted, completes or hands its slot over at a Checkpoint, and
+// when slot time is charged (every For helper's release), all classes.
+func (e *Executor) slotEvents() uint64 {
+	var n uint64
+	for i := range e.stats {
+		s := &e.stats[i]
+		n += s.admitted.Load() + s.completed.Load() + s.yields.Load() + uint64(s.used.Load())
+	}
+	return n
+}
