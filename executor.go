@@ -75,9 +75,9 @@ type Executor struct {
 	pacerStop context.CancelFunc
 	pacerDone chan struct{}
 	// frac opens and closes the extra slot of a fractional quota
-	// (fraction.go); closedSlots (guarded by mu) is how many it has closed.
+	// (fraction.go); extraClosed (guarded by mu) says it is closed now.
 	frac        *fracPacer
-	closedSlots int
+	extraClosed bool
 	fracStop    chan struct{}
 	fracDone    chan struct{}
 
@@ -208,8 +208,7 @@ func New(o Options) (*Executor, error) {
 			e.pacer = newPacer(b, e.setPaced)
 			slots = pacedSlots(b)
 		} else if ok && (o.Quota == QuotaFraction || o.Quota == QuotaStrict) {
-			if p := newFracPacer(b, o.Quota == QuotaStrict, e.setClosedSlots); p != nil {
-				p.held, p.events = e.heldSlots, e.slotEvents
+			if p := newFracPacer(b, o.Quota == QuotaStrict, e.setExtraOpen); p != nil {
 				e.frac = p
 				slots = p.slots()
 			}

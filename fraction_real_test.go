@@ -192,8 +192,8 @@ func TestQuotaStrictSlotGivesWayInARealCgroup(t *testing.T) {
 	}
 	slots, paced, steps, periods, throttled := run("whole-strict")
 	_, floorPaced, floorSteps, floorPeriods, floorThrottled := run("whole")
-	if slots != 2 || !paced || floorPaced {
-		t.Fatalf("QuotaStrict: %d slots, paced %v; zero Options paced %v: want 2 slots (the quota's and the spare P's) paced by period, paced only with QuotaStrict", slots, paced, floorPaced)
+	if slots != 1 || !paced || floorPaced {
+		t.Fatalf("QuotaStrict: %d slots, paced %v; zero Options paced %v: want 1 slot, paced only with QuotaStrict", slots, paced, floorPaced)
 	}
 	if floorThrottled*2 <= floorPeriods {
 		t.Skipf("unpaced, %d of %d periods were throttled: this machine did not give the child over a core, so the test shows nothing", floorThrottled, floorPeriods)

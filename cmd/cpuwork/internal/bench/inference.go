@@ -42,6 +42,7 @@ var inferenceQuotaExtras = []struct{ name, desc string }{
 var inferenceLoads = []float64{0.5, 0.8, 0.95, 1.1}
 
 const (
+	quotaRunFactor = 4 // the quota cases' runs, in level durations
 	inferenceModel = "squeezenet"
 	largeImages    = 4 // images in a large request
 )
@@ -468,6 +469,11 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 	}
 	defer removeGroup(g)
 	rate := load * capacity * quota / float64(r.slots)
+	// At a quota's share of the rate a level's duration gives ~200
+	// requests, whose p99 is their second largest latency: the quota
+	// runs are quotaRunFactor times longer.
+	defer func(d time.Duration) { r.loadDur = d }(r.loadDur)
+	r.loadDur *= quotaRunFactor
 	var vs []*Variant
 	for _, pv := range append(slices.Clone(inferenceVariants), inferenceQuotaExtras...) {
 		if !r.wants(pv.name) {
@@ -492,7 +498,7 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 			v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
 		}
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with its default Quota policy; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the median of the repeats' measured capacities scaled to the quota; their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100))
+	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with its default Quota policy; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the median of the repeats' measured capacities scaled to the quota, each run %d times a level's duration (%s); their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100, quotaRunFactor, r.loadDur))
 }
 
 func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, sv serving, rate float64, bodies []string) error {
