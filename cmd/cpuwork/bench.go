@@ -48,7 +48,7 @@ against the scenario's baseline; p99 is the median of the repeats with
 their range. A variant whose
 achieved rate is below 99% of the offered rate is marked invalid.
 
-The default suite takes about 29 minutes on 2 cores with ONNX Runtime
+The default suite takes about 33 minutes on 2 cores with ONNX Runtime
 installed for the inference scenario (3 repeats of every variant, in a
 shuffled order per repeat; shorter without it); --quick about a minute.
 The report directory gets index.html (plots, opens offline), results.json
