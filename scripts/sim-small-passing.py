@@ -3,7 +3,7 @@
 # request's parts are due D units after a small one arriving with it (earliest due first,
 # ties in arrival order). Prints small requests' and all requests' p99 against D = 0 (FIFO).
 # Used in docs/raw/small-requests-passing-session18.txt. Run: python3 scripts/sim-small-passing.py
-import heapq, random, sys
+import heapq, random
 def sim(load, D, n=200000, seed=1, slots=2, cv=0.15):
     rnd=random.Random(seed)
     mean_work = 0.9*1+0.1*4
@@ -14,9 +14,9 @@ def sim(load, D, n=200000, seed=1, slots=2, cv=0.15):
         k = 1 if rnd.random()<0.9 else 4
         arrivals.append((t,k))
     # queue of parts: (due, seq, req, part)
-    q=[]; free=slots; events=[] # (time, type, data)
+    q=[]; free=slots
     done_parts={}; finish={}
-    ai=0; now=0; seq=0
+    ai=0; seq=0
     running=[] # heap of end times with req
     while ai<len(arrivals) or q or running:
         next_arr = arrivals[ai][0] if ai<len(arrivals) else float('inf')
