@@ -31,13 +31,15 @@ func benchCmd() *cobra.Command {
 		loads     string
 		repeat    int
 		seed      int64
+		thorough  bool
+		noSetup   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure every claim side by side on real work: burst, priority, timers",
-		Long: `Run cpuwork's benchmark scenarios on this machine and report, per scenario,
-which way of running CPU-bound work wins, by how much, and whether the
-published claim holds here.
+		Short: "Measure cpuwork against the best alternative on real work: better, equivalent or worse",
+		Long: `Run cpuwork's benchmark scenarios on this machine and report, per scenario
+and case, whether cpuwork is better, equivalent or worse than the best
+alternative a user would write instead, and how sure that is.
 
 Latency is measured from each task's arrival (its intended send time under
 open-loop load, or the burst's start) to its completion, in HDR histograms.
@@ -48,9 +50,14 @@ against the scenario's baseline; p99 is the median of the repeats with
 their range. A variant whose
 achieved rate is below 99% of the offered rate is marked invalid.
 
-The default suite takes about 33 minutes on 2 cores with ONNX Runtime
-installed for the inference scenario (3 repeats of every variant, in a
-shuffled order per repeat; shorter without it); --quick about a minute.
+Each comparison is judged on the per-pair ratios of paired, alternated
+rounds: an estimate with its 95 % confidence interval, against the
+equivalence margin an A/A control (the best alternative against itself)
+measured in the same run. A scenario runs 3 pairs, then more, up to 10,
+while a comparison is inconclusive and its share of the run's time allows:
+the default suite takes about 10 minutes on 2 cores. --thorough runs every
+variant, longer runs and up to 20 pairs (a publication run); --quick is a
+smoke test of a minute or two that prints no verdicts.
 The report directory gets index.html (plots, opens offline), results.json
 and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 		Args: cobra.NoArgs,
@@ -66,12 +73,20 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 				return tw.Flush()
 			}
 			if duration < 0 {
-				return fmt.Errorf("bench: --duration %v: must be positive (or 0 for the default)", duration)
+				return usageError(fmt.Errorf("bench: --duration %v: must be positive (or 0 for the default)", duration))
 			}
 			if repeat < 0 {
-				return fmt.Errorf("bench: --repeat %d: must be >= 1 (or 0 for the default)", repeat)
+				return usageError(fmt.Errorf("bench: --repeat %d: must be >= 1 (or 0 for as many pairs as needed)", repeat))
 			}
-			cfg := bench.Config{Duration: duration, Quick: quick, Repeat: repeat, Seed: seed}
+			if quick && thorough {
+				return usageError(fmt.Errorf("bench: --quick and --thorough exclude each other"))
+			}
+			cfg := bench.Config{Duration: duration, Quick: quick, Repeat: repeat, Seed: seed, Thorough: thorough}
+			if !noSetup && !list && (scenarios == "" || strings.Contains(scenarios, "inference")) {
+				if err := setupONNX(os.Stderr); err != nil {
+					fmt.Fprintf(os.Stderr, "the inference scenario will be skipped: %v\n", err)
+				}
+			}
 			if exe, err := os.Executable(); err == nil {
 				cfg.LoadGen = []string{exe, "loadgen"}
 			}
@@ -88,7 +103,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 				for _, l := range strings.Split(loads, ",") {
 					pct, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(l), "%"), 64)
 					if err != nil || !(pct > 0 && pct <= 1000) {
-						return fmt.Errorf("bench: --loads %q: want percentages of capacity in (0, 1000], e.g. 80,110", l)
+						return usageError(fmt.Errorf("bench: --loads %q: want percentages of capacity in (0, 1000], e.g. 80,110", l))
 					}
 					cfg.Loads = append(cfg.Loads, pct/100)
 				}
@@ -137,6 +152,16 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 				bar.Describe(what)
 				bar.Set(done)
 			}
+			// Each scenario's table and verdict as soon as it is judged.
+			stdout := cmd.OutOrStdout()
+			if !asJSON {
+				cfg.Done = func(s *bench.Scenario) {
+					if bar != nil {
+						bar.Clear()
+					}
+					bench.WriteScenario(stdout, s)
+				}
+			}
 			rep, err := bench.Run(cfg)
 			if bar != nil {
 				bar.Finish()
@@ -153,7 +178,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			if asJSON {
 				return bench.WriteJSON(cmd.OutOrStdout(), rep)
 			}
-			bench.WriteTables(cmd.OutOrStdout(), rep)
+			bench.WriteSummary(cmd.OutOrStdout(), rep)
 			if out != "" {
 				fmt.Fprintf(cmd.OutOrStdout(), "\nreport: %s/index.html, %s/results.json\n", out, out)
 			}
@@ -163,14 +188,16 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	f := cmd.Flags()
 	f.StringVar(&scenarios, "scenario", "", "comma-separated scenarios to run (default all; see --list)")
 	f.DurationVar(&duration, "duration", 0, "time per variant per repeat for the time-based scenarios (priority, timers, service, inference); must be positive; 0 = 2s (5s for service and inference), or 0.6s with --quick")
-	f.BoolVar(&quick, "quick", false, "smaller bursts, one round, short durations: the whole suite in about a minute (smoke test, not for conclusions)")
+	f.BoolVar(&quick, "quick", false, "smoke test: smaller bursts, one pair, short runs, the whole suite in a minute or two; prints no verdicts")
+	f.BoolVar(&noSetup, "no-setup", false, "do not install ONNX Runtime for the inference scenario when it is missing (it is then skipped)")
+	f.BoolVar(&thorough, "thorough", false, "publication run: every variant (the extras too), more load levels, longer runs, up to 20 pairs with no time share")
 	f.StringVar(&out, "out", "./cpuwork-report", "directory for index.html, results.json and histograms/ (\"\" = none)")
 	f.BoolVar(&asJSON, "json", false, "print results.json to stdout instead of tables (progress still goes to stderr)")
 	f.BoolVar(&list, "list", false, "list scenarios and variants with what each shows, then exit")
-	f.IntVar(&repeat, "repeat", 0, "how often every variant runs, in a shuffled order per repeat; tables give the median p99 with its range and verdicts say in how many repeats they hold (0 = 3, or 1 with --quick)")
+	f.IntVar(&repeat, "repeat", 0, "exactly this many pairs per scenario instead of 3 to 10 as needed (0 = as needed)")
 	f.Int64Var(&seed, "seed", 0, "seed of the per-repeat shuffles (0 = from the clock; printed in the report)")
 	f.StringVar(&variants, "variants", "", "comma-separated variants to run in the load scenarios (service, inference), e.g. pool,cpuwork (default all; see --list); verdicts that need a variant left out say not judged")
-	f.StringVar(&loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default 50,80,95,110 and 150 for service)")
+	f.StringVar(&loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default 80,200; 50,80,95,200,400 with --thorough)")
 	f.StringVar(&compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
 		" (default alone,nice0,sibling; alone,nice0 with --quick): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root); with nice0 the service and inference scenarios also run their 95% level beside it")
 	return cmd

@@ -55,4 +55,5 @@ require (
 	go.uber.org/multierr v1.9.0 // indirect
 	golang.org/x/net v0.27.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
+	gonum.org/v1/gonum v0.16.0 // indirect
 )

@@ -20,6 +20,11 @@ func main() {
 		if errors.As(err, &code) {
 			os.Exit(int(code))
 		}
+		var usage usageErr
+		if errors.As(err, &usage) {
+			fmt.Fprintln(os.Stderr, "cpuwork:", err)
+			os.Exit(2)
+		}
 		fmt.Fprintln(os.Stderr, "cpuwork:", err)
 		os.Exit(1)
 	}
@@ -43,3 +48,11 @@ func rootCmd() *cobra.Command {
 	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), doctorCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd(), inferenceServerCmd(), quotaTimelineCmd())
 	return root
 }
+
+// usageErr is a usage error: main prints it and exits with status 2.
+type usageErr struct{ error }
+
+func (u usageErr) Unwrap() error { return u.error }
+
+// usageError marks err as a usage error (exit status 2).
+func usageError(err error) error { return usageErr{err} }

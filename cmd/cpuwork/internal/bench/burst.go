@@ -34,13 +34,16 @@ func (r *Runner) burst(name string, n int, c time.Duration, w workload.Workload)
 			n, c.Round(100*time.Microsecond), P),
 	}
 	for _, bv := range burstVariants {
-		s.Variants = append(s.Variants, &Variant{Name: bv.name, Description: bv.desc, Valid: true})
+		if r.runs(bv.name) {
+			s.Variants = append(s.Variants, &Variant{Name: bv.name, Description: bv.desc, Valid: true})
+		}
 	}
+	s.Variants = append(s.Variants, &Variant{Name: "pool" + aaSuffix, Description: aaDesc("pool"), Valid: true})
 	var firstSum, makespanSum = map[string]float64{}, map[string]float64{}
-	for round := 0; round < r.rounds; round++ {
+	r.pairs(s, burstChecks, func(round int) {
 		for _, v := range r.shuffled(s.Variants) {
-			r.step(fmt.Sprintf("%s: %s (repeat %d/%d)", name, v.Name, round+1, r.rounds))
-			h, series, first, makespan, u, err := r.burstOnce(v.Name, n, w)
+			r.step(fmt.Sprintf("%s: %s (pair %d)", name, v.Name, round+1))
+			h, series, first, makespan, u, err := r.burstOnce(strings.TrimSuffix(v.Name, aaSuffix), n, w)
 			if err != nil {
 				v.Valid, v.Invalid = false, err.Error()
 				continue
@@ -51,14 +54,15 @@ func (r *Runner) burst(name string, n int, c time.Duration, w workload.Workload)
 			firstSum[v.Name] += first.Seconds()
 			makespanSum[v.Name] += makespan.Seconds()
 		}
-	}
+	})
 	ideal := float64(n) * c.Seconds() / float64(P)
 	for _, v := range s.Variants {
-		v.setExtra("first_result_s", firstSum[v.Name]/float64(r.rounds))
-		v.setExtra("makespan_s", makespanSum[v.Name]/float64(r.rounds))
+		runs := float64(max(len(v.Repeats), 1))
+		v.setExtra("first_result_s", firstSum[v.Name]/runs)
+		v.setExtra("makespan_s", makespanSum[v.Name]/runs)
 		v.setExtra("ideal_makespan_s", ideal)
-		v.setExtra("makespan_over_ideal", makespanSum[v.Name]/float64(r.rounds)/ideal)
-		if ms := makespanSum[v.Name] / float64(r.rounds); ms > 0 {
+		v.setExtra("makespan_over_ideal", makespanSum[v.Name]/runs/ideal)
+		if ms := makespanSum[v.Name] / runs; ms > 0 {
 			v.Throughput = float64(n) / ms
 		}
 	}
@@ -79,9 +83,9 @@ func (r *Runner) burst(name string, n int, c time.Duration, w workload.Workload)
 	judge(s, burstChecks())
 	// The published claim (C5), reported beside the verdict: a semaphore
 	// cuts mean latency to 0.01x goroutine-per-task, measured there from
-	// the goroutine's start; judged here from arrival at 0.1x.
-	c5 := evaluate(s, check{label: "C5's claim: mean latency", judged: "semaphore", against: []string{"goroutine"}, metric: "mean", limit: 0.1})
-	s.Notes = append(s.Notes, c5.line()+" (C5 claimed 0.01x, measuring from the goroutine's start, after the semaphore)")
+	// the goroutine's start; judged here from arrival.
+	c5 := evaluate(s, check{label: "C5's claim: mean latency", judged: "semaphore", against: []string{"goroutine"}, metric: "mean", limit: 0.01, goal: true})
+	s.Notes = append(s.Notes, c5.line()+" (C5 measured from the goroutine's start, after the semaphore; here from arrival)")
 	return s
 }
 
@@ -91,9 +95,10 @@ func (r *Runner) burst(name string, n int, c time.Duration, w workload.Workload)
 // makespan.
 func burstChecks() []check {
 	alts := []string{"goroutine", "semaphore", "errgroup", "pool"}
+	aa := [2]string{"pool", "pool" + aaSuffix}
 	return []check{
-		{label: "mean latency", judged: "cpuwork", against: alts, metric: "mean", limit: 1.0},
-		{label: "makespan", judged: "cpuwork", against: alts, metric: "makespan_s", limit: 1.0},
+		{label: "mean latency", judged: "cpuwork", against: alts, metric: "mean", aa: aa},
+		{label: "makespan", judged: "cpuwork", against: alts, metric: "makespan_s", aa: aa},
 	}
 }
 

@@ -172,14 +172,14 @@ func baseName(v string) (base, suffix string) {
 // order. once runs one variant and records the result unless warm; an
 // error, or a competitor found dead after the run, marks the variant
 // invalid. The competitor is stopped on every path.
-func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, reference func(cc competition), once func(cc competition, v *Variant, warm bool) error) {
+func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, checks func() []check, reference func(cc competition), once func(cc competition, v *Variant, warm bool) error) {
 	byCase := map[string][]*Variant{}
 	for _, v := range s.Variants {
 		_, suf := baseName(v.Name)
 		byCase[suf] = append(byCase[suf], v)
 	}
 	failed := map[string]bool{}
-	for round := 0; round < r.rounds; round++ {
+	r.pairs(s, checks, func(round int) {
 		for _, cc := range shuffledOf(r, cases) {
 			vs := byCase[cc.suffix()]
 			skip := func() {
@@ -211,7 +211,7 @@ func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, ref
 					r.warmUp(scenario+cc.suffix(), vs, func(v *Variant) { once(cc, v, true) })
 				}
 				for _, v := range shuffledOf(r, vs) {
-					r.step(fmt.Sprintf("%s: %s (repeat %d/%d)", scenario, v.Name, round+1, r.rounds))
+					r.step(fmt.Sprintf("%s: %s (pair %d)", scenario, v.Name, round+1))
 					err := once(cc, v, false)
 					if err == nil && !alive() {
 						err = cc.died()
@@ -222,5 +222,5 @@ func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, ref
 				}
 			}()
 		}
-	}
+	})
 }

@@ -8,7 +8,9 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -88,30 +90,35 @@ func (r *Runner) neighbour(self string) *Scenario {
 		name string
 		work time.Duration
 	}{{"light", time.Millisecond}, {"heavy", 4 * time.Millisecond}}
+	nvs := slices.DeleteFunc(slices.Clone(neighbourVariants), func(nv struct{ name, desc string }) bool { return !r.runs(nv.name) })
+	nvs = append(nvs, struct{ name, desc string }{neighbourAA + aaSuffix, aaDesc(neighbourAA)})
 	for _, p := range probes {
-		for _, nv := range neighbourVariants {
+		for _, nv := range nvs {
 			s.Variants = append(s.Variants, &Variant{Name: nv.name + "@" + p.name, Description: nv.desc + fmt.Sprintf("; probe %v of CPU every 10 ms", p.work), Valid: true})
 		}
 	}
-	for round := 0; round < r.rounds; round++ {
+	r.pairs(s, neighbourChecks, func(round int) {
 		for _, p := range shuffledOf(r, probes) {
 			spin := workload.NewSpin(p.work)
-			for _, nv := range shuffledOf(r, neighbourVariants) {
+			for _, nv := range shuffledOf(r, nvs) {
 				v := s.variant(nv.name + "@" + p.name)
-				r.step(fmt.Sprintf("neighbour: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
-				if err := r.neighbourOnce(v, nv.name, spin.Iters, d, self); err != nil {
+				r.step(fmt.Sprintf("neighbour: %s (pair %d)", v.Name, round+1))
+				if err := r.neighbourOnce(v, strings.TrimSuffix(nv.name, aaSuffix), spin.Iters, d, self); err != nil {
 					v.Valid, v.Invalid = false, err.Error()
 					if errors.Is(err, cgroup.ErrPermission) || errors.Is(err, cgroup.ErrUnsupported) {
 						s.Skipped = err.Error()
-						return s
+						return
 					}
 				}
 			}
 		}
+	})
+	if s.Skipped != "" {
+		return s
 	}
 	for _, p := range probes {
 		base := s.variant("equal-weights@" + p.name)
-		for _, nv := range neighbourVariants {
+		for _, nv := range nvs {
 			v := s.variant(nv.name + "@" + p.name)
 			if base.Latency.P90 > 0 {
 				v.Ratio = ratiosTo(v, base)
@@ -127,11 +134,16 @@ func (r *Runner) neighbour(self string) *Scenario {
 // probe's p90 (C2's claim: a higher weight protects the service), with the
 // light probe's p99 as a second check.
 func neighbourChecks() []check {
+	aa := func(p string) [2]string { return [2]string{neighbourAA + "@" + p, neighbourAA + aaSuffix + "@" + p} }
 	return []check{
-		{label: "heavy probe p90", judged: "weight-2:1@heavy", against: []string{"equal-weights@heavy"}, metric: "p90", limit: 0.7},
-		{label: "light probe p99", judged: "weight-2:1@light", against: []string{"equal-weights@light"}, metric: "p99", limit: 1.0},
+		{label: "heavy probe: p90", judged: "weight-2:1@heavy", against: []string{"equal-weights@heavy"}, metric: "p90", limit: 0.7, aa: aa("heavy")},
+		{label: "light probe: p99", judged: "weight-2:1@light", against: []string{"equal-weights@light"}, metric: "p99", aa: aa("light")},
 	}
 }
+
+// neighbourAA is the neighbour scenario's A/A control: equal weights, what
+// two cgroups get when nobody sets one.
+const neighbourAA = "equal-weights"
 
 func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Duration, self string) error {
 	var probeCfg, hogCfg cgroup.Config
@@ -216,8 +228,8 @@ func (r *Runner) neighbourOnce(v *Variant, variant string, iters int, d time.Dur
 		return err
 	}
 	v.addRun(rec.merged(), rec.series, u)
-	v.OfferedPS += 100 / float64(r.rounds)
-	v.AchievedPS += float64(len(ns)) / d.Seconds() / float64(r.rounds)
+	v.OfferedPS = 100
+	v.AchievedPS = runMean(v.AchievedPS, float64(len(ns))/d.Seconds(), len(v.Repeats))
 	v.Throughput = v.AchievedPS
 	return nil
 }

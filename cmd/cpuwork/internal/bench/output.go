@@ -22,8 +22,8 @@ import (
 )
 
 // Color makes WriteTables colour the verdict words with ANSI escapes
-// (holds green, mixed yellow, does not hold red, not judged grey): set it
-// when the output is a terminal.
+// (better green, equivalent blue, worse red, inconclusive yellow, not
+// judged and smoke test grey): set it when the output is a terminal.
 var Color bool
 
 // colored is the status word, coloured when Color is set.
@@ -31,17 +31,32 @@ func colored(st Status) string {
 	if !Color {
 		return string(st)
 	}
-	code := map[Status]string{StatusHolds: "32", StatusMixed: "33", StatusFails: "31", StatusNotJudged: "90", StatusSkipped: "90"}[st]
+	code := map[Status]string{StatusBetter: "32", StatusEquivalent: "34", StatusWorse: "31", StatusInconclusive: "33", StatusNotJudged: "90", StatusSkipped: "90", StatusSmoke: "90"}[st]
 	if code == "" {
 		return string(st)
 	}
 	return "\x1b[1;" + code + "m" + string(st) + "\x1b[0m"
 }
 
-// WriteTables prints one table per scenario with ratios against the
-// baseline, the verdict with every check, and a summary of one line per
-// scenario at the end.
+// WriteTables prints the run's header, one table per scenario with its
+// verdict (WriteScenario), and the summary (WriteSummary).
 func WriteTables(w io.Writer, rep *Report) {
+	writeHeader(w, rep)
+	for _, s := range rep.Scenarios {
+		WriteScenario(w, s)
+	}
+	writeSummary(w, rep)
+}
+
+// WriteSummary prints the run's header and the summary of one line per
+// scenario: what a run that streamed its scenarios prints at the end.
+func WriteSummary(w io.Writer, rep *Report) {
+	fmt.Fprintln(w)
+	writeHeader(w, rep)
+	writeSummary(w, rep)
+}
+
+func writeHeader(w io.Writer, rep *Report) {
 	m := rep.Machine
 	fmt.Fprintf(w, "machine: %d CPUs, budget %.3g cores (%s), %d slots, GOMAXPROCS %d, kernel %s, %s, cgroup v%d\n",
 		m.CPUs, m.BudgetCores, m.BudgetSource, m.Slots, m.GOMAXPROCS, m.Kernel, m.GoVersion, m.CgroupVersion)
@@ -54,60 +69,81 @@ func WriteTables(w io.Writer, rep *Report) {
 		}
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "repeats: %d per variant, in a shuffled order per repeat (seed %d); mean and p99 are the medians of the repeats' (p99 with [min-max]); other percentiles pool every repeat\n", rep.Repeat, rep.Seed)
-	for _, s := range rep.Scenarios {
-		fmt.Fprintf(w, "\n== %s ==\n", s.Name)
-		if s.Skipped != "" {
-			fmt.Fprintf(w, "skipped: %s\n", s.Skipped)
-			continue
-		}
-		fmt.Fprintf(w, "%s\n", s.Claim)
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-		extraCols := extraColumns(s.Name)
-		fmt.Fprintf(tw, "variant\tmean\tp50\tp90\tp99\tp999\tmax\tp99 vs %s\t", s.Baseline)
+	if rep.Quick {
+		fmt.Fprintf(w, "SMOKE TEST (--quick): one pair per variant, no verdicts; run without --quick for verdicts (seed %d)\n", rep.Seed)
+		return
+	}
+	fmt.Fprintf(w, "pairs: every variant runs once per round, alternated in a shuffled order (seed %d); %s; verdicts from the 95 %% interval of the per-pair ratios against the best alternative and the A/A control's margin (docs/bench.md#verdicts)\n", rep.Seed, rep.PairsRule)
+}
+
+// WriteScenario prints one scenario: its table, notes and verdict with
+// every comparison and figure.
+func WriteScenario(w io.Writer, s *Scenario) {
+	fmt.Fprintf(w, "\n== %s ==\n", s.Name)
+	if s.Skipped != "" {
+		fmt.Fprintf(w, "skipped: %s\n", s.Skipped)
+		return
+	}
+	fmt.Fprintf(w, "%s\n", s.Claim)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	extraCols := extraColumns(s.Name)
+	fmt.Fprintf(tw, "variant\tmean\tp50\tp90\tp99\tp999\tmax\tp99 vs %s\t", s.Baseline)
+	for _, c := range extraCols {
+		fmt.Fprintf(tw, "%s\t", c.title)
+	}
+	fmt.Fprintf(tw, "CPU s\tvalid\t\n")
+	for _, v := range s.Variants {
+		l := v.Latency
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3fx\t", v.Name, ms(meanOfRepeats(v)), ms(l.P50), ms(l.P90), p99Spread(v), ms(l.P999), ms(l.Max), v.Ratio["p99"])
 		for _, c := range extraCols {
-			fmt.Fprintf(tw, "%s\t", c.title)
+			fmt.Fprintf(tw, "%s\t", c.format(v.Extra[c.key]))
 		}
-		fmt.Fprintf(tw, "CPU s\tvalid\t\n")
-		for _, v := range s.Variants {
-			l := v.Latency
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3fx\t", v.Name, ms(meanOfRepeats(v)), ms(l.P50), ms(l.P90), p99Spread(v), ms(l.P999), ms(l.Max), v.Ratio["p99"])
-			for _, c := range extraCols {
-				fmt.Fprintf(tw, "%s\t", c.format(v.Extra[c.key]))
+		valid := "yes"
+		if !v.Valid {
+			valid = "NO: " + v.Invalid
+		}
+		fmt.Fprintf(tw, "%.2f\t%s\t\n", v.CPU, valid)
+	}
+	tw.Flush()
+	for _, n := range s.Notes {
+		fmt.Fprintf(w, "note: %s\n", n)
+	}
+	for _, v := range s.Variants {
+		if v.Privileges != "" {
+			fmt.Fprintf(w, "privileges (%s): %s\n", v.Name, v.Privileges)
+		}
+	}
+	for _, v := range splitVariants(s) {
+		fmt.Fprintf(w, "where the p99 tasks' time went (%s, mean of the slowest 1 %% of %s's accounted tasks, from arrival at the executor):", v.Name, v.Name)
+		for part := range cpuwork.Part(cpuwork.NumParts) {
+			if x := v.Extra[splitKey(part)]; x > 0 {
+				fmt.Fprintf(w, " %s %s", part, ms(x))
 			}
-			valid := "yes"
-			if !v.Valid {
-				valid = "NO: " + v.Invalid
-			}
-			fmt.Fprintf(tw, "%.2f\t%s\t\n", v.CPU, valid)
 		}
-		tw.Flush()
-		for _, n := range s.Notes {
-			fmt.Fprintf(w, "note: %s\n", n)
-		}
-		for _, v := range s.Variants {
-			if v.Privileges != "" {
-				fmt.Fprintf(w, "privileges (%s): %s\n", v.Name, v.Privileges)
-			}
-		}
-		for _, v := range splitVariants(s) {
-			fmt.Fprintf(w, "where the p99 tasks' time went (%s, mean of the slowest 1 %% of %s's accounted tasks, from arrival at the executor):", v.Name, v.Name)
-			for part := range cpuwork.Part(cpuwork.NumParts) {
-				if x := v.Extra[splitKey(part)]; x > 0 {
-					fmt.Fprintf(w, " %s %s", part, ms(x))
-				}
-			}
-			fmt.Fprintln(w)
-		}
-		fmt.Fprintf(w, "verdict: %s\n", colored(status(s)))
-		if s.Calibration != "" {
-			fmt.Fprintf(w, "  calibration: %s\n", s.Calibration)
-		}
-		for _, c := range s.Checks {
+		fmt.Fprintln(w)
+	}
+	fmt.Fprintf(w, "verdict: %s: %s (%d pairs, %.0f s)\n", colored(status(s)), s.Summary, s.Pairs, s.DurationS)
+	if s.Calibration != "" {
+		fmt.Fprintf(w, "  calibration: %s\n", s.Calibration)
+	}
+	for _, c := range s.Checks {
+		if c.Kind == "comparison" {
 			fmt.Fprintf(w, "  - %s\n", c.line())
 		}
 	}
-	fmt.Fprintf(w, "\n== summary: cpuwork against the best alternative, per paired repeat ==\n")
+	for _, c := range s.Checks {
+		if c.Kind == "figure" {
+			fmt.Fprintf(w, "  · %s\n", c.line())
+		}
+	}
+}
+
+func writeSummary(w io.Writer, rep *Report) {
+	if rep.Quick {
+		fmt.Fprintf(w, "\n== summary: SMOKE TEST, no verdicts ==\n")
+	} else {
+		fmt.Fprintf(w, "\n== summary: cpuwork against the best alternative (better, equivalent or worse beyond the A/A margin, at 95 %% confidence) ==\n")
+	}
 	for _, s := range rep.Scenarios {
 		sum := s.Summary
 		if s.Skipped != "" {
@@ -115,6 +151,7 @@ func WriteTables(w io.Writer, rep *Report) {
 		}
 		fmt.Fprintf(w, "%-11s %s: %s\n", s.Name, colored(status(s)), sum)
 	}
+	fmt.Fprintf(w, "took %.0f s\n", rep.DurationS)
 }
 
 // meanOfRepeats is the median of the repeats' mean latencies (the pooled
@@ -382,7 +419,15 @@ func status(s *Scenario) Status {
 var pageTmpl = template.Must(template.New("page").
 	Funcs(template.FuncMap{"status": status, "cls": func(s *Scenario) string { return strings.ReplaceAll(string(status(s)), " ", "-") },
 		"id": fileName, "cline": func(c CheckResult) string { return c.line() },
-		"ccls": func(c CheckResult) string { return strings.ReplaceAll(string(c.Status), " ", "-") }}).
+		"ccls": func(c CheckResult) string {
+			if c.Kind == "figure" {
+				return "figure"
+			}
+			if c.NotJudged != "" {
+				return "not-judged"
+			}
+			return string(c.Verdict)
+		}}).
 	Parse(pageHTML))
 
 const pageHTML = `<!doctype html>
@@ -391,25 +436,25 @@ const pageHTML = `<!doctype html>
 table{border-collapse:collapse;font-size:13px;margin:.5em 0}td,th{border:1px solid #ddd;padding:3px 7px;text-align:right}
 td:first-child,th:first-child{text-align:left}th{background:#f3f3f3}
 .summary td,.summary th{text-align:left;vertical-align:top}
-.holds{background:#e3f4e3;color:#064}.mixed{background:#fff3cd;color:#7a5a00}.does-not-hold{background:#fbe4e4;color:#900}.skipped,.not-judged{background:#eee;color:#555}
+.better{background:#e3f4e3;color:#064}.equivalent{background:#e3ecfb;color:#134}.inconclusive{background:#fff3cd;color:#7a5a00}.worse{background:#fbe4e4;color:#900}.skipped,.not-judged,.smoke-test,.figure{background:#eee;color:#555}.smoke{color:#900}
 .tag{display:inline-block;padding:1px 8px;border-radius:9px;font-weight:600;white-space:nowrap}
 .plots{display:flex;flex-wrap:wrap;gap:.5em}.plots div{flex:0 1 440px}.plots svg{width:100%;height:auto}
 .verdict{padding:.5em .8em;border-radius:6px}</style></head><body>
 <h1>cpuwork bench</h1>
 <p>{{with .Report}}{{.Machine.CPUs}} CPUs, budget {{printf "%.3g" .Machine.BudgetCores}} cores ({{.Machine.BudgetSource}}), GOMAXPROCS {{.Machine.GOMAXPROCS}}, {{.Machine.GoVersion}}, kernel {{.Machine.Kernel}}, cgroup v{{.Machine.CgroupVersion}}.
-Started {{.Started.Format "2006-01-02 15:04 MST"}}, {{printf "%.0f" .DurationS}} s{{if .Quick}} (quick: a smoke test, no conclusions){{end}};
-{{.Repeat}} repeat(s) per variant in a shuffled order (seed {{.Seed}}).{{end}}
+Started {{.Started.Format "2006-01-02 15:04 MST"}}, {{printf "%.0f" .DurationS}} s; seed {{.Seed}}; {{.PairsRule}}.{{end}}
 Latency runs from each task's arrival (intended send time, or the burst's start) to its completion. Schema and method: docs/bench.md.</p>
+{{if .Report.Quick}}<h2 class="smoke">Smoke test: no verdicts</h2><p>--quick runs one pair of every variant to check that the bench works; it judges nothing. Run without --quick for verdicts.</p>{{end}}
 <h2>Summary</h2>
-<p>cpuwork's recommended variant against the <b>best</b> alternative a user would pick, per paired repeat: holds only when every check passes in every repeat; mixed when some repeats pass; not judged when a variant a check needs is missing or invalid.</p>
-<table class="summary"><tr><th>scenario</th><th>verdict</th><th>key check (per-repeat values) and k/n</th></tr>
+<p>cpuwork's recommended variant against the <b>best</b> alternative a user would pick, from paired, alternated rounds: <b>better</b> or <b>worse</b> when the 95 % confidence interval of the per-pair ratios lies beyond the equivalence margin that the A/A control (the best alternative against itself) measured in the same run (at least 5 %), <b>equivalent</b> when it lies inside it, <b>inconclusive</b> otherwise. Goals (figures) are shown beside their floor and never decide a verdict.</p>
+<table class="summary"><tr><th>scenario</th><th>verdict</th><th>finding per case</th></tr>
 {{range .Sets}}<tr><td><a href="#{{.ID}}">{{.Scenario.Name}}</a></td>
 <td><span class="tag {{cls .Scenario}}">{{status .Scenario}}</span></td><td>{{.Scenario.Summary}}</td></tr>
 {{end}}</table>
 {{range .Sets}}<h2 id="{{.ID}}">{{.Scenario.Name}}</h2>
 {{if .Scenario.Skipped}}<p>Skipped: {{.Scenario.Skipped}}</p>{{else}}
 <p>{{.Scenario.Claim}}</p>
-<div class="verdict {{cls .Scenario}}"><b>{{status .Scenario}}</b>{{if .Scenario.Of}} in {{.Scenario.Agree}}/{{.Scenario.Of}} paired repeats{{end}}{{if .Scenario.Calibration}}<br>calibration: {{.Scenario.Calibration}}{{end}}
+<div class="verdict {{cls .Scenario}}"><b>{{status .Scenario}}</b>: {{.Scenario.Summary}} ({{.Scenario.Pairs}} pairs){{if .Scenario.Calibration}}<br>calibration: {{.Scenario.Calibration}}{{end}}
 <ul>{{range .Scenario.Checks}}<li class="{{ccls .}}">{{cline .}}</li>{{end}}</ul></div>
 {{.Table}}
 {{range .Scenario.Notes}}<p><small>note: {{.}}</small></p>{{end}}

@@ -47,10 +47,11 @@ func (r *Runner) priority(name string, crit, unit time.Duration, network bool) *
 	cases := r.competitions()
 	for _, cc := range cases {
 		for _, pv := range priorityVariants {
-			if cc.Name == "" || pv.compete {
+			if (cc.Name == "" || pv.compete) && r.runs(pv.name) {
 				s.Variants = append(s.Variants, &Variant{Name: pv.name + cc.suffix(), Description: pv.desc + "; " + cc.Desc, Valid: true})
 			}
 		}
+		s.Variants = append(s.Variants, &Variant{Name: priorityAA + aaSuffix + cc.suffix(), Description: aaDesc(priorityAA) + "; " + cc.Desc, Valid: true})
 	}
 	// The generator shares the bench's cgroup here. In a cgroup of its
 	// own at weight 10000 (standing for clients elsewhere) its lateness
@@ -62,14 +63,16 @@ func (r *Runner) priority(name string, crit, unit time.Duration, network bool) *
 	units := map[string]float64{}
 	alone := map[string]float64{}     // batch alone in this round's run of the case
 	aloneMean := map[string]float64{} // over the rounds
-	r.eachCase(s, name, cases, func(cc competition) {
+	aloneRuns := map[string]int{}
+	r.eachCase(s, name, cases, func() []check { return priorityChecks(cases) }, func(cc competition) {
 		// Undisturbed batch throughput in this case and round: batch alone.
 		r.step(fmt.Sprintf("%s: batch alone (reference%s)", name, cc.suffix()))
 		alone[cc.suffix()] = r.batchAlone(batchW)
-		aloneMean[cc.suffix()] += alone[cc.suffix()] / float64(r.rounds)
+		aloneRuns[cc.suffix()]++
+		aloneMean[cc.suffix()] = runMean(aloneMean[cc.suffix()], alone[cc.suffix()], aloneRuns[cc.suffix()])
 	}, func(cc competition, v *Variant, warm bool) error {
 		base, _ := baseName(v.Name)
-		res, err := r.priorityOnce(base, critW, batchW, interval, network)
+		res, err := r.priorityOnce(strings.TrimSuffix(base, aaSuffix), critW, batchW, interval, network)
 		if warm || err != nil {
 			return err
 		}
@@ -78,9 +81,11 @@ func (r *Runner) priority(name string, crit, unit time.Duration, network bool) *
 			v.setRepeatExtra("generator_lateness_p99_s", res.lateness)
 			v.setRepeatExtra("generator_cpu_per_s", res.genCPUps)
 		}
-		v.OfferedPS += res.offered / float64(r.rounds)
-		v.AchievedPS += res.achieved / float64(r.rounds)
-		units[v.Name] += res.batchCPUps / float64(r.rounds)
+		n := len(v.Repeats)
+		v.OfferedPS = runMean(v.OfferedPS, res.offered, n)
+		v.AchievedPS = runMean(v.AchievedPS, res.achieved, n)
+		units[v.Name] = runMean(units[v.Name], res.batchCPUps, n)
+		v.setRepeatExtra("batch_cpu_per_s", res.batchCPUps)
 		if a := alone[cc.suffix()]; a > 0 {
 			v.setRepeatExtra("batch_share_of_alone", res.batchCPUps/a)
 		}
@@ -210,19 +215,26 @@ func priorityChecks(cases []competition) []check {
 	var cs []check
 	for _, cc := range cases {
 		where, suf := cc.Name, cc.suffix()
-		alts := []string{"goroutines" + suf, "goroutines-yield" + suf}
 		if cc.Name == "" {
 			where = "alone"
-			alts = append(alts, "two-pools", "os-thread-pool", "hybrid")
 		}
-		cs = append(cs, check{label: where + ": critical p99", judged: "cpuwork" + suf, against: alts, metric: "p99", limit: 1.0})
-		if cc.Name == "" {
-			cs = append(cs, check{label: "alone: critical p99", judged: "cpuwork", metric: "p99", limit: 0.001})
+		alts := []string{"goroutines" + suf, "goroutines-yield" + suf, "two-pools" + suf, "os-thread-pool" + suf, "hybrid" + suf}
+		if cc.Name != "" {
+			alts = alts[:2]
 		}
-		cs = append(cs, check{label: where + ": batch throughput vs batch alone", judged: "cpuwork" + suf, metric: "batch_share_of_alone", higher: true, limit: 0.9})
+		aa := [2]string{priorityAA + suf, priorityAA + aaSuffix + suf}
+		cs = append(cs,
+			check{label: where + ": critical p99", judged: "cpuwork" + suf, against: alts, metric: "p99", aa: aa},
+			check{label: where + ": batch throughput", judged: "cpuwork" + suf, against: alts, metric: "batch_cpu_per_s", higher: true, aa: aa},
+			check{label: where + ": critical p99 (goal)", judged: "cpuwork" + suf, metric: "p99", limit: 0.001, floor: "no-batch" + suf},
+			check{label: where + ": batch throughput of batch alone (goal)", judged: "cpuwork" + suf, metric: "batch_share_of_alone", higher: true, limit: 0.9})
 	}
 	return cs
 }
+
+// priorityAA is the priority scenario's A/A control: the best alternative
+// in every checked-in run.
+const priorityAA = "goroutines-yield"
 
 // caseRatios replaces the ratios of variants measured in a competition
 // case by ratios against the baseline measured in the same case.
@@ -463,7 +475,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		}
 		rp := tmp.Repeats[0]
 		res.hist, res.series = tmp.hist, tmp.Series
-		res.offered, res.achieved = rate, tmp.AchievedPS*float64(max(r.rounds, 1))
+		res.offered, res.achieved = rate, tmp.AchievedPS
 		res.lateness = rp.Extra["generator_lateness_p99_s"]
 		res.genCPUps = rp.Extra["generator_cpu_s"] / wall.Seconds()
 		res.batchCPUps = float64(batchUnits.Load()) * unit.D.Seconds() / wall.Seconds()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -142,31 +143,44 @@ func (r *Runner) quota(self string) *Scenario {
 	work := 2 * time.Millisecond
 	spin := workload.NewSpin(work)
 	s.Notes = append(s.Notes, fmt.Sprintf("%d goroutines x %v of CPU per round, rounds back to back; latency = round duration; periods from the cgroup's cpu.stat", goroutines, work))
+	qvs := slices.DeleteFunc(quotaVariants(), func(qv quotaVariant) bool { return !r.runs(qv.name) })
+	for _, qv := range qvs {
+		if qv.name == quotaAA {
+			aa := qv
+			aa.name += aaSuffix
+			aa.desc = aaDesc(quotaAA)
+			qvs = append(qvs, aa)
+			break
+		}
+	}
 	for _, q := range quotas {
-		for _, qv := range quotaVariants() {
+		for _, qv := range qvs {
 			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.2f", qv.name, q), Description: qv.desc + fmt.Sprintf(", %.2f-CPU cgroup", q), Valid: true})
 		}
 	}
-	for round := 0; round < r.rounds; round++ {
+	r.pairs(s, func() []check { return quotaChecks(quotas) }, func(round int) {
 		for _, q := range shuffledOf(r, quotas) {
-			for _, qv := range shuffledOf(r, quotaVariants()) {
+			for _, qv := range shuffledOf(r, qvs) {
 				v := s.variant(fmt.Sprintf("%s@%.2f", qv.name, q))
-				r.step(fmt.Sprintf("quota: %s (repeat %d/%d)", v.Name, round+1, r.rounds))
+				r.step(fmt.Sprintf("quota: %s (pair %d)", v.Name, round+1))
 				if err := r.quotaOnce(v, qv, q, rounds[q], goroutines, spin.Iters, self); err != nil {
 					v.Valid, v.Invalid = false, err.Error()
 					if s.Skipped == "" && round == 0 && v == s.Variants[0] {
 						s.Skipped = "cannot run a child in a quota cgroup: " + err.Error()
-						return s
+						return
 					}
 				}
 			}
 		}
+	})
+	if s.Skipped != "" {
+		return s
 	}
 	for _, q := range quotas {
 		base := s.variant(fmt.Sprintf("go-default@%.2f", q))
-		for _, qv := range quotaVariants() {
+		for _, qv := range qvs {
 			v := s.variant(fmt.Sprintf("%s@%.2f", qv.name, q))
-			if base.Latency.P99 > 0 {
+			if base != nil && base.Latency.P99 > 0 {
 				v.Ratio = ratiosTo(v, base)
 			}
 		}
@@ -209,12 +223,9 @@ func quotaChecks(quotas []float64) []check {
 				alts = append(alts, qv.name+at)
 			}
 		}
-		if q < 1 {
-			cs = append(cs, check{label: where + ": round p99 vs Go's default", judged: "cpuwork" + at, against: []string{"go-default" + at}, metric: "p99", limit: 1.0})
-			continue
-		}
+		aa := [2]string{quotaAA + at, quotaAA + aaSuffix + at}
 		cs = append(cs,
-			check{label: where + ": round p99", judged: "cpuwork" + at, against: alts, metric: "p99", limit: 0.9},
+			check{label: where + ": round p99", judged: "cpuwork" + at, against: alts, metric: "p99", aa: aa},
 			check{label: where + ": round p99 vs the physical limit (nominal work / quota)", judged: "cpuwork" + at, metric: "p99_over_physical_limit", unit: "x", limit: 1.1},
 			check{label: where + ": throttled periods", judged: "cpuwork" + at, metric: "throttled_share", limit: 0.05},
 			check{label: where + ": quota used over the rounds", judged: "cpuwork" + at, metric: "quota_used", higher: true, limit: 0.95},
@@ -222,6 +233,10 @@ func quotaChecks(quotas []float64) []check {
 	}
 	return cs
 }
+
+// quotaAA is the quota scenario's A/A control: Go's default, what a
+// service runs with when it sets nothing.
+const quotaAA = "go-default"
 
 func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, goroutines, iters int, self string) error {
 	g, err := newGroup("bench-quota", cgroup.Config{CPUs: q})

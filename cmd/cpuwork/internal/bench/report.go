@@ -27,12 +27,16 @@ import (
 // Report is the whole result, written to results.json. All times are in
 // seconds.
 type Report struct {
-	Machine   Machine     `json:"machine"`
-	Started   time.Time   `json:"started"`
-	DurationS float64     `json:"duration_s"`
-	Quick     bool        `json:"quick"`
-	Repeat    int         `json:"repeat"` // repeats of every variant
-	Seed      int64       `json:"seed"`   // seed of the per-repeat shuffles
+	Machine   Machine   `json:"machine"`
+	Started   time.Time `json:"started"`
+	DurationS float64   `json:"duration_s"`
+	Quick     bool      `json:"quick"`
+	Repeat    int       `json:"repeat"` // the minimum pairs of every scenario
+	// PairsRule says how many pairs a scenario runs: the minimum, the
+	// cap, and the looks at which it stops when every comparison is
+	// decided.
+	PairsRule string      `json:"pairs_rule"`
+	Seed      int64       `json:"seed"` // seed of the per-repeat shuffles
 	Scenarios []*Scenario `json:"scenarios"`
 	Workloads []Workload  `json:"workloads"`
 	Command   string      `json:"command"`
@@ -67,23 +71,29 @@ type Scenario struct {
 	Claim    string     `json:"claim"`
 	Baseline string     `json:"baseline"`
 	Variants []*Variant `json:"variants"`
-	Verdict  string     `json:"verdict"`
-	// Status is the verdict in one word (verdict.go): holds in every
-	// paired repeat, mixed, does not hold, not judged, or skipped.
+	// Verdict is the summary followed by every check in one sentence.
+	Verdict string `json:"verdict"`
+	// Status is the scenario's outcome in one word (verdict.go): worse,
+	// better, equivalent or inconclusive (the worst decided verdict of its
+	// comparisons, by case), not judged, skipped, or smoke test.
 	Status Status `json:"status"`
-	// Agree of Of paired repeats passed every check.
-	Agree int `json:"repeats_agree"`
-	Of    int `json:"repeats_judged"`
-	// Summary is the scenario in one line: the key check against the best
-	// alternative with its per-repeat values and k/n.
-	Summary string        `json:"summary"`
-	Checks  []CheckResult `json:"checks,omitempty"`
+	// Summary says in words what the scenario found per case ("better in
+	// 3 of 3 cases", "worse at 95%").
+	Summary string `json:"summary"`
+	// Pairs is the number of paired rounds the scenario ran.
+	Pairs  int           `json:"pairs"`
+	Checks []CheckResult `json:"checks,omitempty"`
+	// DurationS is the scenario's wall time, seconds.
+	DurationS float64 `json:"duration_s"`
 	// Calibration, when not empty, says why the scenario's load levels
 	// are not what they say (a failed capacity measurement): nothing is
 	// judged on them.
 	Calibration string   `json:"calibration_failed,omitempty"`
 	Skipped     string   `json:"skipped,omitempty"`
 	Notes       []string `json:"notes,omitempty"`
+
+	smoke     bool           // a --quick run: no verdicts
+	decidedAt map[string]int // check label -> pairs at which it was decided
 }
 
 // Repeat is one repeat of a variant: its own latency summary, throughput

@@ -35,6 +35,10 @@ type scenarioDef struct {
 	// minDuration is the shortest Config.Duration that measures anything
 	// (enough requests, canary marks or probes per variant); 0: any.
 	minDuration time.Duration
+	// budget is the scenario's share of the default run's wall time: past
+	// its minimum pairs, a scenario takes another round only while the
+	// next look fits in it (not with --thorough or --repeat).
+	budget time.Duration
 }
 
 // needsBinary runs a scenario that starts children from the cpuwork binary.
@@ -72,24 +76,24 @@ var scenarioTable = []scenarioDef{
 	{name: "burst", desc: "~1 ms tasks (fib; the report prints the size measured in the run) arriving at once: bounding concurrency vs a goroutine per task",
 		variants: func() []string { return describe(burstVariants) }, uses: []string{"fib"}, steps: perVariant,
 		run: func(r *Runner) (*Scenario, error) {
-			n := 1000
+			n := 500
 			if r.cfg.Quick {
 				n = 200
 			}
 			fib := workload.NewFib(1500 * time.Microsecond)
 			c, _ := workload.Calibrate(fib, 5)
 			return r.burst("burst", n, c, fib), nil
-		}},
+		}, budget: 30 * time.Second},
 	{name: "burst-long", desc: "40 ms tasks arriving at once: where processor sharing makes every task late",
 		variants: func() []string { return describe(burstVariants) }, steps: perVariant,
 		run: func(r *Runner) (*Scenario, error) {
-			n := 100
+			n := 50
 			if r.cfg.Quick {
 				n = 20
 			}
 			spin := workload.NewSpin(40 * time.Millisecond)
 			return r.burst("burst-long", n, spin.D, spin), nil
-		}},
+		}, budget: 40 * time.Second},
 	{name: "priority", desc: "critical requests over loopback HTTP from a generator process, beside batch work that saturates every P, alone and beside a competing CPU-bound process",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {
@@ -98,7 +102,8 @@ var scenarioTable = []scenarioDef{
 			}
 			return r.priority("priority", 200*time.Microsecond, time.Millisecond, true), nil
 		},
-		minDuration: 500 * time.Millisecond}, // the generator's pacing and start-up
+		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
+		budget:      90 * time.Second},
 	{name: "priority-inprocess", extra: true, desc: "the priority scenario with requests dispatched in process by a goroutine sleeping to each arrival (measures timer lateness under busy Ps; not in the default set)",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {
@@ -108,35 +113,25 @@ var scenarioTable = []scenarioDef{
 	{name: "timers", desc: "timer and netpoller latency beside busy CPU workers, alone and beside a competing CPU-bound process",
 		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
 		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
-		minDuration: 100 * time.Millisecond}, // >= 100 canary marks
+		minDuration: 100 * time.Millisecond, // >= 100 canary marks
+		budget:      50 * time.Second},
 	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110/150% of capacity, and at 95% again beside a competing CPU-bound process",
 		variants: func() []string { return append(describe(serviceVariants), "pool-503"+aaSuffix+": "+aaDesc("pool-503")) }, uses: []string{"regexp", "gzip"},
-		steps: func(r *Runner, vs []string) int { // five load levels per variant, the A/A control (the last entry) at its levels, and the capacity measurement before each repeat; again at 95 % beside a competitor
-			n := (5*(len(vs)-1) + len(aaLoads) + capacitySteps) * r.rounds
-			if _, ok := r.besideCase(r.loadsOr(serviceLoads)); ok {
-				n += (len(vs) - 1 + capacitySteps) * r.rounds
-			}
-			return n
-		},
+		steps: func(r *Runner, vs []string) int { return loadSteps(r, vs, serviceLoads) },
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "service", Skipped: "no load generator command configured"}, nil
 			}
 			return r.service(r.cfg.LoadGen)
 		},
-		minDuration: 500 * time.Millisecond}, // the generator's pacing and start-up
+		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
+		budget:      140 * time.Second},
 	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity, and at 95% again beside a competing CPU-bound process: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string {
 			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), "pool"+aaSuffix+": "+aaDesc("pool"))
 		},
-		steps: func(r *Runner, vs []string) int { // four loads and the quota case; the extras in the quota case only; the capacity before each repeat; again at 95 % beside a competitor
-			vs = vs[:len(vs)-1] // the A/A control, counted apart
-			n := len(vs) - len(inferenceQuotaExtras)
-			steps := (4*n + len(aaLoads) + len(vs) + capacitySteps) * r.rounds
-			if _, ok := r.besideCase(r.loadsOr(inferenceLoads)); ok {
-				steps += (n + capacitySteps) * r.rounds
-			}
-			return steps
+		steps: func(r *Runner, vs []string) int {
+			return loadSteps(r, vs[:len(vs)-len(inferenceQuotaExtras)-1], inferenceLoads) + r.rounds
 		},
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
@@ -144,7 +139,8 @@ var scenarioTable = []scenarioDef{
 			}
 			return r.inference(r.cfg.LoadGen)
 		},
-		minDuration: 500 * time.Millisecond},
+		minDuration: 500 * time.Millisecond,
+		budget:      140 * time.Second},
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {
@@ -153,12 +149,32 @@ var scenarioTable = []scenarioDef{
 			}
 			return 3 * len(vs) * r.rounds // three quotas
 		},
-		run: needsBinary("quota", func(r *Runner, bin []string) (*Scenario, error) { return r.quota(bin[0]), nil })},
+		run:    needsBinary("quota", func(r *Runner, bin []string) (*Scenario, error) { return r.quota(bin[0]), nil }),
+		budget: 50 * time.Second},
 	{name: "neighbour", desc: "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)",
 		variants:    func() []string { return describe(neighbourVariants) },
 		steps:       func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
 		run:         needsBinary("neighbour", func(r *Runner, bin []string) (*Scenario, error) { return r.neighbour(bin[0]), nil }),
-		minDuration: 500 * time.Millisecond}, // >= 50 probes
+		minDuration: 500 * time.Millisecond, // >= 50 probes
+		budget:      30 * time.Second},
+}
+
+// loadSteps estimates a load scenario's steps: every variant run (vs
+// ends with the A/A control) at every level, and the capacity before each
+// round, alone and again beside the competitor.
+func loadSteps(r *Runner, vs []string, def []float64) int {
+	n := 0
+	for _, v := range vs {
+		if r.runs(strings.SplitN(v, ":", 2)[0]) {
+			n++
+		}
+	}
+	loads := r.loadLevels(def)
+	steps := (n*len(loads) + capacitySteps) * r.rounds
+	if _, ok := r.besideCase(loads); ok {
+		steps += (n + capacitySteps) * r.rounds
+	}
+	return steps
 }
 
 // describe lists a variant table as "name: description".
@@ -215,14 +231,55 @@ type Config struct {
 	// Loads, when not empty, replaces the load levels of the load
 	// scenarios (fractions of the measured capacity, e.g. 0.8).
 	Loads []float64
+	// Thorough runs every variant (the extras too) and raises the cap of
+	// pairs from 10 to 20 with no time budget: a publication run.
+	Thorough bool
 	// Step is called before each measured step (progress display).
 	Step func(done, total int, what string)
+	// Done is called with each scenario as soon as it is judged
+	// (streaming its table and verdict).
+	Done func(s *Scenario)
+}
+
+// thoroughOnly names the variants that run only with --thorough: never
+// the best alternative in the checked-in runs, not the judged variant,
+// not a claim's baseline or floor (docs/bench.md lists why each).
+var thoroughOnly = map[string]bool{
+	"cpuwork-do":           true, // burst: Do per goroutine, the For alternative a user need not pick
+	"two-pools":            true, // priority: 1.8x goroutines-yield's p99 or worse
+	"os-thread-pool":       true,
+	"hybrid":               true,
+	"cpuwork-demote":       true, // priority: cpuwork options, not alternatives
+	"cpuwork-nocheckpoint": true,
+	"cpuwork-sparep":       true,
+	"P=3":                  true, // quota: GOMAXPROCS values never the best
+	"P=4":                  true,
+	"P=6":                  true,
+	"cpuwork-floor":        true, // quota: cpuwork policies, not alternatives
+	"cpuwork-paced":        true,
+	"same-cgroup":          true, // neighbour: references, not the claim's comparison
+	"hog-idle":             true,
+}
+
+// runs reports whether the default run (or --thorough) runs a variant.
+func (r *Runner) runs(variant string) bool {
+	base, _ := baseName(variant)
+	base, _, _ = strings.Cut(base, "@")
+	return r.cfg.Thorough || !thoroughOnly[base]
 }
 
 // wants reports whether the load scenarios run variant (Config.Variants).
 func (r *Runner) wants(variant string) bool {
 	base, _ := baseName(variant) // a case's variant (naive+nice0) is wanted with its base
 	return len(r.cfg.Variants) == 0 || slices.Contains(r.cfg.Variants, variant) || slices.Contains(r.cfg.Variants, base)
+}
+
+// loadLevels is Config.Loads, or thoroughLoads with --thorough, or def.
+func (r *Runner) loadLevels(def []float64) []float64 {
+	if len(r.cfg.Loads) == 0 && r.cfg.Thorough {
+		return slices.Clone(thoroughLoads)
+	}
+	return r.loadsOr(def)
 }
 
 // loadsOr is Config.Loads, or def when it is empty.
@@ -239,7 +296,10 @@ type Runner struct {
 	loadgenGroup *cgroup.Group // the service scenario's load generator cgroup, when root
 	rng          *rand.Rand
 	slots        int
-	rounds       int
+	rounds       int // the minimum pairs of every scenario (the progress display's estimate)
+	maxRounds    int // the cap of pairs
+	budget       time.Duration
+	perRound     int // the running scenario's steps per round
 	duration     time.Duration
 	loadDur      time.Duration // per run of the load scenarios (service, inference)
 	done         int
@@ -287,26 +347,36 @@ func Run(cfg Config) (*Report, error) {
 		cfg.Seed = time.Now().UnixNano() % 1e9
 	}
 	r := &Runner{cfg: cfg, rounds: cfg.Repeat, duration: cfg.Duration, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 1))}
-	if r.rounds == 0 {
-		r.rounds = 3
-		if cfg.Quick {
-			r.rounds = 1
-		}
+	r.maxRounds = r.rounds
+	switch {
+	case r.rounds > 0: // --repeat: exactly that many pairs
+	case cfg.Quick:
+		r.rounds, r.maxRounds = 1, 1
+	case cfg.Thorough:
+		r.rounds, r.maxRounds = minPairs, thoroughMaxPairs
+	default:
+		r.rounds, r.maxRounds = minPairs, defaultMaxPairs
 	}
 	if r.duration <= 0 {
-		r.duration = 2 * time.Second
-		if cfg.Quick {
+		r.duration = time.Second
+		switch {
+		case cfg.Quick:
 			r.duration = 600 * time.Millisecond
+		case cfg.Thorough:
+			r.duration = 2 * time.Second
 		}
 	}
-	// The load scenarios run longer by default: at 100-500 requests/s a
-	// 2 s run has a p99 of its 2nd to 10th slowest request, and repeats
-	// disagreed by 2x on it.
+	// The load scenarios' runs: 2 s by default (a p99 of 200-1000
+	// requests, so more pairs decide instead of longer runs), 5 s with
+	// --thorough.
 	r.loadDur = cfg.Duration
 	if r.loadDur <= 0 {
-		r.loadDur = 5 * time.Second
-		if cfg.Quick {
+		r.loadDur = 2 * time.Second
+		switch {
+		case cfg.Quick:
 			r.loadDur = 600 * time.Millisecond
+		case cfg.Thorough:
+			r.loadDur = 5 * time.Second
 		}
 	}
 	b, err := budget.Detect()
@@ -315,7 +385,7 @@ func Run(cfg Config) (*Report, error) {
 	}
 	r.slots = b.Slots()
 	rep := &Report{Machine: describeMachine(), Started: time.Now(), Quick: cfg.Quick, Repeat: r.rounds, Seed: cfg.Seed,
-		Command: strings.Join(os.Args, " "), SchemaNote: "docs/bench.md#results-json"}
+		Command: strings.Join(os.Args, " "), SchemaNote: "docs/bench.md#results-json", PairsRule: r.pairsRule()}
 
 	// Cgroups that a bench killed before it could clean up left behind.
 	for _, dir := range SweepStale() {
@@ -364,6 +434,12 @@ func Run(cfg Config) (*Report, error) {
 	}
 	for _, d := range r.chosen(want) {
 		end := r.done + d.steps(r, d.variants())
+		r.budget = 0
+		if cfg.Repeat == 0 && !cfg.Quick && !cfg.Thorough {
+			r.budget = d.budget
+		}
+		r.perRound = d.steps(r, d.variants()) / max(r.rounds, 1)
+		t0 := time.Now()
 		s, err := d.run(r)
 		if err != nil {
 			s = &Scenario{Name: d.name, Skipped: err.Error()}
@@ -371,7 +447,11 @@ func Run(cfg Config) (*Report, error) {
 		if s.Skipped != "" {
 			s.Status = StatusSkipped
 		}
+		s.DurationS = time.Since(t0).Seconds()
 		rep.Scenarios = append(rep.Scenarios, s)
+		if cfg.Done != nil {
+			cfg.Done(s)
+		}
 		// A skipped (or shortened) scenario still moves the progress
 		// display to where it would have ended.
 		r.done = max(r.done, end)
@@ -381,6 +461,91 @@ func Run(cfg Config) (*Report, error) {
 	}
 	rep.DurationS = time.Since(rep.Started).Seconds()
 	return rep, nil
+}
+
+// pairsRule describes the run's stopping rule in words.
+func (r *Runner) pairsRule() string {
+	switch {
+	case r.cfg.Quick:
+		return "smoke test: one pair, no verdicts"
+	case r.rounds == r.maxRounds:
+		return fmt.Sprintf("%d pairs per scenario (--repeat)", r.rounds)
+	case r.cfg.Thorough:
+		return fmt.Sprintf("%d to %d pairs per scenario (--thorough): judged after %v pairs, stopping when every comparison is decided", r.rounds, r.maxRounds, looks)
+	}
+	return fmt.Sprintf("%d to %d pairs per scenario within its share of the run's time: judged after %v pairs, stopping when every comparison is decided", r.rounds, r.maxRounds, looksTo(r.maxRounds))
+}
+
+// looksTo lists the looks up to max.
+func looksTo(max int) []int {
+	var out []int
+	for _, l := range looks {
+		if l <= max {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// pairs runs round(i) for i = 0, 1, ...: the paired rounds of scenario
+// s, in each of which every variant runs once, alternated. It runs
+// r.rounds rounds (minPairs; 1 with --quick; --repeat's count), then
+// judges s at each look (compare.go) and runs on to the next look only
+// while a comparison is inconclusive, the cap of pairs allows, and the
+// scenario's time budget has room for the rounds to the next look at the
+// pace of the rounds so far. A comparison decided at a look keeps the
+// pairs it was decided on (Scenario.decidedAt).
+func (r *Runner) pairs(s *Scenario, checks func() []check, round func(i int)) {
+	s.smoke = r.cfg.Quick
+	s.decidedAt = map[string]int{}
+	start := time.Now()
+	for i := 0; ; i++ {
+		if i >= r.rounds && !r.more(s, i, checks, time.Since(start)) {
+			return
+		}
+		round(i)
+		s.Pairs = i + 1
+		if s.Skipped != "" {
+			return
+		}
+	}
+}
+
+// more decides whether s, after done rounds taking took, runs another.
+func (r *Runner) more(s *Scenario, done int, checks func() []check, took time.Duration) bool {
+	if done >= r.maxRounds || r.cfg.Quick {
+		return false
+	}
+	if !isLook(done) {
+		return true // on to the next look
+	}
+	judge(s, checks())
+	for _, c := range s.Checks {
+		if c.Kind == "comparison" && c.NotJudged == "" && c.Verdict != Inconclusive {
+			if _, ok := s.decidedAt[c.Label]; !ok {
+				s.decidedAt[c.Label] = c.Pairs
+			}
+		}
+	}
+	if s.undecided() == 0 {
+		return false
+	}
+	next := r.maxRounds
+	for _, l := range looks {
+		if l > done {
+			next = min(l, r.maxRounds)
+			break
+		}
+	}
+	if r.budget > 0 && took+took/time.Duration(done)*time.Duration(next-done) > r.budget {
+		s.Notes = append(s.Notes, fmt.Sprintf("stopped at %d pairs: %d more to the next look would pass the scenario's %v share of the default run (--thorough runs up to %d)", done, next-done, r.budget, thoroughMaxPairs))
+		return false
+	}
+	if r.cfg.Step != nil {
+		r.cfg.Step(-1, 0, fmt.Sprintf("%s: %d comparison(s) inconclusive after %d pairs: running pairs %d-%d", s.Name, s.undecided(), done, done+1, next))
+	}
+	r.total += (next - done) * r.perRound
+	return true
 }
 
 // chosen returns the table rows named in want, in want's order.

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"math"
 	"errors"
 	"fmt"
 	"os"
@@ -129,17 +130,17 @@ func TestAnInvalidBatchReferenceDropsTheShareNotTheLatency(t *testing.T) {
 	if len(s.Notes) != 1 || !strings.Contains(s.Notes[0], "sibling") || !strings.Contains(s.Notes[0], "repeat 3") {
 		t.Errorf("notes %q: want one naming the case and the repeat", s.Notes)
 	}
-	lat := evaluate(s, check{label: "sibling: critical p99", judged: "cpuwork+sibling", against: []string{"goroutines+sibling", "goroutines-yield+sibling"}, metric: "p99", limit: 1})
-	if lat.Status != StatusHolds {
-		t.Errorf("latency check: %s %s, want holds", lat.Status, lat.Reason)
+	lat := evaluate(s, check{label: "sibling: critical p99", judged: "cpuwork+sibling", against: []string{"goroutines+sibling", "goroutines-yield+sibling"}, metric: "p99"})
+	if lat.Verdict != Better || lat.Pairs != 3 {
+		t.Errorf("latency check: %s on %d pairs %s, want better on 3", lat.Verdict, lat.Pairs, lat.NotJudged)
 	}
 	share := evaluate(s, check{label: "sibling: batch", judged: "cpuwork+sibling", metric: "batch_share_of_alone", higher: true, limit: 0.9})
-	if share.Status != StatusNotJudged {
-		t.Errorf("batch share check: %s, want not judged", share.Status)
+	if share.NotJudged != "" || share.Pairs != 2 || len(share.Notes) == 0 || !strings.Contains(share.Notes[0], "pair 3 left out") {
+		t.Errorf("batch share figure: %d pairs, notes %q, %s: want repeat 3 left out", share.Pairs, share.Notes, share.NotJudged)
 	}
 	alone := evaluate(s, check{label: "alone: batch", judged: "cpuwork", metric: "batch_share_of_alone", higher: true, limit: 0.9})
-	if alone.Status != StatusHolds {
-		t.Errorf("alone batch share check: %s %s, want holds", alone.Status, alone.Reason)
+	if alone.NotJudged != "" || alone.Pairs != 3 {
+		t.Errorf("alone batch share figure: %d pairs %s, want 3", alone.Pairs, alone.NotJudged)
 	}
 }
 
@@ -239,8 +240,8 @@ func TestARepeatWithMislabelledLevelsIsNotJudged(t *testing.T) {
 		}
 	}
 	judge(s, checks)
-	if s.Status != StatusHolds || s.Agree != 2 || s.Of != 2 {
-		t.Errorf("status %s %d/%d, want holds 2/2 (repeat 3 left out): %s", s.Status, s.Agree, s.Of, s.Verdict)
+	if s.Status != StatusBetter || s.Checks[0].Pairs != 2 {
+		t.Errorf("status %s on %d pairs, want better on 2 (repeat 3 left out): %s", s.Status, s.Checks[0].Pairs, s.Verdict)
 	}
 	if !strings.Contains(s.Verdict, "repeat 3 not judged") {
 		t.Errorf("the verdict does not say which repeat was left out: %s", s.Verdict)
@@ -306,10 +307,10 @@ func TestSheddingTheSlowestDoesNotLowerTheP99OfAll(t *testing.T) {
 }
 
 // The A/A control runs the control variant again, under its own name, at
-// the A/A levels only, in every repeat, and its note gives the ratio of
-// the two runs per repeat.
-func TestTheAAControlRunsTheControlAgainAtItsLevels(t *testing.T) {
-	r := &Runner{rounds: 2}
+// every level in every round, and a comparison's margin is how far its
+// ratio to the control lies from 1.
+func TestTheAAControlRunsTheControlAgainAtEveryLevel(t *testing.T) {
+	r := &Runner{rounds: 2, maxRounds: 2}
 	s := &Scenario{Name: "load"}
 	vs := []struct{ name, desc string }{{"pool", ""}, {"cpuwork", ""}}
 	p99 := map[string]float64{"pool": 0.050, "cpuwork": 0.060}
@@ -326,24 +327,28 @@ func TestTheAAControlRunsTheControlAgainAtItsLevels(t *testing.T) {
 		v.Repeats[len(v.Repeats)-1].P99 = x
 		return nil
 	}
-	r.atLoads(s, vs, []float64{0.5, 0.8, 0.95}, "pool", func(int) calibration { return calibration{capacity: 100} }, once)
-	if got, want := calls, 2*(2*3+2); got != want {
-		t.Errorf("%d runs, want %d (2 variants at 3 levels and the control at 2, twice)", got, want)
+	loads := []float64{0.5, 0.8}
+	checks := func() []check {
+		return []check{{label: "80%: p99", judged: "cpuwork@80%", against: []string{"pool@80%"}, metric: "p99", aa: [2]string{"pool@80%", "pool-aa@80%"}}}
 	}
-	for _, name := range []string{"pool-aa@80% as pool", "pool-aa@95% as pool"} {
+	r.atLoads(s, vs, loads, "pool", checks, func(int) calibration { return calibration{capacity: 100} }, once)
+	if got, want := calls, 2*3*2; got != want {
+		t.Errorf("%d runs, want %d (2 variants and the control at 2 levels, twice)", got, want)
+	}
+	for _, name := range []string{"pool-aa@50% as pool", "pool-aa@80% as pool"} {
 		if runs[name] != 2 {
 			t.Errorf("%s ran %d times, want 2 (runs: %v)", name, runs[name], runs)
 		}
 	}
-	if s.variant("pool-aa@50%") != nil {
-		t.Error("the control ran at 50 %, outside the A/A levels")
+	judge(s, checks())
+	c := s.Checks[0]
+	if math.Abs(c.Margin-0.5) > 1e-9 || c.AAPairs != 2 || math.Abs(c.AAEstimate-1.5) > 1e-9 {
+		t.Errorf("margin %v from A/A %v on %d pairs, want 0.5 from 1.5 on 2", c.Margin, c.AAEstimate, c.AAPairs)
 	}
-	note := aaNote(s, "pool", "p99", "p99")
-	if !strings.Contains(note, "80% [1.50x 1.50x]") || !strings.Contains(note, "95% [1.50x 1.50x]") {
-		t.Errorf("note %q: want the ratio 1.50x in both repeats at 80 %% and 95 %%", note)
-	}
-	if aaNote(s, "cpuwork", "p99", "p99") != "" {
-		t.Error("a note for a variant that had no control run")
+	// cpuwork is 1.2x the pool in both pairs: outside 5 %, inside the
+	// A/A control's 50 %: equivalent.
+	if c.Verdict != Equivalent {
+		t.Errorf("verdict %s, want equivalent inside the A/A margin: %s", c.Verdict, c.line())
 	}
 }
 
@@ -393,7 +398,7 @@ func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 	}{{"service", "pool-capacity", serviceVariants}, {"inference", "pool", inferenceVariants}} {
 		for _, failCapacity := range []bool{false, true} {
 			r := &Runner{rounds: 2}
-			s := &Scenario{Name: sc.name}
+			s := &Scenario{Name: sc.name, Pairs: 2} // the alone levels ran 2 pairs
 			var ran []string
 			var calibrated []string
 			once := func(v *Variant, variant string, rate float64) error {
@@ -431,9 +436,9 @@ func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 			if s.Calibration != "" {
 				t.Errorf("the beside case touched the scenario's calibration: %q", s.Calibration)
 			}
-			v := s.variant("cpuwork+nice0@95%")
+			v := s.variant("cpuwork+nice0@80%")
 			if v == nil {
-				t.Fatalf("%s: no cpuwork+nice0@95%% among %d variants", sc.name, len(s.Variants))
+				t.Fatalf("%s: no cpuwork+nice0@80%% among %d variants", sc.name, len(s.Variants))
 			}
 			if failCapacity {
 				if v.Valid || !strings.Contains(v.Invalid, "not measured") || len(ran) != 0 {
@@ -442,11 +447,18 @@ func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 				continue
 			}
 			if !v.Valid || len(v.Repeats) != 2 {
-				t.Errorf("cpuwork+nice0@95%%: valid %v (%q), %d repeats, want 2", v.Valid, v.Invalid, len(v.Repeats))
+				t.Errorf("cpuwork+nice0@80%%: valid %v (%q), %d repeats, want 2", v.Valid, v.Invalid, len(v.Repeats))
 			}
-			want := "cpuwork+nice0@95% as cpuwork at 95"
-			if !slices.Contains(ran, want) || len(ran) != 2*len(sc.variants) {
-				t.Errorf("%s: runs %v: want %q among %d", sc.name, ran, want, 2*len(sc.variants))
+			n := 1 // the A/A control
+			for _, sv := range sc.variants {
+				if r.runs(sv.name) {
+					n++
+				}
+			}
+			want := "cpuwork+nice0@80% as cpuwork at 80"
+			aa := aaOf(sc.name) + "+nice0-aa@80% as " + aaOf(sc.name) + " at 80"
+			if !slices.Contains(ran, want) || !slices.Contains(ran, aa) || len(ran) != 2*n {
+				t.Errorf("%s: runs %v: want %q and %q among %d", sc.name, ran, want, aa, 2*n)
 			}
 		}
 	}
@@ -462,7 +474,7 @@ func TestTheBesideCaseRunsWithItsCompetitionAndLevel(t *testing.T) {
 		{Config{Quick: true}, serviceLoads, true},
 		{Config{Compete: []string{"alone"}}, serviceLoads, false},
 		{Config{Compete: []string{"nice0"}}, serviceLoads, true},
-		{Config{}, []float64{0.8}, false},
+		{Config{}, []float64{0.95}, false},
 	} {
 		r := &Runner{cfg: c.cfg}
 		if _, got := r.besideCase(c.loads); got != c.want {

@@ -7,43 +7,67 @@ import (
 	"strings"
 )
 
-// The verdict engine. Every scenario declares its claim as checks (the
-// variant judged — the one the docs tell a user to use for that workload —,
-// the alternatives a user would pick instead, a metric and a limit); one
-// function, judge, turns them into a status. Rules (docs/bench.md#verdicts):
+// The verdict engine. Every scenario declares its claim as checks; one
+// function, judge, turns them into verdicts (docs/bench.md#verdicts):
 //
-//   - Paired repeats: repeat i of every variant ran in the same round, so
-//     a check is decided per repeat, on the judged variant's value against
-//     the best alternative's value in that same repeat.
-//   - A repeat passes when every check passes in it. "holds" only when all
-//     n repeats pass, "mixed" for 0 < k < n, "does not hold" for k = 0.
-//   - A variant a check needs that is missing, skipped or invalid, or a
-//     value that is not a finite measurement, makes the claim "not
-//     judged" with the reason: never dropped, never judged on +Inf.
+//   - A comparison (a check with alternatives) compares the judged
+//     variant — the one the docs tell a user to use for that workload —
+//     with the best alternative a user would pick instead: the one with
+//     the best geometric mean over the check's pairs. Its per-pair ratios
+//     judged/best, from repeats that ran alternated in the same round,
+//     give an estimate and a 95 % interval (compare.go); the A/A control
+//     of the same case gives the equivalence margin; the verdict is
+//     better, equivalent, worse or inconclusive.
+//   - A figure (a check with no alternatives, or marked goal) is a
+//     measurement beside its goal and, where one ran, the floor measured
+//     in the same run: it is reported, never part of a verdict.
+//   - Each check is judged on its own pairs (the repeats in which every
+//     variant it needs was measured and judged): never combined with
+//     another check's repeats by position.
+//   - A variant a comparison needs that is missing, skipped or invalid,
+//     or a value that is not a finite measurement, makes that comparison
+//     "not judged" with the reason: never dropped, never judged on +Inf.
 
-// Status is a claim's verdict in one word.
+// Status is a scenario's outcome in one word: the worst of its
+// comparisons' verdicts that is decided (worse before better before
+// equivalent), inconclusive when none is decided, or not judged, skipped
+// or smoke test (a --quick run, which judges nothing).
 type Status string
 
 const (
-	StatusHolds     Status = "holds"
-	StatusMixed     Status = "mixed"
-	StatusFails     Status = "does not hold"
-	StatusNotJudged Status = "not judged"
-	StatusSkipped   Status = "skipped"
+	StatusBetter       Status = "better"
+	StatusEquivalent   Status = "equivalent"
+	StatusWorse        Status = "worse"
+	StatusInconclusive Status = "inconclusive"
+	StatusNotJudged    Status = "not judged"
+	StatusSkipped      Status = "skipped"
+	StatusSmoke        Status = "smoke test"
 )
 
-// check is one condition of a claim.
+// check is one comparison or figure of a claim.
 type check struct {
-	label  string // what is compared, e.g. "alone: critical p99"
+	label  string // "case: what is compared", e.g. "alone: critical p99"
 	judged string // the variant judged
-	// against lists the alternatives: per repeat the best of them (lowest,
-	// or highest with higher) is the comparator and the check is on the
-	// ratio judged/best. Empty: the check is on the judged value itself.
+	// against lists the alternatives: the best of them (by geometric mean
+	// over the pairs) is the comparator. Empty: a figure.
 	against []string
 	metric  string // "p99", "mean", "p50", "p90", "p999", "max", "throughput", or a per-repeat Extra key
-	higher  bool   // higher is better (throughput, shares): the limit is a minimum
-	limit   float64
-	unit    string // how values print with no alternatives: "s" (as ms), "%", "/s", "" (plain)
+	higher  bool   // higher is better (throughput, shares)
+	// limit is the goal: for a figure the value it aims at (a maximum, or
+	// a minimum with higher), for a comparison the ratio the published
+	// claim states (shown beside the verdict, never deciding it); 0: none.
+	limit float64
+	unit  string // how values print: "s" (as ms), "%", "/s", "x", "" (by the metric's name)
+	// goal makes a check with alternatives a figure: a ratio to something
+	// that is not an alternative (the same variant at another load).
+	goal bool
+	// floor, for a figure, names the variant whose same metric is the
+	// floor measured in the same run (the critical p99 with no batch work).
+	floor string
+	// aa names the A/A control of the check's case: aa[1] is a second,
+	// identical copy of aa[0] run in the same rounds; its per-pair ratios
+	// on the same metric give the equivalence margin.
+	aa [2]string
 	// of, when set, replaces the metric lookup (a value derived from
 	// several variants, like the capacity at a p99 target): it returns the
 	// value of variant in repeat i, and note says how it was bounded.
@@ -54,90 +78,206 @@ type check struct {
 	needs []string
 }
 
+// figure reports whether c is a figure rather than a comparison.
+func (c check) figure() bool { return len(c.against) == 0 || c.goal }
+
+// where is the case of a check: its label up to the first ": ".
+func (c check) where() string {
+	w, _, ok := strings.Cut(c.label, ": ")
+	if !ok {
+		return ""
+	}
+	return w
+}
+
 // CheckResult is a check's outcome, as results.json records it.
 type CheckResult struct {
-	Label          string    `json:"label"`
-	Judged         string    `json:"judged"`
-	Against        []string  `json:"against,omitempty"`
-	Metric         string    `json:"metric"`
-	Limit          float64   `json:"limit"`
-	HigherIsBetter bool      `json:"higher_is_better,omitempty"`
-	JudgedValues   []float64 `json:"judged_values,omitempty"` // per repeat
-	BestValues     []float64 `json:"best_values,omitempty"`   // per repeat, the best alternative's
-	Best           []string  `json:"best,omitempty"`          // per repeat, which alternative was best
-	Values         []float64 `json:"values,omitempty"`        // per repeat: the ratio judged/best, or the judged value with no alternatives
-	Pass           []bool    `json:"pass,omitempty"`
-	Notes          []string  `json:"notes,omitempty"` // bounds used (a variant that never met a target)
-	Status         Status    `json:"status"`
-	Reason         string    `json:"reason,omitempty"` // why not judged
-	Unit           string    `json:"unit,omitempty"`
+	Label string `json:"label"`
+	Case  string `json:"case,omitempty"`
+	// Kind is "comparison" (a verdict against the best alternative) or
+	// "figure" (a measurement beside its goal, never a verdict).
+	Kind           string   `json:"kind"`
+	Judged         string   `json:"judged"`
+	Against        []string `json:"against,omitempty"`
+	Metric         string   `json:"metric"`
+	HigherIsBetter bool     `json:"higher_is_better,omitempty"`
+	Unit           string   `json:"unit,omitempty"`
+	// A comparison's outcome: the verdict, the estimate (geometric mean of
+	// the per-pair ratios judged/best alternative) with its 95 %
+	// confidence interval, the equivalence margin (from the A/A control),
+	// the number of pairs and the best alternative by name.
+	Verdict         Verdict `json:"verdict,omitempty"`
+	Estimate        float64 `json:"estimate,omitempty"`
+	CILow           float64 `json:"ci_low,omitempty"`
+	CIHigh          float64 `json:"ci_high,omitempty"`
+	Margin          float64 `json:"margin,omitempty"`
+	Pairs           int     `json:"pairs"`
+	BestAlternative string  `json:"best_alternative,omitempty"`
+	// The A/A control the margin came from: its estimate and interval
+	// over its own pairs (a value far from 1 says this run has a bias
+	// between identical arms, which the margin then absorbs).
+	AAControl  string  `json:"aa_control,omitempty"`
+	AAEstimate float64 `json:"aa_estimate,omitempty"`
+	AACILow    float64 `json:"aa_ci_low,omitempty"`
+	AACIHigh   float64 `json:"aa_ci_high,omitempty"`
+	AAPairs    int     `json:"aa_pairs,omitempty"`
+	// Goal: the limit the claim or goal states (a ratio for a comparison,
+	// a value for a figure), shown beside the result; Floor: for a figure,
+	// the same metric of the floor variant (median of its repeats).
+	Goal      float64 `json:"goal,omitempty"`
+	Floor     float64 `json:"floor,omitempty"`
+	FloorName string  `json:"floor_variant,omitempty"`
+	// Per pair: the judged variant's value, the best alternative's, and
+	// their ratio (a figure: its value).
+	JudgedValues []float64 `json:"judged_values,omitempty"`
+	BestValues   []float64 `json:"best_values,omitempty"`
+	Values       []float64 `json:"values,omitempty"`
+	Notes        []string  `json:"notes,omitempty"`
+	NotJudged    string    `json:"not_judged,omitempty"` // why there is no verdict or value
 }
 
 // judge evaluates checks against s's variants and sets s.Status,
-// s.Checks, s.Agree/s.Of, s.Summary and s.Verdict. A scenario already
-// skipped stays skipped.
+// s.Checks, s.Summary and s.Verdict. A scenario already skipped stays
+// skipped; a smoke test (quick) reports its figures and comparisons'
+// values with no verdict.
 func judge(s *Scenario, checks []check) {
 	if s.Skipped != "" {
 		s.Status = StatusSkipped
 		return
 	}
 	s.Checks = nil
-	n := -1
-	var reasons []string
 	for _, c := range checks {
 		r := evaluate(s, c)
+		if s.smoke && r.Kind == "comparison" && r.NotJudged == "" {
+			r.Verdict = ""
+		}
 		s.Checks = append(s.Checks, r)
-		if r.Status == StatusNotJudged {
-			reasons = append(reasons, r.Reason)
-			continue
-		}
-		if n == -1 || len(r.Pass) < n {
-			n = len(r.Pass)
-		}
 	}
-	if s.Calibration != "" {
-		reasons = append(reasons, "calibration: "+s.Calibration)
-	}
-	switch {
-	case len(checks) == 0:
+	s.Status, s.Summary = summarize(s)
+	if s.Calibration != "" && s.Status != StatusSmoke {
 		s.Status = StatusNotJudged
-		reasons = append(reasons, "no checks declared")
-	case len(reasons) > 0:
-		s.Status = StatusNotJudged
-	default:
-		k := 0
-		for i := range n {
-			ok := true
-			for _, r := range s.Checks {
-				ok = ok && r.Pass[i]
-			}
-			if ok {
-				k++
-			}
-		}
-		s.Agree, s.Of = k, n
-		switch {
-		case n > 0 && k == n:
-			s.Status = StatusHolds
-		case k > 0:
-			s.Status = StatusMixed
-		default:
-			s.Status = StatusFails
-		}
+		s.Summary = "not judged: calibration: " + s.Calibration
 	}
 	var lines []string
 	for _, r := range s.Checks {
 		lines = append(lines, r.line())
 	}
-	if s.Status == StatusNotJudged {
-		s.Verdict = "not judged: " + strings.Join(dedupe(reasons), "; ")
-		if len(lines) > 0 {
-			s.Verdict += ". Measured: " + strings.Join(lines, "; ")
-		}
-	} else {
-		s.Verdict = fmt.Sprintf("%s in %d/%d paired repeats (a repeat passes when every check passes in it): %s", s.Status, s.Agree, s.Of, strings.Join(lines, "; "))
+	s.Verdict = s.Summary
+	if len(lines) > 0 {
+		s.Verdict += ". " + strings.Join(lines, "; ")
 	}
-	s.Summary = summaryLine(s)
+}
+
+// undecided counts the comparisons of s that are inconclusive and could
+// still be decided by more pairs.
+func (s *Scenario) undecided() int {
+	n := 0
+	for _, r := range s.Checks {
+		if r.Kind == "comparison" && r.NotJudged == "" && r.Verdict == Inconclusive {
+			n++
+		}
+	}
+	return n
+}
+
+// summarize is a scenario's status and its findings in words, per case:
+// "better in 3 of 3 cases", "equivalent", "worse at 95%".
+func summarize(s *Scenario) (Status, string) {
+	if s.smoke {
+		return StatusSmoke, "smoke test: no verdicts (one pair; run without --quick for verdicts)"
+	}
+	type caseFinding struct {
+		where    string
+		verdicts []Verdict
+	}
+	var cases []*caseFinding
+	byCase := map[string]*caseFinding{}
+	var notJudged []string
+	for _, r := range s.Checks {
+		if r.Kind != "comparison" {
+			continue
+		}
+		if r.NotJudged != "" {
+			notJudged = append(notJudged, r.Label+": "+r.NotJudged)
+			continue
+		}
+		cf := byCase[r.Case]
+		if cf == nil {
+			cf = &caseFinding{where: r.Case}
+			byCase[r.Case] = cf
+			cases = append(cases, cf)
+		}
+		cf.verdicts = append(cf.verdicts, r.Verdict)
+	}
+	if len(cases) == 0 {
+		if len(notJudged) == 0 {
+			return StatusNotJudged, "not judged: no comparison declared"
+		}
+		return StatusNotJudged, "not judged: " + strings.Join(dedupe(notJudged), "; ")
+	}
+	// A case's finding is its worst decided verdict: worse if any of its
+	// comparisons is worse, else better if any is better, else equivalent
+	// if every one is, else inconclusive.
+	caseVerdict := func(vs []Verdict) Verdict {
+		switch {
+		case slices.Contains(vs, Worse):
+			return Worse
+		case slices.Contains(vs, Better):
+			return Better
+		case !slices.Contains(vs, Inconclusive):
+			return Equivalent
+		}
+		return Inconclusive
+	}
+	count := map[Verdict][]string{}
+	for _, cf := range cases {
+		v := caseVerdict(cf.verdicts)
+		count[v] = append(count[v], cf.where)
+	}
+	var parts []string
+	for _, v := range []Verdict{Worse, Better, Equivalent, Inconclusive} {
+		ws := count[v]
+		if len(ws) == 0 {
+			continue
+		}
+		switch {
+		case len(cases) == 1:
+			parts = append(parts, string(v))
+		case len(ws) == len(cases):
+			parts = append(parts, fmt.Sprintf("%s in %d of %d cases", v, len(ws), len(cases)))
+		default:
+			parts = append(parts, fmt.Sprintf("%s %s", v, atCases(ws)))
+		}
+	}
+	st := map[Verdict]Status{Worse: StatusWorse, Better: StatusBetter, Equivalent: StatusEquivalent, Inconclusive: StatusInconclusive}
+	var status Status
+	for _, v := range []Verdict{Worse, Better, Equivalent, Inconclusive} {
+		if len(count[v]) > 0 {
+			status = st[v]
+			break
+		}
+	}
+	sum := strings.Join(parts, ", ")
+	if len(notJudged) > 0 {
+		sum += fmt.Sprintf("; %d comparison(s) not judged", len(notJudged))
+	}
+	return status, sum
+}
+
+// atCases names cases in a finding: "at 95%", "beside nice0", "alone".
+func atCases(ws []string) string {
+	var out []string
+	for _, w := range ws {
+		switch {
+		case w == "":
+			out = append(out, "overall")
+		case strings.HasSuffix(w, "%") || strings.HasPrefix(w, "0.") || strings.HasPrefix(w, "1."):
+			out = append(out, "at "+w)
+		default:
+			out = append(out, w)
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 func dedupe(xs []string) []string {
@@ -150,12 +290,36 @@ func dedupe(xs []string) []string {
 	return out
 }
 
-// evaluate decides one check per paired repeat.
+// evaluate decides one check on its own pairs.
 func evaluate(s *Scenario, c check) CheckResult {
-	r := CheckResult{Label: c.label, Judged: c.judged, Against: c.against, Metric: c.metric, Limit: c.limit, HigherIsBetter: c.higher, Unit: c.unit}
+	r := CheckResult{Label: c.label, Case: c.where(), Kind: "comparison", Judged: c.judged, Against: c.against, Metric: c.metric,
+		HigherIsBetter: c.higher, Unit: c.unit, Goal: c.limit}
+	if c.figure() {
+		r.Kind = "figure"
+	}
 	notJudged := func(format string, a ...any) CheckResult {
-		r.Status, r.Reason = StatusNotJudged, fmt.Sprintf(format, a...)
+		r.NotJudged = fmt.Sprintf(format, a...)
 		return r
+	}
+	// Alternatives this run left out (--thorough's extras, --variants)
+	// are not compared with; one that ran and is invalid makes the check
+	// not judged.
+	if c.of == nil {
+		var ran, out []string
+		for _, a := range c.against {
+			if s.variant(a) != nil {
+				ran = append(ran, a)
+			} else {
+				out = append(out, a)
+			}
+		}
+		if len(ran) == 0 && len(c.against) > 0 {
+			return notJudged("no alternative measured (%s)", strings.Join(c.against, ", "))
+		}
+		if len(out) > 0 {
+			r.Notes = append(r.Notes, "not run here: "+strings.Join(out, ", "))
+		}
+		c.against, r.Against = ran, ran
 	}
 	names := append([]string{c.judged}, c.against...)
 	if c.of != nil && len(c.needs) > 0 {
@@ -172,10 +336,9 @@ func evaluate(s *Scenario, c check) CheckResult {
 		case len(v.Repeats) == 0:
 			return notJudged("%s has no repeats", name)
 		}
-		if n != -1 && len(v.Repeats) != n {
-			return notJudged("%s has %d repeats, %s %d: not paired", name, len(v.Repeats), names[0], n)
+		if n == -1 || len(v.Repeats) < n {
+			n = len(v.Repeats)
 		}
-		n = len(v.Repeats)
 	}
 	value := func(name string, i int) (float64, error) {
 		if c.of != nil {
@@ -185,69 +348,158 @@ func evaluate(s *Scenario, c check) CheckResult {
 			}
 			return x, err
 		}
-		x, ok := metricOf(s.variant(name).Repeats[i], c.metric)
+		v := s.variant(name)
+		if v == nil || i >= len(v.Repeats) {
+			return 0, fmt.Errorf("%s repeat %d not measured", name, i+1)
+		}
+		x, ok := metricOf(v.Repeats[i], c.metric)
 		if !ok {
 			return 0, fmt.Errorf("%s repeat %d has no %s", name, i+1, c.metric)
 		}
 		return x, nil
 	}
+	// The pairs: the repeats in which every variant the check needs was
+	// measured and judged, up to the count at which the comparison was
+	// decided (a decided comparison is not judged again on later pairs).
+	limit := n
+	if k, ok := s.decidedAt[c.label]; ok && !c.figure() {
+		limit = min(n, k)
+	}
+	var idx []int
 	for i := range n {
+		if len(idx) == limit {
+			break
+		}
 		if notJudgedRepeat(s, names, i) {
-			// The reason is the scenario's note; the check names the repeat.
 			r.Notes = append(r.Notes, fmt.Sprintf("repeat %d not judged", i+1))
 			continue
 		}
-		jv, err := value(c.judged, i)
-		if err != nil {
-			return notJudged("%v", err)
-		}
-		if !finite(jv) {
-			return notJudged("%s repeat %d: %s is %v, not a measurement", c.judged, i+1, c.metric, jv)
-		}
-		x := jv
-		if len(c.against) > 0 {
-			best, bestName := math.NaN(), ""
-			for _, a := range c.against {
-				av, err := value(a, i)
-				if err != nil {
-					return notJudged("%v", err)
-				}
-				if !finite(av) {
-					return notJudged("%s repeat %d: %s is %v, not a measurement", a, i+1, c.metric, av)
-				}
-				if math.IsNaN(best) || (c.higher && av > best) || (!c.higher && av < best) {
-					best, bestName = av, a
-				}
+		// A pair in which a variant has no value of the metric (a dropped
+		// reference) is left out of this check alone.
+		missing := ""
+		for _, name := range append([]string{c.judged}, c.against...) {
+			if _, err := value(name, i); err != nil {
+				missing = err.Error()
+				break
 			}
-			if best <= 0 {
-				return notJudged("%s repeat %d: %s is %v, no ratio to it", bestName, i+1, c.metric, best)
-			}
-			x = jv / best
-			r.BestValues = append(r.BestValues, best)
-			r.Best = append(r.Best, bestName)
 		}
-		r.JudgedValues = append(r.JudgedValues, jv)
-		r.Values = append(r.Values, x)
-		r.Pass = append(r.Pass, (c.higher && x >= c.limit) || (!c.higher && x <= c.limit))
-	}
-	k := 0
-	for _, p := range r.Pass {
-		if p {
-			k++
+		if missing != "" {
+			r.Notes = append(r.Notes, fmt.Sprintf("pair %d left out: %s", i+1, missing))
+			continue
 		}
+		idx = append(idx, i)
 	}
-	n = len(r.Pass)
-	switch {
-	case n == 0:
+	if len(idx) == 0 {
 		return notJudged("no repeat judged (%s; the scenario's notes say why)", strings.Join(r.Notes, ", "))
-	case k == n:
-		r.Status = StatusHolds
-	case k > 0:
-		r.Status = StatusMixed
-	default:
-		r.Status = StatusFails
+	}
+	vals := map[string][]float64{}
+	for _, name := range append([]string{c.judged}, c.against...) {
+		for _, i := range idx {
+			x, err := value(name, i)
+			if err != nil {
+				return notJudged("%v", err)
+			}
+			if !finite(x) {
+				return notJudged("%s repeat %d: %s is %v, not a measurement", name, i+1, c.metric, x)
+			}
+			vals[name] = append(vals[name], x)
+		}
+	}
+	r.JudgedValues = vals[c.judged]
+	r.Pairs = len(idx)
+	if c.figure() && len(c.against) == 0 {
+		r.Values = r.JudgedValues
+		if c.floor != "" {
+			if f := s.variant(c.floor); f != nil && f.Valid {
+				var fs []float64
+				for _, rp := range f.Repeats {
+					if x, ok := metricOf(rp, c.metric); ok && finite(x) {
+						fs = append(fs, x)
+					}
+				}
+				if len(fs) > 0 {
+					r.Floor, r.FloorName = median(fs), c.floor
+				}
+			}
+		}
+		return r
+	}
+	// The best alternative: the best geometric mean over the pairs.
+	best, bestG := "", math.NaN()
+	for _, a := range c.against {
+		g := geomean(vals[a])
+		if math.IsNaN(bestG) || (c.higher && g > bestG) || (!c.higher && g < bestG) {
+			best, bestG = a, g
+		}
+	}
+	r.BestAlternative = best
+	r.BestValues = vals[best]
+	for k, jv := range r.JudgedValues {
+		bv := r.BestValues[k]
+		if bv <= 0 || jv <= 0 {
+			return notJudged("pair %d: %s %v against %s %v, no ratio", idx[k]+1, c.judged, jv, best, bv)
+		}
+		r.Values = append(r.Values, jv/bv)
+	}
+	if c.figure() {
+		r.Estimate = geomean(r.Values)
+		return r
+	}
+	r.Estimate, r.CILow, r.CIHigh = pairedInterval(r.Values, confidence)
+	if len(r.Values) < 2 { // no interval from one pair (results.json holds no infinity)
+		r.CILow, r.CIHigh = 0, 0
+		r.Notes = append(r.Notes, "one pair: no interval")
+	}
+	// The equivalence margin: the A/A control of the case on the same
+	// metric and pairs.
+	var aa []float64
+	if c.aa[0] != "" {
+		r.AAControl = c.aa[1] + " / " + c.aa[0]
+		for _, i := range idx {
+			if notJudgedRepeat(s, c.aa[:], i) || !variantValid(s, c.aa[0]) || !variantValid(s, c.aa[1]) {
+				continue
+			}
+			x0, err0 := value(c.aa[0], i)
+			x1, err1 := value(c.aa[1], i)
+			if err0 == nil && err1 == nil && finite(x0) && finite(x1) && x0 > 0 && x1 > 0 {
+				aa = append(aa, x1/x0)
+			}
+		}
+		if len(aa) > 0 {
+			r.AAEstimate, r.AACILow, r.AACIHigh = pairedInterval(aa, confidence)
+			r.AAPairs = len(aa)
+			if len(aa) < 2 {
+				r.AACILow, r.AACIHigh = 0, 0
+			}
+		}
+	}
+	if len(aa) == 0 {
+		r.Notes = append(r.Notes, "no A/A control measured here: margin at its 5 % floor")
+	}
+	r.Margin = aaMargin(aa)
+	r.Verdict = Inconclusive
+	if len(r.Values) >= 2 {
+		r.Verdict = threeWay(r.CILow, r.CIHigh, r.Margin, c.higher)
 	}
 	return r
+}
+
+// variantValid reports whether s has a valid variant name.
+func variantValid(s *Scenario, name string) bool {
+	v := s.variant(name)
+	return v != nil && v.Valid
+}
+
+// geomean is the geometric mean of positive xs (NaN for none).
+func geomean(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	var sum float64
+	for _, x := range xs {
+		sum += math.Log(x)
+	}
+	return math.Exp(sum / float64(len(xs)))
 }
 
 // notJudgedRepeat reports whether repeat i of any of names is left out
@@ -285,44 +537,45 @@ func metricOf(rp Repeat, metric string) (float64, bool) {
 	return x, ok
 }
 
-// k counts the passing repeats.
-func (r CheckResult) k() int {
-	k := 0
-	for _, p := range r.Pass {
-		if p {
-			k++
-		}
-	}
-	return k
-}
-
-// line is the check in one sentence, with every repeat's value.
+// line is the check in one sentence: a comparison's verdict with its
+// estimate, interval, margin, pairs and best alternative; a figure's
+// value with its range, goal and floor.
 func (r CheckResult) line() string {
-	if r.Status == StatusNotJudged {
-		return fmt.Sprintf("%s: not judged (%s)", r.Label, r.Reason)
-	}
-	op := "<="
-	if r.HigherIsBetter {
-		op = ">="
+	if r.NotJudged != "" {
+		return fmt.Sprintf("%s: not judged (%s)", r.Label, r.NotJudged)
 	}
 	var b strings.Builder
-	if len(r.Against) > 0 {
-		best := r.Best[medianIndex(r.Values)]
-		vs := best
-		if len(r.Against) > 1 {
-			vs = "the best of " + strings.Join(r.Against, ", ") + " (" + best + " at the median)"
+	switch {
+	case r.Kind == "comparison":
+		verdict := string(r.Verdict)
+		if verdict == "" {
+			verdict = "no verdict (smoke test)"
 		}
-		fmt.Fprintf(&b, "%s: %s %s vs %s %s = %.2fx %s (expected %s %.2fx)",
-			r.Label, r.Judged, fmtValue(median(r.JudgedValues), r.Metric, r.Unit), vs, fmtValue(median(r.BestValues), r.Metric, r.Unit),
-			median(r.Values), perRepeat(r.Values, "x"), op, r.Limit)
-	} else {
-		fmt.Fprintf(&b, "%s: %s %s %s (expected %s %s)", r.Label, r.Judged, fmtValue(median(r.Values), r.Metric, r.Unit),
-			perRepeatValues(r.Values, r.Metric, r.Unit), op, fmtValue(r.Limit, r.Metric, r.Unit))
+		fmt.Fprintf(&b, "%s: %s — %s %.2fx %s [95%% CI %.2f-%.2fx], margin ±%.0f%% from the A/A control, %d pairs",
+			r.Label, verdict, r.Judged, r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, 100*r.Margin, r.Pairs)
+		if r.AAPairs > 0 {
+			fmt.Fprintf(&b, " (A/A %.2fx [%.2f-%.2fx])", r.AAEstimate, r.AACILow, r.AACIHigh)
+		}
+		if r.Goal > 0 {
+			fmt.Fprintf(&b, "; the claim's ratio %s %.2fx", map[bool]string{true: ">=", false: "<="}[r.HigherIsBetter], r.Goal)
+		}
+	case len(r.Against) > 0: // a ratio figure
+		fmt.Fprintf(&b, "%s: figure %s %.2fx %s %s", r.Label, r.Judged, r.Estimate, r.Against[0], perRepeat(r.Values, "x"))
+		if r.Goal > 0 {
+			fmt.Fprintf(&b, " (goal %s %.2fx)", map[bool]string{true: ">=", false: "<="}[r.HigherIsBetter], r.Goal)
+		}
+	default:
+		fmt.Fprintf(&b, "%s: figure %s %s %s", r.Label, r.Judged, fmtValue(median(r.Values), r.Metric, r.Unit), perRepeatValues(r.Values, r.Metric, r.Unit))
+		if r.Goal > 0 {
+			fmt.Fprintf(&b, " (goal %s %s)", map[bool]string{true: ">=", false: "<="}[r.HigherIsBetter], fmtValue(r.Goal, r.Metric, r.Unit))
+		}
+		if r.FloorName != "" {
+			fmt.Fprintf(&b, " (floor: %s %s)", r.FloorName, fmtValue(r.Floor, r.Metric, r.Unit))
+		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(&b, " [%s]", n)
 	}
-	fmt.Fprintf(&b, ": %s %d/%d", r.Status, r.k(), len(r.Pass))
 	return b.String()
 }
 
@@ -381,55 +634,10 @@ func fmtValue(x float64, metric, unit string) string {
 		return fmt.Sprintf("%.1f%%", x*100)
 	case "/s":
 		return fmt.Sprintf("%.0f/s", x)
+	case "x":
+		return fmt.Sprintf("%.2fx", x)
 	}
 	return fmt.Sprintf("%.3g", x)
-}
-
-// summaryLine is the scenario in one line: the first check (the claim's
-// key ratio against the best alternative), its per-repeat values and k/n.
-func summaryLine(s *Scenario) string {
-	if s.Status == StatusSkipped {
-		return s.Skipped
-	}
-	if len(s.Checks) == 0 {
-		return string(s.Status)
-	}
-	if s.Status == StatusNotJudged {
-		return strings.Split(strings.TrimPrefix(s.Verdict, "not judged: "), ". Measured")[0]
-	}
-	line := fmt.Sprintf("%d/%d repeats pass all %d checks; key check %s", s.Agree, s.Of, len(s.Checks), checkLine(s.Checks[0]))
-	// A verdict that fails on a later check names it: a passing key check
-	// beside "does not hold" would read as a contradiction.
-	worst, fewest := -1, passes(s.Checks[0])
-	for i, r := range s.Checks[1:] {
-		if p := passes(r); p < fewest {
-			worst, fewest = i+1, p
-		}
-	}
-	if worst >= 0 {
-		r := s.Checks[worst]
-		line += fmt.Sprintf("; fails most: %s (%d/%d)", checkLine(r), fewest, len(r.Pass))
-	}
-	return line
-}
-
-// passes counts the repeats in which r passed.
-func passes(r CheckResult) int {
-	n := 0
-	for _, p := range r.Pass {
-		if p {
-			n++
-		}
-	}
-	return n
-}
-
-// checkLine is one check: its median, per-repeat values and limit.
-func checkLine(r CheckResult) string {
-	if len(r.Against) > 0 {
-		return fmt.Sprintf("%s: %s %.2fx %s %s (expected %s %.2fx)", r.Label, r.Judged, median(r.Values), r.Best[medianIndex(r.Values)], perRepeat(r.Values, "x"), map[bool]string{true: ">=", false: "<="}[r.HigherIsBetter], r.Limit)
-	}
-	return fmt.Sprintf("%s: %s %s %s (expected %s %s)", r.Label, r.Judged, fmtValue(median(r.Values), r.Metric, r.Unit), perRepeatValues(r.Values, r.Metric, r.Unit), map[bool]string{true: ">=", false: "<="}[r.HigherIsBetter], fmtValue(r.Limit, r.Metric, r.Unit))
 }
 
 // capacityAt returns a check's value function: the goodput at which the

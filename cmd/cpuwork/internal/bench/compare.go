@@ -1,0 +1,144 @@
+package bench
+
+import (
+	"math"
+	"slices"
+
+	"gonum.org/v1/gonum/stat/distuv"
+)
+
+// The statistics of a comparison (docs/bench.md#verdicts).
+//
+// A comparison has n paired repeats: in pair i the judged variant and its
+// comparator ran in the same round, alternated, so drift between rounds
+// hits both. Its estimate is the geometric mean of the per-pair ratios
+// judged/comparator, its 95 % confidence interval Student's t interval on
+// the mean of the log ratios (the ratio-of-geometric-means interval of
+// average bioequivalence testing: Schuirmann 1987; FDA guidance
+// "Statistical Approaches to Establishing Bioequivalence", 2001). A
+// bootstrap over pairs covers far less than 95 % at the 3-10 pairs the
+// bench can afford (its percentile interval of 3 pairs is about their
+// range), and a signed-rank interval cannot reach 95 % below 6 pairs; the
+// t interval is exact for normal log ratios at any n >= 2 and its error
+// rate on this machine's real, heavier-tailed noise is measured by
+// TestSequentialVerdictErrorRates.
+//
+// The equivalence margin m comes from the A/A control of the same
+// scenario and case — the comparator against a second, identical copy of
+// itself, alternated the same way — as the distance of its estimate from
+// 1, with a floor of 5 %: the difference this run shows between two arms
+// that are the same thing. The comparison's own interval already covers
+// its random error; the margin is the bias the instrument showed on top.
+
+// Verdict is a comparison's outcome in one word.
+type Verdict string
+
+const (
+	Better       Verdict = "better"
+	Equivalent   Verdict = "equivalent"
+	Worse        Verdict = "worse"
+	Inconclusive Verdict = "inconclusive"
+)
+
+// confidence is the level of every interval.
+const confidence = 0.95
+
+// marginFloor is the smallest equivalence margin: differences under 5 %
+// are called equivalent whatever the A/A control shows.
+const marginFloor = 0.05
+
+// pairedInterval returns the geometric-mean ratio of ratios (each
+// judged/comparator of one pair, > 0) and its two-sided confidence
+// interval at level. With fewer than two pairs the interval is unbounded.
+func pairedInterval(ratios []float64, level float64) (est, lo, hi float64) {
+	n := len(ratios)
+	if n == 0 {
+		return math.NaN(), 0, math.Inf(1)
+	}
+	var sum float64
+	for _, r := range ratios {
+		sum += math.Log(r)
+	}
+	mean := sum / float64(n)
+	if n < 2 {
+		return math.Exp(mean), 0, math.Inf(1)
+	}
+	var ss float64
+	for _, r := range ratios {
+		d := math.Log(r) - mean
+		ss += d * d
+	}
+	se := math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 1)}.Quantile(1 - (1-level)/2)
+	return math.Exp(mean), math.Exp(mean - t*se), math.Exp(mean + t*se)
+}
+
+// aaMargin is the equivalence margin from an A/A control's per-pair
+// ratios: how far their geometric mean lies from 1 (either way), at
+// least marginFloor. With no A/A pairs it is the floor.
+func aaMargin(aa []float64) float64 {
+	if len(aa) == 0 {
+		return marginFloor
+	}
+	est, _, _ := pairedInterval(aa, confidence)
+	return max(marginFloor, math.Exp(math.Abs(math.Log(est)))-1)
+}
+
+// threeWay decides a comparison from its interval [lo, hi] of the ratio
+// judged/comparator and margin m: for a lower-is-better metric better
+// when hi < 1/(1+m), worse when lo > 1+m, equivalent when the interval
+// lies inside [1/(1+m), 1+m], inconclusive otherwise; mirrored when
+// higher is better.
+func threeWay(lo, hi, m float64, higher bool) Verdict {
+	if higher {
+		lo, hi = 1/hi, 1/lo
+	}
+	switch {
+	case hi < 1/(1+m):
+		return Better
+	case lo > 1+m:
+		return Worse
+	case lo >= 1/(1+m) && hi <= 1+m:
+		return Equivalent
+	}
+	return Inconclusive
+}
+
+// The stopping rule: every comparison gets at least minPairs pairs and
+// is judged again at the looks (3, 6, 10 and 20 pairs) until it is
+// decided (better, equivalent or worse) or has its cap of pairs. Each
+// look is another chance of a wrong verdict, so there are few of them:
+// TestSequentialVerdictErrorRates measures the error rate of this rule on
+// this machine's noise.
+const (
+	minPairs         = 3
+	defaultMaxPairs  = 10
+	thoroughMaxPairs = 20
+)
+
+// looks are the pair counts after which a comparison is judged.
+var looks = []int{minPairs, 6, defaultMaxPairs, thoroughMaxPairs}
+
+// isLook reports whether a comparison is judged after n pairs.
+func isLook(n int) bool { return slices.Contains(looks, n) }
+
+// loadNoise names the scenarios whose checks are p99s of open-loop load
+// near a capacity measured minutes before: their noise needs more pairs
+// than the default cap to resolve 20 % (docs/bench.md).
+var loadNoise = map[string]bool{"service": true, "inference": true, "timers": true, "neighbour": true}
+
+// decide is the verdict on ratios (judged/comparator per pair) with the
+// margin from the A/A control's per-pair ratios aa.
+func decide(ratios, aa []float64, higher bool) Verdict {
+	_, lo, hi := pairedInterval(ratios, confidence)
+	return threeWay(lo, hi, aaMargin(aa), higher)
+}
+
+// runMean is the mean of n values given the mean of the first n-1 and
+// the n-th, x.
+func runMean(mean, x float64, n int) float64 {
+	if n <= 1 {
+		return x
+	}
+	return mean + (x-mean)/float64(n)
+}
