@@ -199,7 +199,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	f.StringVar(&variants, "variants", "", "comma-separated variants to run in the load scenarios (service, inference), e.g. pool,cpuwork (default all; see --list); verdicts that need a variant left out say not judged")
 	f.StringVar(&loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default 80,200; 50,80,95,200,400 with --thorough)")
 	f.StringVar(&compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
-		" (default alone,nice0,sibling; alone,nice0 with --quick): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root); with nice0 the service and inference scenarios also run their 95% level beside it")
+		" (default alone,nice0; alone,nice0,sibling with --thorough): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root); with nice0 the service and inference scenarios also run their 80% level beside it")
 	return cmd
 }
 

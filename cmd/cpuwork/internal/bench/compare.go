@@ -25,10 +25,10 @@ import (
 //
 // The equivalence margin m comes from the A/A control of the same
 // scenario and case — the comparator against a second, identical copy of
-// itself, alternated the same way — as the distance of its estimate from
-// 1, with a floor of 5 %: the difference this run shows between two arms
-// that are the same thing. The comparison's own interval already covers
-// its random error; the margin is the bias the instrument showed on top.
+// itself, alternated the same way — as the bias between two arms that are
+// the same thing that its interval establishes, with a floor of 5 %
+// (aaMargin). The comparison's own interval already covers its random
+// error; the margin is the instrument's bias on top.
 
 // Verdict is a comparison's outcome in one word.
 type Verdict string
@@ -74,14 +74,24 @@ func pairedInterval(ratios []float64, level float64) (est, lo, hi float64) {
 }
 
 // aaMargin is the equivalence margin from an A/A control's per-pair
-// ratios: how far their geometric mean lies from 1 (either way), at
-// least marginFloor. With no A/A pairs it is the floor.
+// ratios: the part of the control's difference from 1 that its own 95 %
+// interval establishes (the interval's edge nearest 1, when the interval
+// excludes 1), at least marginFloor. An A/A control whose interval holds 1
+// shows no bias beyond its noise, which the comparison's own interval
+// already carries: the margin is then the floor. With fewer than two A/A
+// pairs it is the floor.
 func aaMargin(aa []float64) float64 {
-	if len(aa) == 0 {
+	if len(aa) < 2 {
 		return marginFloor
 	}
-	est, _, _ := pairedInterval(aa, confidence)
-	return max(marginFloor, math.Exp(math.Abs(math.Log(est)))-1)
+	_, lo, hi := pairedInterval(aa, confidence)
+	switch {
+	case lo > 1:
+		return max(marginFloor, lo-1)
+	case hi < 1:
+		return max(marginFloor, 1/hi-1)
+	}
+	return marginFloor
 }
 
 // threeWay decides a comparison from its interval [lo, hi] of the ratio
@@ -105,15 +115,15 @@ func threeWay(lo, hi, m float64, higher bool) Verdict {
 }
 
 // The stopping rule: every comparison gets at least minPairs pairs and
-// is judged again at the looks (3, 6, 10 and 20 pairs) until it is
+// is judged again at the looks (3, 6, 12 and 24 pairs) until it is
 // decided (better, equivalent or worse) or has its cap of pairs. Each
 // look is another chance of a wrong verdict, so there are few of them:
 // TestSequentialVerdictErrorRates measures the error rate of this rule on
 // this machine's noise.
 const (
 	minPairs         = 3
-	defaultMaxPairs  = 10
-	thoroughMaxPairs = 20
+	defaultMaxPairs  = 12
+	thoroughMaxPairs = 24
 )
 
 // looks are the pair counts after which a comparison is judged.
@@ -128,10 +138,28 @@ func isLook(n int) bool { return slices.Contains(looks, n) }
 var loadNoise = map[string]bool{"service": true, "inference": true, "timers": true, "neighbour": true}
 
 // decide is the verdict on ratios (judged/comparator per pair) with the
-// margin from the A/A control's per-pair ratios aa.
-func decide(ratios, aa []float64, higher bool) Verdict {
-	_, lo, hi := pairedInterval(ratios, confidence)
+// margin from the A/A control's per-pair ratios aa, in a run whose cap of
+// pairs is maxPairs.
+func decide(ratios, aa []float64, higher bool, maxPairs int) Verdict {
+	_, lo, hi := pairedInterval(ratios, lookLevel(maxPairs))
 	return threeWay(lo, hi, aaMargin(aa), higher)
+}
+
+// pocock is the per-look two-sided error rate that keeps the overall
+// rate at 5 % over K equally informative looks (Pocock, Biometrika 64,
+// 1977, table 1; Jennison & Turnbull, J. R. Stat. Soc. B 51, 1989:
+// intervals at this level at every look cover the true ratio at all looks
+// together with 95 % probability: repeated confidence intervals).
+var pocock = map[int]float64{1: 0.05, 2: 0.0294, 3: 0.0221, 4: 0.0182, 5: 0.0158}
+
+// lookLevel is the confidence level of each look's interval in a run
+// whose cap is maxPairs: 95 % over all its looks together.
+func lookLevel(maxPairs int) float64 {
+	k := max(len(looksTo(maxPairs)), 1) // a run of fewer pairs than the first look judges once
+	if a, ok := pocock[k]; ok {
+		return 1 - a
+	}
+	return 1 - 0.05/float64(k) // Bonferroni beyond the table
 }
 
 // runMean is the mean of n values given the mean of the first n-1 and

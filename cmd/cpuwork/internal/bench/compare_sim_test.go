@@ -38,11 +38,11 @@ func simulate(rng *rand.Rand, noise []float64, trueLog float64, maxPairs int) (V
 		if !isLook(n) {
 			continue
 		}
-		if v := decide(ratios, aa, false); v != Inconclusive {
+		if v := decide(ratios, aa, false, maxPairs); v != Inconclusive {
 			return v, n
 		}
 	}
-	return decide(ratios, aa, false), maxPairs
+	return decide(ratios, aa, false, maxPairs), maxPairs
 }
 
 // symmetric draws a residual with a random sign: an A/A control's ratio
@@ -66,11 +66,11 @@ func simulateAA(rng *rand.Rand, noise []float64, maxPairs int) (Verdict, int) {
 		if !isLook(n) {
 			continue
 		}
-		if v := decide(ratios, aa, false); v != Inconclusive {
+		if v := decide(ratios, aa, false, maxPairs); v != Inconclusive {
 			return v, n
 		}
 	}
-	return decide(ratios, aa, false), maxPairs
+	return decide(ratios, aa, false, maxPairs), maxPairs
 }
 
 // TestSequentialVerdictErrorRates: on the noise of this machine's

@@ -44,8 +44,8 @@ func CompetitionNames() []string {
 func (r *Runner) competitions() []competition {
 	want := r.cfg.Compete
 	if len(want) == 0 {
-		if r.cfg.Quick {
-			return Competitions[:2]
+		if !r.cfg.Thorough {
+			return Competitions[:2] // alone and beside one CPU-bound process at nice 0
 		}
 		want = []string{"alone", "nice0", "sibling"}
 	}

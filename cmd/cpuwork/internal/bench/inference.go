@@ -112,6 +112,8 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	slo := 3 * largeImages * single
 	perReq := (smallShare + (1-smallShare)*largeImages) * single.Seconds()
 	estimate := float64(r.slots) / perReq
+	r.work = loadWork{slo: slo, cost: map[string]float64{"small": single.Seconds(), "large": largeImages * single.Seconds()}}
+	defer func() { r.work = loadWork{} }()
 	once := func(v *Variant, variant string, rate float64) error {
 		return r.inferenceOnce(v, variant, ref, serving{slo, single}, rate, loadgen, append(slices.Clone(bodies), closedLoop(rate, r.slots)...))
 	}
@@ -181,8 +183,8 @@ func inferenceChecks(loads []float64, target float64, beside, quota bool) []chec
 			needs = append(needs, fmt.Sprintf("%s@%.0f%%", b, l*100))
 		}
 	}
-	cs = append(cs, check{label: fmt.Sprintf("goodput at a p99 target of %s (interpolated between loads)", ms(target)), judged: "cpuwork", against: []string{"naive", "pool"},
-		metric: "goodput_per_s", higher: true, of: capacityAt("cpuwork", loads, target), needs: needs, aa: [2]string{"pool", "pool" + aaSuffix}})
+	cs = append(cs, check{label: fmt.Sprintf("capacity at the objective: goodput (CPU-s of work per s) where p99 reaches %s, interpolated between loads", ms(target)), judged: "cpuwork", against: []string{"naive", "pool"},
+		metric: "goodput_cpu_per_s", higher: true, of: capacityAt("cpuwork", loads, target), needs: needs, aa: [2]string{"pool", "pool" + aaSuffix}})
 	_ = beside
 	return cs
 }

@@ -122,7 +122,11 @@ func WriteScenario(w io.Writer, s *Scenario) {
 		}
 		fmt.Fprintln(w)
 	}
-	fmt.Fprintf(w, "verdict: %s: %s (%d pairs, %.0f s)\n", colored(status(s)), s.Summary, s.Pairs, s.DurationS)
+	sum := ": " + s.Summary
+	if s.Summary == string(status(s)) {
+		sum = ""
+	}
+	fmt.Fprintf(w, "verdict: %s%s (%d pairs, %.0f s)\n", colored(status(s)), sum, s.Pairs, s.DurationS)
 	if s.Calibration != "" {
 		fmt.Fprintf(w, "  calibration: %s\n", s.Calibration)
 	}

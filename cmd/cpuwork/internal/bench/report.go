@@ -93,6 +93,7 @@ type Scenario struct {
 	Notes       []string `json:"notes,omitempty"`
 
 	smoke     bool           // a --quick run: no verdicts
+	level     float64        // each look's interval level (lookLevel); 0: confidence
 	decidedAt map[string]int // check label -> pairs at which it was decided
 }
 

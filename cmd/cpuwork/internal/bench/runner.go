@@ -300,6 +300,7 @@ type Runner struct {
 	maxRounds    int // the cap of pairs
 	budget       time.Duration
 	perRound     int // the running scenario's steps per round
+	work         loadWork
 	duration     time.Duration
 	loadDur      time.Duration // per run of the load scenarios (service, inference)
 	done         int
@@ -463,6 +464,14 @@ func Run(cfg Config) (*Report, error) {
 	return rep, nil
 }
 
+// loadWork is what a load scenario's requests weigh: each kind's CPU cost
+// (seconds on one core, as calibrated) and the latency objective a request
+// must meet to count as goodput.
+type loadWork struct {
+	cost map[string]float64
+	slo  time.Duration
+}
+
 // pairsRule describes the run's stopping rule in words.
 func (r *Runner) pairsRule() string {
 	switch {
@@ -498,6 +507,7 @@ func looksTo(max int) []int {
 func (r *Runner) pairs(s *Scenario, checks func() []check, round func(i int)) {
 	s.smoke = r.cfg.Quick
 	s.decidedAt = map[string]int{}
+	s.level = lookLevel(r.maxRounds)
 	start := time.Now()
 	for i := 0; ; i++ {
 		if i >= r.rounds && !r.more(s, i, checks, time.Since(start)) {

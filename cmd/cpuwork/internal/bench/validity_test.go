@@ -1,9 +1,9 @@
 package bench
 
 import (
-	"math"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"

@@ -445,7 +445,11 @@ func evaluate(s *Scenario, c check) CheckResult {
 		r.Estimate = geomean(r.Values)
 		return r
 	}
-	r.Estimate, r.CILow, r.CIHigh = pairedInterval(r.Values, confidence)
+	level := s.level
+	if level == 0 {
+		level = confidence // judged outside a run (tests): one look
+	}
+	r.Estimate, r.CILow, r.CIHigh = pairedInterval(r.Values, level)
 	if len(r.Values) < 2 { // no interval from one pair (results.json holds no infinity)
 		r.CILow, r.CIHigh = 0, 0
 		r.Notes = append(r.Notes, "one pair: no interval")
@@ -640,8 +644,9 @@ func fmtValue(x float64, metric, unit string) string {
 	return fmt.Sprintf("%.3g", x)
 }
 
-// capacityAt returns a check's value function: the goodput at which the
-// p99 of base's variants "base@N%" (one per load) reaches target, in
+// capacityAt returns a check's value function: the goodput (CPU-seconds
+// of work within the objective per second) at which the p99 of base's
+// variants "base@N%" (one per load) reaches target, in
 // repeat i, interpolated linearly in p99 between the highest load that met
 // the target and the next one that did not. A variant that met it at every
 // load is given its goodput at the highest (a lower bound); one that met it
@@ -658,7 +663,7 @@ func capacityAt(judged string, loads []float64, target float64) func(s *Scenario
 				return 0, "", fmt.Errorf("%s@%.0f%% repeat %d not measured", base, l*100, i+1)
 			}
 			rp := v.Repeats[i]
-			pts = append(pts, pt{rp.P99, rp.Extra["goodput_per_s"]})
+			pts = append(pts, pt{rp.P99, rp.Extra["goodput_cpu_per_s"]})
 		}
 		last := -1
 		for k, p := range pts {

@@ -304,7 +304,7 @@ func TestCapacityAtTheTargetIsInterpolatedAndBoundedNeverInfinite(t *testing.T) 
 		vals := map[string]map[string][]float64{}
 		for b, ps := range p99s {
 			for k, l := range loads {
-				vals[fmt.Sprintf("%s@%.0f%%", b, l*100)] = map[string][]float64{"p99": {ps[k]}, "goodput_per_s": {goodputs[b][k]}}
+				vals[fmt.Sprintf("%s@%.0f%%", b, l*100)] = map[string][]float64{"p99": {ps[k]}, "goodput_cpu_per_s": {goodputs[b][k]}}
 			}
 		}
 		return synth(vals)
@@ -316,7 +316,7 @@ func TestCapacityAtTheTargetIsInterpolatedAndBoundedNeverInfinite(t *testing.T) 
 			needs = append(needs, fmt.Sprintf("%s@%.0f%%", b, l*100))
 		}
 	}
-	c := check{label: "capacity", judged: "cw", against: []string{"pool"}, metric: "goodput_per_s", higher: true, limit: 1, of: capacityAt("cw", loads, 0.1), needs: needs}
+	c := check{label: "capacity", judged: "cw", against: []string{"pool"}, metric: "goodput_cpu_per_s", higher: true, limit: 1, of: capacityAt("cw", loads, 0.1), needs: needs}
 	t.Run("interpolated between the loads around the target", func(t *testing.T) {
 		// cw: p99 0.05 at 80 %, 0.15 at 95 % → target 0.1 halfway: 87.5/s.
 		s := mk(map[string][]float64{"cw": {0.01, 0.05, 0.15, 1}, "pool": {0.01, 0.2, 0.3, 1}}, map[string][]float64{"cw": gp, "pool": gp})
@@ -364,4 +364,3 @@ func TestCapacityAtTheTargetIsInterpolatedAndBoundedNeverInfinite(t *testing.T) 
 		}
 	})
 }
-
