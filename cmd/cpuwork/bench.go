@@ -53,10 +53,10 @@ achieved rate is below 99% of the offered rate is marked invalid.
 Each comparison is judged on the per-pair ratios of paired, alternated
 rounds: an estimate with its 95 % confidence interval, against the
 equivalence margin an A/A control (the best alternative against itself)
-measured in the same run. A scenario runs 3 pairs, then more, up to 10,
+measured in the same run. A scenario runs 3 pairs, then more, up to 12,
 while a comparison is inconclusive and its share of the run's time allows:
 the default suite takes about 10 minutes on 2 cores. --thorough runs every
-variant, longer runs and up to 20 pairs (a publication run); --quick is a
+variant, longer runs and up to 24 pairs (a publication run); --quick is a
 smoke test of a minute or two that prints no verdicts.
 The report directory gets index.html (plots, opens offline), results.json
 and the HDR histograms. Schema and scenario details: docs/bench.md.`,
@@ -190,11 +190,11 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	f.DurationVar(&duration, "duration", 0, "time per variant per repeat for the time-based scenarios (priority, timers, service, inference); must be positive; 0 = 2s (5s for service and inference), or 0.6s with --quick")
 	f.BoolVar(&quick, "quick", false, "smoke test: smaller bursts, one pair, short runs, the whole suite in a minute or two; prints no verdicts")
 	f.BoolVar(&noSetup, "no-setup", false, "do not install ONNX Runtime for the inference scenario when it is missing (it is then skipped)")
-	f.BoolVar(&thorough, "thorough", false, "publication run: every variant (the extras too), more load levels, longer runs, up to 20 pairs with no time share")
+	f.BoolVar(&thorough, "thorough", false, "publication run: every variant (the extras too), more load levels, longer runs, up to 24 pairs with no time share")
 	f.StringVar(&out, "out", "./cpuwork-report", "directory for index.html, results.json and histograms/ (\"\" = none)")
 	f.BoolVar(&asJSON, "json", false, "print results.json to stdout instead of tables (progress still goes to stderr)")
 	f.BoolVar(&list, "list", false, "list scenarios and variants with what each shows, then exit")
-	f.IntVar(&repeat, "repeat", 0, "exactly this many pairs per scenario instead of 3 to 10 as needed (0 = as needed)")
+	f.IntVar(&repeat, "repeat", 0, "exactly this many pairs per scenario instead of 3 to 12 as needed (0 = as needed)")
 	f.Int64Var(&seed, "seed", 0, "seed of the per-repeat shuffles (0 = from the clock; printed in the report)")
 	f.StringVar(&variants, "variants", "", "comma-separated variants to run in the load scenarios (service, inference), e.g. pool,cpuwork (default all; see --list); verdicts that need a variant left out say not judged")
 	f.StringVar(&loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default 80,200; 50,80,95,200,400 with --thorough)")

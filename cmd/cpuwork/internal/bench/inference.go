@@ -123,6 +123,8 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	loads := r.loadLevels(inferenceLoads)
 	_, beside := r.besideCase(loads)
 	checks := func() []check { return inferenceChecks(loads, slo.Seconds(), beside, false) }
+	r.afterShare = besideShare(r, inferenceVariants, loads)
+	defer func() { r.afterShare = 0 }()
 	cals := r.atLoads(s, inferenceVariants, loads, "pool", checks, func(round int) calibration { return r.measureCapacity(s, "pool", round, estimate, once) }, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("model light_%s (onnx backend test data) through ONNX Runtime (%s), %s per inference on one thread, verified against its reference output before the run and on every response; small = 1 image, large = %d images, 90/10 mix, the request body is the float32 input tensor (estimate %.0f requests/s); %s",
 		inferenceModel, filepath.Base(lib), ms(single.Seconds()), largeImages, estimate, capacityNote("pool", r.slots, cals)))

@@ -114,7 +114,7 @@ var scenarioTable = []scenarioDef{
 		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
 		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
 		minDuration: 100 * time.Millisecond, // >= 100 canary marks
-		budget:      50 * time.Second},
+		budget:      40 * time.Second},
 	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110/150% of capacity, and at 95% again beside a competing CPU-bound process",
 		variants: func() []string { return append(describe(serviceVariants), "pool-503"+aaSuffix+": "+aaDesc("pool-503")) }, uses: []string{"regexp", "gzip"},
 		steps: func(r *Runner, vs []string) int { return loadSteps(r, vs, serviceLoads) },
@@ -125,7 +125,7 @@ var scenarioTable = []scenarioDef{
 			return r.service(r.cfg.LoadGen)
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      140 * time.Second},
+		budget:      150 * time.Second},
 	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity, and at 95% again beside a competing CPU-bound process: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string {
 			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), "pool"+aaSuffix+": "+aaDesc("pool"))
@@ -140,7 +140,7 @@ var scenarioTable = []scenarioDef{
 			return r.inference(r.cfg.LoadGen)
 		},
 		minDuration: 500 * time.Millisecond,
-		budget:      140 * time.Second},
+		budget:      150 * time.Second},
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {
@@ -232,7 +232,7 @@ type Config struct {
 	// scenarios (fractions of the measured capacity, e.g. 0.8).
 	Loads []float64
 	// Thorough runs every variant (the extras too) and raises the cap of
-	// pairs from 10 to 20 with no time budget: a publication run.
+	// pairs from 12 to 24 with no time share: a publication run.
 	Thorough bool
 	// Step is called before each measured step (progress display).
 	Step func(done, total int, what string)
@@ -299,8 +299,15 @@ type Runner struct {
 	rounds       int // the minimum pairs of every scenario (the progress display's estimate)
 	maxRounds    int // the cap of pairs
 	budget       time.Duration
-	perRound     int // the running scenario's steps per round
+	perRound     int           // the running scenario's steps per round
+	shareLeft    time.Duration // the time shares of the scenarios not started yet
+	started      time.Time     // the running scenario's start
+	shareOf      time.Duration // the running scenario's time share
 	work         loadWork
+	// afterShare is the time the running scenario will spend after its
+	// paired rounds, per round, as a share of a round (a load scenario's
+	// levels beside a competitor): the time share counts it too.
+	afterShare float64
 	duration     time.Duration
 	loadDur      time.Duration // per run of the load scenarios (service, inference)
 	done         int
@@ -434,7 +441,12 @@ func Run(cfg Config) (*Report, error) {
 		r.total += d.steps(r, d.variants())
 	}
 	for _, d := range r.chosen(want) {
+		r.shareLeft += d.budget
+	}
+	for _, d := range r.chosen(want) {
 		end := r.done + d.steps(r, d.variants())
+		r.shareLeft -= d.budget
+		r.shareOf, r.started = d.budget, time.Now()
 		r.budget = 0
 		if cfg.Repeat == 0 && !cfg.Quick && !cfg.Thorough {
 			r.budget = d.budget
@@ -547,7 +559,10 @@ func (r *Runner) more(s *Scenario, done int, checks func() []check, took time.Du
 			break
 		}
 	}
-	if r.budget > 0 && took+took/time.Duration(done)*time.Duration(next-done) > r.budget {
+	total := func(rounds int) time.Duration { // the scenario's time after rounds rounds at this pace
+		return time.Duration(float64(took) / float64(done) * float64(rounds) * (1 + r.afterShare))
+	}
+	if r.budget > 0 && total(next) > r.budget {
 		s.Notes = append(s.Notes, fmt.Sprintf("stopped at %d pairs: %d more to the next look would pass the scenario's %v share of the default run (--thorough runs up to %d)", done, next-done, r.budget, thoroughMaxPairs))
 		return false
 	}
@@ -609,6 +624,10 @@ func (r *Runner) step(what string) {
 	// rather than show [117/116].
 	r.total = max(r.total, r.done+2)
 	if r.cfg.Step != nil {
+		if r.budget > 0 { // the default run: its scenarios' time shares say what is left
+			left := r.shareLeft + max(0, r.shareOf-time.Since(r.started))
+			what += fmt.Sprintf(" (about %s left)", left.Round(10*time.Second))
+		}
 		r.cfg.Step(r.done, r.total, what)
 	}
 	r.done++

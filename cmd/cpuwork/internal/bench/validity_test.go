@@ -501,3 +501,20 @@ func TestAFailedCapacityRunLeavesTheScenarioNotJudged(t *testing.T) {
 		t.Errorf("status %v, want not judged", s.Status)
 	}
 }
+
+// In overload a generator that sent 95-99 % of the offer still offered
+// twice the capacity: the variant stays valid (the share it sent is
+// recorded); below capacity, or under 95 %, it does not.
+func TestAnOverloadedGeneratorsShortfallIsToleratedTo95Percent(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		achieved float64
+		valid    bool
+	}{{"naive@200%", 96.5, true}, {"naive@200%", 94, false}, {"naive@80%", 96.5, false}, {"naive@80%", 99.5, true}} {
+		v := &Variant{Name: c.name, Valid: true, OfferedPS: 100, AchievedPS: c.achieved, Extra: map[string]float64{}}
+		finishLoadVariant(v)
+		if v.Valid != c.valid {
+			t.Errorf("%s sent %.1f of 100/s: valid %v (%s), want %v", c.name, c.achieved, v.Valid, v.Invalid, c.valid)
+		}
+	}
+}

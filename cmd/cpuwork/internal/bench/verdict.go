@@ -184,7 +184,7 @@ func (s *Scenario) undecided() int {
 // "better in 3 of 3 cases", "equivalent", "worse at 95%".
 func summarize(s *Scenario) (Status, string) {
 	if s.smoke {
-		return StatusSmoke, "smoke test: no verdicts (one pair; run without --quick for verdicts)"
+		return StatusSmoke, "no verdicts (one pair; run without --quick for verdicts)"
 	}
 	type caseFinding struct {
 		where    string
@@ -460,7 +460,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 	if c.aa[0] != "" {
 		r.AAControl = c.aa[1] + " / " + c.aa[0]
 		for _, i := range idx {
-			if notJudgedRepeat(s, c.aa[:], i) || !variantValid(s, c.aa[0]) || !variantValid(s, c.aa[1]) {
+			if notJudgedRepeat(s, c.aa[:], i) || (c.of == nil && (!variantValid(s, c.aa[0]) || !variantValid(s, c.aa[1]))) {
 				continue
 			}
 			x0, err0 := value(c.aa[0], i)
@@ -550,11 +550,10 @@ func (r CheckResult) line() string {
 	}
 	var b strings.Builder
 	switch {
+	case r.Kind == "comparison" && r.Verdict == "":
+		fmt.Fprintf(&b, "%s: no verdict (smoke test) — %s %.2fx %s, %d pair(s)", r.Label, r.Judged, r.Estimate, r.BestAlternative, r.Pairs)
 	case r.Kind == "comparison":
 		verdict := string(r.Verdict)
-		if verdict == "" {
-			verdict = "no verdict (smoke test)"
-		}
 		fmt.Fprintf(&b, "%s: %s — %s %.2fx %s [95%% CI %.2f-%.2fx], margin ±%.0f%% from the A/A control, %d pairs",
 			r.Label, verdict, r.Judged, r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, 100*r.Margin, r.Pairs)
 		if r.AAPairs > 0 {
