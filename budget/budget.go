@@ -70,8 +70,14 @@ type Budget struct {
 	Affinity   int `json:"affinity"`   // CPUs in the affinity mask (sched_getaffinity)
 	NumCPU     int `json:"num_cpu"`    // runtime.NumCPU() at process start (self only)
 	GOMAXPROCS int `json:"gomaxprocs"` // current runtime.GOMAXPROCS(0) (self only; 0 for another PID)
-	// GOMAXPROCSEnv is the GOMAXPROCS environment variable, "" if unset.
+	// GOMAXPROCSEnv is the GOMAXPROCS environment variable, "" if unset
+	// or unknown.
 	GOMAXPROCSEnv string `json:"gomaxprocs_env"`
+	// GOMAXPROCSEnvUnknown, when not empty, says why the variable could
+	// not be read (another process's /proc/PID/environ, readable only by
+	// its user or root): GOMAXPROCSEnv is then unknown, not unset, and
+	// RuntimeGOMAXPROCS assumes it is unset.
+	GOMAXPROCSEnvUnknown string `json:"gomaxprocs_env_unknown,omitempty"`
 	// RuntimeGOMAXPROCS is what the Go runtime's default rule (Go >= 1.25)
 	// chooses: min(Affinity, max(2, ceil(LeafCores))) with a leaf quota,
 	// else Affinity; the GOMAXPROCS variable overrides it.
@@ -192,7 +198,7 @@ func DetectPID(pid int) (Budget, error) {
 	d := &detector{
 		pid:      strconv.Itoa(pid),
 		affinity: func() (int, error) { return affinityOf(pid) },
-		env:      func(k string) string { return environOf(pid, k) },
+		env:      func(k string) (string, error) { return environOf(pid, k) },
 	}
 	// A target in another mount namespace (a container seen from the
 	// host) names its cgroup files in its own mounts: read them through
@@ -215,7 +221,7 @@ type detector struct {
 	nsRoot     string
 	numCPU     int
 	gomaxprocs int
-	env        func(string) string
+	env        func(string) (string, error)
 }
 
 func selfDetector() *detector {
@@ -224,7 +230,7 @@ func selfDetector() *detector {
 		affinity:   func() (int, error) { return affinityOf(0) },
 		numCPU:     runtime.NumCPU(),
 		gomaxprocs: runtime.GOMAXPROCS(0),
-		env:        os.Getenv,
+		env:        func(k string) (string, error) { return os.Getenv(k), nil },
 	}
 }
 
@@ -241,7 +247,11 @@ func (d *detector) detect() (Budget, error) {
 	b.Affinity, b.NumCPU, b.GOMAXPROCS = aff, d.numCPU, d.gomaxprocs
 	b.Cores, b.Source = float64(aff), SourceAffinity
 	if d.env != nil {
-		b.GOMAXPROCSEnv = d.env("GOMAXPROCS")
+		v, err := d.env("GOMAXPROCS")
+		if err != nil {
+			b.GOMAXPROCSEnvUnknown = err.Error()
+		}
+		b.GOMAXPROCSEnv = v
 	}
 	if !haveProc && d.root == "" {
 		b.Source = SourceRuntime
@@ -403,12 +413,12 @@ func (d *detector) readUint(p string) (uint64, error) {
 	return v, nil
 }
 
-func environOf(pid int, key string) string {
+func environOf(pid int, key string) (string, error) {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	if err != nil {
-		return ""
+		return "", err
 	}
-	return parseEnviron(data, key)
+	return parseEnviron(data, key), nil
 }
 
 // parseEnviron returns key's value in a /proc/PID/environ image

@@ -29,11 +29,11 @@ func fixture(name string, gomaxprocs int, env string) *detector {
 		affinity:   func() (int, error) { return 4, nil },
 		numCPU:     4,
 		gomaxprocs: gomaxprocs,
-		env: func(k string) string {
+		env: func(k string) (string, error) {
 			if k == "GOMAXPROCS" {
-				return env
+				return env, nil
 			}
-			return ""
+			return "", nil
 		},
 	}
 }
@@ -336,5 +336,19 @@ func TestATargetInAnotherMountNamespaceIsReadThroughItsRoot(t *testing.T) {
 	}
 	if b.Cores != 1.5 || !strings.HasPrefix(b.SourceDir, "/proc/self/root/") {
 		t.Errorf("through the namespace root: %v cores from %q, want 1.5 from /proc/self/root/sys/fs/cgroup", b.Cores, b.SourceDir)
+	}
+}
+
+// Another process's environ that cannot be read leaves the variable
+// unknown, with the reason, never "unset".
+func TestAnUnreadableEnvironIsUnknownNotUnset(t *testing.T) {
+	d := fixture("v1", 0, "")
+	d.env = func(string) (string, error) { return "", os.ErrPermission }
+	b, err := d.detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.GOMAXPROCSEnvUnknown == "" || b.GOMAXPROCSEnv != "" {
+		t.Errorf("env %q unknown %q: want unknown with the reason", b.GOMAXPROCSEnv, b.GOMAXPROCSEnvUnknown)
 	}
 }

@@ -78,15 +78,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			if repeat < 0 {
 				return usageError(fmt.Errorf("bench: --repeat %d: must be >= 1 (or 0 for as many pairs as needed)", repeat))
 			}
-			if quick && thorough {
-				return usageError(fmt.Errorf("bench: --quick and --thorough exclude each other"))
-			}
 			cfg := bench.Config{Duration: duration, Quick: quick, Repeat: repeat, Seed: seed, Thorough: thorough}
-			if !noSetup && !list && (scenarios == "" || strings.Contains(scenarios, "inference")) {
-				if err := setupONNX(os.Stderr); err != nil {
-					fmt.Fprintf(os.Stderr, "the inference scenario will be skipped: %v\n", err)
-				}
-			}
 			if exe, err := os.Executable(); err == nil {
 				cfg.LoadGen = []string{exe, "loadgen"}
 			}
@@ -106,6 +98,16 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 						return usageError(fmt.Errorf("bench: --loads %q: want percentages of capacity in (0, 1000], e.g. 80,110", l))
 					}
 					cfg.Loads = append(cfg.Loads, pct/100)
+				}
+			}
+			// Flags the bench refuses are refused before anything runs or
+			// is installed.
+			if err := bench.Validate(cfg); err != nil {
+				return usageError(err)
+			}
+			if !noSetup && !list && (scenarios == "" || strings.Contains(scenarios, "inference")) {
+				if err := setupONNX(os.Stderr); err != nil {
+					fmt.Fprintf(os.Stderr, "the inference scenario will be skipped: %v\n", err)
 				}
 			}
 			// A report directory that cannot be written is refused before

@@ -38,6 +38,9 @@ All CPU amounts are in cores (1.25 = 1250m).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var b budget.Budget
 			var err error
+			if pid < 0 {
+				return usageError(fmt.Errorf("budget: --pid %d: must be a process ID (or 0 for this process)", pid))
+			}
 			p := pid
 			if pid == 0 {
 				p = os.Getpid()
@@ -96,11 +99,18 @@ func printBudget(w io.Writer, r budgetReport, self bool) {
 		fmt.Fprintf(tw, "GOMAXPROCS\t%d\t(in force in this process)\n", b.GOMAXPROCS)
 	}
 	env := "unset"
-	if b.GOMAXPROCSEnv != "" {
+	switch {
+	case b.GOMAXPROCSEnvUnknown != "":
+		env = "unknown (" + b.GOMAXPROCSEnvUnknown + ")"
+	case b.GOMAXPROCSEnv != "":
 		env = b.GOMAXPROCSEnv
 	}
 	fmt.Fprintf(tw, "GOMAXPROCS env\t%s\n", env)
-	fmt.Fprintf(tw, "runtime default\t%d\t(Go >= 1.25: min(affinity, max(2, ceil(leaf quota))))\n", b.RuntimeGOMAXPROCS)
+	rule := "(Go >= 1.25: min(affinity, max(2, ceil(leaf quota))))"
+	if b.GOMAXPROCSEnvUnknown != "" {
+		rule = "(Go >= 1.25's rule, if the GOMAXPROCS variable is unset: it could not be read)"
+	}
+	fmt.Fprintf(tw, "runtime default\t%d\t%s\n", b.RuntimeGOMAXPROCS, rule)
 	if b.Shares != 0 {
 		fmt.Fprintf(tw, "cpu.shares\t%d\n", b.Shares)
 	}

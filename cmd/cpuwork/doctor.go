@@ -36,7 +36,9 @@ or latency, each finding with its evidence and the exact change that fixes it:
   slow-to-answer          trivial requests to --url answered late (median)
   inconclusive            nothing found, but a source the diagnosis needs
                           could not be read: not healthy, not judged
-  healthy                 nothing found
+  nothing-found-os-view   nothing found in the OS view of a Go program whose
+                          Go scheduler view was not asked for (no --url)
+  healthy                 nothing found, with both views (or not a Go program)
 
 With --pid alone it reads /proc/N (same user or root) and the cgroup files.
 --url is the base URL of the target's HTTP server: the doctor reads an
@@ -45,16 +47,18 @@ parsed with golang.org/x/exp/trace: every goroutine's wait from runnable to
 running), a CPU profile of the same length (/debug/pprof/profile: the
 scheduler's share, runtime.asyncPreempt apart) and, when it mounts schedstat.Handler at /debug/cpuwork (package
 github.com/cpuwork/cpuwork/schedstat), the sampler's last interval.
-Exit status: 0 when nothing is at warning or above, 3 when something is,
-4 when the result is inconclusive, 2 for a usage error (a malformed --url,
-a --duration that is not positive), 1 when the doctor itself failed (the
-process is gone, or its PID was reused during the window). --json prints {"findings": [{"id",
+Exit status: 0 healthy (nothing found, with the Go view for a Go program);
+5 nothing found in the OS view, the Go view not asked for (no --url); 3
+something at warning or above; 4 inconclusive (a source the diagnosis
+needs could not be read); 2 a usage error (no or a bad --pid, a malformed
+--url, a --duration that is not positive); 1 the doctor itself failed
+(the process is gone, or its PID was reused during the window). A quantity
+that could not be read is "unknown (why)", never 0. --json prints {"findings": [{"id",
 "severity", "summary", "evidence", "fix"}], "window": {...}, "unread": [...]}.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkDoctorFlags(cfg); err != nil {
-				fmt.Fprintln(cmd.ErrOrStderr(), "cpuwork doctor:", err)
-				return exitCode(2)
+				return usageError(fmt.Errorf("doctor: %w", err))
 			}
 			res, err := doctor.Run(cfg)
 			if err != nil {
@@ -73,6 +77,8 @@ process is gone, or its PID was reused during the window). --json prints {"findi
 			switch res.Worst() {
 			case doctor.Info:
 				return nil
+			case doctor.Partial:
+				return exitCode(5)
 			case doctor.Inconclusive:
 				return exitCode(4)
 			}
@@ -92,6 +98,9 @@ process is gone, or its PID was reused during the window). --json prints {"findi
 // --url that is not an http(s) URL with a host, a window that is not
 // positive.
 func checkDoctorFlags(cfg doctor.Config) error {
+	if cfg.PID <= 0 {
+		return fmt.Errorf("--pid %d: must be a process ID", cfg.PID)
+	}
 	if cfg.Duration <= 0 {
 		return fmt.Errorf("--duration %v: must be positive", cfg.Duration)
 	}

@@ -9,25 +9,60 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
 
 func main() {
-	if err := rootCmd().Execute(); err != nil {
-		var code exitCode
-		if errors.As(err, &code) {
-			os.Exit(int(code))
-		}
-		var usage usageErr
-		if errors.As(err, &usage) {
-			fmt.Fprintln(os.Stderr, "cpuwork:", err)
-			os.Exit(2)
-		}
-		fmt.Fprintln(os.Stderr, "cpuwork:", err)
-		os.Exit(1)
+	os.Exit(execute(os.Args[1:], os.Stderr))
+}
+
+// execute runs the CLI with args and returns its exit status, printing a
+// failure's message on stderr. The contract (docs/guide.md, "Exit
+// statuses"): 0 success; 2 a usage error in every subcommand — flags,
+// arguments, values, cobra's own errors included; 1 a failure of the
+// command; doctor's 3, 4 and 5 for what it found; and run, whose status is
+// CMD's, exits 125 for every failure of its own (usage included), 126 and
+// 127 when CMD cannot be run or found, as timeout(1), env(1) and nice(1)
+// do.
+func execute(args []string, stderr io.Writer) int {
+	root := rootCmd()
+	root.SetArgs(args)
+	c, err := root.ExecuteC()
+	if err == nil {
+		return 0
 	}
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code)
+	}
+	fmt.Fprintln(stderr, "cpuwork:", err)
+	if c != nil && c.Name() == "run" {
+		return 125
+	}
+	if isUsage(err) {
+		return 2
+	}
+	return 1
+}
+
+// isUsage reports whether err is a usage error: one of ours (usageError)
+// or one of cobra's about flags, arguments and subcommands.
+func isUsage(err error) bool {
+	var u usageErr
+	if errors.As(err, &u) {
+		return true
+	}
+	msg := err.Error()
+	for _, p := range []string{"unknown command", "unknown flag", "unknown shorthand flag", "required flag", "accepts ", "requires at least", "flag needs an argument", "invalid argument", "bad flag syntax"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
 }
 
 func rootCmd() *cobra.Command {
@@ -45,6 +80,7 @@ func rootCmd() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), doctorCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd(), inferenceServerCmd(), quotaTimelineCmd())
 	return root
 }

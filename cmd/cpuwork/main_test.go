@@ -60,3 +60,44 @@ func TestBudgetRejectsBadPIDAndArguments(t *testing.T) {
 		t.Error("positional argument accepted")
 	}
 }
+
+// The exit-status contract: every usage error exits 2, in every
+// subcommand, cobra's own errors included; run, whose status is CMD's,
+// exits 125 for its own failures, usage included.
+func TestUsageErrorsExit2EverywhereAndRunsOwnFailures125(t *testing.T) {
+	cases := []struct {
+		args []string
+		want int
+	}{
+		{[]string{"no-such-command"}, 2},
+		{[]string{"--no-such-flag"}, 2},
+		{[]string{"bench", "--no-such-flag"}, 2},
+		{[]string{"bench", "extra"}, 2},
+		{[]string{"bench", "--repeat", "abc"}, 2},
+		{[]string{"bench", "--repeat", "-1"}, 2},
+		{[]string{"bench", "--duration", "-1s"}, 2},
+		{[]string{"bench", "--duration", "1ns"}, 2},
+		{[]string{"bench", "--loads", "0"}, 2},
+		{[]string{"bench", "--quick", "--thorough"}, 2},
+		{[]string{"bench", "--scenario", "nope"}, 2},
+		{[]string{"bench", "--compete", "nope"}, 2},
+		{[]string{"budget", "--pid", "-3"}, 2},
+		{[]string{"budget", "extra"}, 2},
+		{[]string{"budget", "--pid", "x"}, 2},
+		{[]string{"doctor"}, 2},
+		{[]string{"doctor", "--pid", "-3"}, 2},
+		{[]string{"doctor", "--pid", "1", "--duration", "0s"}, 2},
+		{[]string{"doctor", "--pid", "1", "--url", "ftp://x"}, 2},
+		{[]string{"doctor", "extra", "--pid", "1"}, 2},
+		{[]string{"run"}, 125},
+		{[]string{"run", "--no-such-flag", "--", "true"}, 125},
+		{[]string{"run", "--cpus", "-1", "--", "true"}, 125},
+		{[]string{"run", "--", "/no/such/command"}, 127},
+	}
+	for _, c := range cases {
+		var stderr bytes.Buffer
+		if got := execute(c.args, &stderr); got != c.want {
+			t.Errorf("cpuwork %s: exit %d, want %d (%s)", strings.Join(c.args, " "), got, c.want, strings.TrimSpace(stderr.String()))
+		}
+	}
+}

@@ -314,8 +314,23 @@ type Runner struct {
 	total        int
 }
 
-// Run runs the configured scenarios and returns the report.
-func Run(cfg Config) (*Report, error) {
+// ConfigError is a Config the bench refuses before running anything (a
+// usage error of the CLI): its message names the flag.
+type ConfigError struct{ msg string }
+
+func (e *ConfigError) Error() string { return e.msg }
+
+func configErr(format string, a ...any) error { return &ConfigError{fmt.Sprintf(format, a...)} }
+
+// Validate checks cfg as Run would, before anything runs: it returns a
+// *ConfigError naming the flag at fault.
+func Validate(cfg Config) error {
+	_, err := wanted(cfg)
+	return err
+}
+
+// wanted validates cfg and returns the scenarios it runs.
+func wanted(cfg Config) ([]string, error) {
 	var known []string
 	for _, d := range scenarioTable {
 		known = append(known, d.name)
@@ -330,26 +345,39 @@ func Run(cfg Config) (*Report, error) {
 	}
 	for _, w := range want {
 		if !slices.Contains(known, w) {
-			return nil, fmt.Errorf("unknown scenario %q (have %s)", w, strings.Join(known, ", "))
+			return nil, configErr("bench: --scenario %q: unknown (have %s)", w, strings.Join(known, ", "))
 		}
 	}
 	for _, c := range cfg.Compete {
 		if !slices.Contains(CompetitionNames(), c) {
-			return nil, fmt.Errorf("unknown competition case %q (have %s)", c, strings.Join(CompetitionNames(), ", "))
+			return nil, configErr("bench: --compete %q: unknown (have %s)", c, strings.Join(CompetitionNames(), ", "))
 		}
 	}
 	for _, l := range cfg.Loads {
 		if !(l > 0 && l <= 10) {
-			return nil, fmt.Errorf("bench: load level %v must be a fraction of capacity in (0, 10]", l)
+			return nil, configErr("bench: --loads %v%%: must be a percentage of capacity in (0, 1000]", l*100)
 		}
 	}
 	if cfg.Repeat < 0 {
-		return nil, fmt.Errorf("bench: Repeat %d must be >= 1", cfg.Repeat)
+		return nil, configErr("bench: --repeat %d: must be >= 1 (or 0 for as many pairs as needed)", cfg.Repeat)
+	}
+	if cfg.Quick && cfg.Thorough {
+		return nil, configErr("bench: --quick and --thorough exclude each other")
 	}
 	for _, d := range scenarioTable {
 		if cfg.Duration > 0 && cfg.Duration < d.minDuration && slices.Contains(want, d.name) {
-			return nil, fmt.Errorf("bench: Duration %v is below the %s scenario's minimum of %v", cfg.Duration, d.name, d.minDuration)
+			return nil, configErr("bench: --duration %v is below the %s scenario's minimum of %v", cfg.Duration, d.name, d.minDuration)
 		}
+	}
+	return want, nil
+}
+
+// Run runs the configured scenarios and returns the report. A Config it
+// refuses is a *ConfigError.
+func Run(cfg Config) (*Report, error) {
+	want, err := wanted(cfg)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano() % 1e9

@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,9 @@ const (
 	// Inconclusive: a source the diagnosis needs could not be read, and
 	// nothing found in the rest: never reported as healthy.
 	Inconclusive Severity = "inconclusive"
+	// Partial: nothing found in the OS view of a Go program, whose Go
+	// scheduler view (--url) was not asked for: not a full "healthy".
+	Partial Severity = "partial"
 )
 
 // Finding is one diagnosis.
@@ -61,8 +65,12 @@ type Window struct {
 	Budget   budget.Budget `json:"budget"`
 	// GOMAXPROCS is the target's, from /debug/cpuwork, else what the Go
 	// runtime's rule gives from outside (budget.RuntimeGOMAXPROCS).
-	GOMAXPROCS       int               `json:"gomaxprocs"`
+	GOMAXPROCS       int               `json:"gomaxprocs,omitempty"`
 	GOMAXPROCSSource string            `json:"gomaxprocs_source"`
+	// GOMAXPROCSUnknown, when not empty, says why GOMAXPROCS is not known
+	// (not a Go program; its binary or environment could not be read): it
+	// is then absent, never 0.
+	GOMAXPROCSUnknown string `json:"gomaxprocs_unknown,omitempty"`
 	Kernel           schedstat.Threads `json:"kernel"`     // run delay and on-CPU time in the window
 	Throttling       budget.Stat       `json:"throttling"` // cpu.stat delta of the limiting cgroup
 	LimitDir         string            `json:"limit_dir"`
@@ -94,9 +102,9 @@ type Result struct {
 }
 
 // Worst returns the highest severity among the findings: critical, then
-// warning, then inconclusive, then info.
+// warning, then inconclusive, then partial, then info.
 func (r *Result) Worst() Severity {
-	rank := map[Severity]int{Info: 0, Inconclusive: 1, Warning: 2, Critical: 3}
+	rank := map[Severity]int{Info: 0, Partial: 1, Inconclusive: 2, Warning: 3, Critical: 4}
 	w := Info
 	for _, f := range r.Findings {
 		if rank[f.Severity] > rank[w] {
@@ -141,8 +149,15 @@ func Run(cfg Config) (*Result, error) {
 	w.Budget = b
 	w.Go = goInfo(cfg.PID)
 	switch {
+	case w.Go.GoVersion == "" && w.Go.NotGo:
+		w.GOMAXPROCSUnknown = "not a Go program (" + w.Go.Unreadable + ")"
+		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
 	case w.Go.GoVersion == "":
-		w.GOMAXPROCSSource = "not a Go program (" + w.Go.Unreadable + ")"
+		w.GOMAXPROCSUnknown = "its binary could not be read (" + w.Go.Unreadable + ")"
+		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
+	case b.GOMAXPROCSEnvUnknown != "" && cfg.URL == "":
+		w.GOMAXPROCSUnknown = "its environment could not be read (" + b.GOMAXPROCSEnvUnknown + "): a GOMAXPROCS variable would go unseen; give --url to read it"
+		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
 	case !w.Go.QuotaAware && b.GOMAXPROCSEnv == "":
 		w.GOMAXPROCS = b.Affinity
 		w.GOMAXPROCSSource = fmt.Sprintf("%s, whose default GOMAXPROCS is the CPU count (affinity), blind to the quota (Go < 1.25, or a main module at go < 1.25: containermaxprocs=0)", w.Go.GoVersion)
@@ -153,8 +168,11 @@ func Run(cfg Config) (*Result, error) {
 			w.GOMAXPROCSSource += "; unknown if set in code (runtime.GOMAXPROCS, automaxprocs): give --url to read it"
 		}
 	}
-	if b.GOMAXPROCSEnv == "" && !environReadable(cfg.PID) {
-		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/environ: not readable (another user?): a GOMAXPROCS variable would go unseen", cfg.PID))
+	if w.Go.GoVersion == "" && !w.Go.NotGo {
+		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/exe: %s: whether it is a Go program, and its GOMAXPROCS rule, are unknown", cfg.PID, w.Go.Unreadable))
+	}
+	if b.GOMAXPROCSEnvUnknown != "" && w.Go.GoVersion != "" {
+		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/environ: %s: a GOMAXPROCS variable would go unseen", cfg.PID, b.GOMAXPROCSEnvUnknown))
 	}
 	readStat := func() (budget.Stat, bool) { return budget.Stat{}, false }
 	if l, ok := b.Limiting(); ok {
@@ -312,6 +330,14 @@ func Run(cfg Config) (*Result, error) {
 				Fix:      "make the missing source readable (run as the target's user or root; give a --url where the target serves net/http/pprof) and run again"}
 		} else if len(res.Unread) > 0 {
 			res.Findings[0].Summary = "nothing found in what could be read (see \"not read\")"
+		}
+		if res.Findings[0].ID == "healthy" && cfg.URL == "" && !w.Go.NotGo {
+			// Half a view: the kernel's side was checked, Go's run queues,
+			// timers and GC were not.
+			f := &res.Findings[0]
+			f.ID, f.Severity = "nothing-found-os-view", Partial
+			f.Summary = "nothing found in the OS view (CPU used, kernel run delay, throttling, the budget and GOMAXPROCS); the Go scheduler's view (run-queue waits, timers, GC) needs --url"
+			f.Fix = "to check the Go side, serve net/http/pprof (and schedstat.Handler at /debug/cpuwork) on a loopback port and run again with --url http://127.0.0.1:PORT"
 		}
 	}
 	return res, nil
@@ -489,6 +515,10 @@ const (
 	minPeriods        = 20   // fewer periods with runnable threads: too few to judge a share
 	runDelayWarn      = 0.10 // run delay per second of wall time (cores' worth of waiting)
 	runDelayCritical  = 0.50
+	// run delay as a share of the CPU budget: losing a fifth of it is
+	// never healthy, half of it is critical, however short each wait
+	lostShareWarn     = 0.20
+	lostShareCritical = 0.50
 	// a wake-up that waits this long on average for a CPU is starvation;
 	// an I/O server's threads wait ~0.1 ms per wake-up on a busy host
 	perSliceWarn     = 500 * time.Microsecond
@@ -592,13 +622,20 @@ func diagnose(w *Window) []Finding {
 	if w.Duration > 0 && w.Kernel.Count > 0 && !throttled {
 		perSec := w.Kernel.RunDelay.Seconds() / w.Duration.Seconds()
 		perSlice := w.Kernel.RunDelay / time.Duration(max(w.Kernel.Timeslices, 1))
-		if perSec >= runDelayWarn && perSlice >= perSliceWarn {
+		// Judged by its size: the share of the CPU budget the run delay
+		// takes (cores' worth of waiting over cores granted), whatever the
+		// wake-ups; and, below that, by the wait per wake-up.
+		lost := 0.0
+		if b.Cores > 0 {
+			lost = perSec / b.Cores
+		}
+		if lost >= lostShareWarn || (perSec >= runDelayWarn && perSlice >= perSliceWarn) {
 			sev := Warning
-			if perSec >= runDelayCritical && perSlice >= perSliceCritical {
+			if lost >= lostShareCritical || (perSec >= runDelayCritical && perSlice >= perSliceCritical) {
 				sev = Critical
 			}
-			kev := fmt.Sprintf("run delay %v and on-CPU %v over %d threads and %d wake-ups in %v: %v per wake-up (/proc/PID/task/*/schedstat)",
-				w.Kernel.RunDelay.Round(time.Millisecond), w.Kernel.OnCPU.Round(time.Millisecond), w.Kernel.Count, w.Kernel.Timeslices, w.Duration.Round(time.Millisecond), short(perSlice))
+			kev := fmt.Sprintf("run delay %v and on-CPU %v over %d threads and %d wake-ups in %v: %.2f s per second, %.0f%% of the %.2f-core budget, %v per wake-up (/proc/PID/task/*/schedstat)",
+				w.Kernel.RunDelay.Round(time.Millisecond), w.Kernel.OnCPU.Round(time.Millisecond), w.Kernel.Count, w.Kernel.Timeslices, w.Duration.Round(time.Millisecond), perSec, 100*lost, b.Cores, short(perSlice))
 			// Its own threads outnumber its cores: while it uses its whole
 			// budget, or by twice over (then others may compete too, but
 			// the process would wait for itself without them).
@@ -705,7 +742,11 @@ func diagnose(w *Window) []Finding {
 		}
 	}
 	if len(out) == 0 {
-		ev := []string{fmt.Sprintf("budget %.2f cores (%s), GOMAXPROCS %d; CPU used %.2f cores", b.Cores, b.Source, w.GOMAXPROCS, w.CPUCores)}
+		gmp := strconv.Itoa(w.GOMAXPROCS)
+		if w.GOMAXPROCSUnknown != "" {
+			gmp = "unknown (" + w.GOMAXPROCSUnknown + ")"
+		}
+		ev := []string{fmt.Sprintf("budget %.2f cores (%s), GOMAXPROCS %s; CPU used %.2f cores", b.Cores, b.Source, gmp, w.CPUCores)}
 		if w.Kernel.Count > 0 {
 			ev = append(ev, fmt.Sprintf("run delay %v in %v", w.Kernel.RunDelay.Round(time.Millisecond), w.Duration.Round(time.Millisecond)))
 		}
@@ -728,7 +769,11 @@ func periodOf(b budget.Budget) time.Duration {
 func (r *Result) Text(out io.Writer) {
 	w := r.Window
 	fmt.Fprintf(out, "cpuwork doctor: pid %d over %v\n", r.PID, w.Duration.Round(time.Millisecond))
-	fmt.Fprintf(out, "  budget: %.2f cores (%s%s); GOMAXPROCS %d; CPU used %.2f cores\n", w.Budget.Cores, w.Budget.Source, dirSuffix(w.Budget.SourceDir), w.GOMAXPROCS, w.CPUCores)
+	gmp := strconv.Itoa(w.GOMAXPROCS)
+	if w.GOMAXPROCSUnknown != "" {
+		gmp = "unknown (" + w.GOMAXPROCSUnknown + ")"
+	}
+	fmt.Fprintf(out, "  budget: %.2f cores (%s%s); GOMAXPROCS %s; CPU used %.2f cores\n", w.Budget.Cores, w.Budget.Source, dirSuffix(w.Budget.SourceDir), gmp, w.CPUCores)
 	if w.Duration > 0 {
 		fmt.Fprintf(out, "  lost time per second of wall: kernel run delay %.3f s, throttled %.3f s",
 			w.Kernel.RunDelay.Seconds()/w.Duration.Seconds(), w.Throttling.ThrottledTime.Seconds()/w.Duration.Seconds())

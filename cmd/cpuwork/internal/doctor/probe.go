@@ -140,13 +140,16 @@ type GoInfo struct {
 	// no containermaxprocs=0 in the process's GODEBUG variable.
 	QuotaAware bool   `json:"quota_aware"`
 	Unreadable string `json:"unreadable,omitempty"`
+	// NotGo: the binary was read and is not a Go program (as opposed to a
+	// binary that could not be read, which may be one).
+	NotGo bool `json:"not_go,omitempty"`
 }
 
 // goInfo reads the build information of /proc/PID/exe.
 func goInfo(pid int) GoInfo {
 	bi, err := buildinfo.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "exe"))
 	if err != nil {
-		return GoInfo{Unreadable: err.Error()}
+		return GoInfo{Unreadable: err.Error(), NotGo: strings.Contains(err.Error(), "not a Go executable")}
 	}
 	g := GoInfo{GoVersion: bi.GoVersion, QuotaAware: goAtLeast(bi.GoVersion, 25)}
 	for _, s := range bi.Settings {

@@ -113,8 +113,11 @@ func TestRunDelayIsJudgedPerWakeUpAndAgainstTheBudget(t *testing.T) {
 		{"at both thresholds, below the budget: another process", mk(500*time.Millisecond, 1000, 1.0, 1), "os-starvation", Warning},
 		{"per wake-up just under 0.5 ms", mk(500*time.Millisecond, 1001, 1.0, 1), "", ""},
 		{"per second just under 0.1", mk(499*time.Millisecond, 998, 1.0, 1), "", ""},
-		// An I/O server: 30 threads each waiting 100 µs per wake-up, 2.5 s in all.
-		{"many threads waiting 0.1 ms per wake-up", mk(2500*time.Millisecond, 25000, 0.5, 0.2), "", ""},
+		// An I/O server: 30 threads each waiting 100 µs per wake-up, 1.5 s
+		// in all: 15 % of the budget, under the 20 % that is never healthy.
+		{"many threads waiting 0.1 ms per wake-up, 15 % of the budget", mk(1500*time.Millisecond, 15000, 0.5, 0.2), "", ""},
+		// The same waits adding up to 2.5 s: a quarter of the budget lost.
+		{"many threads waiting 0.1 ms per wake-up, 25 % of the budget", mk(2500*time.Millisecond, 25000, 0.5, 0.2), "os-starvation", Warning},
 		{"0.5 s per second and 2 ms per wake-up: critical", mk(2500*time.Millisecond, 1250, 1.0, 1), "os-starvation", Critical},
 		{"at the budget with more runnable threads than cores: itself", mk(2500*time.Millisecond, 1250, 1.9, 8), "self-oversubscribed", Critical},
 		{"at the budget but few runnable threads: another process", mk(2500*time.Millisecond, 1250, 1.9, 2), "os-starvation", Critical},
@@ -310,6 +313,41 @@ func TestThrottledWholeQuotaFixNamesQuotaStrict(t *testing.T) {
 		}
 		if got := strings.Contains(f.Fix, "QuotaStrict"); got != c.want {
 			t.Errorf("quota %v, GOMAXPROCS %d: fix names QuotaStrict %v, want %v: %s", c.q, c.g, got, c.want, f.Fix)
+		}
+	}
+}
+
+// Run delay is judged by its size: a fifth of the CPU budget lost to it
+// is never healthy, however short each wait (issue 38's case: 0.547 s per
+// second on a 2-core budget, many short wake-ups, called healthy).
+func TestRunDelayOfAFifthOfTheBudgetIsNeverHealthy(t *testing.T) {
+	cases := []struct {
+		name     string
+		perSec   float64 // run delay, seconds per second
+		slices   int     // wake-ups in the 5 s window
+		want     Severity
+		wantNone bool
+	}{
+		{"0.547 s/s on 2 cores in short waits (27 %): warning", 0.547, 200000, Warning, false},
+		{"0.39 s/s on 2 cores in short waits (19.5 %): nothing", 0.39, 200000, "", true},
+		{"0.40 s/s on 2 cores (20 %): warning", 0.40, 200000, Warning, false},
+		{"1.0 s/s on 2 cores in short waits (50 %): critical", 1.0, 200000, Critical, false},
+		{"0.15 s/s in 1 ms waits (the per-wake-up rule): warning", 0.15, 750, Warning, false},
+	}
+	for _, c := range cases {
+		w := plainWindow()
+		w.Kernel = schedstat.Threads{Count: 4, RunDelay: time.Duration(c.perSec * float64(w.Duration)), Timeslices: uint64(c.slices), OnCPU: 5 * time.Second}
+		w.RunnableThreads = 1.5
+		fs := diagnose(w)
+		f, ok := find(fs, "os-starvation")
+		switch {
+		case c.wantNone && ok:
+			t.Errorf("%s: os-starvation %s", c.name, f.Severity)
+		case !c.wantNone && (!ok || f.Severity != c.want):
+			t.Errorf("%s: findings %v, want os-starvation at %s", c.name, fs, c.want)
+		}
+		if !c.wantNone && slices.ContainsFunc(fs, func(f Finding) bool { return f.ID == "healthy" }) {
+			t.Errorf("%s: healthy beside a finding", c.name)
 		}
 	}
 }
