@@ -73,6 +73,11 @@ type Window struct {
 	GOMAXPROCSUnknown string `json:"gomaxprocs_unknown,omitempty"`
 	Kernel           schedstat.Threads `json:"kernel"`     // run delay and on-CPU time in the window
 	Throttling       budget.Stat       `json:"throttling"` // cpu.stat delta of the limiting cgroup
+	// KernelUnknown and ThrottlingUnknown, when not empty, say why the
+	// threads' run delay or the limiting cgroup's cpu.stat could not be
+	// read: those figures are then unknown, not 0.
+	KernelUnknown     string `json:"kernel_unknown,omitempty"`
+	ThrottlingUnknown string `json:"throttling_unknown,omitempty"`
 	LimitDir         string            `json:"limit_dir"`
 	Runtime          *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
 	// Executor is the target's executor view (cpuwork.Executor.Debug at
@@ -204,7 +209,13 @@ func Run(cfg Config) (*Result, error) {
 		}
 		res.Unread = append(res.Unread, terr.Error())
 	}
+	if terr != nil {
+		w.KernelUnknown = terr.Error()
+	}
 	s0, haveStat := readStat()
+	if _, quota := b.Limiting(); quota && !haveStat {
+		w.ThrottlingUnknown = "the limiting cgroup's cpu.stat could not be read"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+margin)
 	defer cancel()
 	type traced struct {
@@ -253,6 +264,7 @@ func Run(cfg Config) (*Result, error) {
 			w.Kernel = t1.Sub(t0)
 		} else {
 			res.Unread = append(res.Unread, err.Error())
+			w.KernelUnknown = err.Error()
 		}
 	}
 	if haveStat {
@@ -536,7 +548,10 @@ const (
 	timerP99Warn     = 5 * time.Millisecond
 	gcShareWarn      = 0.25
 	gcPauseP99Warn   = 10 * time.Millisecond
-	slowAnswer       = 100 * time.Millisecond // median answer to a trivial request
+	// median answer to a trivial request: Go's sysmon polls the network
+	// at most every 10 ms while every P is busy (runtime/proc.go, sysmon),
+	// so a server whose Ps are all busy answers in ~10 ms
+	slowAnswer = 5 * time.Millisecond
 )
 
 func diagnose(w *Window) []Finding {
@@ -755,7 +770,47 @@ func diagnose(w *Window) []Finding {
 		}
 		out = append(out, Finding{ID: "healthy", Severity: Info, Summary: "nothing found that loses CPU or latency in this window", Evidence: ev, Fix: "none"})
 	}
+	rank(out)
 	return out
+}
+
+// causeOrder ranks findings by what to fix first: the configuration that
+// makes the kernel throttle; the process's own causes (GC, too many
+// runnable goroutines or threads, loops that never yield); throttling by
+// the process's own demand; the late answers those causes explain;
+// another process's competition; the budget used up.
+var causeOrder = []string{
+	"gomaxprocs-above-quota",
+	"gc-pressure", "self-oversubscribed", "oversubscribed", "timer-starvation",
+	"cpu-throttled", "throttling-impact",
+	"unresponsive", "slow-to-answer",
+	"os-starvation", "at-capacity",
+}
+
+// rank orders findings: every warning or critical before any info; a
+// critical os-starvation (another process takes half the budget or more)
+// right after the configuration; then causeOrder. The first finding is
+// the one to fix first.
+func rank(fs []Finding) {
+	pos := func(f Finding) int {
+		if f.ID == "os-starvation" && f.Severity == Critical {
+			return 0
+		}
+		if i := slices.Index(causeOrder, f.ID); i >= 0 {
+			return i
+		}
+		return len(causeOrder)
+	}
+	slices.SortStableFunc(fs, func(a, b Finding) int {
+		ai, bi := a.Severity == Info, b.Severity == Info
+		switch {
+		case ai != bi && ai:
+			return 1
+		case ai != bi:
+			return -1
+		}
+		return pos(a) - pos(b)
+	})
 }
 
 func periodOf(b budget.Budget) time.Duration {
@@ -775,8 +830,18 @@ func (r *Result) Text(out io.Writer) {
 	}
 	fmt.Fprintf(out, "  budget: %.2f cores (%s%s); GOMAXPROCS %s; CPU used %.2f cores\n", w.Budget.Cores, w.Budget.Source, dirSuffix(w.Budget.SourceDir), gmp, w.CPUCores)
 	if w.Duration > 0 {
-		fmt.Fprintf(out, "  lost time per second of wall: kernel run delay %.3f s, throttled %.3f s",
-			w.Kernel.RunDelay.Seconds()/w.Duration.Seconds(), w.Throttling.ThrottledTime.Seconds()/w.Duration.Seconds())
+		delay := fmt.Sprintf("%.3f s", w.Kernel.RunDelay.Seconds()/w.Duration.Seconds())
+		if w.KernelUnknown != "" {
+			delay = "unknown (" + w.KernelUnknown + ")"
+		}
+		throttled := fmt.Sprintf("%.3f s", w.Throttling.ThrottledTime.Seconds()/w.Duration.Seconds())
+		switch {
+		case w.ThrottlingUnknown != "":
+			throttled = "unknown (" + w.ThrottlingUnknown + ")"
+		case w.LimitDir == "":
+			throttled = "none (no CPU quota)"
+		}
+		fmt.Fprintf(out, "  lost time per second of wall: kernel run delay %s, throttled %s", delay, throttled)
 		if t := w.Trace; t != nil && t.Duration > 0 {
 			fmt.Fprintf(out, ", Go run queues %.3f s (execution trace)", t.Runnable.Seconds()/t.Duration.Seconds())
 		}

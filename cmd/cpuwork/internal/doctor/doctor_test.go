@@ -68,6 +68,8 @@ func sick(ill string) {
 	n, _ := strconv.Atoi(arg)
 	spinners := 0
 	switch name {
+	case "fault": // one of the common faults of faults_test.go, served on loopback
+		spinners = faultProgram(arg)
 	case "busy": // n goroutines that never block
 		for range n {
 			go spin()

@@ -170,8 +170,8 @@ func TestAtCapacityAndProbes(t *testing.T) {
 	}{
 		{Probes{Sent: 5, Answered: 2, TimedOut: 3, Latency: []time.Duration{time.Second, time.Second}}, "unresponsive"},
 		{Probes{Sent: 4, Answered: 2, TimedOut: 2, Latency: []time.Duration{time.Millisecond, time.Millisecond}}, "unresponsive"}, // half timed out
-		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 100 * time.Millisecond, time.Millisecond, time.Millisecond}}, "slow-to-answer"},
-		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{99 * time.Millisecond, 99 * time.Millisecond, 99 * time.Millisecond, time.Millisecond, time.Millisecond}}, ""},
+		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Millisecond, time.Millisecond}}, "slow-to-answer"}, // every P busy: the 10 ms network poll
+		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{4900 * time.Microsecond, 99 * time.Millisecond, 99 * time.Millisecond, time.Millisecond, time.Millisecond}}, ""},
 		{Probes{Sent: 5, Refused: 5}, ""}, // nothing listens: unread, not a finding
 	}
 	for _, c := range probeCases {
@@ -349,5 +349,27 @@ func TestRunDelayOfAFifthOfTheBudgetIsNeverHealthy(t *testing.T) {
 		if !c.wantNone && slices.ContainsFunc(fs, func(f Finding) bool { return f.ID == "healthy" }) {
 			t.Errorf("%s: healthy beside a finding", c.name)
 		}
+	}
+}
+
+// The first finding is the one to fix first: warnings and criticals
+// before info, then the configuration before the process's own causes
+// before another process's competition before the symptoms.
+func TestFindingsAreRankedByWhatToFixFirst(t *testing.T) {
+	fs := []Finding{
+		{ID: "at-capacity", Severity: Warning}, {ID: "os-starvation", Severity: Critical}, // half the budget to another process: first
+		{ID: "gomaxprocs-above-quota", Severity: Info}, {ID: "oversubscribed", Severity: Warning},
+		{ID: "slow-to-answer", Severity: Warning},
+	}
+	rank(fs)
+	want := []string{"os-starvation", "oversubscribed", "slow-to-answer", "at-capacity", "gomaxprocs-above-quota"}
+	if got := ids(&Result{Findings: fs}); !slices.Equal(got, want) {
+		t.Errorf("ranked %v, want %v", got, want)
+	}
+	fs[0].Severity = Warning // a warning os-starvation comes after the process's own causes
+	rank(fs)
+	want = []string{"oversubscribed", "slow-to-answer", "os-starvation", "at-capacity", "gomaxprocs-above-quota"}
+	if got := ids(&Result{Findings: fs}); !slices.Equal(got, want) {
+		t.Errorf("ranked %v, want %v", got, want)
 	}
 }

@@ -1,0 +1,252 @@
+package doctor
+
+import (
+	"bufio"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/cgroup"
+	"github.com/cpuwork/cpuwork/schedstat"
+)
+
+// The common faults a user brings the doctor (issue 38), each a small
+// program (this test binary, re-run as DOCTOR_ILL=fault:NAME) that serves
+// /debug/cpuwork (the schedstat sampler, with a timer canary unless said
+// otherwise) and net/http/pprof on a loopback port. Each is diagnosed
+// with and without --url, alone and beside a CPU-bound process, and must
+// give the right first finding.
+
+// faultProgram starts fault name's work and server, and returns how many
+// non-yielding spinners to start after "ready".
+func faultProgram(name string) int {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
+	if name != "netpoll" { // netpoll starvation shows in answers, not in a canary
+		s, err := schedstat.Start(schedstat.Options{Interval: 500 * time.Millisecond, TimerCanary: true})
+		if err != nil {
+			panic(err)
+		}
+		mux.Handle("/debug/cpuwork", schedstat.Handler(s, nil))
+	}
+	serveLoopback(mux)
+	switch name {
+	case "quota", "ancestor": // every P busy: above a quota, throttled
+		return runtime.GOMAXPROCS(0)
+	case "neighbour": // busy but yielding: only another process can starve it
+		for range runtime.GOMAXPROCS(0) {
+			go func() {
+				for {
+					x := int64(0)
+					for i := range 20_000 {
+						x += int64(i)
+					}
+					sink.Add(x)
+					runtime.Gosched()
+				}
+			}()
+		}
+	case "gc": // one goroutine allocating garbage, GOGC low
+		go func() {
+			var keep [][]byte
+			for {
+				keep = append(keep, make([]byte, 4096))
+				if len(keep) > 256 {
+					keep = keep[:0]
+				}
+			}
+		}()
+	case "netpoll", "timers": // every P busy with loops that never yield
+		return runtime.GOMAXPROCS(0)
+	case "overwide": // a goroutine per task: 200 runnable on 2 Ps
+		return 200
+	case "light": // a light service
+		go func() {
+			for {
+				x := 0
+				for i := range 100000 {
+					x += i
+				}
+				sink.Add(int64(x))
+				time.Sleep(50 * time.Millisecond)
+			}
+		}()
+	}
+	return 0
+}
+
+type fault struct {
+	name     string
+	env      []string
+	quota    float64 // the leaf cgroup's quota in cores; 0: none
+	ancestor float64 // a quota on the parent cgroup instead (the leaf has none)
+	hogs     int     // CPU-bound processes started beside it as part of the fault
+	top      string  // the first finding with --url
+	// topOS is the first finding without --url: where the fault is the Go
+	// runtime's, what the OS view shows of it.
+	topOS string
+	// besideOS, when set, is the first finding without --url beside one
+	// more CPU-bound process: a fault that uses every core it can get
+	// shows the other process's competition first when the Go view is
+	// missing.
+	besideOS string
+	// orOS is a second first finding the OS view may rightly give: GC
+	// under a quota uses the whole quota, throttled in some windows more
+	// than 5 % of periods and in others less.
+	orOS string
+}
+
+var faults = []fault{
+	{name: "quota", env: []string{"GOMAXPROCS=4"}, quota: 1, top: "gomaxprocs-above-quota", topOS: "gomaxprocs-above-quota"},
+	{name: "ancestor", env: []string{"GOMAXPROCS="}, ancestor: 1, top: "gomaxprocs-above-quota", topOS: "gomaxprocs-above-quota"},
+	{name: "neighbour", env: []string{"GOMAXPROCS=2"}, hogs: 3, top: "os-starvation", topOS: "os-starvation"},
+	{name: "gc", env: []string{"GOMAXPROCS=1", "GOGC=5"}, quota: 1, top: "gc-pressure", topOS: "cpu-throttled", orOS: "at-capacity"},
+	{name: "netpoll", env: []string{"GOMAXPROCS=2"}, top: "slow-to-answer", topOS: "at-capacity", besideOS: "os-starvation"},
+	{name: "overwide", env: []string{"GOMAXPROCS=2"}, top: "oversubscribed", topOS: "at-capacity", besideOS: "os-starvation"},
+	{name: "timers", env: []string{"GOMAXPROCS=2"}, top: "timer-starvation", topOS: "at-capacity", besideOS: "os-starvation"},
+	{name: "light", env: []string{"GOMAXPROCS=2"}, top: "healthy", topOS: "nothing-found-os-view"},
+}
+
+// hog starts a CPU-bound process (a shell busy loop) and stops it at the
+// test's end.
+func hog(t *testing.T) {
+	t.Helper()
+	c := exec.Command("sh", "-c", "while :; do :; done")
+	if err := c.Start(); err != nil {
+		t.Skipf("cannot start a CPU-bound process: %v", err)
+	}
+	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
+}
+
+// startFault runs f in its cgroups (root only when it has a quota) and
+// returns it and its address.
+func startFault(t *testing.T, f fault) (*exec.Cmd, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), "DOCTOR_ILL=fault:"+f.name), f.env...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case f.quota > 0:
+		inQuota(t, f.quota, cmd)
+	case f.ancestor > 0:
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to create cgroups with a CPU quota")
+		}
+		parent := cgroup.OwnedName("doctor-ancestor")
+		p, err := cgroup.New(cgroup.Config{Name: parent, Parent: "cpuwork-doctor-test", CPUs: f.ancestor})
+		if err != nil {
+			t.Skipf("cannot create a CPU cgroup here: %v", err)
+		}
+		t.Cleanup(func() { p.Remove() })
+		leaf, err := cgroup.New(cgroup.Config{Name: "leaf", Parent: "cpuwork-doctor-test/" + parent})
+		if err != nil {
+			t.Skipf("cannot create a child cgroup here: %v", err)
+		}
+		t.Cleanup(func() {
+			if err := leaf.Remove(); err != nil {
+				t.Error(err)
+			}
+		})
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+		if err := leaf.Add(cmd.Process.Pid); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+	sc := bufio.NewScanner(out)
+	addr := ""
+	for sc.Scan() && sc.Text() != "ready" {
+		addr = sc.Text()
+	}
+	for range f.hogs {
+		hog(t)
+	}
+	time.Sleep(500 * time.Millisecond) // the work and the sampler's first interval
+	return cmd, addr
+}
+
+// TestEveryCommonFaultGetsTheRightFirstFinding: each fault with and
+// without --url, alone and beside one more CPU-bound process; the first
+// finding is the fault's, and none says healthy beside a warning. The
+// findings of every case are logged (docs/doctor.md quotes them).
+func TestEveryCommonFaultGetsTheRightFirstFinding(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end: 32 doctor windows")
+	}
+	for _, f := range faults {
+		for _, beside := range []bool{false, true} {
+			for _, url := range []bool{true, false} {
+				name := f.name
+				if url {
+					name += "/url"
+				}
+				if beside {
+					name += "/beside-a-CPU-bound-process"
+				}
+				t.Run(name, func(t *testing.T) {
+					cmd, addr := startFault(t, f)
+					if beside {
+						hog(t)
+					}
+					cfg := Config{PID: cmd.Process.Pid, Duration: 2 * time.Second}
+					want := []string{f.topOS, f.orOS}
+					switch {
+					case url:
+						cfg.URL, want = "http://"+addr, []string{f.top}
+					case beside && f.besideOS != "":
+						want = []string{f.besideOS}
+					}
+					r := diagnoseT(t, cfg)
+					got := ids(r)
+					t.Logf("findings %v; CPU %.2f cores, run delay %.2f s/s, throttled %d/%d", got, r.Window.CPUCores,
+						r.Window.Kernel.RunDelay.Seconds()/r.Window.Duration.Seconds(), r.Window.Throttling.ThrottledPeriods, r.Window.Throttling.Periods)
+					if len(got) == 0 || !slices.Contains(want, got[0]) {
+						t.Errorf("first finding %v, want %s (unread %q)", got, want[0], strings.Join(r.Unread, "; "))
+					}
+					if len(got) > 1 && (slices.Contains(got, "healthy") || slices.Contains(got, "nothing-found-os-view")) {
+						t.Errorf("healthy beside findings: %v", got)
+					}
+				})
+			}
+		}
+	}
+}
+
+// The doctor's own cost on the target: what a light service uses during a
+// window with --url (execution trace, CPU profile, /debug/cpuwork,
+// probes) against one without, alternated: at most 1 % of a core.
+func TestTheDoctorCostsTheTargetAtMostOnePercentOfACore(t *testing.T) {
+	if testing.Short() {
+		t.Skip("end to end")
+	}
+	cmd, addr := startFault(t, fault{name: "light", env: []string{"GOMAXPROCS=2"}})
+	var with, without float64
+	for range 2 {
+		r := diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: 2 * time.Second})
+		without += r.Window.CPUCores / 2
+		r = diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: 2 * time.Second, URL: "http://" + addr})
+		with += r.Window.CPUCores / 2
+	}
+	t.Logf("the target's CPU: %.4f cores with --url, %.4f without: the doctor costs it %.4f cores", with, without, with-without)
+	if with-without > 0.01 {
+		t.Errorf("the doctor cost the target %.4f cores, want at most 0.01", with-without)
+	}
+}
