@@ -308,10 +308,10 @@ type Runner struct {
 	// paired rounds, per round, as a share of a round (a load scenario's
 	// levels beside a competitor): the time share counts it too.
 	afterShare float64
-	duration     time.Duration
-	loadDur      time.Duration // per run of the load scenarios (service, inference)
-	done         int
-	total        int
+	duration   time.Duration
+	loadDur    time.Duration // per run of the load scenarios (service, inference)
+	done       int
+	total      int
 }
 
 // ConfigError is a Config the bench refuses before running anything (a

@@ -65,21 +65,21 @@ type Window struct {
 	Budget   budget.Budget `json:"budget"`
 	// GOMAXPROCS is the target's, from /debug/cpuwork, else what the Go
 	// runtime's rule gives from outside (budget.RuntimeGOMAXPROCS).
-	GOMAXPROCS       int               `json:"gomaxprocs,omitempty"`
-	GOMAXPROCSSource string            `json:"gomaxprocs_source"`
+	GOMAXPROCS       int    `json:"gomaxprocs,omitempty"`
+	GOMAXPROCSSource string `json:"gomaxprocs_source"`
 	// GOMAXPROCSUnknown, when not empty, says why GOMAXPROCS is not known
 	// (not a Go program; its binary or environment could not be read): it
 	// is then absent, never 0.
-	GOMAXPROCSUnknown string `json:"gomaxprocs_unknown,omitempty"`
-	Kernel           schedstat.Threads `json:"kernel"`     // run delay and on-CPU time in the window
-	Throttling       budget.Stat       `json:"throttling"` // cpu.stat delta of the limiting cgroup
+	GOMAXPROCSUnknown string            `json:"gomaxprocs_unknown,omitempty"`
+	Kernel            schedstat.Threads `json:"kernel"`     // run delay and on-CPU time in the window
+	Throttling        budget.Stat       `json:"throttling"` // cpu.stat delta of the limiting cgroup
 	// KernelUnknown and ThrottlingUnknown, when not empty, say why the
 	// threads' run delay or the limiting cgroup's cpu.stat could not be
 	// read: those figures are then unknown, not 0.
-	KernelUnknown     string `json:"kernel_unknown,omitempty"`
-	ThrottlingUnknown string `json:"throttling_unknown,omitempty"`
-	LimitDir         string            `json:"limit_dir"`
-	Runtime          *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
+	KernelUnknown     string            `json:"kernel_unknown,omitempty"`
+	ThrottlingUnknown string            `json:"throttling_unknown,omitempty"`
+	LimitDir          string            `json:"limit_dir"`
+	Runtime           *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
 	// Executor is the target's executor view (cpuwork.Executor.Debug at
 	// /debug/cpuwork), with --url.
 	Executor *ExecutorView `json:"executor,omitempty"`

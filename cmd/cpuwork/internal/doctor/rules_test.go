@@ -169,7 +169,7 @@ func TestAtCapacityAndProbes(t *testing.T) {
 		want string
 	}{
 		{Probes{Sent: 5, Answered: 2, TimedOut: 3, Latency: []time.Duration{time.Second, time.Second}}, "unresponsive"},
-		{Probes{Sent: 4, Answered: 2, TimedOut: 2, Latency: []time.Duration{time.Millisecond, time.Millisecond}}, "unresponsive"}, // half timed out
+		{Probes{Sent: 4, Answered: 2, TimedOut: 2, Latency: []time.Duration{time.Millisecond, time.Millisecond}}, "unresponsive"},                                                          // half timed out
 		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Millisecond, time.Millisecond}}, "slow-to-answer"}, // every P busy: the 10 ms network poll
 		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{4900 * time.Microsecond, 99 * time.Millisecond, 99 * time.Millisecond, time.Millisecond, time.Millisecond}}, ""},
 		{Probes{Sent: 5, Refused: 5}, ""}, // nothing listens: unread, not a finding
