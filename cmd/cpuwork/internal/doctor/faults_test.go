@@ -248,14 +248,21 @@ func TestTheDoctorCostsTheTargetAtMostOnePercentOfACore(t *testing.T) {
 		t.Skip("end to end")
 	}
 	cmd, addr := startFault(t, fault{name: "light", env: []string{"GOMAXPROCS=2"}})
+	// On-CPU time from the threads' schedstat (nanoseconds; /proc/PID/stat
+	// counts 10 ms ticks, 0.5 % of a core in a 2 s window).
+	cores := func(r *Result) float64 { return r.Window.Kernel.OnCPU.Seconds() / r.Window.Duration.Seconds() }
 	var with, without float64
-	for range 2 {
+	const n = 3
+	for range n {
 		r := diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: 2 * time.Second})
-		without += r.Window.CPUCores / 2
+		without += cores(r) / n
 		r = diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: 2 * time.Second, URL: "http://" + addr})
-		with += r.Window.CPUCores / 2
+		with += cores(r) / n
 	}
 	t.Logf("the target's CPU: %.4f cores with --url, %.4f without: the doctor costs it %.4f cores", with, without, with-without)
+	if raceEnabled {
+		t.Skip("the cost is judged in a normal build: the race detector's instrumentation of the target multiplies it")
+	}
 	if with-without > 0.01 {
 		t.Errorf("the doctor cost the target %.4f cores, want at most 0.01", with-without)
 	}
