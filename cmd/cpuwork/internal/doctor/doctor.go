@@ -327,23 +327,40 @@ func Run(cfg Config) (*Result, error) {
 		}
 	}
 	res.Findings = diagnose(w)
+	settle(res, cfg.URL, terr == nil, fromURL)
+	return res, nil
+}
+
+// settle turns a "healthy" that rests on half a view into what it is:
+// inconclusive when a source the diagnosis needs (the threads' run delay;
+// with url, anything from it) or any other source could not be read;
+// nothing-found-os-view for a Go program (or a binary that could not be
+// read) diagnosed without url. kernelRead says whether the threads'
+// schedstat was read; fromURL counts the sources read from url.
+func settle(res *Result, url string, kernelRead bool, fromURL int) {
+	w := &res.Window
 	if res.Findings[0].ID == "healthy" {
 		var missing []string
-		if terr != nil {
+		if !kernelRead {
 			missing = append(missing, "the threads' run delay (/proc/PID/task/*/schedstat)")
 		}
-		if cfg.URL != "" && fromURL == 0 {
-			missing = append(missing, "anything from "+cfg.URL+" (probes, trace, profile, /debug/cpuwork)")
+		if url != "" && fromURL == 0 {
+			missing = append(missing, "anything from "+url+" (probes, trace, profile, /debug/cpuwork)")
 		}
-		if len(missing) > 0 {
+		switch {
+		case len(missing) > 0:
 			res.Findings[0] = Finding{ID: "inconclusive", Severity: Inconclusive,
 				Summary:  "nothing found, but the diagnosis lacks " + strings.Join(missing, " and ") + ": not healthy, not judged",
 				Evidence: append([]string{}, res.Unread...),
 				Fix:      "make the missing source readable (run as the target's user or root; give a --url where the target serves net/http/pprof) and run again"}
-		} else if len(res.Unread) > 0 {
-			res.Findings[0].Summary = "nothing found in what could be read (see \"not read\")"
+		case len(res.Unread) > 0:
+			// Never healthy from half a view: what was not read is named.
+			res.Findings[0] = Finding{ID: "inconclusive", Severity: Inconclusive,
+				Summary:  "nothing found in what could be read, but some sources could not be (see \"not read\"): not healthy, not judged",
+				Evidence: append(res.Findings[0].Evidence, res.Unread...),
+				Fix:      "make the unread sources readable (run as the target's user or root; serve net/http/pprof and /debug/cpuwork at --url) and run again"}
 		}
-		if res.Findings[0].ID == "healthy" && cfg.URL == "" && !w.Go.NotGo {
+		if res.Findings[0].ID == "healthy" && url == "" && !w.Go.NotGo {
 			// Half a view: the kernel's side was checked, Go's run queues,
 			// timers and GC were not.
 			f := &res.Findings[0]
@@ -352,7 +369,6 @@ func Run(cfg Config) (*Result, error) {
 			f.Fix = "to check the Go side, serve net/http/pprof (and schedstat.Handler at /debug/cpuwork) on a loopback port and run again with --url http://127.0.0.1:PORT"
 		}
 	}
-	return res, nil
 }
 
 // siblings counts the cgroup directories below limitDir (the ancestor

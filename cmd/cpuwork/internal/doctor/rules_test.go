@@ -373,3 +373,39 @@ func TestFindingsAreRankedByWhatToFixFirst(t *testing.T) {
 		t.Errorf("ranked %v, want %v", got, want)
 	}
 }
+
+// Never "healthy" from half a view: an unread source makes nothing found
+// inconclusive; a Go program (or a binary that could not be read) without
+// --url gets nothing-found-os-view; only a full view, or a program that
+// is not Go, is healthy.
+func TestHealthyOnlyFromAWholeView(t *testing.T) {
+	healthy := func(goInfo GoInfo, unread ...string) *Result {
+		r := &Result{Findings: []Finding{{ID: "healthy", Severity: Info}}, Unread: unread}
+		r.Window.Go = goInfo
+		return r
+	}
+	goProgram := GoInfo{GoVersion: "go1.26.0", QuotaAware: true}
+	cases := []struct {
+		name       string
+		r          *Result
+		url        string
+		kernelRead bool
+		fromURL    int
+		want       string
+		sev        Severity
+	}{
+		{"Go program, both views read", healthy(goProgram), "http://x", true, 3, "healthy", Info},
+		{"Go program, no --url", healthy(goProgram), "", true, 0, "nothing-found-os-view", Partial},
+		{"not a Go program, no --url", healthy(GoInfo{NotGo: true}), "", true, 0, "healthy", Info},
+		{"a binary that could not be read, no --url", healthy(GoInfo{Unreadable: "permission denied"}, "/proc/1/exe: permission denied"), "", true, 0, "inconclusive", Inconclusive},
+		{"environ unreadable, with --url", healthy(goProgram, "/proc/9/environ: permission denied"), "http://x", true, 3, "inconclusive", Inconclusive},
+		{"schedstat unreadable", healthy(goProgram, "schedstat: permission denied"), "http://x", false, 3, "inconclusive", Inconclusive},
+		{"nothing from --url", healthy(goProgram), "http://x", true, 0, "inconclusive", Inconclusive},
+	}
+	for _, c := range cases {
+		settle(c.r, c.url, c.kernelRead, c.fromURL)
+		if f := c.r.Findings[0]; f.ID != c.want || f.Severity != c.sev || c.r.Worst() != c.sev {
+			t.Errorf("%s: %s %s (worst %s), want %s %s", c.name, f.ID, f.Severity, c.r.Worst(), c.want, c.sev)
+		}
+	}
+}
