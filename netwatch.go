@@ -47,7 +47,7 @@ const NetPollInterval = 200 * time.Microsecond
 // netParkFor is how long a task parks so that its P polls the network.
 // 100 µs let fewer arrivals go unread in a park (0-1 of 1,430 instead of
 // 17-46) but cost batch work 6-9 points of its throughput alone and
-// raised the critical p99 (docs/raw/netpark-session13.txt).
+// raised the critical p99 (docs/raw/netpark-2026-11-24.txt).
 const netParkFor = 30 * time.Microsecond
 
 // NetWatchStats counts what WatchListener and Checkpoint's network polls
@@ -133,7 +133,7 @@ const maxSightings = 2
 // with edge-triggered polls (one report per arrival): 17 and 46 of 1,430
 // requests (1-3 %, the p99) were seen ~0.1-0.3 ms after they were sent, the
 // task parked, and they still waited until the next request's arrival
-// 7 ms later (docs/raw/netpark-session13.txt). A descriptor whose input
+// 7 ms later (docs/raw/netpark-2026-11-24.txt). A descriptor whose input
 // stays unread longer (a handler that has not read its connection yet)
 // parks no third time until a poll finds it drained.
 type sightings struct {

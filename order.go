@@ -128,7 +128,7 @@ const (
 // counts one, a late pass at the head one more), in 1/2^24: after a
 // fresh start or a long on-time stretch about ten late tasks in a row go
 // through, then about one in a hundred (11 in a row, then 1.06 % when every
-// task is late: docs/raw/late-budget-share-session17.txt). Its cost: a few integer operations under the lock, on
+// task is late: docs/raw/late-budget-share-2026-11-24.txt). Its cost: a few integer operations under the lock, on
 // the path of a task that queues anyway.
 const (
 	lateOne    = 1 << 24       // the share's unit: 1 = lateOne
@@ -341,7 +341,7 @@ func (e *Executor) serviceOf(w *waiter) int64 {
 // refused. (Letting every objective task with time left run, since it has
 // waited already, made the service scenario shed more, not less: a late
 // large request delays every small one behind it; session 17,
-// docs/raw/late-budget-ab-session17.txt.)
+// docs/raw/late-budget-ab-2026-11-24.txt.)
 func (e *Executor) lateLocked(w *waiter, t int64) bool {
 	if w.target == targetNone || w.started || w.requeued || w.kind == waitHelper || t+e.serviceOf(w) <= w.due {
 		return false

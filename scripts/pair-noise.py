@@ -2,7 +2,7 @@
 """Writes cmd/cpuwork/internal/bench/testdata/pair-noise.json: the noise of
 paired ratios on this machine, from the checked-in bench runs.
 
-For every check of every checked-in results JSON that compares a variant
+For every check of every results JSON given (the earlier engine's runs) that compares a variant
 with alternatives over 3 or more paired repeats, the per-repeat log ratios
 are centred on their own mean (what remains is the run-to-run noise of a
 paired ratio, the effect taken out) and scaled by sqrt(n/(n-1)) (centring
@@ -10,7 +10,7 @@ on a mean of n shrinks the spread by that much). The residuals are grouped
 by scenario; TestSequentialVerdictErrorRates draws simulated pairs from
 them.
 
-Usage: scripts/pair-noise.py docs/results-*.json
+Usage: scripts/pair-noise.py docs/raw/bench-{full,inference,load,priority,service}-seed*.json
 """
 import collections
 import json

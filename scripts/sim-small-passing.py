@@ -2,7 +2,7 @@
 # (an image), 10 % large of 4 parts, Poisson arrivals, service time normal(1, 0.15); a large
 # request's parts are due D units after a small one arriving with it (earliest due first,
 # ties in arrival order). Prints small requests' and all requests' p99 against D = 0 (FIFO).
-# Used in docs/raw/small-requests-passing-session18.txt. Run: python3 scripts/sim-small-passing.py
+# Used in docs/raw/small-requests-passing-2026-11-24.txt. Run: python3 scripts/sim-small-passing.py
 import heapq, random
 def sim(load, D, n=200000, seed=1, slots=2, cv=0.15):
     rnd=random.Random(seed)

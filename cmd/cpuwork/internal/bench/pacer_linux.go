@@ -19,7 +19,7 @@ import (
 // for every variant. Here the pacing goroutine locks its thread, sets the
 // thread's timer slack to 1 ns (prctl PR_SET_TIMERSLACK) and sleeps each
 // wait in nanosleep(2): sends 0.12-0.14 ms late at p50, 0.21-0.31 ms at
-// p99 (docs/raw/loadgen-pacer-session13.txt). Pace is called by vegeta's
+// p99 (docs/raw/loadgen-pacer-2026-11-24.txt). Pace is called by vegeta's
 // one pacing goroutine only.
 type precisePacer struct {
 	vegeta.ConstantPacer

@@ -57,7 +57,7 @@ func (r *Runner) priority(name string, crit, unit time.Duration, network bool) *
 	// own at weight 10000 (standing for clients elsewhere) its lateness
 	// fell from 3.0-4.6 to 1.2-1.6 ms p99, but the sibling-cgroup case got
 	// ~100 ms stalls in every variant (goroutines p99 65 vs 25 ms at
-	// weight 100): docs/raw/priority-loadgen-weight-session12.txt.
+	// weight 100): docs/raw/priority-loadgen-weight-2026-11-24.txt.
 	critW := workload.NewSpin(crit)
 	batchW := workload.NewSpin(unit)
 	units := map[string]float64{}

@@ -71,7 +71,7 @@ func QuotaChild(w io.Writer, mode string, rounds, goroutines, iters int) error {
 			// group done (a goroutine per task blocked in Task.Wait was
 			// woken at every task's end: a thread wake each; the floor
 			// mode's CPU per round 22.4-22.7 -> 21.3-21.6 ms without it,
-			// docs/raw/quota-child-cpu-session12.txt).
+			// docs/raw/quota-child-cpu-2026-11-24.txt).
 			if _, err := e.Go(ctx, cpuwork.Batch, func(ctx context.Context) error {
 				defer wg.Done()
 				return spin.RunChecked(steps, func() error { return cpuwork.Checkpoint(ctx) })

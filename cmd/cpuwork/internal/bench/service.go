@@ -391,11 +391,11 @@ func descendToCapacity(start float64, try func(rate float64) (served, cpuShare f
 // slot, the run's duration) gives an upper bound: its CPU per request is
 // the lowest there is (no idle Ps spinning, no thread wake-ups, 8
 // keep-alive connections), so open loop the same server keeps up with up
-// to ~20 % less (0-20 % in the repeats of docs/results-full-session14.txt
-// and docs/results-inference-session14.txt; a pool that served 473-527/s
+// to ~20 % less (0-20 % in the repeats of docs/raw/bench-full-seed211.txt
+// and docs/raw/bench-inference-seed231.txt; a pool that served 473-527/s
 // closed loop served
 // 78 % of 500/s and 98 % of 450/s open loop;
-// docs/raw/capacity-open-loop-session14.txt). From it the rate steps down
+// docs/raw/capacity-open-loop-2026-11-24.txt). From it the rate steps down
 // (capacityFactors) open loop until variant serves >= 97 % of the offer
 // within the run; that rate is the capacity, and load levels are fractions
 // of it, so "95 %" is below what the best alternative keeps up with and
