@@ -340,7 +340,7 @@ func (e *Executor) serviceOf(w *waiter) int64 {
 // budget is spent. Only submissions that have a target and never ran are
 // refused. (Letting every objective task with time left run, since it has
 // waited already, made the service scenario shed more, not less: a late
-// large request delays every small one behind it; session 17,
+// large request delays every small one behind it:
 // docs/raw/late-budget-ab-2026-11-24.txt.)
 func (e *Executor) lateLocked(w *waiter, t int64) bool {
 	if w.target == targetNone || w.started || w.requeued || w.kind == waitHelper || t+e.serviceOf(w) <= w.due {

@@ -124,7 +124,7 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) e
 // returns an error for an invalid class. Cost: two atomic loads when a
 // slot is free and nobody waits; else the door's estimate under the
 // executor's lock, 116-146 ns, no allocation (BenchmarkAllowSaturated;
-// docs/performance.md, "Session 17").
+// docs/performance.md, "The late budget and Executor.Allow").
 func (e *Executor) Allow(ctx context.Context, c Class) error {
 	mustCtx(ctx)
 	mustExec(e)

@@ -127,7 +127,7 @@ func BenchmarkSample(b *testing.B) {
 // A canary whose goroutine has not run yet (on Ps busy with a hundred
 // runnable goroutines a new goroutine can wait a whole interval) reports its
 // first sleep as overdue: the doctor's timer-starvation test saw an interval
-// with no canary wake-up and no lateness at all (CI, session 10).
+// with no canary wake-up and no lateness at all (in CI).
 func TestAnUnstartedCanaryIsOverdue(t *testing.T) {
 	c := newCanary(time.Millisecond)
 	time.Sleep(5 * time.Millisecond)

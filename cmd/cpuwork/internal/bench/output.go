@@ -458,7 +458,7 @@ Latency runs from each task's arrival (intended send time, or the burst's start)
 {{range .Sets}}<h2 id="{{.ID}}">{{.Scenario.Name}}</h2>
 {{if .Scenario.Skipped}}<p>Skipped: {{.Scenario.Skipped}}</p>{{else}}
 <p>{{.Scenario.Claim}}</p>
-<div class="verdict {{cls .Scenario}}"><b>{{status .Scenario}}</b>: {{.Scenario.Summary}} ({{.Scenario.Pairs}} pairs){{if .Scenario.Calibration}}<br>calibration: {{.Scenario.Calibration}}{{end}}
+<div class="verdict {{cls .Scenario}}"><b>{{status .Scenario}}</b>{{if ne (print (status .Scenario)) .Scenario.Summary}}: {{.Scenario.Summary}}{{end}} ({{.Scenario.Pairs}} pairs){{if .Scenario.Calibration}}<br>calibration: {{.Scenario.Calibration}}{{end}}
 <ul>{{range .Scenario.Checks}}<li class="{{ccls .}}">{{cline .}}</li>{{end}}</ul></div>
 {{.Table}}
 {{range .Scenario.Notes}}<p><small>note: {{.}}</small></p>{{end}}
