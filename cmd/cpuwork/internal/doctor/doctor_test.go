@@ -42,6 +42,18 @@ func TestMain(m *testing.M) {
 
 var sink atomic.Int64
 
+// lightWork is a light service's load: a little work every 50 ms.
+func lightWork() {
+	for {
+		x := 0
+		for i := range 100000 {
+			x += i
+		}
+		sink.Add(int64(x))
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func spin() {
 	x := int64(0)
 	for {
@@ -75,16 +87,7 @@ func sick(ill string) {
 			go spin()
 		}
 	case "light": // a light service: a little work every 50 ms
-		go func() {
-			for {
-				x := 0
-				for i := range 100000 {
-					x += i
-				}
-				sink.Add(int64(x))
-				time.Sleep(50 * time.Millisecond)
-			}
-		}()
+		go lightWork()
 	case "served": // n spinning goroutines behind /debug/cpuwork with a timer canary (started after "ready")
 		s, err := schedstat.Start(schedstat.Options{Interval: 500 * time.Millisecond, TimerCanary: true})
 		if err != nil {

@@ -69,16 +69,7 @@ func faultProgram(name string) int {
 	case "overwide": // a goroutine per task: 200 runnable on 2 Ps
 		return 200
 	case "light": // a light service
-		go func() {
-			for {
-				x := 0
-				for i := range 100000 {
-					x += i
-				}
-				sink.Add(int64(x))
-				time.Sleep(50 * time.Millisecond)
-			}
-		}()
+		go lightWork()
 	}
 	return 0
 }
