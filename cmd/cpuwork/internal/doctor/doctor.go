@@ -591,7 +591,18 @@ func diagnose(w *Window) []Finding {
 			quotaWhere += fmt.Sprintf(", and %d sibling cgroups below it share it: their CPU counts against it too", w.Siblings)
 		}
 	}
-	throttled := judgeThrottling && throttledShare >= throttledWarn
+	// Throttled time as a share of the budget: cpu.stat's throttled time
+	// sums each CPU's frozen run queue, so per second of wall it is cores'
+	// worth of frozen time, comparable with the budget's cores, however
+	// few periods the window saw.
+	frozenShare := 0.0
+	if w.Duration > 0 && b.Cores > 0 {
+		frozenShare = thr.ThrottledTime.Seconds() / w.Duration.Seconds() / b.Cores
+	}
+	if thr.ThrottledTime > 0 {
+		thrEvidence += fmt.Sprintf("; frozen time %.0f%% of the %.2f-core budget", 100*frozenShare, b.Cores)
+	}
+	throttled := (judgeThrottling && throttledShare >= throttledWarn) || frozenShare >= lostShareWarn
 	if _, quota := b.Limiting(); quota && w.GOMAXPROCS > 0 && float64(w.GOMAXPROCS) > b.Cores+1e-9 {
 		ev := []string{
 			fmt.Sprintf("GOMAXPROCS %d (%s)", w.GOMAXPROCS, w.GOMAXPROCSSource),
@@ -623,7 +634,7 @@ func diagnose(w *Window) []Finding {
 	}
 	if throttled {
 		sev := Warning
-		if throttledShare >= throttledCritical {
+		if (judgeThrottling && throttledShare >= throttledCritical) || frozenShare >= lostShareCritical {
 			sev = Critical
 		}
 		ev := []string{thrEvidence, fmt.Sprintf("CPU used %.2f cores of a %.2f-core quota", w.CPUCores, b.Cores)}

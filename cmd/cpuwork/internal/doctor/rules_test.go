@@ -409,3 +409,23 @@ func TestHealthyOnlyFromAWholeView(t *testing.T) {
 		}
 	}
 }
+
+// Throttling is judged by its size too: frozen time of a fifth of the
+// budget is a finding even in a window of too few periods to judge a
+// share of them.
+func TestThrottledTimeOfAFifthOfTheBudgetIsAFinding(t *testing.T) {
+	for _, c := range []struct {
+		frozen time.Duration // in the 5 s window, 1-core quota
+		want   Severity
+	}{{900 * time.Millisecond, ""}, {time.Second, Warning}, {2500 * time.Millisecond, Critical}} {
+		w := quotaWindow(1, 1)
+		w.Throttling = budget.Stat{Periods: 10, ThrottledPeriods: 10, ThrottledTime: c.frozen} // too few periods for the share rule
+		f, ok := find(diagnose(w), "cpu-throttled")
+		switch {
+		case c.want == "" && ok:
+			t.Errorf("%v frozen (18 %% of the budget): cpu-throttled %s", c.frozen, f.Severity)
+		case c.want != "" && (!ok || f.Severity != c.want):
+			t.Errorf("%v frozen: cpu-throttled %v %s, want %s", c.frozen, ok, f.Severity, c.want)
+		}
+	}
+}
