@@ -1,0 +1,824 @@
+package bench
+
+// The load engine of the load scenarios (service, inference): the open-loop
+// load generator and its results, the capacity measured before each round,
+// the levels run as fractions of it, the A/A control, the level beside a
+// competitor, and the checks every load scenario declares.
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/cgroup"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// thoroughLoads are both load scenarios' levels with --thorough.
+var thoroughLoads = []float64{0.5, 0.8, 0.95, 2, 4}
+
+// Request mix of the service scenario: 90 % small, 10 % large.
+const smallShare = 0.9
+
+// LoadResult is one request as the load generator saw it, sent from the
+// loadgen process to the bench as a JSON line.
+type LoadResult struct {
+	Seq       uint64    `json:"seq"`
+	Kind      string    `json:"kind"` // "small" or "large"
+	Timestamp time.Time `json:"ts"`   // when vegeta sent it
+	LatencyNS int64     `json:"lat_ns"`
+	Code      uint16    `json:"code"`
+	Error     string    `json:"err,omitempty"`
+}
+
+// LoadGen is the hidden `cpuwork loadgen` subcommand: an open-loop vegeta
+// attack (constant pacer) at rate requests/s for d against base, writing
+// one LoadResult per line to w. It runs in its own process so that the
+// generator never competes with the server for its Ps. A request kind
+// with a body is a POST of it, else a GET. With rate 0 and workers > 0 it
+// is a closed loop instead: workers clients each send their next request
+// when the last one is answered (the capacity measurement: the generator's
+// cost then follows what the server serves, not an offered rate above it).
+//
+// onlySmall sends every request to /small (the priority scenario's
+// critical requests) instead of the 9:1 mix.
+func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte, workers int, onlySmall bool) error {
+	closed := rate == 0 && workers > 0
+	if (rate <= 0 && !closed) || d <= 0 || workers < 0 {
+		return fmt.Errorf("loadgen: rate %v (or 0 with workers > 0, not %d) and duration %v must be positive", rate, workers, d)
+	}
+	if rate != math.Trunc(rate) {
+		return fmt.Errorf("loadgen: rate %v: vegeta's constant pacer sends whole requests per second", rate)
+	}
+	// 9 small, 1 large, round-robin: the 90/10 mix at a fixed pattern.
+	var targets []vegeta.Target
+	for i := 0; i < 10; i++ {
+		kind := "small"
+		if i == 9 && !onlySmall {
+			kind = "large"
+		}
+		t := vegeta.Target{Method: "GET", URL: base + "/" + kind}
+		if body := map[string][]byte{"small": smallBody, "large": largeBody}[kind]; body != nil {
+			t.Method, t.Body = "POST", body
+		}
+		targets = append(targets, t)
+	}
+	opts := []func(*vegeta.Attacker){vegeta.Timeout(30 * time.Second), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000)}
+	var pacer vegeta.Pacer = &precisePacer{ConstantPacer: vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}}
+	if closed {
+		// vegeta's infinite rate (Freq 0) with a fixed number of workers.
+		opts = append(opts, vegeta.Workers(uint64(workers)), vegeta.MaxWorkers(uint64(workers)))
+		pacer = vegeta.ConstantPacer{}
+	}
+	atk := vegeta.NewAttacker(opts...)
+	bw := bufio.NewWriter(w)
+	enc := json.NewEncoder(bw)
+	for res := range atk.Attack(vegeta.NewStaticTargeter(targets...), pacer, d, "service") {
+		kind := "small"
+		if res.URL == base+"/large" {
+			kind = "large"
+		}
+		if err := enc.Encode(LoadResult{Seq: res.Seq, Kind: kind, Timestamp: res.Timestamp,
+			LatencyNS: int64(res.Latency), Code: res.Code, Error: res.Error}); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// The service scenario's second latency check (the team's rule: every
+// latency claim alone and beside another CPU-bound process): the 95 %
+// level again, beside one competitor, at 95 % of the capacity measured
+// beside it.
+var (
+	besideCompetition = Competitions[1] // nice0: one CPU-bound process at nice 0 in the bench's cgroup
+	besideLevel       = 0.8
+)
+
+// besideCase reports whether this run measures the service beside its
+// competitor: when the run's competition cases include it (by default
+// and with --quick; --compete chooses) and loads include besideLevel.
+func (r *Runner) besideCase(loads []float64) (competition, bool) {
+	return besideCompetition, slices.Contains(r.competitions(), besideCompetition) && slices.Contains(loads, besideLevel)
+}
+
+// besideAt runs a load scenario's variants at besideLevel beside the
+// competitor cc: in each repeat the competitor starts, the capacity is
+// measured again beside it (by calibrating, the best alternative, as
+// alone), the variants run in a shuffled order under their base names,
+// and the competitor stops (on every path). A variant whose competitor
+// died during its run is invalid; a capacity that could not be measured
+// beside it leaves that case's variants not measured (invalid); the alone
+// levels' verdict does not use these calibrations.
+func (r *Runner) besideAt(s *Scenario, variants []struct{ name, desc string }, calibrating string, cc competition, estimate float64, once func(v *Variant, variant string, rate float64) error) {
+	var vs []struct{ name, desc string }
+	for _, v := range variants {
+		vs = append(vs, struct{ name, desc string }{v.name + cc.suffix(), v.desc + "; " + cc.Desc})
+	}
+	var stop func()
+	var alive func() bool
+	defer func() {
+		if stop != nil {
+			stop()
+		}
+	}()
+	failed := ""
+	beside := func(v *Variant, variant string, rate float64) error {
+		if failed != "" {
+			return errors.New(failed)
+		}
+		base, _ := baseName(variant)
+		if err := once(v, base, rate); err != nil {
+			return err
+		}
+		if !alive() {
+			return cc.died()
+		}
+		return nil
+	}
+	calibrate := func(round int) calibration {
+		if stop != nil {
+			stop()
+			stop = nil
+		}
+		var err error
+		if stop, alive, err = cc.start(); err != nil {
+			failed = fmt.Sprintf("not measured: case %s: %v", cc.Name, err)
+			return calibration{capacity: estimate, failure: failed, note: failed}
+		}
+		failed = ""
+		cal := r.measureCapacity(s, calibrating+cc.suffix(), round, estimate, beside)
+		if cal.failure != "" {
+			failed = "not measured: the capacity beside " + cc.Name + " was not: " + cal.note
+		}
+		return cal
+	}
+	control := ""
+	if slices.ContainsFunc(variants, func(v struct{ name, desc string }) bool { return v.name == aaOf(s.Name) }) {
+		control = aaOf(s.Name) + cc.suffix()
+	}
+	cals := r.atLoads(s, vs, []float64{besideLevel}, control, nil, calibrate, beside)
+	s.Notes = append(s.Notes, fmt.Sprintf("%s at %.0f%%, %s: %s", cc.Name, besideLevel*100, cc.Desc, capacityNote(calibrating+cc.suffix(), r.slots, cals)))
+}
+
+// loadChecks are a load scenario's checks at each of loads: cpuwork
+// against the best of naive and control on the p99 (metric) up to
+// capacity and on the p99 of served and the goodput over it; the share
+// refused (refused, named what) and, over capacity, the p99 against
+// cpuwork's own at 80 % as figures; and the same at besideLevel beside
+// besideCompetition. control's A/A control gives every margin.
+func loadChecks(loads []float64, control, metric, refused, what string) []check {
+	var cs []check
+	add := func(where, suf string, l float64) {
+		at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
+		aa := [2]string{control + at, control + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
+		if suf == "" {
+			aa[1] = control + aaSuffix + at
+		}
+		alts := []string{"naive" + at, control + at}
+		if l <= 1 {
+			label := "p99 of served"
+			if metric == "p99_all_s" {
+				label = "p99 of all requests (a shed one counted as never answered)"
+			}
+			cs = append(cs,
+				check{label: where + ": " + label, judged: "cpuwork" + at, against: alts, metric: metric, aa: aa},
+				check{label: where + ": " + what, judged: "cpuwork" + at, metric: refused, limit: 0.01, unit: "%"})
+			return
+		}
+		cs = append(cs,
+			check{label: where + ": p99 of served", judged: "cpuwork" + at, against: alts, metric: "p99", aa: aa},
+			check{label: where + ": goodput within the objective, CPU-s of work per s", judged: "cpuwork" + at, against: alts, metric: "goodput_cpu_per_s", higher: true, aa: aa},
+			check{label: where + ": p99 of served vs its own at 80%", judged: "cpuwork" + at, against: []string{"cpuwork@80%"}, metric: "p99", limit: 2.0, goal: true},
+			check{label: where + ": work within the objective, share of the slots", judged: "cpuwork" + at, metric: "goodput_cpu_share", higher: true, limit: 0.9, unit: "%"},
+			check{label: where + ": served after the objective", judged: "cpuwork" + at, metric: "served_late_share", limit: 0.01, unit: "%"})
+	}
+	for _, l := range loads {
+		add(fmt.Sprintf("%.0f%%", l*100), "", l)
+	}
+	if slices.Contains(loads, besideLevel) {
+		add(fmt.Sprintf("%.0f%% beside %s", besideLevel*100, besideCompetition.Name), besideCompetition.suffix(), besideLevel)
+	}
+	return cs
+}
+
+// capacitySteps is the number of capacity runs the progress counts per
+// repeat: one closed-loop run and the open-loop steps down from it (three
+// expected, and the halfway step; the descent stops at the first rate
+// kept up with, and the progress total grows when it takes more).
+const capacitySteps = 1 + 4
+
+// calibration is a scenario's capacity: the highest open-loop rate (the
+// load levels' arrival process) its best alternative keeps up with, and
+// the share of the slots' CPU it used there.
+type calibration struct {
+	capacity float64
+	cpuShare float64 // process CPU / (duration × slots) at the capacity
+	// failure, when the capacity runs failed (capacity is then the
+	// estimate), says so for the scenario's verdict (checkLoads makes it
+	// s.Calibration: nothing is judged on those levels).
+	failure string
+	note    string
+}
+
+// capacityFactors are the fractions of the closed-loop throughput the
+// open-loop descent offers, in order; keepsUp is the share of an offer
+// served within the run that counts as keeping up (a queue drained after
+// the run is not throughput: at 0.9x its capacity, an M/G/2 service
+// serves ~98-99 % within 5 s).
+var capacityFactors = []float64{1.0, 0.95, 0.9, 0.85, 0.8, 0.75, 0.7}
+
+const keepsUp = 0.97
+
+// capacityProbe is one open-loop step of the descent.
+type capacityProbe struct {
+	rate, served, cpuShare float64
+}
+
+// descendToCapacity offers factor x start for each of capacityFactors in
+// turn, open loop, until a step is served at >= keepsUp of its offer;
+// when a step above it was not, it then offers the rate halfway between
+// the two, and returns the higher of the two kept up with, with every
+// step tried. The halfway step halves the descent's bias: the first step
+// kept up with lies 0-5 % of the start below the rate the server keeps
+// up with, 2.5 % on average, and a capacity taken low makes "110 %" an
+// offer the server keeps up with (the level check then leaves the repeat
+// not judged: docs/bench.md, "Load levels"). ok is false when none kept
+// up or a step failed (err).
+func descendToCapacity(start float64, try func(rate float64) (served, cpuShare float64, err error)) (at capacityProbe, tried []capacityProbe, ok bool, err error) {
+	probe := func(rate float64) (capacityProbe, error) {
+		served, share, err := try(rate)
+		if err != nil {
+			return capacityProbe{}, err
+		}
+		p := capacityProbe{rate: rate, served: served / rate, cpuShare: share}
+		tried = append(tried, p)
+		return p, nil
+	}
+	for _, f := range capacityFactors {
+		rate := wholeRate(f * start)
+		if n := len(tried); n > 0 && tried[n-1].rate == rate {
+			continue
+		}
+		p, err := probe(rate)
+		if err != nil {
+			return capacityProbe{}, tried, false, err
+		}
+		if p.served < keepsUp {
+			continue
+		}
+		if n := len(tried); n >= 2 {
+			if mid := wholeRate((p.rate + tried[n-2].rate) / 2); mid > p.rate && mid < tried[n-2].rate {
+				q, err := probe(mid)
+				if err != nil {
+					return capacityProbe{}, tried, false, err
+				}
+				if q.served >= keepsUp {
+					return q, tried, true, nil
+				}
+			}
+		}
+		return p, tried, true, nil
+	}
+	return capacityProbe{}, tried, false, nil
+}
+
+// measureCapacity finds what variant (the best alternative) can take
+// under the load levels' own arrival process. A closed loop (4 clients per
+// slot, the run's duration) gives an upper bound: its CPU per request is
+// the lowest there is (no idle Ps spinning, no thread wake-ups, 8
+// keep-alive connections), so open loop the same server keeps up with up
+// to ~20 % less (0-20 % in the repeats of docs/raw/bench-full-seed211.txt
+// and docs/raw/bench-inference-seed231.txt; a pool that served 473-527/s
+// closed loop served
+// 78 % of 500/s and 98 % of 450/s open loop;
+// docs/raw/capacity-open-loop-2026-11-24.txt). From it the rate steps down
+// (capacityFactors) open loop until variant serves >= 97 % of the offer
+// within the run; that rate is the capacity, and load levels are fractions
+// of it, so "95 %" is below what the best alternative keeps up with and
+// "110 %" above. It runs before each repeat (atLoads). A failed
+// measurement returns the estimate (or the closed-loop rate, when only the
+// descent failed), said to be one, with its failure, which checkLoads makes
+// the scenario's calibration verdict (nothing is judged on its levels).
+func (r *Runner) measureCapacity(s *Scenario, variant string, round int, estimate float64, once func(v *Variant, variant string, rate float64) error) calibration {
+	failed := func(reason string, fallback float64) calibration {
+		return calibration{capacity: fallback,
+			failure: fmt.Sprintf("the capacity runs of %s failed (%s); load levels are fractions of %.0f/s", variant, reason, fallback),
+			note:    fmt.Sprintf("ESTIMATED %.0f/s (not measured: %s)", fallback, reason)}
+	}
+	r.step(fmt.Sprintf("%s: measuring capacity (%s, closed loop, %d clients, before repeat %d)", s.Name, variant, 4*r.slots, round+1))
+	closed := &Variant{Name: "calibration", Valid: true}
+	if err := once(closed, variant, 0); err != nil {
+		return failed(err.Error(), estimate)
+	}
+	upper := closed.Repeats[0].Extra["goodput_per_s"]
+	if upper <= 0 {
+		return failed("served nothing closed loop", estimate)
+	}
+	at, tried, ok, err := descendToCapacity(upper, func(rate float64) (float64, float64, error) {
+		r.step(fmt.Sprintf("%s: measuring capacity (%s, open loop at %.0f/s, before repeat %d)", s.Name, variant, rate, round+1))
+		v := &Variant{Name: "calibration", Valid: true}
+		if err := once(v, variant, rate); err != nil {
+			return 0, 0, err
+		}
+		rp := v.Repeats[0]
+		return rp.Extra["goodput_per_s"], rp.Extra["cpu_share_of_slots"], nil
+	})
+	var steps []string
+	for _, p := range tried {
+		steps = append(steps, fmt.Sprintf("%.0f/s: %.0f%%", p.rate, 100*p.served))
+	}
+	switch {
+	case err != nil:
+		return failed(err.Error(), upper)
+	case !ok:
+		return failed(fmt.Sprintf("it kept up with none of the open-loop rates (served within the run: %s)", strings.Join(steps, ", ")), upper)
+	}
+	return calibration{capacity: at.rate, cpuShare: at.cpuShare,
+		note: fmt.Sprintf("%.0f/s (closed loop %.0f/s; open loop %s; %.0f%% of the slots' CPU)", at.rate, upper, strings.Join(steps, ", "), 100*at.cpuShare)}
+}
+
+// capacityNote describes the rounds' calibrations of variant.
+func capacityNote(variant string, slots int, cals []calibration) string {
+	var per []string
+	for i, c := range cals {
+		per = append(per, fmt.Sprintf("repeat %d %s", i+1, c.note))
+	}
+	return fmt.Sprintf("capacity measured before each repeat: the highest open-loop rate at which %s served >= %.0f%% of the offer within the run, stepping down from its closed-loop throughput (%d clients): %s; load levels are fractions of their repeat's capacity",
+		variant, 100*keepsUp, 4*slots, strings.Join(per, "; "))
+}
+
+// medianCapacity is the median of the rounds' capacities.
+func medianCapacity(cals []calibration) float64 {
+	var c []float64
+	for _, cal := range cals {
+		c = append(c, cal.capacity)
+	}
+	return median(c)
+}
+
+// checkLoads checks that the load levels are what they say, on the
+// calibrating variant (the best alternative that measured the capacity),
+// by what it served in each repeat, against that repeat's capacity: below
+// capacity (<= 80 %) it keeps up, serving at least 90 % of what was
+// offered within the run (a queue is drained after it, so not 100 %);
+// above (>= 110 %) it does not, serving under 97 % of the offer or
+// shedding. A capacity half the real one (no overload at "150 %") or twice
+// it (every level an overload) fails it. A repeat that fails it is not
+// judged (Repeat.NotJudged on every load-level variant: its levels are
+// not what they say, by this machine's drift within a repeat); the
+// scenario is judged on the others while at least two remain (one of
+// one), else it is not judged at all (s.Calibration), as it is when a
+// capacity run failed (the first calibration's failure). The CPU share of
+// each level is reported, not judged: a Go server spends more CPU per
+// request at light load (idle Ps spin for work, every request wakes a
+// thread) than in the closed loop, so it is not the load's share.
+func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cals []calibration) {
+	for _, cal := range cals {
+		if cal.failure != "" {
+			s.Calibration = cal.failure
+			return
+		}
+	}
+	var shares []string
+	bad := map[int]string{} // repeat index -> why its levels are not what they say
+	for _, l := range loads {
+		v := s.variant(fmt.Sprintf("%s@%.0f%%", variant, l*100))
+		if v == nil || !v.Valid {
+			continue
+		}
+		shares = append(shares, fmt.Sprintf("%.0f%%: %.0f%%", l*100, 100*median(v.repeatExtras("cpu_share_of_slots"))))
+		for i, rp := range v.Repeats {
+			c := rp.Extra["capacity_per_s"]
+			if c <= 0 || bad[i] != "" {
+				continue
+			}
+			served := rp.Extra["goodput_per_s"] / (l * c) // of the offer
+			shed := rp.Extra["shed_share"]
+			switch {
+			case l <= 0.8 && served < 0.9:
+				bad[i] = fmt.Sprintf("at %.0f%% %s served %.0f%% of the offer in repeat %d (expected >= 90%%): the capacity is overestimated, the level is an overload", l*100, variant, served*100, i+1)
+			case l >= 1.1 && served >= 0.97 && shed <= 0.01:
+				bad[i] = fmt.Sprintf("at %.0f%% %s served %.0f%% of the offer and shed %.1f%% in repeat %d (expected an overload: under 97%% served, or shedding): the capacity is underestimated", l*100, variant, served*100, shed*100, i+1)
+			}
+		}
+	}
+	s.Notes = append(s.Notes, fmt.Sprintf("%s's CPU per load level, share of the slots (median of the repeats; reported, not judged): %s", variant, strings.Join(shares, ", ")))
+	if len(bad) == 0 {
+		return
+	}
+	idx := slices.Sorted(maps.Keys(bad))
+	var reasons []string
+	for _, i := range idx {
+		reasons = append(reasons, bad[i])
+	}
+	if left := len(cals) - len(bad); left < min(2, len(cals)) {
+		s.Calibration = strings.Join(reasons, "; ")
+		return
+	}
+	for _, v := range s.Variants {
+		for _, i := range idx {
+			if i < len(v.Repeats) && v.Repeats[i].Extra["capacity_per_s"] > 0 {
+				v.Repeats[i].NotJudged = bad[i]
+			}
+		}
+	}
+	for _, i := range idx {
+		s.Notes = append(s.Notes, fmt.Sprintf("repeat %d is not judged: %s", i+1, bad[i]))
+	}
+}
+
+// closedLoop is the generator's extra flags for rate 0 (a closed loop of 4
+// clients per slot), none otherwise.
+func closedLoop(rate float64, slots int) []string {
+	if rate != 0 {
+		return nil
+	}
+	return []string{"--workers", strconv.Itoa(4 * slots)}
+}
+
+// loadOnce serves h on a loopback port and runs the load generator
+// against it; watch wraps the listener with cpuwork.WatchListener (the
+// cpuwork variants whose tasks call Checkpoint).
+func (r *Runner) loadOnce(v *Variant, scenario string, h http.Handler, watch bool, rate float64, loadgen []string, extra ...string) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("%s: listen on loopback: %w", scenario, err)
+	}
+	if watch {
+		ln = cpuwork.WatchListener(ln)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	return r.loadAt(v, scenario, ln.Addr().String(), rate, loadgen, extra...)
+}
+
+// loadAt is loadOnce against a server already listening at addr (in this
+// process or another); the CPU it reports is this process's.
+//
+// rate 0 runs the generator closed-loop (extra then carries --workers N):
+// latency counts from each request's send time and nothing is offered.
+func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen []string, extra ...string) error {
+	closed := rate == 0
+	if !closed {
+		rate = wholeRate(rate) // what the pacer sends is what is offered
+	}
+	m := startMeter()
+	d := r.loadDur
+	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+addr,
+		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", d.String())
+	args = append(args, extra...)
+	cmd := exec.Command(loadgen[0], args...)
+	cmd.Stderr = os.Stderr
+	if r.loadgenGroup != nil {
+		// The generator in a cgroup of its own with a fixed weight: the
+		// same CPU conditions for every variant, whatever the server does.
+		defer pinForChildren()() // until this returns, after the generator is reaped
+		c, done, err := inGroup(loadgen[0], r.loadgenGroup, args...)
+		if err != nil {
+			return err
+		}
+		defer done()
+		cmd = c
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("%s: start load generator: %w", scenario, err)
+	}
+	var results []LoadResult
+	dec := json.NewDecoder(out)
+	for {
+		var lr LoadResult
+		if err := dec.Decode(&lr); err != nil {
+			if err != io.EOF {
+				cmd.Process.Kill()
+				cmd.Wait()
+				return fmt.Errorf("%s: read load results: %w", scenario, err)
+			}
+			break
+		}
+		results = append(results, lr)
+	}
+	if err := cmd.Wait(); err != nil {
+		return fmt.Errorf("%s: load generator: %w", scenario, err)
+	}
+	u := m.stop()
+	// The generator's own CPU (wait4's rusage: it and the children it
+	// waited for), which it takes from the same CPUs as the server here.
+	var genCPU float64
+	if ps := cmd.ProcessState; ps != nil {
+		genCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	if len(results) == 0 {
+		return fmt.Errorf("%s: load generator returned no results", scenario)
+	}
+	// Intended send time of hit Seq under vegeta's constant pacer is
+	// began + (Seq+1)*interval; began is estimated from the least-delayed hit.
+	var interval time.Duration
+	if !closed {
+		interval = time.Duration(float64(time.Second) / float64(int(rate)))
+	}
+	began := results[0].Timestamp
+	for _, lr := range results {
+		if t := lr.Timestamp.Add(-time.Duration(lr.Seq+1) * interval); t.Before(began) {
+			began = t
+		}
+	}
+	rec := newRecorder(began, len(results))
+	all, kinds := rec.shard(), map[string]*histT{"small": newHist(), "large": newHist()}
+	shed, errs, ok, inWindow := 0, 0, 0, 0
+	var work float64 // CPU-seconds of the requests served within the objective and the run
+	lateServed := 0  // served after the objective
+	var last time.Time
+	late := newHist() // the generator's own lateness: actual send time - intended
+	for _, lr := range results {
+		intended := began.Add(time.Duration(lr.Seq+1) * interval)
+		if closed {
+			intended = lr.Timestamp
+		}
+		late.RecordValue(max(int64(lr.Timestamp.Sub(intended)/time.Microsecond), 1))
+		end := lr.Timestamp.Add(time.Duration(lr.LatencyNS))
+		lat := end.Sub(intended)
+		switch {
+		case lr.Code == http.StatusServiceUnavailable:
+			shed++
+			continue // shed requests are counted, never in the latency percentiles
+		case lr.Code != http.StatusOK:
+			errs++
+			continue
+		}
+		ok++
+		if r.work.slo > 0 && lat > r.work.slo {
+			lateServed++
+		}
+		if !end.After(began.Add(d)) {
+			inWindow++
+			if r.work.slo == 0 || lat <= r.work.slo {
+				work += r.work.cost[lr.Kind]
+			}
+		}
+		rec.record(all, end, lat)
+		kinds[lr.Kind].RecordValue(max(int64(lat/time.Microsecond), 1))
+		if end.After(last) {
+			last = end
+		}
+	}
+	h := rec.merged()
+	v.addRun(h, rec.series, u)
+	v.setRepeatExtra("shed_share", float64(shed)/float64(max(len(results), 1)))
+	unanswered := float64(shed+errs) / float64(len(results))
+	v.setRepeatExtra("unanswered_share", unanswered)
+	if p, ok := p99OfAll(h, unanswered); ok {
+		v.setRepeatExtra("p99_all_s", p)
+	} // else nothing was answered: no p99 to judge, and the unanswered share fails the repeat
+	v.setRepeatExtra("served", float64(ok))
+	v.setRepeatExtra("generator_lateness_p99_s", latencyOf(late).P99)
+	v.setRepeatExtra("generator_cpu_s", genCPU)
+	// Goodput counts the requests served within the run: a queue left at
+	// its end and drained afterwards is not throughput.
+	v.setRepeatExtra("goodput_per_s", float64(inWindow)/d.Seconds())
+	if r.work.cost != nil {
+		// Goodput as work: the CPU-seconds (on one core, as calibrated) of
+		// the requests served within the objective and the run, per
+		// second. A request weighs its cost, so shedding the large
+		// requests is not goodput.
+		v.setRepeatExtra("goodput_cpu_per_s", work/d.Seconds())
+		v.setRepeatExtra("goodput_cpu_share", work/d.Seconds()/float64(r.slots))
+		v.setRepeatExtra("served_late_share", float64(lateServed)/float64(max(ok, 1)))
+	}
+	// The process's CPU over the run's duration: the work happens within
+	// it (open loop below capacity, or closed loop), while the meter's
+	// wall time adds the generator's start and exit.
+	v.setRepeatExtra("cpu_share_of_slots", u.cpu/(d.Seconds()*float64(r.slots)))
+	n := len(v.Repeats)
+	v.OfferedPS = runMean(v.OfferedPS, rate, n)
+	v.AchievedPS = runMean(v.AchievedPS, float64(len(results))/d.Seconds(), n) // sent by the generator
+	v.setExtra("goodput_per_s", runMean(v.Extra["goodput_per_s"], float64(inWindow)/d.Seconds(), n))
+	v.setExtra("sent", v.Extra["sent"]+float64(len(results)))
+	v.Throughput = v.Extra["goodput_per_s"]
+	for k, h := range kinds {
+		l := latencyOf(h)
+		v.setRepeatExtra(k+"_p99_s", l.P99)
+		if v.kinds == nil {
+			v.kinds = map[string]*histT{}
+		}
+		if v.kinds[k] == nil {
+			v.kinds[k] = newHist()
+		}
+		v.kinds[k].Merge(h)
+		l = latencyOf(v.kinds[k]) // over every repeat so far
+		v.setExtra(k+"_p50_s", l.P50)
+		v.setExtra(k+"_p99_s", median(v.repeatExtras(k+"_p99_s")))
+		v.setExtra(k+"_p999_s", l.P999)
+	}
+	v.setExtra("shed", v.Extra["shed"]+float64(shed))
+	v.setExtra("errors", v.Extra["errors"]+float64(errs))
+	return nil
+}
+
+// p99OfAll is the p99 of every request sent, an unanswered one (shed or
+// failed: a share unanswered of them) counted as never answered: the
+// answered requests' quantile 0.99/(1-unanswered), so shedding the slowest
+// requests does not lower it. With more than 1 % unanswered the p99 is
+// beyond every answer; it is then the slowest answer's latency (a lower
+// bound), and the checks that use it fail that repeat on the unanswered
+// share (answeredCheck). Seconds; false when nothing was answered (a
+// check on it is then not judged rather than fed a p99 of 0).
+func p99OfAll(h *histT, unanswered float64) (float64, bool) {
+	if h.TotalCount() == 0 || unanswered >= 1 {
+		return 0, false
+	}
+	if q := 0.99 / (1 - unanswered); q < 1 {
+		return float64(h.ValueAtQuantile(100*q)) / 1e6, true
+	}
+	return float64(h.Max()) / 1e6, true
+}
+
+// wholeRate is the request rate the load generator can pace: whole
+// requests per second, at least 1.
+func wholeRate(rate float64) float64 { return max(math.Floor(rate), 1) }
+
+// atLoads runs every variant at every load level (a fraction of
+// capacity), r.rounds times, load levels and variants in a shuffled order
+// per round, as variants named "variant@N%". Before each round calibrate
+// measures the capacity afresh (this machine's speed drifts by ~10 % over
+// minutes: one capacity measured at the start made "110 %" of a later
+// round no overload and "95 %" of another one), and that round's levels
+// are fractions of it; each repeat records its capacity
+// ("capacity_per_s"). Then it derives each variant's goodput (of the
+// offered rate, and per repeat of its capacity) and shed share and marks
+// it invalid when its responses had errors or the generator sent less
+// than 99 % of the offered rate. It returns the rounds' calibrations.
+//
+// control, when not empty and run, also runs again at every level under
+// the name control+"-aa", in the same shuffled order: the A/A control
+// (the same server twice in one round), whose ratio to the first run is
+// the comparisons' equivalence margin. checks, when not nil, decides the
+// number of rounds (Runner.pairs); nil runs as many as s.Pairs (a second
+// set of levels of a scenario already paired).
+func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, control string, checks func() []check, calibrate func(round int) calibration, once func(v *Variant, variant string, rate float64) error) []calibration {
+	variants = slices.DeleteFunc(slices.Clone(variants), func(v struct{ name, desc string }) bool { return !r.wants(v.name) || !r.runs(v.name) })
+	if control != "" && slices.ContainsFunc(variants, func(v struct{ name, desc string }) bool { return v.name == control }) {
+		variants = append(variants, struct{ name, desc string }{control + aaSuffix, aaDesc(control)})
+	}
+	for _, pv := range variants {
+		for _, l := range loads {
+			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
+		}
+	}
+	var cals []calibration
+	round := func(round int) {
+		cal := calibrate(round)
+		cals = append(cals, cal)
+		for _, l := range shuffledOf(r, loads) {
+			for _, pv := range shuffledOf(r, variants) {
+				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
+				r.step(fmt.Sprintf("%s: %s (pair %d)", s.Name, v.Name, round+1))
+				n := len(v.Repeats)
+				if err := once(v, strings.TrimSuffix(pv.name, aaSuffix), cal.capacity*l); err != nil {
+					v.Valid, v.Invalid = false, err.Error()
+				}
+				if len(v.Repeats) > n {
+					if v.Repeats[n].Extra == nil {
+						v.Repeats[n].Extra = map[string]float64{}
+					}
+					v.Repeats[n].Extra["capacity_per_s"] = cal.capacity
+				}
+			}
+		}
+	}
+	if checks != nil {
+		r.pairs(s, checks, round)
+	} else { // a second set of levels of a scenario already paired: as many rounds
+		for i := range s.Pairs {
+			round(i)
+		}
+	}
+	for _, v := range s.Variants {
+		for i := range v.Repeats {
+			if c := v.Repeats[i].Extra["capacity_per_s"]; c > 0 {
+				v.Repeats[i].Extra["goodput_of_capacity"] = v.Repeats[i].Extra["goodput_per_s"] / c
+			}
+		}
+		finishLoadVariant(v)
+	}
+	return cals
+}
+
+// aaSuffix names a variant's A/A control: the same variant run again in
+// the same rounds.
+const aaSuffix = "-aa"
+
+// aaDesc describes control's A/A control (--list).
+func aaDesc(control string) string {
+	return fmt.Sprintf("the A/A control: %s again, alternated in the same rounds (nothing changed but the run); its ratio to %s is the equivalence margin of the comparisons of its case", control, control)
+}
+
+// besideShare is the time a load scenario's level beside the competitor
+// takes per round, as a share of a round of its levels alone: one
+// capacity measurement and one run per variant, against one and one per
+// variant and level. 0 when the run has no beside case.
+func besideShare(r *Runner, variants []struct{ name, desc string }, loads []float64) float64 {
+	if _, ok := r.besideCase(loads); !ok {
+		return 0
+	}
+	n := 1 // the A/A control
+	for _, v := range variants {
+		if r.runs(v.name) && r.wants(v.name) {
+			n++
+		}
+	}
+	return float64(capacitySteps+n) / float64(capacitySteps+n*len(loads))
+}
+
+// aaOf is the A/A control's variant of a load scenario.
+func aaOf(scenario string) string {
+	if scenario == "inference" {
+		return "pool"
+	}
+	return "pool-503"
+}
+
+// finishLoadVariant derives an open-loop variant's goodput of the offered
+// rate and shed share over its repeats, and marks it invalid when its
+// responses had errors or the generator sent less than 99 % of the
+// offered rate.
+func finishLoadVariant(v *Variant) {
+	if v.OfferedPS > 0 {
+		v.setExtra("goodput_of_offered", v.Extra["goodput_per_s"]/v.OfferedPS)
+		v.setExtra("shed_share", v.Extra["shed"]/max(v.Extra["sent"], 1))
+	}
+	if v.Valid && v.Extra["errors"] > 0 {
+		v.Valid, v.Invalid = false, fmt.Sprintf("%.0f responses were errors", v.Extra["errors"])
+	}
+	err := rateValid(v.AchievedPS, v.OfferedPS)
+	if err != nil && overloadLevel(v.Name) && v.AchievedPS >= 0.95*v.OfferedPS {
+		// In overload the server takes every CPU it can, the generator's
+		// share too: what it sent is still twice the capacity or more,
+		// and the goodput and p99 are of what it sent.
+		v.setExtra("sent_share_of_offer", v.AchievedPS/v.OfferedPS)
+		err = nil
+	}
+	if v.Valid && err != nil {
+		v.Valid, v.Invalid = false, err.Error()
+	}
+}
+
+// overloadLevel reports whether a load variant's level ("name@200%") is
+// above capacity.
+func overloadLevel(name string) bool {
+	_, at, ok := strings.Cut(name, "@")
+	if !ok {
+		return false
+	}
+	pct, err := strconv.ParseFloat(strings.TrimSuffix(at, "%"), 64)
+	return err == nil && pct > 100
+}
+
+// respond answers a scenario's request: 503 when the executor shed it
+// (ErrSaturated), 500 on any other error, 200 "ok" otherwise.
+func respond(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, cpuwork.ErrSaturated):
+		http.Error(w, "saturated", http.StatusServiceUnavailable)
+	case err != nil:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	default:
+		w.Write([]byte("ok\n"))
+	}
+}
+
+// loadgenIn puts the load generator of the scenario's runs in a cgroup of
+// its own at weight (when root; else it shares the bench's, said in a
+// note); call the returned func when the scenario is done.
+func (r *Runner) loadgenIn(s *Scenario, weight uint64, why string) (undo func()) {
+	if os.Geteuid() != 0 {
+		s.Notes = append(s.Notes, "the load generator shares the bench's cgroup (a cgroup of its own needs root)")
+		return func() {}
+	}
+	g, err := newGroup("bench-loadgen", cgroup.Config{Weight: weight})
+	if err != nil {
+		s.Notes = append(s.Notes, "the load generator shares the bench's cgroup: "+err.Error())
+		return func() {}
+	}
+	r.loadgenGroup = g
+	s.Notes = append(s.Notes, fmt.Sprintf("the load generator runs in a cgroup of its own (weight %d), %s", weight, why))
+	return func() { removeGroup(g); r.loadgenGroup = nil }
+}
