@@ -172,7 +172,12 @@ func baseName(v string) (base, suffix string) {
 // order. once runs one variant and records the result unless warm; an
 // error, or a competitor found dead after the run, marks the variant
 // invalid. The competitor is stopped on every path.
-func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, checks func() []check, reference func(cc competition), once func(cc competition, v *Variant, warm bool) error) {
+//
+// firstOnly, when not nil, names the variants (and reference, when it
+// returns true for nil) that the default run measures in the first round
+// only: a floor or a reference shown beside the verdicts, not compared
+// pair by pair (--thorough measures them every round).
+func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, checks func() []check, reference func(cc competition), firstOnly func(v *Variant) bool, once func(cc competition, v *Variant, warm bool) error) {
 	byCase := map[string][]*Variant{}
 	for _, v := range s.Variants {
 		_, suf := baseName(v.Name)
@@ -204,13 +209,17 @@ func (r *Runner) eachCase(s *Scenario, scenario string, cases []competition, che
 					return
 				}
 				defer stop()
-				if reference != nil {
+				later := round > 0 && !r.cfg.Thorough && firstOnly != nil
+				if reference != nil && !(later && firstOnly(nil)) {
 					reference(cc)
 				}
 				if round == 0 {
 					r.warmUp(scenario+cc.suffix(), vs, func(v *Variant) { once(cc, v, true) })
 				}
 				for _, v := range shuffledOf(r, vs) {
+					if later && firstOnly(v) {
+						continue
+					}
 					r.step(fmt.Sprintf("%s: %s (pair %d)", scenario, v.Name, round+1))
 					err := once(cc, v, false)
 					if err == nil && !alive() {

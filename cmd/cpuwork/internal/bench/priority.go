@@ -70,6 +70,15 @@ func (r *Runner) priority(name string, crit, unit time.Duration, network bool) *
 		alone[cc.suffix()] = r.batchAlone(batchW)
 		aloneRuns[cc.suffix()]++
 		aloneMean[cc.suffix()] = runMean(aloneMean[cc.suffix()], alone[cc.suffix()], aloneRuns[cc.suffix()])
+	}, func(v *Variant) bool {
+		// The floor and batch alone, shown beside the verdicts, are
+		// measured in the first round of the default run: batch shares
+		// of later rounds are of the first round's batch alone.
+		if v == nil {
+			return true
+		}
+		base, _ := baseName(v.Name)
+		return base == "no-batch"
 	}, func(cc competition, v *Variant, warm bool) error {
 		base, _ := baseName(v.Name)
 		res, err := r.priorityOnce(strings.TrimSuffix(base, aaSuffix), critW, batchW, interval, network)

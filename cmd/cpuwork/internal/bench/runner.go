@@ -103,7 +103,7 @@ var scenarioTable = []scenarioDef{
 			return r.priority("priority", 200*time.Microsecond, time.Millisecond, true), nil
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      90 * time.Second},
+		budget:      125 * time.Second},
 	{name: "priority-inprocess", extra: true, desc: "the priority scenario with requests dispatched in process by a goroutine sleeping to each arrival (measures timer lateness under busy Ps; not in the default set)",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {

@@ -46,7 +46,7 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	go echoServer(ln)
 	job := workload.NewSpin(unit)
 	echo := map[string]*histT{}
-	r.eachCase(s, "timers", cases, func() []check { return timerChecks(cases) }, nil, func(cc competition, v *Variant, warm bool) error {
+	r.eachCase(s, "timers", cases, func() []check { return timerChecks(cases) }, nil, nil, func(cc competition, v *Variant, warm bool) error {
 		base, _ := baseName(v.Name)
 		canary, eh, series, u, jobs, err := r.timersOnce(strings.TrimSuffix(base, aaSuffix), job, ln.Addr().String())
 		if warm || err != nil {

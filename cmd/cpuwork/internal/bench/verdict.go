@@ -485,7 +485,45 @@ func evaluate(s *Scenario, c check) CheckResult {
 	if len(r.Values) >= 2 {
 		r.Verdict = threeWay(r.CILow, r.CIHigh, r.Margin, c.higher)
 	}
+	boundedVerdict(&r, c)
 	return r
+}
+
+// boundedVerdict keeps only the verdict a bound supports. A derived value
+// (capacityAt) that is a bound makes the ratio one too: the judged
+// variant's lower bound or an alternative's upper bound leaves the true
+// ratio at least the one measured, which supports "better" only; an
+// alternative's lower bound leaves it at most that, which supports
+// "worse" only. Any other verdict becomes inconclusive, with a note.
+func boundedVerdict(r *CheckResult, c check) {
+	var atLeast, atMost bool
+	for _, n := range r.Notes {
+		base, _, _ := strings.Cut(n, " ")
+		switch {
+		case strings.HasSuffix(n, "a lower bound") && base == c.judged:
+			atLeast = true
+		case strings.HasSuffix(n, "an upper bound") && base != c.judged:
+			atLeast = true
+		case strings.HasSuffix(n, "a lower bound"):
+			atMost = true
+		}
+	}
+	if !c.higher {
+		atLeast, atMost = atMost, atLeast
+	}
+	keep := r.Verdict
+	switch {
+	case atLeast && atMost:
+		keep = Inconclusive
+	case atLeast && r.Verdict != Better:
+		keep = Inconclusive
+	case atMost && r.Verdict != Worse:
+		keep = Inconclusive
+	}
+	if keep != r.Verdict {
+		r.Notes = append(r.Notes, fmt.Sprintf("%s not supported: a bound stands for a value, so the ratio is a bound too", r.Verdict))
+		r.Verdict = keep
+	}
 }
 
 // variantValid reports whether s has a valid variant name.

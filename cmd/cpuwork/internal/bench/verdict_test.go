@@ -364,3 +364,38 @@ func TestCapacityAtTheTargetIsInterpolatedAndBoundedNeverInfinite(t *testing.T) 
 		}
 	})
 }
+
+// A capacity that is a bound supports a verdict one way only: cpuwork that
+// met the objective at every level has at least the capacity measured, so
+// it can be better than the pool but never worse or equivalent on that
+// evidence.
+func TestABoundSupportsAVerdictOneWayOnly(t *testing.T) {
+	loads := []float64{0.8, 2}
+	mk := func(cw []float64) *Scenario {
+		vals := map[string]map[string][]float64{}
+		for k, l := range loads {
+			at := fmt.Sprintf("@%.0f%%", l*100)
+			vals["cw"+at] = map[string][]float64{"p99": {0.01, 0.01, 0.01}, "goodput_cpu_per_s": {cw[k], cw[k] * 1.01, cw[k] * 0.99}}
+			vals["pool"+at] = map[string][]float64{"p99": {[]float64{0.05, 0.3}[k], []float64{0.05, 0.3}[k], []float64{0.05, 0.3}[k]}, "goodput_cpu_per_s": {[]float64{1.6, 1.0}[k], []float64{1.6, 1.0}[k], []float64{1.6, 1.0}[k]}}
+		}
+		return synth(vals)
+	}
+	var needs []string
+	for _, b := range []string{"cw", "pool"} {
+		for _, l := range loads {
+			needs = append(needs, fmt.Sprintf("%s@%.0f%%", b, l*100))
+		}
+	}
+	c := check{label: "capacity", judged: "cw", against: []string{"pool"}, metric: "goodput_cpu_per_s", higher: true, of: capacityAt("cw", loads, 0.1), needs: needs}
+	// cw met the target at both levels: its 2x goodput is a lower bound.
+	s := mk([]float64{1.6, 1.0}) // the bound is below the pool's interpolated capacity
+	judge(s, []check{c})
+	if r := s.Checks[0]; r.Verdict != Inconclusive || !strings.Contains(strings.Join(r.Notes, " "), "not supported") {
+		t.Errorf("a lower bound below the pool: %s %v, want inconclusive with a note", r.Verdict, r.Notes)
+	}
+	s = mk([]float64{1.6, 3.0}) // the bound alone beats the pool
+	judge(s, []check{c})
+	if r := s.Checks[0]; r.Verdict != Better {
+		t.Errorf("a lower bound above the pool: %s, want better", r.Verdict)
+	}
+}
