@@ -122,7 +122,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	// threads.
 	loads := r.loadLevels(inferenceLoads)
 	_, beside := r.besideCase(loads)
-	checks := func() []check { return inferenceChecks(loads, slo.Seconds(), beside, false) }
+	checks := func() []check { return inferenceChecks(loads, slo.Seconds(), false) }
 	r.afterShare = besideShare(r, inferenceVariants, loads)
 	defer func() { r.afterShare = 0 }()
 	cals := r.atLoads(s, inferenceVariants, loads, "pool", checks, func(round int) calibration { return r.measureCapacity(s, "pool", round, estimate, once) }, once)
@@ -149,7 +149,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 		}
 	}
 	// Capacity at the p99 target (the SLO), interpolated between load levels.
-	judge(s, inferenceChecks(loads, slo.Seconds(), beside, s.variant("cpuwork+quota1.0@80%") != nil))
+	judge(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil))
 	return s, nil
 }
 
@@ -164,7 +164,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 // alone and beside one), in a 1.0-CPU cgroup at 80 % <= 1.0x with <= 5 %
 // of periods throttled (issue 20's targets), and the capacity at a p99
 // target (C1: 2.5x requests per second) >= the best alternative's.
-func inferenceChecks(loads []float64, target float64, beside, quota bool) []check {
+func inferenceChecks(loads []float64, target float64, quota bool) []check {
 	cs := loadChecks(loads, "pool", "p99_all_s", "unanswered_share", "unanswered (shed or failed)")
 	for _, l := range loads {
 		if l == 0.8 || l == 0.95 {
@@ -187,7 +187,6 @@ func inferenceChecks(loads []float64, target float64, beside, quota bool) []chec
 	}
 	cs = append(cs, check{label: fmt.Sprintf("capacity at the objective: goodput (CPU-s of work per s) where p99 reaches %s, interpolated between loads", ms(target)), judged: "cpuwork", against: []string{"naive", "pool"},
 		metric: "goodput_cpu_per_s", higher: true, of: capacityAt("cpuwork", loads, target), needs: needs, aa: [2]string{"pool", "pool" + aaSuffix}})
-	_ = beside
 	return cs
 }
 

@@ -235,7 +235,7 @@ func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 		"neighbour": neighbourChecks(),
 		"service":   serviceChecks([]float64{0.5, 0.8, 2}),
 	}
-	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 2}, 0.1, true, true) {
+	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 2}, 0.1, true) {
 		if c.of == nil {
 			decls["inference"] = append(decls["inference"], c)
 		}

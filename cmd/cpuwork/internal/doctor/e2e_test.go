@@ -27,6 +27,13 @@ func inQuota(t *testing.T, q float64, cmd *exec.Cmd) {
 	if err != nil {
 		t.Skipf("cannot create a CPU cgroup here: %v", err)
 	}
+	startIn(t, g, cmd)
+}
+
+// startIn starts cmd in group g; at the test's end cmd is killed, then g
+// removed.
+func startIn(t *testing.T, g *cgroup.Group, cmd *exec.Cmd) {
+	t.Helper()
 	t.Cleanup(func() {
 		if err := g.Remove(); err != nil {
 			t.Error(err)

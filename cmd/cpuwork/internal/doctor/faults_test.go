@@ -148,18 +148,7 @@ func startFault(t *testing.T, f fault) (*exec.Cmd, string) {
 		if err != nil {
 			t.Skipf("cannot create a child cgroup here: %v", err)
 		}
-		t.Cleanup(func() {
-			if err := leaf.Remove(); err != nil {
-				t.Error(err)
-			}
-		})
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-		if err := leaf.Add(cmd.Process.Pid); err != nil {
-			t.Fatal(err)
-		}
+		startIn(t, leaf, cmd)
 	default:
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
