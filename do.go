@@ -301,7 +301,7 @@ func (e *Executor) releaseSlotKeep(c Class, est *int64, keep *keepNext) {
 	if e.closed.Load() {
 		e.checkDrained()
 	}
-	if p := e.frac; p != nil {
+	if p := e.frac.Load(); p != nil {
 		p.maybeStep()
 	}
 }

@@ -75,8 +75,12 @@ type Executor struct {
 	pacerStop context.CancelFunc
 	pacerDone chan struct{}
 	// frac opens and closes the extra slot of a fractional quota
-	// (fraction.go); extraClosed (guarded by mu) says it is closed now.
-	frac        *fracPacer
+	// (fraction.go), made by New or, for a quota that appears later, by
+	// the budget watcher (follow); extraClosed (guarded by mu) says it is
+	// closed now. fracStop and fracDone are set with it, before it is
+	// stored, and read by Close after the watcher stopped.
+	frac        atomic.Pointer[fracPacer]
+	quota       QuotaPolicy
 	extraClosed bool
 	fracStop    chan struct{}
 	fracDone    chan struct{}
@@ -190,6 +194,7 @@ func New(o Options) (*Executor, error) {
 	}
 	var b budget.Budget
 	var berr error
+	var frac *fracPacer
 	if slots == 0 || o.Account.Every >= 0 {
 		b, berr = detect()
 	}
@@ -204,12 +209,13 @@ func New(o Options) (*Executor, error) {
 			return nil, fmt.Errorf("cpuwork: detect CPU budget (set Options.Slots to run without it): %w", berr)
 		}
 		slots = b.Slots()
+		e.quota = o.Quota
 		if _, _, ok := quotaOf(b); ok && o.PaceQuota {
 			e.pacer = newPacer(b, e.setPaced)
 			slots = pacedSlots(b)
-		} else if ok && (o.Quota == QuotaFraction || o.Quota == QuotaStrict) {
-			if p := newFracPacer(b, o.Quota == QuotaStrict, e.setExtraOpen); p != nil {
-				e.frac = p
+		} else if ok {
+			if p := e.newFrac(b); p != nil {
+				frac = p
 				slots = p.slots()
 			}
 		}
@@ -236,9 +242,8 @@ func New(o Options) (*Executor, error) {
 		e.pacerStop, e.pacerDone = cancel, make(chan struct{})
 		go func() { defer close(e.pacerDone); e.pacer.run(ctx) }()
 	}
-	if e.frac != nil {
-		e.fracStop, e.fracDone = make(chan struct{}), make(chan struct{})
-		go func() { defer close(e.fracDone); e.frac.run(e.fracStop) }()
+	if frac != nil {
+		e.startFrac(frac)
 	}
 	if o.Slots == 0 && o.WatchInterval >= 0 {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -273,10 +278,17 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 				n = pacedSlots(b)
 			}
 		}
-		if e.frac != nil {
-			e.frac.reconfigure(b)
-			if e.frac.frac > 0 {
-				n = e.frac.slots()
+		if p := e.frac.Load(); p != nil {
+			p.reconfigure(b)
+			if p.frac > 0 {
+				n = p.slots()
+			}
+		} else if e.pacer == nil {
+			// A quota that appeared after New gets its fractional
+			// slot as one present then does.
+			if p := e.newFrac(b); p != nil {
+				e.startFrac(p)
+				n = p.slots()
 			}
 		}
 		if n != e.Slots() {
@@ -284,6 +296,34 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 			e.SetSlots(n)
 		}
 	}
+}
+
+// newFrac returns the fractional pacer of b under e's quota policy, or nil
+// (no fractional quota, a policy without one, or no P for the extra slot,
+// which it logs: GOMAXPROCS below ceil(quota) leaves part of the quota to
+// goroutines outside the executor, silently otherwise).
+func (e *Executor) newFrac(b budget.Budget) *fracPacer {
+	if e.quota != QuotaFraction && e.quota != QuotaStrict {
+		return nil
+	}
+	if l, ok := b.Limiting(); ok && l.Period > 0 && b.GOMAXPROCS > 0 {
+		if whole := math.Floor(b.Cores); b.Cores-whole >= 0.01 && whole >= 1 && int(whole)+1 > b.GOMAXPROCS {
+			e.log.Warn(fmt.Sprintf("cpuwork: GOMAXPROCS %d leaves no P for the fractional slot of the %.4g-CPU quota: %d slots run and %.2f CPU of the quota goes unused by them; leave GOMAXPROCS to the Go runtime (1.25 and later round a quota up) or set it to %d",
+				b.GOMAXPROCS, b.Cores, int(whole), b.Cores-whole, int(whole)+1),
+				"gomaxprocs", b.GOMAXPROCS, "quota_cores", b.Cores)
+		}
+	}
+	return newFracPacer(b, e.quota == QuotaStrict, e.setExtraOpen)
+}
+
+// startFrac starts p's ticker and makes it the executor's pacer. Called by
+// New before the executor is shared, or by the budget watcher, which Close
+// stops before it reads fracStop.
+func (e *Executor) startFrac(p *fracPacer) {
+	e.fracStop, e.fracDone = make(chan struct{}), make(chan struct{})
+	stop, done := e.fracStop, e.fracDone
+	go func() { defer close(done); p.run(stop) }()
+	e.frac.Store(p)
 }
 
 // slotCount is Slots without the lock.

@@ -91,7 +91,7 @@ type fracPacer struct {
 	lastThrot          uint64
 	haveThrot, started bool
 	lastStep           atomic.Int64 // now() of the last step, for maybeStep
-	tickNs             int64
+	tickNs             atomic.Int64 // read by maybeStep without mu
 	closeUsage         func()
 }
 
@@ -138,7 +138,7 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 		return false
 	}
 	p.n, p.frac, p.period = int(n), frac, l.Period
-	p.tickNs = int64(l.Period / fracTicks)
+	p.tickNs.Store(int64(l.Period / fracTicks))
 	if p.closeUsage != nil {
 		p.closeUsage()
 	}
@@ -211,7 +211,7 @@ func (p *fracPacer) setOpenLocked(open bool) {
 // goroutine waits for a P.
 func (p *fracPacer) maybeStep() {
 	t := now()
-	if last := p.lastStep.Load(); t-last >= p.tickNs && p.lastStep.CompareAndSwap(last, t) {
+	if last := p.lastStep.Load(); t-last >= p.tickNs.Load() && p.lastStep.CompareAndSwap(last, t) {
 		p.step(t)
 	}
 }
@@ -256,7 +256,7 @@ func (p *fracPacer) run(done <-chan struct{}) {
 func (p *fracPacer) nextTick() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	tick := time.Duration(p.tickNs)
+	tick := time.Duration(p.tickNs.Load())
 	if tick <= 0 {
 		tick = 2 * time.Millisecond
 	}

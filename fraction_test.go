@@ -1,8 +1,13 @@
 package cpuwork
 
 import (
+	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -47,7 +52,8 @@ func (s *sim) setQuota(q float64, period time.Duration) {
 		n, frac = n-1, 1
 	}
 	s.p.mu.Lock()
-	s.p.n, s.p.frac, s.p.period, s.p.tickNs = n, frac, period, int64(period/fracTicks)
+	s.p.n, s.p.frac, s.p.period = n, frac, period
+	s.p.tickNs.Store(int64(period / fracTicks))
 	s.p.mu.Unlock()
 }
 
@@ -66,7 +72,7 @@ func (s *sim) run(d time.Duration) {
 		}
 		s.u += cores*us + int64(s.outside*float64(us))
 		s.t += us
-		if s.t%s.p.tickNs == 0 {
+		if s.t%s.p.tickNs.Load() == 0 {
 			s.p.step(s.t)
 		}
 		if s.t%int64(time.Millisecond) == 0 {
@@ -245,4 +251,90 @@ func TestFractionalPacerForFractionalQuotasAndStrictWholeOnes(t *testing.T) {
 	if p := newFracPacer(budget.Budget{Cores: 1.5, Affinity: 2, Source: budget.SourceAffinity}, false, func(bool) {}); p != nil {
 		t.Error("a budget without a quota got a pacer")
 	}
+}
+
+// A quota applied after New (a container's limit raised or set while the
+// service runs; the executor started before the cgroup was joined) gets
+// its fractional slot as one present at New does; and one removed again
+// gives the slot count back to the budget.
+func TestFractionalQuotaAppliedAfterNewGetsItsExtraSlot(t *testing.T) {
+	dir := t.TempDir()
+	var quota atomic.Bool
+	detect := func() (budget.Budget, error) {
+		if !quota.Load() {
+			return budget.Budget{Cores: 2, GOMAXPROCS: 2, Affinity: 2, Source: budget.SourceAffinity}, nil
+		}
+		return budget.Budget{Cores: 1.5, GOMAXPROCS: 2, Affinity: 2, Source: budget.SourceCgroupV1,
+			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
+	}
+	e := newExec(t, Options{WatchInterval: time.Millisecond, detect: detect})
+	if e.Slots() != 2 || e.frac.Load() != nil {
+		t.Fatalf("no quota: %d slots, pacer %v; want 2 and none", e.Slots(), e.frac.Load() != nil)
+	}
+	quota.Store(true)
+	waitUntil(t, "the 1.5-CPU quota's fractional slot", func() bool { return e.frac.Load() != nil && e.Slots() == 2 })
+	if p := e.frac.Load(); p.n != 1 || p.frac != 0.5 {
+		t.Errorf("pacer n %d frac %v, want 1 and 0.5", p.n, p.frac)
+	}
+	quota.Store(false)
+	waitUntil(t, "the pacer off once the quota is gone", func() bool {
+		p := e.frac.Load()
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.frac == 0 && p.open
+	})
+	if e.Slots() != 2 {
+		t.Errorf("quota gone: %d slots, want 2", e.Slots())
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A GOMAXPROCS below ceil(quota) leaves the fractional slot without a P:
+// New says so in the log, with the fix, instead of running floor(quota)
+// slots silently.
+func TestGOMAXPROCSBelowTheQuotaIsLogged(t *testing.T) {
+	dir := t.TempDir()
+	detect := func() (budget.Budget, error) {
+		return budget.Budget{Cores: 1.5, GOMAXPROCS: 1, Affinity: 2, Source: budget.SourceCgroupV1,
+			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
+	}
+	var buf syncBuffer
+	e := newExec(t, Options{WatchInterval: -1, detect: detect, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	if e.Slots() != 1 {
+		t.Errorf("%d slots, want 1 (one P)", e.Slots())
+	}
+	if s := buf.String(); !strings.Contains(s, "GOMAXPROCS 1") || !strings.Contains(s, "1.5") {
+		t.Errorf("log %q: want a warning naming GOMAXPROCS 1 and the 1.5-CPU quota", s)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached in 10 s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// syncBuffer is a log sink safe for the executor's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

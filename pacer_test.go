@@ -108,11 +108,11 @@ func TestPacingIsOptInForQuotaBudgets(t *testing.T) {
 		t.Errorf("PaceQuota: pacer %v slots %d, want pacing with ceil(1.25) = 2 slots", e.pacer != nil, e.Slots())
 	}
 	e2 := newExec(t, Options{WatchInterval: -1, Quota: QuotaFloor, detect: func() (budget.Budget, error) { return b, nil }})
-	if e2.pacer != nil || e2.frac != nil || e2.Slots() != 1 {
+	if e2.pacer != nil || e2.frac.Load() != nil || e2.Slots() != 1 {
 		t.Errorf("QuotaFloor: pacer %v slots %d, want floor(1.25) = 1", e2.pacer != nil, e2.Slots())
 	}
 	e3 := newExec(t, Options{WatchInterval: -1, detect: func() (budget.Budget, error) { return b, nil }})
-	if e3.pacer != nil || e3.frac == nil || e3.Slots() != 2 {
-		t.Errorf("default (QuotaFraction): pacer %v, fractional %v, slots %d, want the fractional slot: ceil(1.25) = 2", e3.pacer != nil, e3.frac != nil, e3.Slots())
+	if e3.pacer != nil || e3.frac.Load() == nil || e3.Slots() != 2 {
+		t.Errorf("default (QuotaFraction): pacer %v, fractional %v, slots %d, want the fractional slot: ceil(1.25) = 2", e3.pacer != nil, e3.frac.Load() != nil, e3.Slots())
 	}
 }

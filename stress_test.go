@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
 )
 
 // TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError runs many short
@@ -87,6 +89,22 @@ func stress(t *testing.T, seed uint64) {
 		// Slow tasks accounted up to a per-second bound (its window's
 		// reset races with concurrent takes).
 		o.Account.SlowWait, o.Account.SlowLimit = time.Duration(r.IntN(500))*time.Microsecond, []int{-1, 0, 3}[r.IntN(3)]
+	}
+	if r.IntN(4) == 0 {
+		// Slots from a budget that flips between none and a fractional
+		// quota: the watcher makes the fractional pacer while tasks run
+		// (a quota applied after New), reconfigures it, and Close stops
+		// it wherever it is.
+		o.Slots, o.WatchInterval = 0, 200*time.Microsecond
+		dir, flip := t.TempDir(), new(atomic.Int32)
+		o.detect = func() (budget.Budget, error) {
+			if flip.Add(1)%3 == 0 {
+				return budget.Budget{Cores: 2, GOMAXPROCS: 2, Affinity: 2, Source: budget.SourceAffinity}, nil
+			}
+			q := []float64{1.5, 1.25, 2.5}[r2(seed, flip.Load())]
+			return budget.Budget{Cores: q, GOMAXPROCS: 3, Affinity: 3, Source: budget.SourceCgroupV1,
+				Limits: []budget.Limit{{Dir: dir, Period: 10 * time.Millisecond, Cores: q}}}, nil
+		}
 	}
 	e, err := New(o)
 	if err != nil {
@@ -170,6 +188,10 @@ func stress(t *testing.T, seed uint64) {
 }
 
 var errTask = errors.New("task error")
+
+// r2 picks one of three quotas from the seed and the budget read's count
+// (detect runs on the watcher's goroutine: no shared rand).
+func r2(seed uint64, n int32) int { return int((seed + uint64(n)) % 3) }
 
 func runOne(e *Executor, r *rand.Rand, o *outcome) {
 	c := Class(r.IntN(NumClasses))

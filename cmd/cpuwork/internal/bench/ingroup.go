@@ -30,11 +30,17 @@ func pinForChildren() (unpin func()) {
 // environment so children get the runtime's default. The goroutine that
 // starts it must be pinned (pinForChildren) until it is reaped.
 func inGroup(self string, g *cgroup.Group, args ...string) (cmd *exec.Cmd, done func(), err error) {
+	return inGroupRun(self, g, self, args...)
+}
+
+// inGroupRun is inGroup for another program: self's exec-in stage joins g
+// and executes `prog args...`.
+func inGroupRun(self string, g *cgroup.Group, prog string, args ...string) (cmd *exec.Cmd, done func(), err error) {
 	files, err := g.OpenProcs()
 	if err != nil {
 		return nil, nil, err
 	}
-	a := append([]string{"exec-in", strconv.Itoa(len(files)), "--", self}, args...)
+	a := append([]string{"exec-in", strconv.Itoa(len(files)), "--", prog}, args...)
 	cmd = exec.Command(self, a...)
 	cmd.ExtraFiles = files
 	cmd.Env = withoutEnv(os.Environ(), "GOMAXPROCS")

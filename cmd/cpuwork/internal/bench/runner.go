@@ -141,6 +141,14 @@ var scenarioTable = []scenarioDef{
 		},
 		minDuration: 500 * time.Millisecond,
 		budget:      150 * time.Second},
+	{name: "realserver", extra: true, desc: "a third-party image server (willnorris.com/go/imageproxy, built by the realbench module from the Go module proxy) under open-loop load at 80% and 2x its capacity, unconstrained and in a 1.5-CPU cgroup: stock, imgproxy's semaphore, failsafe-go's adaptive limiter, go-concurrency-limits' Gradient2, cpuwork's middleware (not in the default set: `cpuwork bench --scenario realserver`)",
+		variants: func() []string {
+			return append(describe(realserverVariants), realserverControl+aaSuffix+": "+aaDesc(realserverControl))
+		},
+		steps:       func(r *Runner, vs []string) int { return 2*loadSteps(r, vs, realserverLoads) + 1 },
+		run:         func(r *Runner) (*Scenario, error) { return r.realserver() },
+		minDuration: 500 * time.Millisecond,
+		budget:      360 * time.Second},
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {

@@ -1,0 +1,438 @@
+package bench
+
+// The realserver scenario: a third-party Go server as it ships
+// (willnorris.com/go/imageproxy, built from the Go module proxy by the
+// realbench module, which keeps it and the overload-control libraries
+// out of the CLI's dependency graph), stock and behind the admitters a Go
+// team would pick, each in a process of its own, unconstrained and in a
+// 1.5-CPU cgroup, loaded open-loop with its own CPU-heavy requests.
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"image"
+	"image/color"
+	"image/jpeg"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/cgroup"
+	"github.com/cpuwork/cpuwork/schedstat"
+)
+
+// realserverPeers are the admitters cpuwork is judged against, as the
+// realbench/imageproxy command builds them.
+var realserverPeers = []struct{ name, desc string }{
+	{"stock", "imageproxy v0.13.0 as it ships: every request runs at once"},
+	{"sem", "imgproxy's admitter: an x/sync semaphore of GOMAXPROCS workers and a queue of 2x that, 503 when full"},
+	{"sem2x", "the same with 2x GOMAXPROCS workers and a queue of 4x (imgproxy's default worker count)"},
+	{"failsafe", "failsafe-go v0.9.8 adaptivelimiter with its queue (x2 to x3 the limit, waiting at most the objective), through failsafehttp"},
+	{"gradient2", "go-concurrency-limits v0.8.0 Gradient2 behind its FIFO blocking limiter (backlog 8x GOMAXPROCS, waiting at most the objective)"},
+}
+
+// realserverVariants are the peers and cpuwork.
+var realserverVariants = append(slices.Clone(realserverPeers),
+	struct{ name, desc string }{"cpuwork", "the cpuworkhttp middleware with the objective, served through WatchListener (5 changed lines: docs/realserver.md)"})
+
+// realserverLoads are the default load levels (fractions of the stock
+// server's capacity); --thorough runs thoroughLoads.
+var realserverLoads = []float64{0.8, 2}
+
+// realserverQuota is the CPU quota of the quota case, in cores.
+const realserverQuota = 1.5
+
+// realserverRunFactor is the length of the scenario's runs, in level
+// durations.
+const realserverRunFactor = 2
+
+// realserverControl is the A/A control: the simplest bounded admitter.
+const realserverControl = "sem"
+
+// findRealbench returns the realbench module's directory: $CPUWORK_REALBENCH,
+// or realbench/ in the working directory or one of its parents.
+func findRealbench() (string, error) {
+	if d := os.Getenv("CPUWORK_REALBENCH"); d != "" {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err != nil {
+			return "", fmt.Errorf("CPUWORK_REALBENCH=%s: %w", d, err)
+		}
+		return d, nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for d := wd; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "realbench", "go.mod")); err == nil {
+			return filepath.Join(d, "realbench"), nil
+		}
+		if filepath.Dir(d) == d {
+			return "", errors.New("no realbench module in the working directory or its parents (run from the repository, or set CPUWORK_REALBENCH)")
+		}
+	}
+}
+
+// buildRealbench builds the realbench module's imageproxy command into dir,
+// from the Go module proxy, outside any workspace.
+func buildRealbench(mod, dir string) (string, error) {
+	bin := filepath.Join(dir, "imageproxy")
+	cmd := exec.Command("go", "build", "-o", bin, "./imageproxy")
+	cmd.Dir = mod
+	cmd.Env = append(os.Environ(), "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build realbench/imageproxy: %v: %s", err, bytes.TrimSpace(out))
+	}
+	return bin, nil
+}
+
+// photo is a deterministic w x h JPEG with a photograph's texture (smooth
+// gradients and noise), quality 85.
+func photo(w, h int, seed uint64) []byte {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	img := image.NewRGBA(image.Rect(0, 0, w, h))
+	for y := range h {
+		for x := range w {
+			fx, fy := float64(x)/float64(w), float64(y)/float64(h)
+			v := 128 + 60*math.Sin(fx*17+fy*5) + 40*math.Cos(fy*23-fx*3)
+			img.SetRGBA(x, y, color.RGBA{uint8(v) + uint8(rng.IntN(24)), uint8(255 * fx), uint8(255*fy) + uint8(rng.IntN(16)), 255})
+		}
+	}
+	var b bytes.Buffer
+	jpeg.Encode(&b, img, &jpeg.Options{Quality: 85})
+	return b.Bytes()
+}
+
+// origin serves small.jpg (800x600) and large.jpg (3000x2000) on a
+// loopback port: the remote the image server fetches from.
+func startOrigin() (url string, stop func(), err error) {
+	small, large := photo(800, 600, 1), photo(3000, 2000, 2)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", nil, err
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "image/jpeg")
+		switch r.URL.Path {
+		case "/small.jpg":
+			w.Write(small)
+		case "/large.jpg":
+			w.Write(large)
+		default:
+			http.NotFound(w, r)
+		}
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	return "http://" + ln.Addr().String(), func() { srv.Close() }, nil
+}
+
+// realServer is one running server process.
+type realServer struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	addr  string
+	done  func()
+}
+
+// startReal starts bin's variant, in g when g is not nil, and waits for
+// its address.
+func startReal(self, bin string, g *cgroup.Group, variant, origin string, slo time.Duration) (*realServer, error) {
+	args := []string{"-variant", variant, "-origin", origin, "-slo", slo.String()}
+	var cmd *exec.Cmd
+	done := func() {}
+	if g != nil {
+		unpin := pinForChildren()
+		c, d, err := inGroupRun(self, g, bin, args...)
+		if err != nil {
+			unpin()
+			return nil, err
+		}
+		cmd, done = c, func() { d(); unpin() }
+	} else {
+		cmd = exec.Command(bin, args...)
+	}
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		done()
+		return nil, err
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		done()
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		done()
+		return nil, fmt.Errorf("start %s: %w", variant, err)
+	}
+	s := &realServer{cmd: cmd, stdin: stdin, done: done}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
+	if err != nil || !ok {
+		s.stop()
+		return nil, fmt.Errorf("%s did not start: %q %v", variant, line, err)
+	}
+	s.addr = addr
+	return s, nil
+}
+
+// stop ends the server (EOF on its stdin) and reaps it.
+func (s *realServer) stop() {
+	s.stdin.Close()
+	timer := time.AfterFunc(10*time.Second, func() { s.cmd.Process.Kill() })
+	s.cmd.Wait()
+	timer.Stop()
+	s.done()
+}
+
+// requestCosts measures each request kind's CPU on the stock server,
+// alone: the server's threads' on-CPU time over n serial requests of the
+// kind, after one to warm up. It is the kind's weight in the goodput.
+func requestCosts(bin, origin string, n int) (map[string]float64, error) {
+	s, err := startReal("", bin, nil, "stock", origin, time.Minute)
+	if err != nil {
+		return nil, err
+	}
+	defer s.stop()
+	costs := map[string]float64{}
+	for _, kind := range []string{"small", "large"} {
+		get := func() error {
+			resp, err := http.Get("http://" + s.addr + "/" + kind)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("%s: status %d", kind, resp.StatusCode)
+			}
+			return nil
+		}
+		if err := get(); err != nil {
+			return nil, err
+		}
+		t0, err := schedstat.ReadThreads(s.cmd.Process.Pid)
+		if err != nil {
+			return nil, err
+		}
+		for range n {
+			if err := get(); err != nil {
+				return nil, err
+			}
+		}
+		t1, err := schedstat.ReadThreads(s.cmd.Process.Pid)
+		if err != nil {
+			return nil, err
+		}
+		costs[kind] = t1.Sub(t0).OnCPU.Seconds() / float64(n)
+	}
+	return costs, nil
+}
+
+func (r *Runner) realserver() (*Scenario, error) {
+	s := &Scenario{Name: "realserver", Baseline: "stock",
+		Claim: "a third-party image server (imageproxy) with cpuwork's middleware added in 5 lines against the admitters a Go team would pick (imgproxy's semaphore and queue, failsafe-go's adaptive limiter, go-concurrency-limits' Gradient2): p99 below capacity and goodput within the objective in overload, unconstrained and in a 1.5-CPU cgroup"}
+	if len(r.cfg.LoadGen) == 0 {
+		s.Skipped = "no load generator command configured"
+		return s, nil
+	}
+	mod, err := findRealbench()
+	if err != nil {
+		s.Skipped = err.Error()
+		return s, nil
+	}
+	dir, err := os.MkdirTemp("", "cpuwork-realserver-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	r.step("realserver: building realbench/imageproxy (Go module proxy)")
+	bin, err := buildRealbench(mod, dir)
+	if err != nil {
+		s.Skipped = err.Error()
+		return s, nil
+	}
+	origin, stopOrigin, err := startOrigin()
+	if err != nil {
+		return nil, err
+	}
+	defer stopOrigin()
+	costs, err := requestCosts(bin, origin, 5)
+	if err != nil {
+		return nil, fmt.Errorf("realserver: measure request costs: %w", err)
+	}
+	// The objective: 3x a large request's CPU, as the service scenario's.
+	slo := time.Duration(3 * costs["large"] * float64(time.Second)).Round(10 * time.Millisecond)
+	r.work = loadWork{slo: slo, cost: costs}
+	defer func() { r.work = loadWork{} }()
+	defer r.loadgenIn(s, 100, "the same for every variant")()
+	perReq := smallShare*costs["small"] + (1-smallShare)*costs["large"]
+	loads := r.loadLevels(realserverLoads)
+	// A large request takes ~0.2 s: a level's run is realserverRunFactor
+	// times the others', so that the requests still in flight at its end
+	// (not served within the run) are ~1 % of it below capacity.
+	defer func(d time.Duration) { r.loadDur = d }(r.loadDur)
+	r.loadDur *= realserverRunFactor
+
+	var group *cgroup.Group
+	once := func(v *Variant, variant string, rate float64) error {
+		g := (*cgroup.Group)(nil)
+		if base, ok := strings.CutSuffix(variant, quotaSuffix()); ok {
+			variant, g = base, group
+		}
+		return r.realOnce(v, bin, g, variant, origin, slo, rate)
+	}
+	checks := func() []check { return realserverChecks(loads, "", slo.Seconds()) }
+	estimate := float64(r.slots) / perReq
+	cals := r.atLoads(s, realserverVariants, loads, realserverControl, checks,
+		func(round int) calibration { return r.measureCapacity(s, "stock", round, estimate, once) }, once)
+	s.Notes = append(s.Notes, fmt.Sprintf("small = a 200x150 thumbnail of an 800x600 JPEG (%s of the server's CPU), large = a 600x400 smart crop of a 3000x2000 JPEG (%s), 90/10 mix, fetched from an origin in the bench process; objective %s (3x a large request's CPU); %s",
+		ms(costs["small"]), ms(costs["large"]), ms(slo.Seconds()), capacityNote("stock", r.slots, cals)))
+	r.checkLoads(s, "stock", loads, cals)
+
+	switch {
+	case os.Geteuid() != 0:
+		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: creating a cgroup needs root", realserverQuota))
+	case float64(runtime.NumCPU()) <= realserverQuota:
+		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: the machine has %d CPUs", realserverQuota, runtime.NumCPU()))
+	default:
+		group, err = newGroup("bench-realserver", cgroup.Config{CPUs: realserverQuota})
+		if err != nil {
+			s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: %v", realserverQuota, err))
+			break
+		}
+		defer removeGroup(group)
+		var qv []struct{ name, desc string }
+		for _, v := range realserverVariants {
+			qv = append(qv, struct{ name, desc string }{v.name + quotaSuffix(), v.desc + fmt.Sprintf(", in a %.1f-CPU cgroup", realserverQuota)})
+		}
+		qchecks := func() []check { return realserverChecks(loads, quotaSuffix(), slo.Seconds()) }
+		qcals := r.atLoads(s, qv, loads, realserverControl+quotaSuffix(), qchecks,
+			func(round int) calibration {
+				return r.measureCapacity(s, "stock"+quotaSuffix(), round, estimate*realserverQuota/float64(r.slots), once)
+			}, once)
+		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (GOMAXPROCS from Go's default for it: 2); %s", realserverQuota, capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
+		r.checkLoads(s, "stock"+quotaSuffix(), loads, qcals)
+	}
+	for _, v := range s.Variants {
+		base, at, _ := strings.Cut(v.Name, "@")
+		suf := ""
+		if strings.Contains(base, quotaSuffix()) {
+			suf = quotaSuffix()
+		}
+		if b := s.variant("stock" + suf + "@" + at); b != nil && b.Latency.P99 > 0 {
+			v.Ratio = ratiosTo(v, b)
+		}
+	}
+	judge(s, append(realserverChecks(loads, "", slo.Seconds()), realserverChecks(loads, quotaSuffix(), slo.Seconds())...))
+	return s, nil
+}
+
+// quotaSuffix names the quota case's variants ("cpuwork+quota1.5@80%").
+func quotaSuffix() string { return fmt.Sprintf("+quota%.1f", realserverQuota) }
+
+// realOnce runs one load level against variant's server, started for it
+// (in g when not nil): the CPU it reports is the server's, and in g the
+// share of CFS periods throttled.
+func (r *Runner) realOnce(v *Variant, bin string, g *cgroup.Group, variant, origin string, slo time.Duration, rate float64) error {
+	srv, err := startReal(r.cfg.LoadGen[0], bin, g, variant, origin, slo)
+	if err != nil {
+		return err
+	}
+	defer srv.stop()
+	var before budget.Stat
+	if g != nil {
+		if before, err = g.Stat(); err != nil {
+			return err
+		}
+	}
+	t0, terr := schedstat.ReadThreads(srv.cmd.Process.Pid)
+	start := time.Now()
+	if err := r.loadAt(v, "realserver", srv.addr, rate, r.cfg.LoadGen, closedLoop(rate, r.slots)...); err != nil {
+		return err
+	}
+	if t1, err := schedstat.ReadThreads(srv.cmd.Process.Pid); terr == nil && err == nil && len(v.Repeats) > 0 {
+		server := t1.Sub(t0).OnCPU.Seconds()
+		rp := &v.Repeats[len(v.Repeats)-1]
+		v.CPU += server - rp.CPUS
+		rp.CPUS = server
+		// Over the whole run: the generator's pacing and the answers
+		// still in flight at its end.
+		v.setRepeatExtra("server_cores", server/time.Since(start).Seconds())
+	}
+	if g == nil {
+		return nil
+	}
+	after, err := g.Stat()
+	if err != nil {
+		return err
+	}
+	periods := after.Periods - before.Periods
+	if err := periodsValid(periods, g.Path()); err != nil {
+		return err
+	}
+	v.setRepeatExtra("throttled_share", float64(after.ThrottledPeriods-before.ThrottledPeriods)/float64(periods))
+	v.setRepeatExtra("quota_used", v.Repeats[len(v.Repeats)-1].Extra["server_cores"]/realserverQuota)
+	return nil
+}
+
+// realserverChecks: cpuwork against the best peer of its case (suf: ""
+// unconstrained, quotaSuffix() in the quota cgroup) on the p99 of all
+// requests below capacity, and in overload on the p99 of served requests
+// and the work served within the objective; with the figures a user
+// reads beside them (unanswered share, served late, quota used), and the
+// capacity at the objective.
+func realserverChecks(loads []float64, suf string, target float64) []check {
+	where := ""
+	if suf != "" {
+		where = fmt.Sprintf("%.1f-CPU cgroup, ", realserverQuota)
+	}
+	var cs []check
+	for _, l := range loads {
+		at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
+		var alts []string
+		for _, p := range realserverPeers {
+			alts = append(alts, p.name+at)
+		}
+		aa := [2]string{realserverControl + at, realserverControl + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
+		lvl := fmt.Sprintf("%s%.0f%%", where, l*100)
+		if l <= 1 {
+			cs = append(cs,
+				check{label: lvl + ": p99 of all requests (a shed one counted as never answered)", judged: "cpuwork" + at, against: alts, metric: "p99_all_s", aa: aa},
+				check{label: lvl + ": unanswered (shed or failed)", judged: "cpuwork" + at, metric: "unanswered_share", limit: 0.01, unit: "%"})
+			continue
+		}
+		cs = append(cs,
+			check{label: lvl + ": goodput within the objective, CPU-s of work per s", judged: "cpuwork" + at, against: alts, metric: "goodput_cpu_per_s", higher: true, aa: aa},
+			check{label: lvl + ": p99 of served", judged: "cpuwork" + at, against: alts, metric: "p99", aa: aa},
+			check{label: lvl + ": served after the objective", judged: "cpuwork" + at, metric: "served_late_share", limit: 0.01, unit: "%"})
+		if suf != "" {
+			cs = append(cs, check{label: lvl + ": share of the quota used", judged: "cpuwork" + at, metric: "quota_used", higher: true, limit: 0.95, unit: "%"})
+		}
+	}
+	var needs, against []string
+	for _, p := range realserverVariants {
+		for _, l := range loads {
+			needs = append(needs, fmt.Sprintf("%s%s@%.0f%%", p.name, suf, l*100))
+		}
+		if p.name != "cpuwork" {
+			against = append(against, p.name+suf)
+		}
+	}
+	cs = append(cs, check{label: fmt.Sprintf("%scapacity at the objective: goodput (CPU-s of work per s) where p99 reaches %s, interpolated between loads", where, ms(target)),
+		judged: "cpuwork" + suf, against: against, metric: "goodput_cpu_per_s", higher: true, of: capacityAt("cpuwork"+suf, loads, target), needs: needs,
+		aa: [2]string{realserverControl + suf, realserverControl + suf + aaSuffix}})
+	return cs
+}
