@@ -621,7 +621,7 @@ func (s *slowest) get(t int64) []TaskAccount {
 	return out[:min(len(out), slowestKeep)]
 }
 
-// SlowestTasks returns the slowest accounted tasks (by Wall, slowest
+// SlowTasks returns the slowest accounted tasks (by Wall, slowest
 // first, at most 8) of the current 10 s window and the one before, for a
 // debug endpoint (schedstat.Handler) or a log. Empty when accounting is
 // off (Options.Account.Every < 0) or nothing was accounted yet.

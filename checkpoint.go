@@ -20,7 +20,7 @@ import (
 //		process(items[i])
 //	}
 //
-// It does three things, cheapest first:
+// It does four things, cheapest first:
 //
 //  1. When a task of a more urgent class waits for a slot, or a task of
 //     its own class that is due earlier (latency targets, order.go), or

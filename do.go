@@ -394,6 +394,16 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 		s.avgSlotNs.Store(d)
 	} else {
 		s.avgSlotNs.Store(old + (d-old)>>ewmaShift) // racy by design: an estimate
+		exp := tc.w.work
+		if exp <= 0 {
+			exp = old
+		}
+		miss := d - exp
+		if miss < 0 {
+			miss = -miss
+		}
+		dev := s.devSlotNs.Load()
+		s.devSlotNs.Store(dev + (miss-dev)>>ewmaShift)
 	}
 }
 

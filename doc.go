@@ -19,9 +19,12 @@
 //
 // # Model
 //
-//   - Slots. Options.Slots, or budget.Budget.Slots (floor of the budget, at
-//     least 1, at most GOMAXPROCS), re-read every second so the slot count
-//     follows a changed quota or GOMAXPROCS. The executor never calls
+//   - Slots. Options.Slots, or from the CPU budget: under a fractional
+//     quota ceil(quota) slots of which the last is open only while the
+//     cgroup stays under its quota (Options.Quota, QuotaFraction by
+//     default), else budget.Budget.Slots (the whole cores of the budget,
+//     at least 1, at most GOMAXPROCS); re-read every second so the slot
+//     count follows a changed quota or GOMAXPROCS. The executor never calls
 //     runtime.GOMAXPROCS: that would switch off the runtime's own quota
 //     tracking.
 //   - Classes. Critical is served strictly first. Interactive and Batch
@@ -30,7 +33,9 @@
 //     and a freed slot goes to the class that is behind (weighted fair
 //     queuing, the virtual-time form of deficit round robin; a class that
 //     starts waiting gets no credit for its idle time). Background runs
-//     only on slots nobody else waits for. A class says how much a
+//     on slots nobody else waits for, with a starvation guard: a queued
+//     Background task is admitted after 64 grants to other classes or
+//     once it has waited 1 s. A class says how much a
 //     request matters, never how big it is: a large user request is
 //     Interactive like a small one.
 //   - Latency targets. Inside a class, the earliest due first: a task's

@@ -41,9 +41,11 @@ const (
 )
 
 // Options configures an Executor. The zero value is valid: slots follow the
-// detected CPU budget (budget.Budget.Slots: floor of the budget, at least 1,
-// at most GOMAXPROCS), each class queues up to DefaultQueueLimit tasks, and
-// Interactive and Batch share slots 4:1.
+// detected CPU budget (under a fractional CPU quota, ceil(quota) slots of
+// which the last is paced: QuotaFraction; else budget.Budget.Slots, the
+// whole cores of the budget, at least 1, at most GOMAXPROCS), each class
+// queues up to DefaultQueueLimit tasks, and Interactive and Batch share
+// slots 4:1.
 type Options struct {
 	// Slots fixes the number of tasks that run at once. 0 means follow the
 	// CPU budget, re-read every WatchInterval. Valid: 0..MaxSlots.

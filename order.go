@@ -40,8 +40,8 @@ import (
 //     earlier than a running task, so FIFO tasks run to completion.
 //  5. Refusing what would be late. A task with a target that must queue is
 //     refused at the door when its estimated completion (the work queued
-//     ahead of its place, divided by the slots, plus its own expected run
-//     time) is past its due; and a queued task with a target is taken out
+//     ahead of its place, divided by the slots, plus twice the spread of
+//     that sum, plus its own expected run time) is past its due; and a queued task with a target is taken out
 //     when it reaches the head of its class with less time left than its
 //     expected run time. Both return an error wrapping ErrSaturated and
 //     ErrDeadline. The expected run time is Target.Service when given,
@@ -363,6 +363,16 @@ func (e *Executor) refuseLocked(w *waiter) {
 	e.pending = append(e.pending, w)
 }
 
+// doorSpread is how many times its spread the door adds to its estimate
+// of the queue wait (doorLocked): the queue ahead of an arrival is the
+// sum of n run times whose mean the class's average slot time estimates;
+// the sum's spread grows as sqrt(n) x the run times' own (their mean
+// absolute miss of what was expected of them, devSlotNs), and an arrival
+// admitted where the mean alone just fits is late about half the time.
+// Where the run times are known (Target.Service) or alike, the spread and
+// the margin are near 0.
+const doorSpread = 2
+
 // doorLocked is the door's target check for w, a task not yet queued
 // whose due is set: the refusal, or nil. Its estimated completion is now
 // plus the queue wait (the expected run time of the work queued ahead of
@@ -387,6 +397,13 @@ func (e *Executor) doorLocked(ctx context.Context, w *waiter, t int64, peek bool
 		running += e.share.inflight[k].Load()
 	}
 	wait := (work + running/2) / int64(e.slots)
+	if dev := e.stats[w.class].devSlotNs.Load(); dev > 0 {
+		// The spread of the estimate: n run times that each miss their
+		// expectation by dev on average sum to within ~sqrt(n) x dev of
+		// theirs, and a queue estimated at its mean is late half the
+		// time for the arrival at its edge.
+		wait += int64(doorSpread*float64(dev)*math.Sqrt(float64(ahead+1))) / int64(e.slots)
+	}
 	end := t + wait + e.serviceOf(w)
 	late := end > w.due
 	if w.target == targetObjective {

@@ -597,3 +597,78 @@ func TestAllowSaysWhatTheDoorWould(t *testing.T) {
 		t.Errorf("closed: %v, want ErrClosed", err)
 	}
 }
+
+// The door adds the spread of its estimate to the queue wait: behind
+// eight queued tasks of a class whose run times miss their expectation by
+// 8 ms on average (a mix of 2 ms and 18 ms requests), an arrival whose
+// deadline the mean alone just fits (about 95 ms of the 118 ms it has) is
+// refused, because the eight are late by more than that about half the
+// time; when the run times are alike it is admitted.
+func TestTheDoorAddsTheSpreadOfItsEstimate(t *testing.T) {
+	for _, tc := range []struct {
+		dev    time.Duration
+		refuse bool
+	}{{0, false}, {8 * time.Millisecond, true}} {
+		e := newExec(t, Options{Slots: 1})
+		s := &e.stats[Interactive]
+		s.avgSlotNs.Store(int64(10 * time.Millisecond))
+		s.devSlotNs.Store(int64(tc.dev))
+		release := hold(t, e, 1)
+		var tasks []*Task
+		for range 8 {
+			task, err := e.Go(context.Background(), Interactive, func(context.Context) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			tasks = append(tasks, task)
+		}
+		waitQueued(t, e, Interactive, 8)
+		// Run times are measured again as the queue drains: pin them.
+		s.avgSlotNs.Store(int64(10 * time.Millisecond))
+		s.devSlotNs.Store(int64(tc.dev))
+		ctx, cancel := context.WithTimeout(context.Background(), 118*time.Millisecond)
+		err := e.Allow(ctx, Interactive)
+		cancel()
+		if refused := errors.Is(err, ErrDeadline); refused != tc.refuse {
+			t.Errorf("spread %v: Allow = %v, want refused %v", tc.dev, err, tc.refuse)
+		}
+		release()
+		for _, task := range tasks {
+			task.Wait(context.Background())
+		}
+	}
+}
+
+// The spread is measured: a class whose tasks alternate between 1 ms and
+// 21 ms misses its average by about 10 ms; one of alike tasks by little
+// (the bounds leave room for a busy machine's late wake-ups).
+func TestTheSpreadOfRunTimesIsMeasured(t *testing.T) {
+	for _, tc := range []struct {
+		runs     []time.Duration
+		min, max time.Duration
+	}{
+		{[]time.Duration{time.Millisecond, 21 * time.Millisecond}, 5 * time.Millisecond, 20 * time.Millisecond},
+		{[]time.Duration{10 * time.Millisecond}, 0, 4 * time.Millisecond},
+	} {
+		e := newExec(t, Options{Slots: 1})
+		release := hold(t, e, 1)
+		// Every task queues (the slot is held): each is timed exactly.
+		var tasks []*Task
+		for i := range 48 {
+			d := tc.runs[i%len(tc.runs)]
+			task, err := e.Go(context.Background(), Interactive, func(context.Context) error { time.Sleep(d); return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			tasks = append(tasks, task)
+		}
+		release()
+		for _, task := range tasks {
+			task.Wait(context.Background())
+		}
+		dev := time.Duration(e.stats[Interactive].devSlotNs.Load())
+		if dev < tc.min || dev > tc.max {
+			t.Errorf("run times %v: spread %v, want %v..%v", tc.runs, dev, tc.min, tc.max)
+		}
+	}
+}

@@ -16,7 +16,10 @@ import (
 //     of its place (in its own class up to its due, and in more urgent
 //     classes) times the class's recent slot time (an exponentially
 //     weighted moving average, 1/8 per measured task), divided by the
-//     slots, plus its own expected run time, end past its due, and it
+//     slots, plus twice that sum's spread (sqrt of the tasks ahead times
+//     how far slot times recently fell from what was expected of them:
+//     doorSpread, order.go), plus its own expected run time, end past its
+//     due, and it
 //     has a ctx deadline or its class's late budget is spent (order.go;
 //     the error also wraps ErrDeadline);
 //   - its class has a queue-wait target (Options.MaxQueueWait) and is

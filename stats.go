@@ -18,6 +18,10 @@ type classStats struct {
 	shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
 	late      atomic.Uint64 // let in though expected to miss its objective (the late budget, order.go)
 	avgSlotNs atomic.Int64  // moving average of measured slot times, ns (shed.go)
+	// devSlotNs is the moving average of how far a measured slot time
+	// fell from what was expected of it (its given run time, else avgSlotNs
+	// before it), ns: the door's estimate error (order.go, doorSpread).
+	devSlotNs atomic.Int64
 
 	used atomic.Int64 // slot time charged, ns (weighted by sampling)
 

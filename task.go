@@ -47,9 +47,13 @@ func (t *Task) Class() Class { return t.tc.class }
 // otherwise it queues.
 //
 // Errors (the task is then not started and no handle is returned):
-// ErrClosed after Close; ErrSaturated when c's queue is full; ctx's error if
-// ctx has already ended. If ctx ends while the task is queued, the task is
-// removed and finishes with ctx's error without running.
+// ErrClosed after Close; ErrSaturated when c's queue is full; an error
+// wrapping ErrSaturated when c's queue stands above Options.MaxQueueWait,
+// or wrapping ErrSaturated and ErrDeadline when its latency target cannot
+// be met (order.go); ctx's error if ctx has already ended; an error for an
+// invalid class or a nil fn. A nil ctx panics. If ctx ends while the task
+// is queued, the task is removed and finishes with ctx's error without
+// running.
 func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
 	if err := e.checkArgs(ctx, c, fn); err != nil {
 		return nil, err

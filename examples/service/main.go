@@ -3,8 +3,9 @@
 //
 //   - GOMAXPROCS is left to the Go runtime (Go >= 1.25 follows the
 //     container's CPU limit) and the executor sizes its slots from the real
-//     budget (floor of the quota, ancestors included), so CPU-bound work
-//     never runs on more threads than the quota pays for;
+//     budget (the quota's whole cores, plus a paced slot for its
+//     fraction; ancestors included), so CPU-bound work never runs on more
+//     threads than the quota pays for;
 //   - /hash runs its work through Executor.Do as Interactive; /batch as
 //     Batch; a request the executor cannot serve in time answers 503
 //     (Options.MaxQueueWait), so a client or a load balancer retries

@@ -186,5 +186,3 @@ func (w *recode) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
-
-

@@ -54,10 +54,6 @@ var realserverLoads = []float64{0.8, 2}
 // realserverQuota is the CPU quota of the quota case, in cores.
 const realserverQuota = 1.5
 
-// realserverRunFactor is the length of the scenario's runs, in level
-// durations.
-const realserverRunFactor = 2
-
 // realserverControl is the A/A control: the simplest bounded admitter.
 const realserverControl = "sem"
 
@@ -280,11 +276,6 @@ func (r *Runner) realserver() (*Scenario, error) {
 	defer r.loadgenIn(s, 100, "the same for every variant")()
 	perReq := smallShare*costs["small"] + (1-smallShare)*costs["large"]
 	loads := r.loadLevels(realserverLoads)
-	// A large request takes ~0.2 s: a level's run is realserverRunFactor
-	// times the others', so that the requests still in flight at its end
-	// (not served within the run) are ~1 % of it below capacity.
-	defer func(d time.Duration) { r.loadDur = d }(r.loadDur)
-	r.loadDur *= realserverRunFactor
 
 	var group *cgroup.Group
 	once := func(v *Variant, variant string, rate float64) error {
