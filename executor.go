@@ -313,7 +313,11 @@ func (e *Executor) newFrac(b budget.Budget) *fracPacer {
 				"gomaxprocs", b.GOMAXPROCS, "quota_cores", b.Cores)
 		}
 	}
-	return newFracPacer(b, e.quota == QuotaStrict, e.setExtraOpen)
+	p := newFracPacer(b, e.quota == QuotaStrict, e.setExtraOpen)
+	if p != nil {
+		p.stuck = func() bool { return e.free.Load() < 0 }
+	}
+	return p
 }
 
 // startFrac starts p's ticker and makes it the executor's pacer. Called by

@@ -56,7 +56,11 @@ import (
 //     docs/architecture.md "Whole quotas") stays under the quota too;
 //   - once per period nr_throttled of cpu.stat is read: a newly throttled
 //     period lowers target by 5 % (to 0.5 at least), a clean one raises it
-//     by 0.005 (to 0.97 at most).
+//     by 0.005 (to 0.97 at most); a throttled period in which a close
+//     took more than two ticks to take effect (the task over the count
+//     called no Checkpoint: cgo, a third-party library's loop) leaves it
+//     as it is, since a lower target would not have stopped that task
+//     and would leave the quota idle between such tasks.
 //
 // All classes share the closed count: the extra slot is as unavailable to
 // Critical work as to Batch while closed (a Critical task that would take
@@ -85,6 +89,11 @@ type fracPacer struct {
 
 	usage     func() (time.Duration, error) // cumulative CPU of the cgroup (or process)
 	throttled func() (uint64, bool)         // cumulative nr_throttled, if readable
+	// stuck reports that the extra slot is closed but a task still runs
+	// over the count (it has not reached a Checkpoint or its end); nil:
+	// never. stuckNs is how long that lasted in the current period.
+	stuck   func() bool
+	stuckNs int64
 
 	lastT, lastU       int64 // at the last step
 	periodT            int64 // start of the current feedback period
@@ -180,6 +189,9 @@ func (p *fracPacer) step(t int64) {
 		return
 	}
 	dt, du := float64(t-p.lastT), float64(int64(u)-p.lastU)
+	if !p.open && p.stuck != nil && p.stuck() {
+		p.stuckNs += t - p.lastT
+	}
 	p.lastT, p.lastU = t, int64(u)
 	p.tokens += p.target*(float64(p.n)+p.frac)*dt - du
 	p.tokens = min(p.tokens, p.capNs())
@@ -188,6 +200,12 @@ func (p *fracPacer) step(t int64) {
 		p.periodT = t
 		if n, ok := p.throttled(); ok {
 			switch {
+			case p.haveThrot && n > p.lastThrot && p.stuckNs > 2*p.tickNs.Load():
+				// Throttled while a close took more than two ticks to
+				// take effect: a task that cannot give its slot back
+				// (no Checkpoint: cgo, a library's loop) overshot. A
+				// lower target would not have stopped it, only left
+				// the quota idle between such tasks.
 			case p.haveThrot && n > p.lastThrot:
 				p.target = max(fracTargetMin, p.target*0.95)
 			case p.haveThrot:
@@ -195,6 +213,7 @@ func (p *fracPacer) step(t int64) {
 			}
 			p.lastThrot, p.haveThrot = n, true
 		}
+		p.stuckNs = 0
 	}
 	p.setOpenLocked(p.tokens > 0)
 }

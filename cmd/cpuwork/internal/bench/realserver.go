@@ -361,7 +361,9 @@ func (r *Runner) realOnce(v *Variant, bin string, g *cgroup.Group, variant, orig
 		rp.CPUS = server
 		// Over the whole run: the generator's pacing and the answers
 		// still in flight at its end.
-		v.setRepeatExtra("server_cores", server/time.Since(start).Seconds())
+		cores := server / time.Since(start).Seconds()
+		v.setRepeatExtra("server_cores", cores)
+		v.setRepeatExtra("cpu_share_of_slots", cores/float64(r.slots)) // the server's, not the bench's
 	}
 	if g == nil {
 		return nil
