@@ -56,15 +56,18 @@ type Options struct {
 	// values are invalid.
 	QueueLimit [NumClasses]int
 
-	// MaxQueueWait is a queue-wait target per class; 0 (the default) is
-	// none. When the smallest queue wait of the class's tasks granted a slot
-	// over an interval (100 ms, or 2 slot times if longer) stays above it,
-	// the queue is standing rather than absorbing a burst, and new tasks of
-	// the class that would queue are refused at once with an error
-	// wrapping ErrSaturated, until an interval's smallest wait is under the
-	// target again (CoDel's test, applied at the door). Admitted tasks then
-	// keep a bounded wait; the excess is shed in microseconds. Pick a
-	// target of a few service times of the class (shed.go). Independently
+	// MaxQueueWait is a queue-wait target per class. When the smallest
+	// queue wait of the class's tasks granted a slot over an interval
+	// (100 ms, or 2 slot times if longer) stays above it, the queue is
+	// standing rather than absorbing a burst, and new tasks of the class
+	// that would queue are refused at once with an error wrapping
+	// ErrSaturated, until an interval's smallest wait is under the target
+	// again (CoDel's test, applied at the door). Admitted tasks then keep
+	// a bounded wait; the excess is shed in microseconds. Pick a target of
+	// a few service times of the class (shed.go). 0 (the default): a
+	// tenth of the latency target of the class's arrivals that carry one
+	// (WithTarget, LatencyTarget, a ctx deadline), and only those are shed
+	// by it; none for a class whose tasks carry no target. Independently
 	// of it, a task whose ctx deadline is nearer than the estimated queue
 	// wait is refused the same way.
 	MaxQueueWait [NumClasses]time.Duration

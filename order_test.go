@@ -672,3 +672,40 @@ func TestTheSpreadOfRunTimesIsMeasured(t *testing.T) {
 		}
 	}
 }
+
+// A class without MaxQueueWait whose tasks carry latency targets sheds a
+// standing queue above a tenth of the target: with a 1 s objective and a
+// queue whose every grant waited over 100 ms for an interval, a new
+// arrival with the objective is refused (though the door's estimate
+// alone would admit it: 3 tasks of 60 ms ahead), and one without a
+// target is still admitted.
+func TestAStandingQueueAboveATenthOfTheTargetIsShed(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
+	var tasks []*Task
+	for range 6 {
+		task, err := e.Go(obj(), Interactive, func(context.Context) error { time.Sleep(60 * time.Millisecond); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, task)
+	}
+	time.Sleep(250 * time.Millisecond)
+	release()
+	// Grants after waits of 250, 310, 370 ms...: the interval (120 ms,
+	// two slot times) ends with its smallest wait above 100 ms.
+	waitUntil(t, "three grants", func() bool { return e.Stats().Classes[Interactive].Queued <= 3 })
+	time.Sleep(20 * time.Millisecond)
+	err := e.Allow(obj(), Interactive)
+	if !errors.Is(err, ErrSaturated) || errors.Is(err, ErrDeadline) {
+		t.Errorf("an arrival with a 1 s objective behind a queue standing above 100 ms: Allow = %v, want a standing-queue refusal (ErrSaturated, not ErrDeadline)", err)
+	}
+	if err := e.Allow(context.Background(), Interactive); err != nil {
+		t.Errorf("an arrival without a target: Allow = %v, want nil (only tasks with a target are shed by it)", err)
+	}
+	for _, task := range tasks {
+		task.Wait(context.Background())
+	}
+}
+

@@ -22,8 +22,9 @@ import (
 //     due, and it
 //     has a ctx deadline or its class's late budget is spent (order.go;
 //     the error also wraps ErrDeadline);
-//   - its class has a queue-wait target (Options.MaxQueueWait) and is
-//     shedding: CoDel's test (Nichols and Jacobson, "Controlling Queue
+//   - its class has a queue-wait target (Options.MaxQueueWait; without
+//     one, for an arrival with a latency target, a tenth of that target:
+//     standingShare) and is shedding: CoDel's test (Nichols and Jacobson, "Controlling Queue
 //     Delay", ACM Queue 2012), applied at the door instead of at the head:
 //     when the smallest queue wait of the tasks granted a slot during an
 //     interval (100 ms, or 2 of the class's slot times if longer) stayed
@@ -40,8 +41,23 @@ const (
 	ewmaShift     = 3 // slot-time average: new = old + (sample-old)/8
 )
 
+// standingShare: a class without a queue-wait target (Options.MaxQueueWait)
+// whose arrivals carry a latency target sheds those arrivals while its
+// queue stands above 1/standingShare of that target (CoDel's test, as
+// below). Admitting up to the target itself, as the door's estimate alone
+// does, serves a standing queue at the target: the requests at its edge
+// end late whenever their run times come out above the class's average,
+// and the longer queue serves nothing more, since the slots are busy
+// either way. A tenth kept every served request within a 0.59 s objective
+// at twice an image server's capacity (docs/realserver.md).
+const standingShare = 10
+
 // shedState is one class's queue-wait controller. Guarded by e.mu.
 type shedState struct {
+	// auto: target is 1/standingShare of the latest latency target of
+	// the class's arrivals (no Options.MaxQueueWait), and only arrivals
+	// with a target are shed.
+	auto          bool
 	target        int64 // ns; 0: off
 	intervalStart int64 // now() when the current interval began
 	minWait       int64 // smallest queue wait granted in the interval, ns
@@ -93,12 +109,20 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) e
 		return ErrSaturated
 	}
 	t := now()
-	if st := &e.shed[c]; st.target > 0 && e.queues[c].n > 0 {
+	st := &e.shed[c]
+	if (st.target == 0 || st.auto) && w.target != targetNone && w.due > t {
+		st.target, st.auto = (w.due-t)/standingShare, true
+	}
+	if st.target > 0 && e.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
 		e.codelTickLocked(c, t)
 		if st.shedding {
 			s.rejected.Add(1)
 			s.shed.Add(1)
-			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (Options.MaxQueueWait)", time.Duration(st.target))}
+			why := "Options.MaxQueueWait"
+			if st.auto {
+				why = fmt.Sprintf("1/%d of the latency target", standingShare)
+			}
+			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s)", time.Duration(st.target), why)}
 		}
 	}
 	if err := e.doorLocked(ctx, w, t, peek); err != nil {
