@@ -40,18 +40,11 @@ import (
 	"net/http"
 	"os"
 	"runtime"
-	"sync/atomic"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/cpuworkhttp"
-	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
-	"github.com/failsafe-go/failsafe-go/failsafehttp"
-	"github.com/platinummonkey/go-concurrency-limits/core"
-	"github.com/platinummonkey/go-concurrency-limits/limit"
-	"github.com/platinummonkey/go-concurrency-limits/limiter"
-	"github.com/platinummonkey/go-concurrency-limits/strategy"
-	"golang.org/x/sync/semaphore"
+	"github.com/cpuwork/cpuwork/realbench/admit"
 	"willnorris.com/go/imageproxy"
 )
 
@@ -88,23 +81,11 @@ func serve(variant, origin string, slo time.Duration, out io.Writer, stdin io.Re
 	if err != nil {
 		return err
 	}
-	gmp := runtime.GOMAXPROCS(0)
-	h := app
-	switch variant {
-	case "stock":
-	case "sem":
-		h = semaphored(app, gmp, 2*gmp)
-	case "sem2x":
-		h = semaphored(app, 2*gmp, 4*gmp)
-	case "failsafe":
-		lim := adaptivelimiter.NewBuilder[*http.Response]().WithQueueing(2, 3).WithMaxWaitTime(slo).Build()
-		h = status503(failsafehttp.NewHandler(app, lim))
-	case "gradient2":
-		h, err = gradient2(app, slo, 8*gmp)
-		if err != nil {
-			return err
-		}
-	case "cpuwork":
+	h, err := admit.Wrap(variant, app, slo, runtime.GOMAXPROCS(0))
+	if err != nil {
+		return err
+	}
+	if variant == "cpuwork" {
 		e, err := cpuwork.New(cpuwork.Options{})
 		if err != nil {
 			return err
@@ -112,8 +93,6 @@ func serve(variant, origin string, slo time.Duration, out io.Writer, stdin io.Re
 		defer e.Close(context.Background())
 		h = cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Objective: slo})
 		ln = cpuwork.WatchListener(ln)
-	default:
-		return fmt.Errorf("unknown variant %q", variant)
 	}
 	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
@@ -121,68 +100,4 @@ func serve(variant, origin string, slo time.Duration, out io.Writer, stdin io.Re
 	fmt.Fprintf(out, "listening %s\n", ln.Addr())
 	io.Copy(io.Discard, stdin)
 	return nil
-}
-
-// semaphored is imgproxy's admitter: workers requests run at once (an
-// x/sync semaphore), up to queue more wait for one, the rest are refused.
-func semaphored(h http.Handler, workers, queue int) http.Handler {
-	sem := semaphore.NewWeighted(int64(workers))
-	var inside atomic.Int64
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if inside.Add(1) > int64(workers+queue) {
-			inside.Add(-1)
-			http.Error(w, "queue full", http.StatusServiceUnavailable)
-			return
-		}
-		defer inside.Add(-1)
-		if err := sem.Acquire(r.Context(), 1); err != nil {
-			http.Error(w, "gone", http.StatusServiceUnavailable)
-			return
-		}
-		defer sem.Release(1)
-		h.ServeHTTP(w, r)
-	})
-}
-
-// gradient2 is go-concurrency-limits' Gradient2 limit (its defaults) in
-// its default limiter, behind a FIFO blocking limiter with a bounded
-// backlog whose requests wait at most the objective.
-func gradient2(h http.Handler, slo time.Duration, backlog int) (http.Handler, error) {
-	lim := limit.NewDefaultGradient2Limit("imageproxy", limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
-	dl, err := limiter.NewDefaultLimiter(lim, int64(time.Second), int64(time.Second), int64(100*time.Microsecond), 100,
-		strategy.NewSimpleStrategy(200), limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
-	if err != nil {
-		return nil, err
-	}
-	bl := limiter.NewQueueBlockingLimiterFromConfig(dl, limiter.QueueLimiterConfig{
-		Ordering: limiter.OrderingFIFO, MaxBacklogSize: backlog, MaxBacklogTimeout: slo, BacklogEvictDoneCtx: true})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bl.Acquire(r.Context())
-		if !ok {
-			if token != nil {
-				token.OnDropped()
-			}
-			http.Error(w, "limit", http.StatusServiceUnavailable)
-			return
-		}
-		h.ServeHTTP(w, r)
-		token.OnSuccess()
-	}), nil
-}
-
-// status503 turns failsafehttp's 429 for a refusal into the 503 every
-// variant answers.
-func status503(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		h.ServeHTTP(&recode{ResponseWriter: w}, r)
-	})
-}
-
-type recode struct{ http.ResponseWriter }
-
-func (w *recode) WriteHeader(code int) {
-	if code == http.StatusTooManyRequests {
-		code = http.StatusServiceUnavailable
-	}
-	w.ResponseWriter.WriteHeader(code)
 }

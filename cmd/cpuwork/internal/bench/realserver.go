@@ -1,11 +1,12 @@
 package bench
 
-// The realserver scenario: a third-party Go server as it ships
-// (willnorris.com/go/imageproxy, built from the Go module proxy by the
-// realbench module, which keeps it and the overload-control libraries
-// out of the CLI's dependency graph), stock and behind the admitters a Go
-// team would pick, each in a process of its own, unconstrained and in a
-// 1.5-CPU cgroup, loaded open-loop with its own CPU-heavy requests.
+// The realserver scenarios: a third-party Go server as it ships
+// (willnorris.com/go/imageproxy; Open Policy Agent's REST server), built
+// from the Go module proxy by the realbench module, which keeps it and
+// the overload-control libraries out of the CLI's dependency graph; stock
+// and behind the admitters a Go team would pick, each in a process of its
+// own, unconstrained and in a 1.5-CPU cgroup, loaded open-loop with its
+// own CPU-heavy requests.
 
 import (
 	"bufio"
@@ -34,9 +35,9 @@ import (
 )
 
 // realserverPeers are the admitters cpuwork is judged against, as the
-// realbench/imageproxy command builds them.
+// realbench commands build them (realbench/admit).
 var realserverPeers = []struct{ name, desc string }{
-	{"stock", "imageproxy v0.13.0 as it ships: every request runs at once"},
+	{"stock", "the server as it ships: every request runs at once"},
 	{"sem", "imgproxy's admitter: an x/sync semaphore of GOMAXPROCS workers and a queue of 2x that, 503 when full"},
 	{"sem2x", "the same with 2x GOMAXPROCS workers and a queue of 4x (imgproxy's default worker count)"},
 	{"failsafe", "failsafe-go v0.9.8 adaptivelimiter with its queue (x2 to x3 the limit, waiting at most the objective), through failsafehttp"},
@@ -45,7 +46,12 @@ var realserverPeers = []struct{ name, desc string }{
 
 // realserverVariants are the peers and cpuwork.
 var realserverVariants = append(slices.Clone(realserverPeers),
-	struct{ name, desc string }{"cpuwork", "the cpuworkhttp middleware with the objective, served through WatchListener (5 changed lines: docs/realserver.md)"})
+	struct{ name, desc string }{"cpuwork", "the cpuworkhttp middleware with the objective, served through WatchListener (7 added lines: docs/realserver.md)"})
+
+// realserverNames lists the realserver scenarios' variants (--list).
+func realserverNames() []string {
+	return append(describe(realserverVariants), realserverControl+aaSuffix+": "+aaDesc(realserverControl))
+}
 
 // realserverLoads are the default load levels (fractions of the stock
 // server's capacity); --thorough runs thoroughLoads.
@@ -80,15 +86,32 @@ func findRealbench() (string, error) {
 	}
 }
 
-// buildRealbench builds the realbench module's imageproxy command into dir,
-// from the Go module proxy, outside any workspace.
-func buildRealbench(mod, dir string) (string, error) {
-	bin := filepath.Join(dir, "imageproxy")
-	cmd := exec.Command("go", "build", "-o", bin, "./imageproxy")
+// realTarget is a third-party server the realbench module builds.
+type realTarget struct {
+	scenario, cmd string // the scenario's name; the realbench command (a directory of the module)
+	claim         string
+	small, large  string // what each request kind does, for the notes
+	origin        bool   // the server fetches from the bench's origin of JPEGs
+}
+
+var (
+	imageproxyTarget = realTarget{scenario: "realserver", cmd: "imageproxy", origin: true,
+		claim: "a third-party image server (imageproxy) with cpuwork's middleware added in 7 lines against the admitters a Go team would pick (imgproxy's semaphore and queue, failsafe-go's adaptive limiter, go-concurrency-limits' Gradient2): p99 below capacity and goodput within the objective in overload, unconstrained and in a 1.5-CPU cgroup",
+		small: "a 200x150 thumbnail of an 800x600 JPEG", large: "a 600x400 smart crop of a 3000x2000 JPEG"}
+	opaTarget = realTarget{scenario: "realserver-opa", cmd: "opa",
+		claim: "Open Policy Agent's REST server with cpuwork's middleware added in 7 lines against the admitters a Go team would pick: p99 below capacity and goodput within the objective in overload, unconstrained and in a 1.5-CPU cgroup",
+		small: "a policy query over 500 resources (a comprehension)", large: "a policy query over 20,000 resources (glob.match and a join with their groups)"}
+)
+
+// buildRealbench builds the realbench module's command cmd into dir, from
+// the Go module proxy, outside any workspace.
+func buildRealbench(mod, dir, cmdName string) (string, error) {
+	bin := filepath.Join(dir, cmdName)
+	cmd := exec.Command("go", "build", "-o", bin, "./"+cmdName)
 	cmd.Dir = mod
 	cmd.Env = append(os.Environ(), "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("build realbench/imageproxy: %v: %s", err, bytes.TrimSpace(out))
+		return "", fmt.Errorf("build realbench/%s: %v: %s", cmdName, err, bytes.TrimSpace(out))
 	}
 	return bin, nil
 }
@@ -237,9 +260,8 @@ func requestCosts(bin, origin string, n int) (map[string]float64, error) {
 	return costs, nil
 }
 
-func (r *Runner) realserver() (*Scenario, error) {
-	s := &Scenario{Name: "realserver", Baseline: "stock",
-		Claim: "a third-party image server (imageproxy) with cpuwork's middleware added in 5 lines against the admitters a Go team would pick (imgproxy's semaphore and queue, failsafe-go's adaptive limiter, go-concurrency-limits' Gradient2): p99 below capacity and goodput within the objective in overload, unconstrained and in a 1.5-CPU cgroup"}
+func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
+	s := &Scenario{Name: tg.scenario, Baseline: "stock", Claim: tg.claim}
 	if len(r.cfg.LoadGen) == 0 {
 		s.Skipped = "no load generator command configured"
 		return s, nil
@@ -254,20 +276,24 @@ func (r *Runner) realserver() (*Scenario, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	r.step("realserver: building realbench/imageproxy (Go module proxy)")
-	bin, err := buildRealbench(mod, dir)
+	r.step(fmt.Sprintf("%s: building realbench/%s (Go module proxy)", s.Name, tg.cmd))
+	bin, err := buildRealbench(mod, dir, tg.cmd)
 	if err != nil {
 		s.Skipped = err.Error()
 		return s, nil
 	}
-	origin, stopOrigin, err := startOrigin()
-	if err != nil {
-		return nil, err
+	origin := "none"
+	if tg.origin {
+		url, stopOrigin, err := startOrigin()
+		if err != nil {
+			return nil, err
+		}
+		defer stopOrigin()
+		origin = url
 	}
-	defer stopOrigin()
 	costs, err := requestCosts(bin, origin, 5)
 	if err != nil {
-		return nil, fmt.Errorf("realserver: measure request costs: %w", err)
+		return nil, fmt.Errorf("%s: measure request costs: %w", s.Name, err)
 	}
 	// The objective: 3x a large request's CPU, as the service scenario's.
 	slo := time.Duration(3 * costs["large"] * float64(time.Second)).Round(10 * time.Millisecond)
@@ -283,14 +309,14 @@ func (r *Runner) realserver() (*Scenario, error) {
 		if base, ok := strings.CutSuffix(variant, quotaSuffix()); ok {
 			variant, g = base, group
 		}
-		return r.realOnce(v, bin, g, variant, origin, slo, rate)
+		return r.realOnce(v, s.Name, bin, g, variant, origin, slo, rate)
 	}
 	checks := func() []check { return realserverChecks(loads, "", slo.Seconds()) }
 	estimate := float64(r.slots) / perReq
 	cals := r.atLoads(s, realserverVariants, loads, realserverControl, checks,
 		func(round int) calibration { return r.measureCapacity(s, "stock", round, estimate, once) }, once)
-	s.Notes = append(s.Notes, fmt.Sprintf("small = a 200x150 thumbnail of an 800x600 JPEG (%s of the server's CPU), large = a 600x400 smart crop of a 3000x2000 JPEG (%s), 90/10 mix, fetched from an origin in the bench process; objective %s (3x a large request's CPU); %s",
-		ms(costs["small"]), ms(costs["large"]), ms(slo.Seconds()), capacityNote("stock", r.slots, cals)))
+	s.Notes = append(s.Notes, fmt.Sprintf("small = %s (%s of the server's CPU, measured alone), large = %s (%s), 90/10 mix; objective %s (3x a large request's CPU); %s",
+		tg.small, ms(costs["small"]), tg.large, ms(costs["large"]), ms(slo.Seconds()), capacityNote("stock", r.slots, cals)))
 	r.checkLoads(s, "stock", loads, cals)
 
 	switch {
@@ -299,7 +325,7 @@ func (r *Runner) realserver() (*Scenario, error) {
 	case float64(runtime.NumCPU()) <= realserverQuota:
 		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: the machine has %d CPUs", realserverQuota, runtime.NumCPU()))
 	default:
-		group, err = newGroup("bench-realserver", cgroup.Config{CPUs: realserverQuota})
+		group, err = newGroup("bench-"+s.Name, cgroup.Config{CPUs: realserverQuota})
 		if err != nil {
 			s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: %v", realserverQuota, err))
 			break
@@ -337,7 +363,7 @@ func quotaSuffix() string { return fmt.Sprintf("+quota%.1f", realserverQuota) }
 // realOnce runs one load level against variant's server, started for it
 // (in g when not nil): the CPU it reports is the server's, and in g the
 // share of CFS periods throttled.
-func (r *Runner) realOnce(v *Variant, bin string, g *cgroup.Group, variant, origin string, slo time.Duration, rate float64) error {
+func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, variant, origin string, slo time.Duration, rate float64) error {
 	srv, err := startReal(r.cfg.LoadGen[0], bin, g, variant, origin, slo)
 	if err != nil {
 		return err
@@ -351,7 +377,7 @@ func (r *Runner) realOnce(v *Variant, bin string, g *cgroup.Group, variant, orig
 	}
 	t0, terr := schedstat.ReadThreads(srv.cmd.Process.Pid)
 	start := time.Now()
-	if err := r.loadAt(v, "realserver", srv.addr, rate, r.cfg.LoadGen, closedLoop(rate, r.slots)...); err != nil {
+	if err := r.loadAt(v, scenario, srv.addr, rate, r.cfg.LoadGen, closedLoop(rate, r.slots)...); err != nil {
 		return err
 	}
 	if t1, err := schedstat.ReadThreads(srv.cmd.Process.Pid); terr == nil && err == nil && len(v.Repeats) > 0 {

@@ -1,0 +1,114 @@
+// Package admit wraps a server's handler in the admitters a Go team would
+// put in front of it, as the realbench servers' -variant flag names them.
+// Every refusal is answered 503.
+package admit
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
+	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/platinummonkey/go-concurrency-limits/core"
+	"github.com/platinummonkey/go-concurrency-limits/limit"
+	"github.com/platinummonkey/go-concurrency-limits/limiter"
+	"github.com/platinummonkey/go-concurrency-limits/strategy"
+	"golang.org/x/sync/semaphore"
+)
+
+// Wrap returns app behind variant's admitter (gmp is GOMAXPROCS, slo the
+// latency objective):
+//
+//	stock      app as is: every request runs at once
+//	sem        imgproxy's admitter: an x/sync semaphore of gmp workers and
+//	           a queue of 2x that, 503 when the queue is full
+//	sem2x      the same with 2x gmp workers (imgproxy's default) and a
+//	           queue of 4x gmp
+//	failsafe   failsafe-go's adaptive limiter with its queue (limit x 2 to
+//	           x 3, waiting at most slo), through failsafehttp (its 429
+//	           answered 503)
+//	gradient2  go-concurrency-limits' Gradient2 limit behind its FIFO
+//	           blocking limiter (a backlog of 8x gmp, waiting at most slo)
+//	cpuwork    app as is: the server's main adds the middleware itself
+func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Handler, error) {
+	switch variant {
+	case "stock", "cpuwork":
+		return app, nil
+	case "sem":
+		return semaphored(app, gmp, 2*gmp), nil
+	case "sem2x":
+		return semaphored(app, 2*gmp, 4*gmp), nil
+	case "failsafe":
+		lim := adaptivelimiter.NewBuilder[*http.Response]().WithQueueing(2, 3).WithMaxWaitTime(slo).Build()
+		return status503(failsafehttp.NewHandler(app, lim)), nil
+	case "gradient2":
+		return gradient2(app, slo, 8*gmp)
+	}
+	return nil, fmt.Errorf("unknown variant %q", variant)
+}
+
+// semaphored is imgproxy's admitter: workers requests run at once (an
+// x/sync semaphore), up to queue more wait for one, the rest are refused.
+func semaphored(h http.Handler, workers, queue int) http.Handler {
+	sem := semaphore.NewWeighted(int64(workers))
+	var inside atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if inside.Add(1) > int64(workers+queue) {
+			inside.Add(-1)
+			http.Error(w, "queue full", http.StatusServiceUnavailable)
+			return
+		}
+		defer inside.Add(-1)
+		if err := sem.Acquire(r.Context(), 1); err != nil {
+			http.Error(w, "gone", http.StatusServiceUnavailable)
+			return
+		}
+		defer sem.Release(1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// gradient2 is go-concurrency-limits' Gradient2 limit (its defaults) in
+// its default limiter, behind a FIFO blocking limiter with a bounded
+// backlog whose requests wait at most the objective.
+func gradient2(h http.Handler, slo time.Duration, backlog int) (http.Handler, error) {
+	lim := limit.NewDefaultGradient2Limit("realbench", limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
+	dl, err := limiter.NewDefaultLimiter(lim, int64(time.Second), int64(time.Second), int64(100*time.Microsecond), 100,
+		strategy.NewSimpleStrategy(200), limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
+	if err != nil {
+		return nil, err
+	}
+	bl := limiter.NewQueueBlockingLimiterFromConfig(dl, limiter.QueueLimiterConfig{
+		Ordering: limiter.OrderingFIFO, MaxBacklogSize: backlog, MaxBacklogTimeout: slo, BacklogEvictDoneCtx: true})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := bl.Acquire(r.Context())
+		if !ok {
+			if token != nil {
+				token.OnDropped()
+			}
+			http.Error(w, "limit", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+		token.OnSuccess()
+	}), nil
+}
+
+// status503 turns failsafehttp's 429 for a refusal into the 503 every
+// variant answers.
+func status503(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(&recode{ResponseWriter: w}, r)
+	})
+}
+
+type recode struct{ http.ResponseWriter }
+
+func (w *recode) WriteHeader(code int) {
+	if code == http.StatusTooManyRequests {
+		code = http.StatusServiceUnavailable
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
