@@ -4,11 +4,17 @@
 package admit
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"runtime"
 	"sync/atomic"
 	"time"
 
+	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
 	"github.com/platinummonkey/go-concurrency-limits/core"
@@ -17,6 +23,37 @@ import (
 	"github.com/platinummonkey/go-concurrency-limits/strategy"
 	"golang.org/x/sync/semaphore"
 )
+
+// Serve serves app behind variant's admitter on a loopback port, writes
+// "listening ADDR" to out, and serves until stdin reaches EOF (the bench
+// closes it, or dies). The cpuwork variant is the lines a user adds to
+// a server to adopt cpuwork: an executor on the CPU budget, the
+// middleware with the latency objective, the listener watched.
+func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, stdin io.Reader) error {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	h, err := Wrap(variant, app, slo, runtime.GOMAXPROCS(0))
+	if err != nil {
+		return err
+	}
+	if variant == "cpuwork" {
+		e, err := cpuwork.New(cpuwork.Options{})
+		if err != nil {
+			return err
+		}
+		defer e.Close(context.Background())
+		h = cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Objective: slo})
+		ln = cpuwork.WatchListener(ln)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln)
+	defer srv.Close()
+	fmt.Fprintf(out, "listening %s\n", ln.Addr())
+	io.Copy(io.Discard, stdin)
+	return nil
+}
 
 // Wrap returns app behind variant's admitter (gmp is GOMAXPROCS, slo the
 // latency objective):
@@ -31,7 +68,7 @@ import (
 //	           answered 503)
 //	gradient2  go-concurrency-limits' Gradient2 limit behind its FIFO
 //	           blocking limiter (a backlog of 8x gmp, waiting at most slo)
-//	cpuwork    app as is: the server's main adds the middleware itself
+//	cpuwork    app as is: Serve adds the middleware
 func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Handler, error) {
 	switch variant {
 	case "stock", "cpuwork":

@@ -12,38 +12,19 @@
 //	/small -> /200x150/ORIGIN/small.jpg   (a thumbnail of an 800x600 photo)
 //	/large -> /600x400,sc/ORIGIN/large.jpg (a smart crop of a 3000x2000 one)
 //
-// Variants (-variant):
-//
-//	stock      imageproxy.NewProxy as is: every request runs at once
-//	sem        imgproxy's admitter: an x/sync semaphore of GOMAXPROCS
-//	           workers and a queue of 2x that, 503 when the queue is full
-//	sem2x      the same with 2x GOMAXPROCS workers (imgproxy's default)
-//	failsafe   failsafe-go's adaptive limiter with its queue (limit x 2 to
-//	           x 3, waiting at most the objective), through failsafehttp
-//	gradient2  go-concurrency-limits' Gradient2 limit behind its FIFO
-//	           blocking limiter (a backlog of 2x GOMAXPROCS x 4, waiting
-//	           at most the objective), 503 when refused
-//	cpuwork    the cpuworkhttp middleware with the objective (-slo),
-//	           served through cpuwork.WatchListener
-//
-// Every refusal is answered 503, which the bench counts as shed.
+// Variants (-variant): stock, or behind one of the admitters of package
+// admit (sem, sem2x, failsafe, gradient2, cpuwork); every refusal is
+// answered 503, which the bench counts as shed.
 package main
 
 import (
-	"context"
-
 	"flag"
-	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"time"
 
-	"github.com/cpuwork/cpuwork"
-	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/cpuwork/cpuwork/realbench/admit"
 	"willnorris.com/go/imageproxy"
 )
@@ -77,27 +58,5 @@ func serve(variant, origin string, slo time.Duration, out io.Writer, stdin io.Re
 		r2.URL.Path, r2.URL.RawPath, r2.RequestURI = p, "", p
 		proxy.ServeHTTP(w, r2)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	h, err := admit.Wrap(variant, app, slo, runtime.GOMAXPROCS(0))
-	if err != nil {
-		return err
-	}
-	if variant == "cpuwork" {
-		e, err := cpuwork.New(cpuwork.Options{})
-		if err != nil {
-			return err
-		}
-		defer e.Close(context.Background())
-		h = cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Objective: slo})
-		ln = cpuwork.WatchListener(ln)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go srv.Serve(ln)
-	defer srv.Close()
-	fmt.Fprintf(out, "listening %s\n", ln.Addr())
-	io.Copy(io.Discard, stdin)
-	return nil
+	return admit.Serve(variant, app, slo, out, stdin)
 }

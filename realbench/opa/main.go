@@ -15,7 +15,8 @@
 //	          resources whose name matches a glob, joined with their
 //	          groups' tags: glob.match and a join over all 20,000 (~0.1-0.5 s)
 //
-// Variants (-variant) are realbench/imageproxy's.
+// Variants (-variant): stock, or behind one of the admitters of package
+// admit.
 package main
 
 import (
@@ -24,15 +25,11 @@ import (
 	"fmt"
 	"io"
 	"log"
-	"net"
 	"net/http"
 	"os"
-	"runtime"
 	"strings"
 	"time"
 
-	"github.com/cpuwork/cpuwork"
-	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/cpuwork/cpuwork/realbench/admit"
 	"github.com/open-policy-agent/opa/v1/plugins"
 	"github.com/open-policy-agent/opa/v1/server"
@@ -125,27 +122,5 @@ func serve(variant string, slo time.Duration, out io.Writer, stdin io.Reader) er
 		q.Header.Set("Content-Type", "application/json")
 		srv.Handler.ServeHTTP(w, q)
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
-	}
-	h, err := admit.Wrap(variant, app, slo, runtime.GOMAXPROCS(0))
-	if err != nil {
-		return err
-	}
-	if variant == "cpuwork" {
-		e, err := cpuwork.New(cpuwork.Options{})
-		if err != nil {
-			return err
-		}
-		defer e.Close(context.Background())
-		h = cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Objective: slo})
-		ln = cpuwork.WatchListener(ln)
-	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	go hs.Serve(ln)
-	defer hs.Close()
-	fmt.Fprintf(out, "listening %s\n", ln.Addr())
-	io.Copy(io.Discard, stdin)
-	return nil
+	return admit.Serve(variant, app, slo, out, stdin)
 }
