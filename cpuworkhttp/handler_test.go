@@ -55,6 +55,17 @@ func (g *gate) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	io.WriteString(w, "done")
 }
 
+// holding serves /hold through g and every other path through next.
+func holding(g *gate, next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			g.ServeHTTP(w, r)
+			return
+		}
+		next(w, r)
+	})
+}
+
 func get(t *testing.T, url string, hdr map[string]string) (*http.Response, string) {
 	t.Helper()
 	req, err := http.NewRequest("GET", url, nil)
@@ -122,11 +133,7 @@ func TestRefusedRequestGets503WithRetryAfterAndItsBodyIsNeverRead(t *testing.T) 
 	e := newExecutor(t, cpuwork.Options{Slots: 1, QueueLimit: [cpuwork.NumClasses]int{1, 1, 1, 1}})
 	g := newGate()
 	var served atomic.Int32
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			g.ServeHTTP(w, r)
-			return
-		}
+	h := holding(g, func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		io.ReadAll(r.Body)
 	})
@@ -235,11 +242,7 @@ func TestClientTimeoutHeaderRefusesARequestThatCannotFinishInTime(t *testing.T) 
 	e := newExecutor(t, cpuwork.Options{Slots: 1})
 	g := newGate()
 	var served atomic.Int32
-	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/hold" {
-			g.ServeHTTP(w, r)
-			return
-		}
+	h := holding(g, func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		if _, ok := r.Context().Deadline(); !ok && r.Header.Get("Request-Timeout") == "2" {
 			t.Error("the handler's context has no deadline from the header")
