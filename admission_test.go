@@ -1,0 +1,168 @@
+package cpuwork
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestAtMostSlotsTasksRunAtOnce(t *testing.T) {
+	const slots = 3
+	e := newExec(t, Options{Slots: slots})
+	var running, peak atomic.Int64
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn := func(context.Context) error {
+				n := running.Add(1)
+				for {
+					p := peak.Load()
+					if n <= p || peak.CompareAndSwap(p, n) {
+						break
+					}
+				}
+				time.Sleep(50 * time.Microsecond)
+				running.Add(-1)
+				return nil
+			}
+			c := Class(i % NumClasses)
+			if i%3 == 0 {
+				t, err := e.Go(context.Background(), c, fn)
+				if err == nil {
+					t.Wait(context.Background())
+				}
+				return
+			}
+			e.Do(context.Background(), c, fn)
+		}()
+	}
+	wg.Wait()
+	if p := peak.Load(); p > slots || p < 1 {
+		t.Errorf("peak concurrency %d with %d slots", p, slots)
+	}
+}
+
+func TestQueuedTasksAreServedCriticalFirstThenFIFO(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	var mu sync.Mutex
+	var order []string
+	var wg sync.WaitGroup
+	submit := func(c Class, name string) {
+		before := e.Stats().Classes[c].Queued
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.Do(context.Background(), c, func(context.Context) error {
+				mu.Lock()
+				order = append(order, name)
+				mu.Unlock()
+				return nil
+			})
+		}()
+		waitQueued(t, e, c, before+1)
+	}
+	submit(Background, "bg")
+	submit(Interactive, "i1")
+	submit(Interactive, "i2")
+	submit(Critical, "c1")
+	submit(Critical, "c2")
+	release()
+	wg.Wait()
+	want := []string{"c1", "c2", "i1", "i2", "bg"}
+	if fmt.Sprint(order) != fmt.Sprint(want) {
+		t.Errorf("order %v, want %v", order, want)
+	}
+}
+
+func TestInteractiveAndBatchShareByWeight(t *testing.T) {
+	// One slot, both classes always queued, equal task cost: with weights
+	// 3:1 Interactive should get about 3 of every 4 slots.
+	e := newExec(t, Options{Slots: 1, InteractiveWeight: 3, BatchWeight: 1})
+	release := hold(t, e, 1)
+	var mu sync.Mutex
+	var order []Class
+	var took []time.Duration // each task's slot time, as the executor charges it
+	var wg sync.WaitGroup
+	work := func(c Class) func(context.Context) error {
+		return func(context.Context) error {
+			t0 := time.Now()
+			spin(200 * time.Microsecond)
+			d := time.Since(t0)
+			mu.Lock()
+			order = append(order, c)
+			took = append(took, d)
+			mu.Unlock()
+			return nil
+		}
+	}
+	const per = 40
+	for range per {
+		wg.Add(2)
+		go func() { defer wg.Done(); e.Do(context.Background(), Interactive, work(Interactive)) }()
+		go func() { defer wg.Done(); e.Do(context.Background(), Batch, work(Batch)) }()
+	}
+	waitQueued(t, e, Interactive, per)
+	waitQueued(t, e, Batch, per)
+	release()
+	wg.Wait()
+	// The weights share measured slot time: the 3:1 count holds only if
+	// the tasks cost about the same. A machine that preempts some of them
+	// (a loaded CI host) breaks that premise, not the executor.
+	slices.Sort(took)
+	if took[len(took)*9/10] > 3*took[len(took)/10] {
+		t.Skipf("task slot times spread %v..%v (p10..p90): the OS preempted tasks, so equal counts are not expected", took[len(took)/10], took[len(took)*9/10])
+	}
+	inter := 0
+	for _, c := range order[:40] { // both classes still backlogged here
+		if c == Interactive {
+			inter++
+		}
+	}
+	if inter < 24 || inter > 36 { // 30 expected at 3:1; generous for timer noise
+		t.Errorf("Interactive got %d of the first 40 slots, want about 30: %v", inter, order[:40])
+	}
+}
+
+// Background progresses under sustained Interactive load: it gets a slot
+// after backgroundEvery grants to other classes while it waits.
+func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{0, 4096, 0, 0}})
+	release := hold(t, e, 1)
+	var mu sync.Mutex
+	var order []Class
+	record := func(c Class) func(context.Context) error {
+		return func(context.Context) error { mu.Lock(); order = append(order, c); mu.Unlock(); return nil }
+	}
+	bg, err := e.Go(context.Background(), Background, record(Background))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(t, e, Background, 1)
+	var tasks []*Task
+	for range 3 * backgroundEvery {
+		task, err := e.Go(context.Background(), Interactive, record(Interactive))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, task)
+	}
+	release()
+	ctx := context.Background()
+	if err := bg.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		task.Wait(ctx)
+	}
+	i := slices.Index(order, Background)
+	if i < 0 || i > backgroundEvery {
+		t.Fatalf("Background ran after %d Interactive tasks, want at most %d", i, backgroundEvery)
+	}
+}

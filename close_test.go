@@ -1,0 +1,117 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/osthread"
+	"go.uber.org/goleak"
+)
+
+func TestCloseDrainsQueuedTasksThenRejects(t *testing.T) {
+	e, err := New(Options{Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := hold(t, e, 1)
+	var ran atomic.Int64
+	tasks := make([]*Task, 3)
+	for i := range tasks {
+		tasks[i], err = e.Go(context.Background(), Batch, func(context.Context) error { ran.Add(1); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	closed := make(chan error)
+	go func() { closed <- e.Close(context.Background()) }()
+	for e.Stats().Closed == false {
+		time.Sleep(100 * time.Microsecond)
+	}
+	if err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Errorf("Do after Close: %v", err)
+	}
+	if _, err := e.Go(context.Background(), Batch, func(context.Context) error { return nil }); !errors.Is(err, ErrClosed) {
+		t.Errorf("Go after Close: %v", err)
+	}
+	release()
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
+	}
+	for _, task := range tasks {
+		if err := task.Err(); err != nil {
+			t.Error(err)
+		}
+	}
+	if ran.Load() != 3 {
+		t.Errorf("drained %d of 3", ran.Load())
+	}
+}
+
+func TestCloseWithExpiredContextFailsTheQueue(t *testing.T) {
+	e, err := New(Options{Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := hold(t, e, 1)
+	task, err := e.Go(context.Background(), Batch, func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	doErr := make(chan error)
+	go func() { doErr <- e.Do(context.Background(), Critical, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Critical, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	if err := e.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Close: %v", err)
+	}
+	if err := task.Wait(context.Background()); !errors.Is(err, ErrClosed) {
+		t.Errorf("queued Go task: %v", err)
+	}
+	if err := <-doErr; !errors.Is(err, ErrClosed) {
+		t.Errorf("queued Do: %v", err)
+	}
+	release()
+	if err := e.Close(context.Background()); err != nil {
+		t.Errorf("second Close: %v", err)
+	}
+}
+
+// New must not leave the critical lane's threads behind when it fails,
+// and Close with an expired context must finish the job (workers, lane)
+// once the last task ends, without a polling goroutine.
+func TestNewFailureAndAnExpiredCloseLeakNothing(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	_, err := New(Options{CriticalLane: &osthread.Options{Threads: 1},
+		detect: func() (budget.Budget, error) { return budget.Budget{}, errors.New("no budget") }})
+	if err == nil {
+		t.Fatal("New succeeded without a budget")
+	}
+	e, err := New(Options{Slots: 1, CriticalLane: &osthread.Options{Threads: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	started := make(chan struct{})
+	task, err := e.Go(context.Background(), Batch, func(context.Context) error { close(started); <-gate; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Millisecond)
+	defer cancel()
+	if err := e.Close(ctx); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Close = %v, want DeadlineExceeded", err)
+	}
+	close(gate)
+	if err := task.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(context.Background()); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}

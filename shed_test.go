@@ -1,0 +1,178 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestFullQueueIsSaturatedAndNothingIsLost(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{Interactive: 2, Batch: 1}})
+	release := hold(t, e, 1)
+	var ran atomic.Int64
+	errs := make(chan error, 3)
+	for range 2 {
+		go func() {
+			errs <- e.Do(context.Background(), Interactive, func(context.Context) error { ran.Add(1); return nil })
+		}()
+	}
+	waitQueued(t, e, Interactive, 2)
+	if err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil }); !errors.Is(err, ErrSaturated) {
+		t.Errorf("third queued Interactive: %v", err)
+	}
+	task, err := e.Go(context.Background(), Batch, func(context.Context) error { ran.Add(1); return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Go(context.Background(), Batch, func(context.Context) error { return nil }); !errors.Is(err, ErrSaturated) {
+		t.Errorf("second queued Batch: %v", err)
+	}
+	if _, err := e.TryGo(context.Background(), Critical, func(context.Context) error { return nil }); !errors.Is(err, ErrSaturated) {
+		t.Errorf("TryGo with no free slot: %v", err)
+	}
+	release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	if err := task.Wait(context.Background()); err != nil {
+		t.Error(err)
+	}
+	if ran.Load() != 3 {
+		t.Errorf("ran %d of 3 admitted tasks", ran.Load())
+	}
+	if r := e.Stats().Classes[Interactive].Rejected; r != 1 {
+		t.Errorf("rejected %d", r)
+	}
+}
+
+// Deadline-aware admission: a task whose deadline is nearer than the
+// estimated queue wait is refused at once, never runs, and is counted as
+// shed; one with time enough queues as usual.
+func TestADeadlineTheQueueCannotMeetIsShedAtOnce(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	e.stats[Interactive].avgSlotNs.Store(int64(100 * time.Millisecond)) // what the class's tasks take
+	queued := make(chan error, 1)
+	go func() { queued <- e.Do(context.Background(), Interactive, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Interactive, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	ran := false
+	err := e.Do(ctx, Interactive, func(context.Context) error { ran = true; return nil })
+	var se *shedError
+	if !errors.Is(err, ErrSaturated) || !errors.As(err, &se) || ran {
+		t.Fatalf("Do with a 20 ms deadline behind ~200 ms of queue: err %v, ran %v", err, ran)
+	}
+	if st := e.Stats().Classes[Interactive]; st.Shed != 1 || st.Rejected != 1 {
+		t.Errorf("shed %d rejected %d, want 1 and 1", st.Shed, st.Rejected)
+	}
+	long, cancel2 := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel2()
+	done := make(chan error, 1)
+	go func() { done <- e.Do(long, Interactive, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Interactive, 2)
+	release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("a deadline the queue can meet: %v", err)
+	}
+}
+
+// The queue-wait target's controller: an interval whose smallest granted
+// wait stayed above the target makes the class shed arrivals that would
+// queue behind others; an interval under the target ends it; an arrival
+// that finds the queue empty is never shed.
+func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
+	var mqw [NumClasses]time.Duration
+	mqw[Interactive] = time.Millisecond
+	e := newExec(t, Options{Slots: 1, MaxQueueWait: mqw})
+	iv := int64(codelInterval)
+	e.mu.Lock()
+	st := &e.shed[Interactive]
+	st.intervalStart = 0
+	e.codelGrantLocked(Interactive, int64(5*time.Millisecond), iv/2) // above the target
+	e.codelGrantLocked(Interactive, int64(3*time.Millisecond), iv+1) // interval ends: smallest 3 ms > 1 ms
+	shedding := st.shedding
+	e.mu.Unlock()
+	if !shedding {
+		t.Fatal("a standing queue (smallest wait 3 ms over a 1 ms target) does not shed")
+	}
+	// Shedding, but the queue is empty: the arrival is admitted.
+	if err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil }); err != nil {
+		t.Fatalf("an arrival at an empty queue: %v", err)
+	}
+	// Shedding with a queue: refused at once.
+	release := hold(t, e, 1)
+	queued := make(chan error, 1)
+	e.mu.Lock()
+	st.shedding, st.intervalStart = false, now() // let one task queue
+	e.mu.Unlock()
+	go func() { queued <- e.Do(context.Background(), Interactive, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Interactive, 1)
+	e.mu.Lock()
+	st.shedding, st.intervalStart = true, now()
+	e.mu.Unlock()
+	err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil })
+	if !errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "queue-wait target") {
+		t.Fatalf("an arrival behind a standing queue: %v", err)
+	}
+	release()
+	if err := <-queued; err != nil {
+		t.Fatal(err)
+	}
+	// An interval whose smallest wait is under the target ends shedding.
+	e.mu.Lock()
+	st.intervalStart, st.minWait = 0, int64(time.Hour)
+	e.codelGrantLocked(Interactive, int64(100*time.Microsecond), iv+1)
+	shedding = st.shedding
+	e.mu.Unlock()
+	if shedding {
+		t.Fatal("an interval under the target did not end shedding")
+	}
+	if st := e.Stats().Classes[Interactive]; st.Shed != 1 {
+		t.Errorf("Shed %d, want 1", st.Shed)
+	}
+}
+
+// A class without MaxQueueWait whose tasks carry latency targets sheds a
+// standing queue above a tenth of the target: with a 1 s objective and a
+// queue whose every grant waited over 100 ms for an interval, a new
+// arrival with the objective is refused (though the door's estimate
+// alone would admit it: 3 tasks of 60 ms ahead), and one without a
+// target is still admitted.
+func TestAStandingQueueAboveATenthOfTheTargetIsShed(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
+	var tasks []*Task
+	for range 6 {
+		task, err := e.Go(obj(), Interactive, func(context.Context) error { time.Sleep(60 * time.Millisecond); return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, task)
+	}
+	time.Sleep(250 * time.Millisecond)
+	release()
+	// Grants after waits of 250, 310, 370 ms...: the interval (120 ms,
+	// two slot times) ends with its smallest wait above 100 ms.
+	waitUntil(t, "three grants", func() bool { return e.Stats().Classes[Interactive].Queued <= 3 })
+	time.Sleep(20 * time.Millisecond)
+	err := e.Allow(obj(), Interactive)
+	if !errors.Is(err, ErrSaturated) || errors.Is(err, ErrDeadline) {
+		t.Errorf("an arrival with a 1 s objective behind a queue standing above 100 ms: Allow = %v, want a standing-queue refusal (ErrSaturated, not ErrDeadline)", err)
+	}
+	if err := e.Allow(context.Background(), Interactive); err != nil {
+		t.Errorf("an arrival without a target: Allow = %v, want nil (only tasks with a target are shed by it)", err)
+	}
+	for _, task := range tasks {
+		task.Wait(context.Background())
+	}
+}
