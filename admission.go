@@ -103,12 +103,12 @@ func (e *Executor) grantLocked(w *waiter) {
 	w.granted, w.started = true, true
 	s := &e.stats[w.class]
 	first := !w.requeued && w.kind != waitHelper
+	if first {
+		s.admitted.Add(1) // before the controller reads it (codelTickLocked)
+	}
 	if first && e.shed[w.class].target > 0 {
 		t := now()
 		e.codelGrantLocked(w.class, t-w.enq, t)
-	}
-	if first {
-		s.admitted.Add(1)
 	}
 	if w.class.runsOnWorker() {
 		e.lowRunning.Add(1)

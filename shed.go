@@ -61,6 +61,12 @@ type shedState struct {
 	target        int64 // ns; 0: off
 	intervalStart int64 // now() when the current interval began
 	minWait       int64 // smallest queue wait granted in the interval, ns
+	// admittedAt is the class's Admitted count when the interval began,
+	// grants the queued submissions granted in it: more admissions than
+	// queued grants means some took a free slot at once (wait 0) on the
+	// lock-free path, which never feeds minWait itself.
+	admittedAt uint64
+	grants     uint64
 	shedding      bool
 }
 
@@ -184,18 +190,32 @@ func (e *Executor) codelGrantLocked(c Class, wait, t int64) {
 		return
 	}
 	st.minWait = min(st.minWait, wait)
+	st.grants++
 	e.codelTickLocked(c, t)
 }
 
 // codelTickLocked ends the interval once it has run its length: the class
 // sheds during the next one if the smallest wait granted stayed above the
-// target (an interval without grants keeps the previous decision).
+// target (an interval without grants keeps the previous decision). An
+// admission on the lock-free path (a free slot, nobody queued) is a wait
+// of 0, as CoDel counts every packet's sojourn, not only the queued ones'.
 func (e *Executor) codelTickLocked(c Class, t int64) {
 	st := &e.shed[c]
 	interval := max(int64(codelInterval), 2*e.stats[c].avgSlotNs.Load())
+	if st.auto {
+		// Half the latency target: a burst of long requests below
+		// capacity (two slots busy with 0.27 s queries for a few
+		// hundred ms) is not a standing queue.
+		interval = max(interval, st.target*standingShare/2)
+	}
 	if t-st.intervalStart < interval {
 		return
 	}
+	admitted := e.stats[c].admitted.Load()
+	if admitted-st.admittedAt > st.grants {
+		st.minWait = 0 // some took a free slot at once: the queue drained
+	}
+	st.admittedAt, st.grants = admitted, 0
 	if st.minWait != math.MaxInt64 {
 		st.shedding = st.minWait > st.target
 	} else if e.queues[c].n == 0 {
