@@ -202,12 +202,6 @@ func (e *Executor) codelGrantLocked(c Class, wait, t int64) {
 func (e *Executor) codelTickLocked(c Class, t int64) {
 	st := &e.shed[c]
 	interval := max(int64(codelInterval), 2*e.stats[c].avgSlotNs.Load())
-	if st.auto {
-		// Half the latency target: a burst of long requests below
-		// capacity (two slots busy with 0.27 s queries for a few
-		// hundred ms) is not a standing queue.
-		interval = max(interval, st.target*standingShare/2)
-	}
 	if t-st.intervalStart < interval {
 		return
 	}
