@@ -41,9 +41,11 @@ type Options struct {
 	Class func(*http.Request) cpuwork.Class
 
 	// Objective is the latency objective of every request, counted from
-	// its arrival at the middleware: the executor orders its queue by it
-	// and refuses a request it expects to miss it (cpuwork.WithTarget;
-	// the class's late budget lets a few through, order.go). 0: none.
+	// its arrival at the middleware: the executor orders its queue by it,
+	// refuses a request it expects to miss it (cpuwork.WithTarget; the
+	// class's late budget lets a few through, order.go) and, unless the
+	// executor's Options.MaxQueueWait sets the class's own, sheds while
+	// its queue stands above a tenth of it. 0: none.
 	Objective time.Duration
 
 	// Service returns a request's expected run time once it holds a slot
