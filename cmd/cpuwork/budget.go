@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"text/tabwriter"
 
@@ -15,8 +16,34 @@ import (
 type budgetReport struct {
 	PID int `json:"pid"`
 	budget.Budget
-	Slots   int    `json:"slots"`   // tasks cpuwork runs at once: floor(cores), >= 1, <= GOMAXPROCS
-	Warning string `json:"warning"` // non-empty when GOMAXPROCS exceeds the quota
+	Slots int `json:"slots"` // tasks an executor with default Options runs at once (executorSlots)
+	// PacedSlot: the last of Slots is the fractional quota's paced slot
+	// (Options.Quota QuotaFraction, the default).
+	PacedSlot bool   `json:"paced_slot"`
+	Warning   string `json:"warning"` // non-empty when GOMAXPROCS exceeds the quota
+}
+
+// executorSlots is the slot count of an executor made with default
+// Options on b: under a quota with a fraction of at least 0.01 and at
+// least one whole core, ceil(quota) slots, the last paced, when
+// GOMAXPROCS (in force, else the runtime's default) leaves a P for it
+// (the library's fraction.go); else the whole cores of the budget
+// (budget.Budget.Slots).
+func executorSlots(b budget.Budget) (n int, paced bool) {
+	n = b.Slots()
+	l, ok := b.Limiting()
+	if !ok || l.Period <= 0 {
+		return n, false
+	}
+	procs := b.GOMAXPROCS
+	if procs == 0 {
+		procs = b.RuntimeGOMAXPROCS
+	}
+	whole := math.Floor(b.Cores)
+	if frac := b.Cores - whole; frac < 0.01 || whole < 1 || (procs > 0 && int(whole)+1 > procs) {
+		return n, false
+	}
+	return int(whole) + 1, true
 }
 
 func budgetCmd() *cobra.Command {
@@ -29,8 +56,9 @@ func budgetCmd() *cobra.Command {
 v1/v2 CPU quota of the leaf cgroup and of every ancestor visible in the mount
 (the smallest wins; the Go runtime reads only the leaf), the affinity mask,
 GOMAXPROCS, the GOMAXPROCS the Go runtime's default rule picks
-(min(affinity, max(2, ceil(leaf quota)))), and the slot count cpuwork uses
-(floor of the budget, at least 1). Warns when GOMAXPROCS exceeds the quota,
+(min(affinity, max(2, ceil(leaf quota)))), and the slot count an executor
+with default options uses (the budget's whole cores, plus one paced slot
+for a quota's fraction when GOMAXPROCS leaves a P for it). Warns when GOMAXPROCS exceeds the quota,
 which means CFS throttling.
 
 All CPU amounts are in cores (1.25 = 1250m).`,
@@ -51,7 +79,8 @@ All CPU amounts are in cores (1.25 = 1250m).`,
 			if err != nil {
 				return err
 			}
-			r := budgetReport{PID: p, Budget: b, Slots: b.Slots(), Warning: b.Warning()}
+			r := budgetReport{PID: p, Budget: b, Warning: b.Warning()}
+			r.Slots, r.PacedSlot = executorSlots(b)
 			if r.Limits == nil {
 				r.Limits = []budget.Limit{} // [] rather than null: docs/bench.md, "budget --json"
 			}
@@ -120,7 +149,11 @@ func printBudget(w io.Writer, r budgetReport, self bool) {
 	if b.RequestCores != 0 {
 		fmt.Fprintf(tw, "request hint\t%.3g cores\t(Kubernetes shares/weight conversion)\n", b.RequestCores)
 	}
-	fmt.Fprintf(tw, "cpuwork slots\t%d\t(floor of the budget, at least 1, at most GOMAXPROCS)\n", r.Slots)
+	if r.PacedSlot {
+		fmt.Fprintf(tw, "cpuwork slots\t%d\t(the quota's whole cores and one paced for its fraction: Options.Quota QuotaFraction, the default)\n", r.Slots)
+	} else {
+		fmt.Fprintf(tw, "cpuwork slots\t%d\t(the whole cores of the budget, at least 1, at most GOMAXPROCS)\n", r.Slots)
+	}
 	for _, n := range b.Notes {
 		fmt.Fprintf(tw, "note\t%s\n", n)
 	}
