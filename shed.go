@@ -67,7 +67,7 @@ type shedState struct {
 	// lock-free path, which never feeds minWait itself.
 	admittedAt uint64
 	grants     uint64
-	shedding      bool
+	shedding   bool
 }
 
 // shedError is a refusal that says why, with the numbers it was decided
