@@ -93,13 +93,11 @@ func UnaryServerInterceptor(e *cpuwork.Executor, o Options) grpc.UnaryServerInte
 		ctx, c := a.prepare(ctx, info.FullMethod)
 		var resp any
 		var herr error
-		ran := false
 		err := e.Do(ctx, c, func(ctx context.Context) error {
-			ran = true
 			resp, herr = handler(ctx, req)
-			return nil
+			return nil // the handler's own error passes through herr
 		})
-		if err == nil && ran {
+		if err == nil {
 			return resp, herr
 		}
 		return nil, a.refusal(ctx, info.FullMethod, c, err)
@@ -124,13 +122,11 @@ func StreamServerInterceptor(e *cpuwork.Executor, o Options) grpc.StreamServerIn
 			return a.refusal(ctx, info.FullMethod, c, err)
 		}
 		var herr error
-		ran := false
 		err := e.Do(ctx, c, func(ctx context.Context) error {
-			ran = true
 			herr = handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
-			return nil
+			return nil // the handler's own error passes through herr
 		})
-		if err == nil && ran {
+		if err == nil {
 			return herr
 		}
 		return a.refusal(ctx, info.FullMethod, c, err)
@@ -186,7 +182,8 @@ func (a *admitter) prepare(ctx context.Context, method string) (context.Context,
 	return ctx, c
 }
 
-// refusal is the status of a call the executor did not run to its end.
+// refusal is the status of a call the executor did not run to its end
+// (err is Do's or Allow's error, never nil).
 func (a *admitter) refusal(ctx context.Context, method string, c cpuwork.Class, err error) error {
 	var pe *cpuwork.PanicError
 	switch {
@@ -206,10 +203,6 @@ func (a *admitter) refusal(ctx context.Context, method string, c cpuwork.Class, 
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return status.FromContextError(err).Err()
-	case err == nil:
-		// Do returned nil without running the handler: a Goexit on the
-		// caller's goroutine never gets here, so this cannot happen.
-		return status.Error(codes.Internal, "cpuworkgrpc: handler not run")
 	}
 	a.log.Error("cpuworkgrpc: call not run", "method", method, "class", c.String(), "err", err)
 	return status.Error(codes.Internal, err.Error())
