@@ -639,36 +639,34 @@ func TestTheDoorAddsTheSpreadOfItsEstimate(t *testing.T) {
 	}
 }
 
-// The spread is measured: a class whose tasks alternate between 1 ms and
-// 21 ms misses its average by about 10 ms; one of alike tasks by little
-// (the bounds leave room for a busy machine's late wake-ups).
+// The spread is measured at each slot time charged: a class whose tasks
+// alternate between 1 ms and 21 ms misses its average by about 10 ms; one
+// of alike tasks by nothing; and one whose tasks say their run time
+// (Target.Service) by nothing either, however unlike they are.
 func TestTheSpreadOfRunTimesIsMeasured(t *testing.T) {
+	ms := int64(time.Millisecond)
 	for _, tc := range []struct {
-		runs     []time.Duration
-		min, max time.Duration
+		name     string
+		runs     []int64
+		given    bool
+		min, max int64
 	}{
-		{[]time.Duration{time.Millisecond, 21 * time.Millisecond}, 5 * time.Millisecond, 20 * time.Millisecond},
-		{[]time.Duration{10 * time.Millisecond}, 0, 4 * time.Millisecond},
+		{"1 and 21 ms", []int64{ms, 21 * ms}, false, 8 * ms, 12 * ms},
+		{"10 ms", []int64{10 * ms}, false, 0, 0},
+		{"1 and 21 ms, each given", []int64{ms, 21 * ms}, true, 0, 0},
 	} {
 		e := newExec(t, Options{Slots: 1})
-		release := hold(t, e, 1)
-		// Every task queues (the slot is held): each is timed exactly.
-		var tasks []*Task
-		for i := range 48 {
+		task := &taskCtx{class: Interactive, weight: 1}
+		for i := range 64 {
 			d := tc.runs[i%len(tc.runs)]
-			task, err := e.Go(context.Background(), Interactive, func(context.Context) error { time.Sleep(d); return nil })
-			if err != nil {
-				t.Fatal(err)
+			if tc.given {
+				task.w.work = d
 			}
-			tasks = append(tasks, task)
+			task.start = 0
+			e.charge(task, d)
 		}
-		release()
-		for _, task := range tasks {
-			task.Wait(context.Background())
-		}
-		dev := time.Duration(e.stats[Interactive].devSlotNs.Load())
-		if dev < tc.min || dev > tc.max {
-			t.Errorf("run times %v: spread %v, want %v..%v", tc.runs, dev, tc.min, tc.max)
+		if dev := e.stats[Interactive].devSlotNs.Load(); dev < tc.min || dev > tc.max {
+			t.Errorf("%s: spread %v, want %v..%v", tc.name, time.Duration(dev), time.Duration(tc.min), time.Duration(tc.max))
 		}
 	}
 }
