@@ -89,19 +89,33 @@ func findRealbench() (string, error) {
 // realTarget is a third-party server the realbench module builds.
 type realTarget struct {
 	scenario, cmd string // the scenario's name; the realbench command (a directory of the module)
-	claim         string
+	desc, claim   string // for --list; the scenario's claim
 	small, large  string // what each request kind does, for the notes
 	origin        bool   // the server fetches from the bench's origin of JPEGs
 }
 
 var (
 	imageproxyTarget = realTarget{scenario: "realserver", cmd: "imageproxy", origin: true,
+		desc:  "a third-party image server (willnorris.com/go/imageproxy, built by the realbench module from the Go module proxy) under open-loop load at 80% and 2x its capacity, unconstrained and in a 1.5-CPU cgroup: stock, imgproxy's semaphore, failsafe-go's adaptive limiter, go-concurrency-limits' Gradient2, cpuwork's middleware",
 		claim: "a third-party image server (imageproxy) with cpuwork's middleware added in 7 lines against the admitters a Go team would pick (imgproxy's semaphore and queue, failsafe-go's adaptive limiter, go-concurrency-limits' Gradient2): p99 below capacity and goodput within the objective in overload, unconstrained and in a 1.5-CPU cgroup",
 		small: "a 200x150 thumbnail of an 800x600 JPEG", large: "a 600x400 smart crop of a 3000x2000 JPEG"}
 	opaTarget = realTarget{scenario: "realserver-opa", cmd: "opa",
+		desc:  "Open Policy Agent's REST server (github.com/open-policy-agent/opa, built by the realbench module from the Go module proxy) over an in-memory store, as realserver",
 		claim: "Open Policy Agent's REST server with cpuwork's middleware added in 7 lines against the admitters a Go team would pick: p99 below capacity and goodput within the objective in overload, unconstrained and in a 1.5-CPU cgroup",
 		small: "a policy query over 500 resources (a comprehension)", large: "a policy query over 20,000 resources (glob.match and a join with their groups)"}
 )
+
+// realserverDef is tg's scenario, not in the default set.
+func realserverDef(tg realTarget) scenarioDef {
+	return scenarioDef{name: tg.scenario, extra: true,
+		desc:     fmt.Sprintf("%s (not in the default set: `cpuwork bench --scenario %s`)", tg.desc, tg.scenario),
+		variants: realserverNames,
+		steps:    func(r *Runner, vs []string) int { return 2*loadSteps(r, vs, realserverLoads) + 1 },
+		run:      func(r *Runner) (*Scenario, error) { return r.realserver(tg) },
+		// The generator's pacing and start-up, as the other load scenarios.
+		minDuration: 500 * time.Millisecond,
+		budget:      360 * time.Second}
+}
 
 // buildRealbench builds the realbench module's command cmd into dir, from
 // the Go module proxy, outside any workspace.
