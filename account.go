@@ -62,7 +62,7 @@ import (
 // Cost per accounted task: two or more reads of a per-thread schedstat
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
 // reads: ~13 µs (BenchmarkAccountedTask, docs/performance.md). Tasks are
-// accounted one in AccountOptions.Every (DefaultAccountEvery), chosen at
+// accounted one in AccountOptions.Every (1024 by default), chosen at
 // random (at the default Every, fewer where tasks are so short that this
 // would cost more than 1 % of their slot time: under ~1.3 µs), and every
 // task that waited at least AccountOptions.SlowWait for its slot, up to
@@ -95,20 +95,20 @@ func (p Part) String() string {
 	return "part(?)"
 }
 
-// DefaultAccountEvery is AccountOptions.Every's default: one task in 1024
+// defaultAccountEvery is AccountOptions.Every's default: one task in 1024
 // is accounted (fewer of tasks under ~1.3 µs: AccountOptions.Every).
-const DefaultAccountEvery = 1024
+const defaultAccountEvery = 1024
 
-// DefaultAccountSlowLimit is AccountOptions.SlowLimit's default: at most
+// defaultAccountSlowLimit is AccountOptions.SlowLimit's default: at most
 // 100 slow tasks accounted per second, ~1.3 ms of CPU per second at
 // ~13 µs each (0.13 % of one core).
-const DefaultAccountSlowLimit = 100
+const defaultAccountSlowLimit = 100
 
 // AccountOptions configures where-the-time-went accounting
 // (Options.Account).
 type AccountOptions struct {
 	// Every accounts one task in Every, chosen at random. 0 means
-	// DefaultAccountEvery; negative turns accounting off (SlowWait and
+	// one in 1024; negative turns accounting off (SlowWait and
 	// OnTask then do nothing). At the default, where a class's tasks are
 	// so short that one in 1024 would cost more than 1 % of their slot
 	// time (~13 µs per accounted task against the class's average slot
@@ -123,8 +123,8 @@ type AccountOptions struct {
 	// one-second window of the monotonic clock): under overload every task
 	// waits, and accounting each (~13 µs, and its goroutine locked to its
 	// thread) would take CPU exactly when there is none to spare. 0 means
-	// DefaultAccountSlowLimit; negative means no bound. The random one in
-	// Every is not bounded by it.
+	// 100 (~1.3 ms of CPU per second); negative means no bound. The
+	// random one in Every is not bounded by it.
 	SlowLimit int
 	// OnTask, when set, receives every account on the task's goroutine
 	// after the task ended and its slot was released (for request-level
@@ -178,11 +178,11 @@ func newAccountant(o AccountOptions, b budget.Budget, haveBudget bool) *accounta
 	every := uint64(o.Every)
 	a := &accountant{slowWait: int64(o.SlowWait), slowLimit: int64(o.SlowLimit), onTask: o.OnTask}
 	if every == 0 {
-		every, a.capShort = DefaultAccountEvery, true
+		every, a.capShort = defaultAccountEvery, true
 	}
 	a.below, a.seed = (1<<32)/every, rand.Uint64()
 	if a.slowLimit == 0 {
-		a.slowLimit = DefaultAccountSlowLimit
+		a.slowLimit = defaultAccountSlowLimit
 	}
 	a.slowest.window = int64(defaultSlowWindow)
 	if haveBudget {

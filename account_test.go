@@ -225,7 +225,7 @@ func TestSlowWaitAccountsAtMostSlowLimitPerSecond(t *testing.T) {
 		min, max int64 // max < 0: SlowLimit per window spanned
 	}{{10, 1, -1}, {-1, 200, 200}} {
 		var n atomic.Int64
-		e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{Interactive: 1000}, Account: AccountOptions{Every: 1 << 30, SlowWait: time.Nanosecond, SlowLimit: tc.limit,
+		e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {QueueLimit: 1000}}, Account: AccountOptions{Every: 1 << 30, SlowWait: time.Nanosecond, SlowLimit: tc.limit,
 			OnTask: func(TaskAccount) { n.Add(1) }}})
 		release := hold(t, e, 1)
 		var wg sync.WaitGroup
@@ -274,7 +274,7 @@ func TestAccountingChoosesOneInEveryAndFewerOfShortTasksAtTheDefault(t *testing.
 		return c
 	}
 	def := newAccountant(AccountOptions{}, budget.Budget{}, false)
-	set := newAccountant(AccountOptions{Every: DefaultAccountEvery}, budget.Budget{}, false)
+	set := newAccountant(AccountOptions{Every: defaultAccountEvery}, budget.Budget{}, false)
 	all := newAccountant(AccountOptions{Every: 1}, budget.Budget{}, false)
 	short := int64(100) // ns: 1 % of it over accountCost is 1 in 13,000
 	for _, c := range []struct {
@@ -283,10 +283,10 @@ func TestAccountingChoosesOneInEveryAndFewerOfShortTasksAtTheDefault(t *testing.
 		avgSlot int64
 		want    float64
 	}{
-		{"default, 1 ms tasks", def, int64(time.Millisecond), n / DefaultAccountEvery},
-		{"default, slot time not measured yet", def, 0, n / DefaultAccountEvery},
+		{"default, 1 ms tasks", def, int64(time.Millisecond), n / defaultAccountEvery},
+		{"default, slot time not measured yet", def, 0, n / defaultAccountEvery},
 		{"default, 100 ns tasks", def, short, n * float64(short) * accountShare / accountCost},
-		{"Every set to the default, 100 ns tasks", set, short, n / DefaultAccountEvery},
+		{"Every set to the default, 100 ns tasks", set, short, n / defaultAccountEvery},
 		{"Every 1", all, short, n},
 	} {
 		for _, admitted := range []bool{true, false} {

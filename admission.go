@@ -22,7 +22,7 @@ func (e *Executor) tryAcquire() bool {
 // capped reports whether class c is under the SpareP bound, so that its
 // admissions must go through the lock where the bound is checked.
 func (e *Executor) capped(c Class) bool {
-	return c.runsOnWorker() && (e.lowCap.Load() > 0 || e.pacer != nil)
+	return c.runsOnWorker() && e.lowCap.Load() > 0
 }
 
 // tryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
@@ -31,9 +31,6 @@ func (e *Executor) capped(c Class) bool {
 func (e *Executor) tryAcquireFor(c Class) bool {
 	if !c.runsOnWorker() {
 		return e.tryAcquire()
-	}
-	if e.paced.Load() {
-		return false
 	}
 	if e.lowCap.Load() == 0 {
 		if !e.tryAcquire() {
@@ -171,16 +168,4 @@ func (e *Executor) unlockAndWakeKeep(keep *keepNext) {
 	if failed {
 		e.checkDrained()
 	}
-}
-
-// setPaced is the pacer's callback: it pauses (true) or resumes (false)
-// Batch and Background admission. On resume the free slots go to the Batch
-// and Background tasks waiting.
-func (e *Executor) setPaced(paced bool) {
-	if e.paced.Swap(paced) == paced || paced {
-		return
-	}
-	e.mu.Lock()
-	e.dispatchLocked()
-	e.unlockAndWake()
 }

@@ -84,7 +84,7 @@ func TestQueuedTasksAreServedCriticalFirstThenFIFO(t *testing.T) {
 func TestInteractiveAndBatchShareByWeight(t *testing.T) {
 	// One slot, both classes always queued, equal task cost: with weights
 	// 3:1 Interactive should get about 3 of every 4 slots.
-	e := newExec(t, Options{Slots: 1, InteractiveWeight: 3, BatchWeight: 1})
+	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {Weight: 3}, Batch: {Weight: 1}}})
 	release := hold(t, e, 1)
 	var mu sync.Mutex
 	var order []Class
@@ -133,7 +133,7 @@ func TestInteractiveAndBatchShareByWeight(t *testing.T) {
 // Background progresses under sustained Interactive load: it gets a slot
 // after backgroundEvery grants to other classes while it waits.
 func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{0, 4096, 0, 0}})
+	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {QueueLimit: 4096}}})
 	release := hold(t, e, 1)
 	var mu sync.Mutex
 	var order []Class

@@ -23,7 +23,7 @@ func benchDo(b *testing.B, o Options) {
 func BenchmarkDoUncontended(b *testing.B) { benchDo(b, Options{Slots: 4}) }
 
 func BenchmarkDoUncontendedNoLabels(b *testing.B) {
-	benchDo(b, Options{Slots: 4, DisableProfileLabels: true})
+	benchDo(b, Options{Slots: 4, noLabels: true})
 }
 
 // BenchmarkDoSaturated: 4xGOMAXPROCS goroutines submit empty tasks to
@@ -111,12 +111,12 @@ func benchGoWait(b *testing.B, o Options) {
 func BenchmarkGoWait(b *testing.B) { benchGoWait(b, Options{Slots: 2}) }
 
 // BenchmarkGoWaitDemoted: the worker is demoted (SCHED_IDLE, locked to its
-// thread, DemoteAlways); the difference to GoWait is the cost demotion adds.
+// thread, Batch.Demote); the difference to GoWait is the cost demotion adds.
 func BenchmarkGoWaitDemoted(b *testing.B) {
-	benchGoWait(b, Options{Slots: 2, Demotion: DemoteAlways})
+	benchGoWait(b, Options{Slots: 2, Batch: BatchOptions{Demote: true}})
 }
 
-// BenchmarkCheckpointYield: the throughput cost of Options.CheckpointYield.
+// BenchmarkCheckpointYield: the throughput cost of Checkpoint's yield interval.
 // One op is a ~1 µs unit of CPU work followed by a Checkpoint, in a task
 // that holds its slot with nothing else runnable; "none" is the unit
 // without Checkpoint. The ratio to "none" is what the yields cost a batch
@@ -140,7 +140,7 @@ func BenchmarkCheckpointYield(b *testing.B) {
 			name = "yield=off"
 		}
 		b.Run(name, func(b *testing.B) {
-			e := newExec(b, Options{Slots: 1, CheckpointYield: d})
+			e := newExec(b, Options{Slots: 1, checkpointYield: d})
 			e.Do(context.Background(), Batch, func(ctx context.Context) error {
 				for b.Loop() {
 					unit()
@@ -178,7 +178,7 @@ func benchAccount(b *testing.B, every int) {
 // task is its time minus BenchmarkAccountOff's.
 func BenchmarkAccountedTask(b *testing.B) { benchAccount(b, 1) }
 
-// BenchmarkAccountDefault: the default sampling (DefaultAccountEvery).
+// BenchmarkAccountDefault: the default sampling (one in 1024).
 func BenchmarkAccountDefault(b *testing.B) { benchAccount(b, 0) }
 
 // BenchmarkAccountOff: accounting off (Every < 0).

@@ -37,7 +37,7 @@ import (
 //     ~100 µs instead of waiting for async preemption (10 ms,
 //     forcePreemptNS in runtime/proc.go). Where the metric does not exist
 //     it yields every 100 µs instead.
-//  3. Every Options.CheckpointYield on average (40 µs by default) it calls
+//  3. Every 40 µs on average it calls
 //     runtime.Gosched so the P runs its due timers: timers are only run
 //     when a P enters the scheduler, so busy workers delay every timer on
 //     their Ps (Go issue 38860). A due timer does not count as a runnable
@@ -45,7 +45,7 @@ import (
 //     Gosched: 0.35 % of the task's time at 40 µs.)
 //  4. With a listener served through WatchListener, when every P is busy
 //     and no goroutine is runnable, one task of the process per
-//     NetPollInterval asks the watched connections whether a request
+//     netPollInterval asks the watched connections whether a request
 //     arrived (~0.4 µs) and, if one did, parks ~30 µs so its P polls the
 //     network at once, instead of the request waiting for sysmon's 10 ms
 //     poll (see WatchListener).
@@ -73,7 +73,7 @@ func Checkpoint(ctx context.Context) error {
 		return checkpointSlow(ctx)
 	}
 	e := tc.e
-	if m := e.waitMask.Load(); m&moreUrgent[tc.class] != 0 || (tc.class >= Batch && e.paced.Load()) ||
+	if m := e.waitMask.Load(); m&moreUrgent[tc.class] != 0 ||
 		(m&(1<<tc.class) != 0 && e.headDue[tc.class].Load() < tc.due()) {
 		return tc.checkpoint(ctx)
 	}
@@ -97,7 +97,7 @@ func (tc *taskCtx) due() int64 {
 // urgent work waits, or work of its class due earlier, or (Batch and
 // Background) quota pacing has paused its class.
 func (tc *taskCtx) handOver() bool {
-	return tc.e.urgentOver(tc.class, tc.due()) || (tc.class >= Batch && tc.e.paced.Load())
+	return tc.e.urgentOver(tc.class, tc.due())
 }
 
 // checkpointSlow is Checkpoint for every context but a task's own,
@@ -137,13 +137,18 @@ const (
 	defaultStride = 1
 )
 
-// setCheckpointYield sets Checkpoint's yield interval (Options.
-// CheckpointYield: 0 means the default, negative never on a timer) and
+// defaultCheckpointYield is how long, at most, a task that calls
+// Checkpoint runs between the P yields it makes while every P is busy
+// (docs/performance.md measures the interval's cost).
+const defaultCheckpointYield = 40 * time.Microsecond
+
+// setCheckpointYield sets Checkpoint's yield interval (0 means
+// defaultCheckpointYield, negative never on a timer) and
 // the clock-read gaps that keep it: a quarter to half of it, at most
 // maxCheckGap.
 func (e *Executor) setCheckpointYield(d time.Duration) {
 	if d == 0 {
-		d = DefaultCheckpointYield
+		d = defaultCheckpointYield
 	}
 	e.yieldGap, e.checkMax = int64(d), int64(min(d/2, maxCheckGap))
 	if d < 0 {
@@ -296,9 +301,8 @@ func checkpointFree(ctx context.Context) error {
 func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	due := tc.due()
 	e.mu.Lock()
-	pacedOut := tc.class >= Batch && e.paced.Load()
 	over := e.free.Load() < 0 // more running than slots: give this one back
-	if e.closed.Load() || (!e.urgentOver(tc.class, due) && !pacedOut && !over) {
+	if e.closed.Load() || (!e.urgentOver(tc.class, due) && !over) {
 		e.mu.Unlock()
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}

@@ -75,7 +75,7 @@ func TestCheckpointYieldSetsTheClockGaps(t *testing.T) {
 	}{
 		// The default: the clock read every 10-20 µs, a yield at the
 		// first read 30 µs after the last: 30-50 µs apart, 40 on average.
-		{0, DefaultCheckpointYield, 30 * time.Microsecond, 10 * time.Microsecond, 20 * time.Microsecond},
+		{0, defaultCheckpointYield, 30 * time.Microsecond, 10 * time.Microsecond, 20 * time.Microsecond},
 		{50 * time.Microsecond, 50 * time.Microsecond, 37500 * time.Nanosecond, 12500 * time.Nanosecond, 25 * time.Microsecond},
 		{200 * time.Microsecond, 200 * time.Microsecond, 150 * time.Microsecond, 50 * time.Microsecond, 100 * time.Microsecond},
 		{-1, 0, 0, 50 * time.Microsecond, 100 * time.Microsecond},
@@ -85,7 +85,7 @@ func TestCheckpointYieldSetsTheClockGaps(t *testing.T) {
 		e.setCheckpointYield(c.in)
 		if time.Duration(e.yieldGap) != c.yield || time.Duration(e.yieldAfter) != c.after ||
 			time.Duration(e.checkMin) != c.minGap || time.Duration(e.checkMax) != c.maxGap {
-			t.Errorf("CheckpointYield %v: yield %v after %v, clock read every %v..%v; want %v after %v, %v..%v", c.in,
+			t.Errorf("checkpointYield %v: yield %v after %v, clock read every %v..%v; want %v after %v, %v..%v", c.in,
 				time.Duration(e.yieldGap), time.Duration(e.yieldAfter), time.Duration(e.checkMin), time.Duration(e.checkMax),
 				c.yield, c.after, c.minGap, c.maxGap)
 		}
@@ -96,7 +96,7 @@ func TestCheckpointYieldSetsTheClockGaps(t *testing.T) {
 // callbacks runs on several goroutines at once: it must be safe (run with
 // -race) and never hand the task's slot over from a helper.
 func TestCheckpointFromForChunksIsSafe(t *testing.T) {
-	e := newExec(t, Options{Slots: 3, Demotion: DemoteNever})
+	e := newExec(t, Options{Slots: 3})
 	stop := make(chan struct{})
 	var helped atomic.Int64
 	var wg sync.WaitGroup
@@ -145,7 +145,7 @@ func TestCheckpointFromForChunksIsSafe(t *testing.T) {
 // it no longer holds. Found by the stress test: one slot too many after
 // Close.
 func TestCheckpointAfterTheSlotWasLostGivesNothingBack(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, Demotion: DemoteNever})
+	e := newExec(t, Options{Slots: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	started := make(chan struct{})
 	critQueued := make(chan struct{})

@@ -11,7 +11,7 @@ const (
 	// call Checkpoint hand their slot over while Critical work waits.
 	Critical Class = iota
 	// Interactive is the default class for request-serving CPU work. It
-	// shares slots with Batch by weight (Options.InteractiveWeight, Options.BatchWeight).
+	// shares slots with Batch by weight (ClassOptions.Weight, 4:1 by default).
 	Interactive
 	// Batch is throughput work. It runs on executor-owned worker
 	// goroutines and shares slots with Interactive by weight.
@@ -25,6 +25,10 @@ const (
 	// NumClasses is the number of classes, for arrays indexed by Class.
 	NumClasses = 4
 )
+
+// defaultWeight is each class's weight when ClassOptions.Weight is 0
+// (only Interactive's and Batch's are used: order.go).
+var defaultWeight = [NumClasses]float64{1, 4, 1, 1}
 
 var classNames = [NumClasses]string{"critical", "interactive", "batch", "background"}
 

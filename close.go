@@ -21,10 +21,6 @@ func (e *Executor) Close(ctx context.Context) error {
 			e.watchStop()
 			<-e.watchDone
 		}
-		if e.pacerStop != nil {
-			e.pacerStop() // resumes admission so queued batch work can drain
-			<-e.pacerDone
-		}
 		if e.fracStop != nil {
 			close(e.fracStop) // opens the extra slot so queued work can drain
 			<-e.fracDone

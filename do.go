@@ -138,7 +138,7 @@ func invalidClass(c Class) error {
 //
 // Errors: ErrClosed after Close; an error matching ErrSaturated
 // (errors.Is: the bare sentinel for a full queue, a wrapping error that
-// says why for a refusal by Options.MaxQueueWait or a deadline the queue
+// says why for a refusal by ClassOptions.MaxQueueWait or a deadline the queue
 // cannot meet); ctx's error when ctx ends while the task is queued (fn
 // then never runs); a *PanicError when fn panics; otherwise fn's error.
 //
@@ -354,7 +354,7 @@ func (e *Executor) setLabels(tc *taskCtx) {
 	has := false
 	pprof.ForLabels(tc.Context, func(string, string) bool { has = true; return false })
 	if has {
-		pprof.SetGoroutineLabels(pprof.WithLabels(tc.Context, pprof.Labels(LabelKey, tc.class.String())))
+		pprof.SetGoroutineLabels(pprof.WithLabels(tc.Context, pprof.Labels(labelKey, tc.class.String())))
 		return
 	}
 	pprof.SetGoroutineLabels(e.labels[tc.class])

@@ -31,7 +31,7 @@ func TestDoRunsOnTheCallersGoroutineWithLabels(t *testing.T) {
 			// The goroutine profile (debug=1) prints each goroutine's labels.
 			var buf bytes.Buffer
 			pprof.Lookup("goroutine").WriteTo(&buf, 1)
-			want := fmt.Sprintf(`"%s":"%s"`, LabelKey, c)
+			want := fmt.Sprintf(`"%s":"%s"`, labelKey, c)
 			if !strings.Contains(buf.String(), want) {
 				return fmt.Errorf("goroutine profile lacks label %s", want)
 			}
@@ -241,7 +241,7 @@ func TestNestedCallsCountInNestedOnly(t *testing.T) {
 // re-queued waiter, closed Task.Done while fn was still running, and fn
 // blocked in Checkpoint forever.
 func TestALateCancelNeverTouchesATaskThatStarted(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, Demotion: DemoteNever})
+	e := newExec(t, Options{Slots: 1})
 	release := hold(t, e, 1) // the Batch task queues, then is granted
 	running := make(chan struct{})
 	critQueued := make(chan struct{})

@@ -40,14 +40,14 @@
 //     Interactive like a small one.
 //   - Latency targets. Inside a class, the earliest due first: a task's
 //     due is its arrival plus its latency target (WithTarget, its ctx
-//     deadline, Options.LatencyTarget), its arrival when it has none, so
+//     deadline, ClassOptions.LatencyTarget), its arrival when it has none, so
 //     without targets a class is FIFO. A running task hands its slot over
 //     at a Checkpoint to a waiter of its class that is due earlier, and
 //     queues again at its own due: a large request split into parts keeps
 //     its place in line. A task that can no longer meet its target is
 //     refused (ErrDeadline, wrapped with ErrSaturated) at the door or at
 //     the head of the queue instead of being served late: always past a
-//     ctx deadline; past an objective (WithTarget, Options.LatencyTarget)
+//     ctx deadline; past an objective (WithTarget, ClassOptions.LatencyTarget)
 //     once its class's late budget is spent, about 1 % of its queued
 //     objective tasks being let through late (a p99 target's share), so
 //     that below capacity a burst is answered late rather than refused.
@@ -58,7 +58,7 @@
 //     caller's goroutine once admitted: no hand-off, the caller's stack,
 //     profiler labels and (for cgo) thread stay. Batch and Background tasks,
 //     and every task started with Go or TryGo, run on executor-owned worker
-//     goroutines. Options.Demotion can put Batch and Background workers on
+//     goroutines. Options.Batch.Demote can put Batch and Background workers on
 //     SCHED_IDLE threads (opt-in, under a starvation guard: a demoted
 //     thread that holds a P loses to any CPU-bound process sharing its
 //     cgroup).
@@ -70,12 +70,12 @@
 //     goroutines and due timers. A few nanoseconds when there is nothing
 //     to do.
 //   - For. A chunked parallel loop that runs on the caller's slot plus
-//     helpers: on slots free now, and up to Options.ForMaxSlots waiting in
+//     helpers: on slots free now, and up to max(2, ceil(slots/2)) waiting in
 //     line at the loop's due like any task of its class. The caller never
 //     waits for a second slot, so nested use cannot deadlock.
 //   - Load shedding, never loss. A full class queue, a ctx deadline the
 //     estimated queue wait cannot meet, or a class queue standing above
-//     Options.MaxQueueWait gives an error wrapping ErrSaturated at once; a
+//     ClassOptions.MaxQueueWait gives an error wrapping ErrSaturated at once; a
 //     context that is done before admission, or ends while queued, gives
 //     its error and the task never runs; Close stops admission with
 //     ErrClosed, drains or fails the queue, and waits for running tasks. A

@@ -8,8 +8,8 @@ import (
 )
 
 // ErrSaturated is returned at once, without running the task, when the
-// task's class queue is full (Options.QueueLimit) or, for TryGo, when no slot
-// is free now. Refusals by the queue-wait target (Options.MaxQueueWait) and
+// task's class queue is full (ClassOptions.QueueLimit) or, for TryGo, when no slot
+// is free now. Refusals by the queue-wait target (ClassOptions.MaxQueueWait) and
 // by a deadline the queue cannot meet are errors that wrap ErrSaturated and
 // say why: test with errors.Is(err, ErrSaturated), not ==. The caller
 // should shed the request (HTTP 503/429) rather than retry in a tight loop.

@@ -46,7 +46,7 @@ func ExampleExecutor_Do() {
 	// Output: 2cf24dba
 }
 
-func ExampleFor() {
+func ExampleExecutor_For() {
 	e, _ := cpuwork.New(cpuwork.Options{Slots: 2})
 	defer e.Close(context.Background())
 
@@ -167,7 +167,7 @@ func ExampleExecutor_SlowTasks() {
 
 // A service whose CPU-bound handlers call Checkpoint serves its listener
 // through WatchListener: requests that arrive while every P is busy are
-// read within ~NetPollInterval, not after sysmon's 10 ms network poll.
+// read within ~200 µs, not after sysmon's 10 ms network poll.
 func ExampleWatchListener() {
 	exec, err := cpuwork.New(cpuwork.Options{})
 	if err != nil {

@@ -39,9 +39,9 @@ type Executor struct {
 	queues [NumClasses]waitQueue
 	share  shares // weighted fair queuing of Interactive and Batch (order.go)
 	limit  [NumClasses]int
-	// latencyTarget is Options.LatencyTarget in ns (0: none).
+	// latencyTarget is ClassOptions.LatencyTarget in ns (0: none).
 	latencyTarget [NumClasses]int64
-	// forMaxSlots is Options.ForMaxSlots (0: the default rule).
+	// forMaxSlots is the For bound (Options.forMaxSlots in tests; 0: the default rule).
 	forMaxSlots int
 	shed        [NumClasses]shedState // queue-wait targets (shed.go)
 	// lateShare[c] is the moving share of class c's queued objective
@@ -53,10 +53,10 @@ type Executor struct {
 	sinceBackground int
 	// pools run asynchronous tasks: poolNormal for Critical and
 	// Interactive, poolDemoted for Batch and Background (on demoted OS
-	// threads when Options.Demotion says so).
+	// threads when Options.Batch.Demote is set).
 	pools [2]*workerPool
 	// lowCap bounds the slots Batch and Background hold together (0: no
-	// bound; Options.SpareP); lowRunning counts those they hold.
+	// bound; Options.Batch.SpareP); lowRunning counts those they hold.
 	lowCap     atomic.Int64
 	lowRunning atomic.Int64
 	spareP     bool
@@ -65,15 +65,9 @@ type Executor struct {
 	// last yield; read the clock every checkMin..checkMax ns.
 	yieldGap, yieldAfter, checkMin, checkMax int64
 	warned                                   sync.Once
-	demotion                                 Demotion
+	demote                                   bool
 	guard                                    *guard // nil when Batch and Background are not demoted
 	critLane                                 *osthread.Lane
-	// paced is set by the pacer while Batch and Background must wait for
-	// the quota's next window.
-	paced     atomic.Bool
-	pacer     *pacer
-	pacerStop context.CancelFunc
-	pacerDone chan struct{}
 	// frac opens and closes the extra slot of a fractional quota
 	// (fraction.go), made by New or, for a quota that appears later, by
 	// the budget watcher (follow); extraClosed (guarded by mu) says it is
@@ -118,71 +112,62 @@ func New(o Options) (*Executor, error) {
 		return nil, fmt.Errorf("cpuwork: Options.Slots %d out of range 0..%d", o.Slots, MaxSlots)
 	}
 	e := &Executor{
-		noLabels: o.DisableProfileLabels,
+		noLabels: o.noLabels,
 		log:      o.Logger,
 	}
-	e.setCheckpointYield(o.CheckpointYield)
+	e.setCheckpointYield(o.checkpointYield)
 	for c := range Class(NumClasses) {
-		switch l := o.QueueLimit[c]; {
+		co := o.Classes[c]
+		switch l := co.QueueLimit; {
 		case l < 0:
-			return nil, fmt.Errorf("cpuwork: Options.QueueLimit[%s] is %d, must be >= 0", c, l)
+			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].QueueLimit is %d, must be >= 0", c, l)
 		case l == 0:
 			e.limit[c] = DefaultQueueLimit
 		default:
 			e.limit[c] = l
 		}
-		if o.MaxQueueWait[c] < 0 {
-			return nil, fmt.Errorf("cpuwork: Options.MaxQueueWait[%s] is %v, must be >= 0", c, o.MaxQueueWait[c])
+		if co.MaxQueueWait < 0 {
+			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].MaxQueueWait is %v, must be >= 0", c, co.MaxQueueWait)
 		}
-		e.shed[c] = shedState{target: int64(o.MaxQueueWait[c]), minWait: math.MaxInt64}
-		e.share.weight[c] = 1
+		e.shed[c] = shedState{target: int64(co.MaxQueueWait), minWait: math.MaxInt64}
 		e.headDue[c].Store(math.MaxInt64)
-		if o.LatencyTarget[c] < 0 {
-			return nil, fmt.Errorf("cpuwork: Options.LatencyTarget[%s] is %v, must be >= 0", c, o.LatencyTarget[c])
+		if co.LatencyTarget < 0 {
+			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].LatencyTarget is %v, must be >= 0", c, co.LatencyTarget)
 		}
-		e.latencyTarget[c] = int64(o.LatencyTarget[c])
-		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(LabelKey, c.String()))
-	}
-	weight := func(name string, w, def int) (float64, error) {
-		if w < 0 {
-			return 0, fmt.Errorf("cpuwork: Options.%s is %d, must be >= 0", name, w)
+		e.latencyTarget[c] = int64(co.LatencyTarget)
+		switch w := co.Weight; {
+		case w < 0:
+			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].Weight is %d, must be >= 0", c, w)
+		case w > 0 && c != Interactive && c != Batch:
+			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].Weight is %d: only Interactive and Batch take a weight", c, w)
+		case w > 0:
+			e.share.weight[c] = float64(w)
+		default:
+			e.share.weight[c] = defaultWeight[c]
 		}
-		if w == 0 {
-			w = def
-		}
-		return float64(w), nil
+		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(labelKey, c.String()))
 	}
-	var err error
-	if e.share.weight[Interactive], err = weight("InteractiveWeight", o.InteractiveWeight, DefaultInteractiveWeight); err != nil {
-		return nil, err
+	if o.forMaxSlots < 0 || o.forMaxSlots > MaxSlots {
+		return nil, fmt.Errorf("cpuwork: forMaxSlots %d out of range 0..%d", o.forMaxSlots, MaxSlots)
 	}
-	if e.share.weight[Batch], err = weight("BatchWeight", o.BatchWeight, DefaultBatchWeight); err != nil {
-		return nil, err
-	}
-	if o.ForMaxSlots < 0 || o.ForMaxSlots > MaxSlots {
-		return nil, fmt.Errorf("cpuwork: Options.ForMaxSlots %d out of range 0..%d", o.ForMaxSlots, MaxSlots)
-	}
-	e.forMaxSlots = o.ForMaxSlots
+	e.forMaxSlots = o.forMaxSlots
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
-	batchSched := o.BatchSched
+	batchSched := o.batchSched
 	if batchSched.Policy == 0 && batchSched.Nice == 0 && batchSched.RTPriority == 0 && batchSched.CPUs == nil {
 		batchSched = osthread.Demoted
 	}
-	e.spareP = o.SpareP
-	e.demotion = o.Demotion
+	e.spareP = o.Batch.SpareP
+	e.demote = o.Batch.Demote
 	if o.Quota > QuotaStrict {
 		return nil, fmt.Errorf("cpuwork: Options.Quota %d is not a QuotaPolicy", o.Quota)
 	}
-	if o.Demotion > DemoteAlways {
-		return nil, fmt.Errorf("cpuwork: Options.Demotion %d is not a Demotion", o.Demotion)
-	}
-	if o.Demotion == DemoteAlways || o.Demotion == DemoteWithSpareP && o.SpareP {
+	if o.Batch.Demote {
 		if osthread.Supported {
 			e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
 		} else {
-			e.warnOnce("cpuwork: Options.Demotion needs Linux thread scheduling; batch workers run undemoted", "goos", runtime.GOOS)
+			e.warnOnce("cpuwork: Options.Batch.Demote needs Linux thread scheduling; batch workers run undemoted", "goos", runtime.GOOS)
 		}
 	}
 	e.pools[poolNormal] = newPool(e, "normal", nil)
@@ -210,10 +195,7 @@ func New(o Options) (*Executor, error) {
 		}
 		slots = b.Slots()
 		e.quota = o.Quota
-		if _, _, ok := quotaOf(b); ok && o.PaceQuota {
-			e.pacer = newPacer(b, e.setPaced)
-			slots = pacedSlots(b)
-		} else if ok {
+		if _, _, ok := quotaOf(b); ok {
 			if p := e.newFrac(b); p != nil {
 				frac = p
 				slots = p.slots()
@@ -237,11 +219,6 @@ func New(o Options) (*Executor, error) {
 	e.mu.Lock()
 	e.setSlotsLocked(slots)
 	e.unlockAndWake()
-	if e.pacer != nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		e.pacerStop, e.pacerDone = cancel, make(chan struct{})
-		go func() { defer close(e.pacerDone); e.pacer.run(ctx) }()
-	}
 	if frac != nil {
 		e.startFrac(frac)
 	}
@@ -253,9 +230,10 @@ func New(o Options) (*Executor, error) {
 	return e, nil
 }
 
-// LabelKey is the pprof label key under which tasks run; its value is the
-// class name. Profiles can be split with `go tool pprof -tagfocus`.
-const LabelKey = "cpuwork.class"
+// labelKey is the pprof label key under which tasks run; its value is the
+// class name (doc.go: profiles split with `go tool pprof -tagfocus
+// cpuwork.class=batch`).
+const labelKey = "cpuwork.class"
 
 func (e *Executor) warnOnce(msg string, args ...any) {
 	e.warned.Do(func() { e.log.Warn(msg, args...) })
@@ -272,18 +250,12 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 		b := c.Budget
 		e.acct.reconfigure(b)
 		n := b.Slots()
-		if e.pacer != nil {
-			e.pacer.reconfigure(b)
-			if _, _, ok := quotaOf(b); ok {
-				n = pacedSlots(b)
-			}
-		}
 		if p := e.frac.Load(); p != nil {
 			p.reconfigure(b)
 			if p.frac > 0 {
 				n = p.slots()
 			}
-		} else if e.pacer == nil {
+		} else {
 			// A quota that appeared after New gets its fractional
 			// slot as one present then does.
 			if p := e.newFrac(b); p != nil {

@@ -79,10 +79,12 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 	for _, o := range []Options{
 		{Slots: -1},
 		{Slots: MaxSlots + 1},
-		{Slots: 1, QueueLimit: [NumClasses]int{Batch: -1}},
-		{Slots: 1, InteractiveWeight: -2},
+		{Slots: 1, Classes: [NumClasses]ClassOptions{Batch: {QueueLimit: -1}}},
+		{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {Weight: -2}}},
+		{Slots: 1, Classes: [NumClasses]ClassOptions{Critical: {Weight: 2}}},
+		{Slots: 1, Classes: [NumClasses]ClassOptions{Batch: {MaxQueueWait: -time.Millisecond}}},
+		{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {LatencyTarget: -time.Millisecond}}},
 		{Quota: QuotaStrict + 1},
-		{Demotion: DemoteAlways + 1},
 	} {
 		if _, err := New(o); err == nil {
 			t.Errorf("New(%+v) gave no error", o)

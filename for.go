@@ -27,15 +27,15 @@ const (
 // the remaining chunks from the measured time per index (about 250 µs each,
 // at least 100 µs, and smaller only to give every slot several chunks).
 // Helper goroutines run chunks beside it: on slots that are free now and
-// that nobody waits for, and, up to Options.ForMaxSlots slots with the
-// caller's, waiting in line for a slot at the loop's due (its task's:
+// that nobody waits for, and, up to max(2, ceil(slots/2)) slots with
+// the caller's, waiting in line for a slot at the loop's due (its task's:
 // order.go), so a large request split into parts gets the slots that free
 // up before later arrivals do, as the pool of a channel-fed worker pool
 // would. The caller never waits for a second slot, so a For nested in a
 // Do (or in another For) cannot deadlock. At chunk boundaries the caller
 // calls Checkpoint and the helpers hand their slot over as Checkpoint
 // would (to more urgent work or work due earlier; helpers beyond
-// ForMaxSlots to anyone waiting); a helper within the bound then queues
+// that bound to anyone waiting); a helper within the bound then queues
 // again at its place. Helpers are not submissions: Stats counts the loop
 // once.
 //
@@ -83,13 +83,6 @@ func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) 
 	})
 }
 
-// For is e.For.
-//
-// Deprecated: use the method [Executor.For].
-func For(ctx context.Context, e *Executor, c Class, n int, fn func(lo, hi int) error) error {
-	return e.For(ctx, c, n, fn)
-}
-
 // forSequential runs fn's chunks one after another on the calling
 // goroutine (a For nested in a chunk of a For on the same task).
 func forSequential(ctx context.Context, c Class, n int, fn func(lo, hi int) error) error {
@@ -122,7 +115,7 @@ type forState struct {
 	// helpers still queued for a slot leave the queue.
 	finished chan struct{}
 	// helpers counts helper goroutines alive, queued or running; inLine
-	// those of them that wait in line (within Options.ForMaxSlots).
+	// those of them that wait in line (within the loop's slot bound, forMaxSlots).
 	helpers, inLine atomic.Int64
 }
 
@@ -197,7 +190,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 	}()
 	// recruit adds helpers, up to one per slot and one per chunk left
 	// besides the caller's: on slots free now that nobody waits for, and,
-	// up to ForMaxSlots with the caller, queued in line at the loop's due
+	// up to the loop's slot bound with the caller, queued in line at the loop's due
 	// like any task of its class. It runs before the probe (helpers take
 	// one index at a time while the caller measures: a loop of a few long
 	// indexes would otherwise leave every other slot idle for the first
@@ -281,7 +274,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 }
 
 // forBound is the most slots one For loop holds while others wait
-// (Options.ForMaxSlots; default max(2, ceil(slots/2)), at most the slots).
+// (default max(2, ceil(slots/2)), at most the slots).
 func (e *Executor) forBound() int {
 	n := int(e.slotCount())
 	if e.forMaxSlots > 0 {
@@ -293,7 +286,7 @@ func (e *Executor) forBound() int {
 // forHelper runs chunks of st on a slot of st.class: the one it already
 // holds (running), else one it waits for in line at the loop's due. It
 // hands its slot back at a chunk boundary when it must (inLine: to more
-// urgent work or work due earlier; beyond ForMaxSlots: to anyone waiting),
+// urgent work or work due earlier; beyond the bound: to anyone waiting),
 // and an inLine helper then queues again at its place, until the range is
 // done or the loop stopped. Its slot goes back through releaseSlot on
 // every path, runtime.Goexit in fn included (the loop then fails with

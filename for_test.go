@@ -16,7 +16,7 @@ func TestForCoversEveryIndexOnceAndUsesFreeSlots(t *testing.T) {
 	seen := make([]atomic.Int32, n)
 	var goroutines sync.Map
 	var distinct atomic.Int32
-	err := For(context.Background(), e, Interactive, n, func(lo, hi int) error {
+	err := e.For(context.Background(), Interactive, n, func(lo, hi int) error {
 		if lo < 0 || hi > n || lo >= hi {
 			return fmt.Errorf("bad chunk [%d,%d)", lo, hi)
 		}
@@ -58,7 +58,7 @@ func TestForStopsAtTheFirstErrorAndRecoversPanics(t *testing.T) {
 	e := newExec(t, Options{Slots: 2})
 	boom := errors.New("boom")
 	var after atomic.Int64
-	err := For(context.Background(), e, Batch, 100000, func(lo, hi int) error {
+	err := e.For(context.Background(), Batch, 100000, func(lo, hi int) error {
 		if lo > 500 {
 			after.Add(1)
 			return boom
@@ -72,7 +72,7 @@ func TestForStopsAtTheFirstErrorAndRecoversPanics(t *testing.T) {
 	if after.Load() > 4 {
 		t.Errorf("%d chunks ran after the first error", after.Load())
 	}
-	err = For(context.Background(), e, Interactive, 10, func(lo, hi int) error { panic("in chunk") })
+	err = e.For(context.Background(), Interactive, 10, func(lo, hi int) error { panic("in chunk") })
 	var pe *PanicError
 	if !errors.As(err, &pe) {
 		t.Errorf("panic: %v", err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/cputime"
 )
 
 // The fractional slot. Under a CFS quota of q cores (1.25, 1.5, 2.5) floor(q)
@@ -344,4 +345,18 @@ func (e *Executor) setExtraOpen(open bool) {
 	e.extraClosed = true
 	e.free.Add(-1)
 	e.mu.Unlock()
+}
+
+// quotaOf reports whether b comes from a CFS quota, and its period and
+// the cgroup directory that set it.
+func quotaOf(b budget.Budget) (period time.Duration, dir string, ok bool) {
+	l, ok := b.Limiting()
+	return l.Period, l.Dir, ok
+}
+
+// processCPU is this process's CPU time (user and system), 0 if
+// unreadable.
+func processCPU() time.Duration {
+	d, _ := cputime.Process()
+	return d
 }

@@ -3,57 +3,14 @@ package cpuwork
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	suspensionpkg "github.com/cpuwork/cpuwork/internal/suspension"
 	"github.com/cpuwork/cpuwork/osthread"
 )
-
-// Demotion chooses when Batch and Background work runs on OS threads
-// demoted to Options.BatchSched (SCHED_IDLE by default).
-//
-// A demoted thread lets the kernel run any other thread of the machine
-// first. On an otherwise idle machine, with a P that batch work never holds
-// (Options.SpareP), that makes latency-sensitive goroutines fast even
-// without Checkpoint. But a demoted thread holds a Go P while it runs Go
-// code: when another CPU-bound process competes in the same cgroup, the
-// kernel starves the thread for long stretches, and the goroutines queued
-// on its P, its timers and every stop-the-world wait for it. Measured
-// beside one CPU-bound process in the same cgroup, demoted batch made
-// critical p99 worse than plain goroutines, with or without SpareP, while
-// the default (Checkpoint on ordinary goroutines) kept its win in every
-// case (docs/architecture.md, "Demotion and the starvation guard"). So
-// demotion is opt-in, for processes that own their cgroup (a container
-// whose only CPU-bound process is the service).
-type Demotion uint8
-
-const (
-	// DemoteNever, the default, runs Batch and Background work on ordinary
-	// goroutines: Checkpoint hands their slots and Ps to more urgent work.
-	DemoteNever Demotion = iota
-	// DemoteWithSpareP demotes only when Options.SpareP is set, under the
-	// starvation guard. The guard needs a P to run on, which SpareP keeps.
-	DemoteWithSpareP
-	// DemoteAlways demotes with or without SpareP, under the starvation
-	// guard; without SpareP the guard cannot run while every P is held by
-	// a starved thread.
-	DemoteAlways
-)
-
-func (d Demotion) String() string {
-	switch d {
-	case DemoteNever:
-		return "never"
-	case DemoteWithSpareP:
-		return "with-sparep"
-	case DemoteAlways:
-		return "always"
-	}
-	return "Demotion(" + strconv.Itoa(int(d)) + ")"
-}
 
 // The starvation guard samples, every guardInterval, each demoted worker
 // thread that runs a task: its CPU time (the thread's CPU-time clock,
@@ -84,15 +41,8 @@ const (
 	guardMaxCooldown = 10 * time.Minute
 )
 
-// suspension is process-wide: competition for the CPU is a property of the
-// machine, not of one executor, so an executor created during a suspension
-// starts undemoted instead of paying for its own starvation episode.
-var suspension struct {
-	mu       sync.Mutex
-	until    atomic.Int64 // now() until which demotion is suspended; 0: never
-	cooldown time.Duration
-	lastFire int64
-}
+// suspension is process-wide (internal/suspension).
+var suspension = &suspensionpkg.Process
 
 // guard is the starvation guard of one executor's demoted pool.
 type guard struct {
@@ -136,7 +86,7 @@ func (g *guard) start() { go g.run() }
 
 // allowed reports whether demotion is in force now.
 func (g *guard) allowed() bool {
-	u := suspension.until.Load()
+	u := suspension.Until.Load()
 	return u == 0 || now() >= u
 }
 
@@ -260,22 +210,22 @@ func (g *guard) fire(starved []*guardedWorker) {
 			}
 		}
 	}
-	suspension.mu.Lock()
-	defer suspension.mu.Unlock()
+	suspension.Mu.Lock()
+	defer suspension.Mu.Unlock()
 	if !g.allowed() {
 		return
 	}
 	t := now()
-	if t-suspension.lastFire < int64(2*suspension.cooldown) && suspension.lastFire != 0 {
-		suspension.cooldown = min(2*suspension.cooldown, guardMaxCooldown)
+	if t-suspension.LastFire < int64(2*suspension.Cooldown) && suspension.LastFire != 0 {
+		suspension.Cooldown = min(2*suspension.Cooldown, guardMaxCooldown)
 	} else {
-		suspension.cooldown = guardCooldown
+		suspension.Cooldown = guardCooldown
 	}
-	suspension.lastFire = t
-	suspension.until.Store(t + int64(suspension.cooldown))
+	suspension.LastFire = t
+	suspension.Until.Store(t + int64(suspension.Cooldown))
 	g.suspensions.Add(1)
 	g.info("cpuwork: demoted batch threads starved while holding a P; demotion suspended",
-		"threads", len(starved), "cooldown", suspension.cooldown)
+		"threads", len(starved), "cooldown", suspension.Cooldown)
 }
 
 // threadRunnable reports whether the thread whose /proc/self/task/TID/stat
@@ -288,17 +238,4 @@ func threadRunnable(f *os.File, buf []byte) bool {
 	s := string(buf[:n])
 	i := strings.LastIndexByte(s, ')') // the command may contain spaces and parentheses
 	return i >= 0 && i+2 < len(s) && s[i+2] == 'R'
-}
-
-// ResumeDemotion ends a suspension of demotion by the starvation guard now,
-// process-wide, and resets its cool-down: demotable workers demote again at
-// their next task. For benchmarks and tests that measure demotion from a
-// fresh start (as a new process would), or for an operator who knows that
-// the competing process is gone. The guard suspends again if starvation
-// recurs.
-func ResumeDemotion() {
-	suspension.mu.Lock()
-	defer suspension.mu.Unlock()
-	suspension.until.Store(0)
-	suspension.lastFire, suspension.cooldown = 0, 0
 }

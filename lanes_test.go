@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	suspensionpkg "github.com/cpuwork/cpuwork/internal/suspension"
 	"github.com/cpuwork/cpuwork/osthread"
 	"golang.org/x/sys/unix"
 )
@@ -24,7 +25,7 @@ func policyHere() (osthread.Sched, int, error) {
 }
 
 func TestBatchRunsOnDemotedThreadsAndOthersDoNot(t *testing.T) {
-	e := newExec(t, Options{Slots: 2, Demotion: DemoteAlways})
+	e := newExec(t, Options{Slots: 2, Batch: BatchOptions{Demote: true}})
 	ctx := context.Background()
 	var batchTIDs sync.Map
 	check := func(c Class, want osthread.Policy) func(context.Context) error {
@@ -87,7 +88,7 @@ func TestBatchRunsOnDemotedThreadsAndOthersDoNot(t *testing.T) {
 }
 
 func TestNoDemotionKeepsBatchOnNormalThreads(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, Demotion: DemoteNever})
+	e := newExec(t, Options{Slots: 1})
 	err := e.Do(context.Background(), Batch, func(context.Context) error {
 		s, _, err := policyHere()
 		if err == nil && s.Policy != osthread.Other {
@@ -105,7 +106,7 @@ func TestSparePKeepsBatchBelowGOMAXPROCS(t *testing.T) {
 		t.Skip("needs GOMAXPROCS >= 2")
 	}
 	slots := runtime.GOMAXPROCS(0)
-	e := newExec(t, Options{Slots: slots, SpareP: true})
+	e := newExec(t, Options{Slots: slots, Batch: BatchOptions{SpareP: true}})
 	var running, peak atomic.Int64
 	var wg sync.WaitGroup
 	fn := func(context.Context) error {
@@ -168,22 +169,19 @@ func TestCriticalLaneRunsCriticalTasksOnItsThreads(t *testing.T) {
 	}
 }
 
-func TestDemotionIsOptInAndWithSparePNeedsSpareP(t *testing.T) {
+func TestDemotionIsOptIn(t *testing.T) {
 	for _, tt := range []struct {
-		d     Demotion
-		spare bool
-		want  osthread.Policy
+		demote, spare bool
+		want          osthread.Policy
 	}{
-		{DemoteNever, false, osthread.Other},
-		{DemoteNever, true, osthread.Other},
-		{DemoteWithSpareP, false, osthread.Other},
-		{DemoteWithSpareP, true, osthread.Idle},
-		{DemoteAlways, false, osthread.Idle},
+		{false, false, osthread.Other},
+		{false, true, osthread.Other},
+		{true, false, osthread.Idle},
+		{true, true, osthread.Idle},
 	} {
-		spare := tt.spare
-		t.Run(fmt.Sprintf("%s with SpareP %v: batch runs %s", tt.d, spare, tt.want), func(t *testing.T) {
+		t.Run(fmt.Sprintf("Demote %v, SpareP %v: batch runs %s", tt.demote, tt.spare, tt.want), func(t *testing.T) {
 			want := tt.want
-			e := newExec(t, Options{Slots: 2, SpareP: spare, Demotion: tt.d})
+			e := newExec(t, Options{Slots: 2, Batch: BatchOptions{SpareP: tt.spare, Demote: tt.demote}})
 			err := e.Do(context.Background(), Batch, func(context.Context) error {
 				s, _, err := policyHere()
 				if err == nil && s.Policy != want {
@@ -211,8 +209,8 @@ func TestStarvationGuardUndoesDemotionOfAStarvedWorker(t *testing.T) {
 		t.Skip("needs 2 CPUs: the test pins a competitor to CPU 1")
 	}
 	cpu := []int{1}
-	defer ResumeDemotion() // the suspension is process-wide: end it for the other tests
-	e := newExec(t, Options{Slots: 1, Demotion: DemoteAlways, BatchSched: osthread.Sched{Policy: osthread.Idle, CPUs: cpu}})
+	defer suspensionpkg.Resume() // the suspension is process-wide: end it for the other tests
+	e := newExec(t, Options{Slots: 1, Batch: BatchOptions{Demote: true}, batchSched: osthread.Sched{Policy: osthread.Idle, CPUs: cpu}})
 	hog := exec.Command("sh", "-c", "while :; do :; done")
 	if err := hog.Start(); err != nil {
 		t.Skipf("cannot start a CPU-bound competitor: %v", err)

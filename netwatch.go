@@ -26,7 +26,7 @@ import (
 // has unread input, see sightings; the kernel drops a connection from it
 // when the connection closes). Checkpoint,
 // while every P is busy and no goroutine waits in the run queues, asks
-// that set at most every NetPollInterval whether anything arrived (one
+// that set at most every netPollInterval whether anything arrived (one
 // epoll_wait with a zero timeout, ~0.4 µs by
 // BenchmarkNetworkPollNothingArrived, by one task of the process at a
 // time). When something did, the task parks its goroutine for ~30 µs on
@@ -36,13 +36,13 @@ import (
 // slot like any other task, and Checkpoint's hand-over lets it in), and
 // the timerfd's expiry wakes the task through the same netpoller. Cost:
 // nothing without a watched listener; with one, one zero-timeout
-// epoll_wait per NetPollInterval per process, and per arrival that finds
+// epoll_wait per netPollInterval per process, and per arrival that finds
 // every P busy one park of the task (~60-220 µs with the kernel's 50 µs
 // timer slack).
 
-// NetPollInterval is how often, at most, Checkpoint asks the watched
+// netPollInterval is how often, at most, Checkpoint asks the watched
 // connections whether a request arrived while every P is busy.
-const NetPollInterval = 200 * time.Microsecond
+const netPollInterval = 200 * time.Microsecond
 
 // netParkFor is how long a task parks so that its P polls the network.
 // 100 µs let fewer arrivals go unread in a park (0-1 of 1,430 instead of
@@ -50,37 +50,19 @@ const NetPollInterval = 200 * time.Microsecond
 // raised the critical p99 (docs/raw/netpark-2026-11-24.txt).
 const netParkFor = 30 * time.Microsecond
 
-// NetWatchStats counts what WatchListener and Checkpoint's network polls
-// did in this process.
-type NetWatchStats struct {
-	// Watched is the listeners and connections registered; Unwatched
-	// those that could not be (no file descriptor, or epoll_ctl failed:
-	// they are served as without WatchListener).
-	Watched, Unwatched uint64
-	// Polls is the zero-timeout polls of the watched set; Wakes the polls
-	// that found an arrival and parked a task so its P polled the network.
-	Polls, Wakes uint64
-}
-
 var netStats struct {
 	watched, unwatched, polls, wakes atomic.Uint64
 	last                             atomic.Int64 // now() of the last poll
 }
 
-// ReadNetWatchStats returns the process's NetWatchStats.
-func ReadNetWatchStats() NetWatchStats {
-	return NetWatchStats{Watched: netStats.watched.Load(), Unwatched: netStats.unwatched.Load(),
-		Polls: netStats.polls.Load(), Wakes: netStats.wakes.Load()}
-}
-
 // WatchListener returns ln, wrapped so that ln and every connection it
-// accepts are watched for arrivals while every P is busy (see
-// NetPollInterval): a request that arrives while all Ps run tasks calling
-// Checkpoint is read within ~NetPollInterval instead of up to 10 ms. Wrap
+// accepts are watched for arrivals while every P is busy (every
+// 200 µs at most): a request that arrives while all Ps run tasks calling
+// Checkpoint is read within ~netPollInterval instead of up to 10 ms. Wrap
 // the network listener itself, under any TLS: tls.NewListener(
 // cpuwork.WatchListener(ln), cfg). Closing the returned listener closes
 // ln. Outside Linux it returns ln unchanged. A listener or connection
-// that cannot be watched is served as usual (NetWatchStats.Unwatched).
+// that cannot be watched is served as usual (Stats.NetWatch.Unwatched).
 func WatchListener(ln net.Listener) net.Listener {
 	if !watchConn(ln) {
 		return ln
@@ -101,10 +83,10 @@ func (l *watchedListener) Accept() (net.Conn, error) {
 // networkArrived is Checkpoint's network poll, at t, with every P busy
 // and no goroutine runnable: it reports whether the watched set saw an
 // arrival, and the caller then parks (parkForNetwork) so its P polls the
-// network. One caller per NetPollInterval in the process polls.
+// network. One caller per netPollInterval in the process polls.
 func networkArrived(t int64) bool {
 	last := netStats.last.Load()
-	if netEpoll.Load() < 0 || time.Duration(t-last) < NetPollInterval || !netStats.last.CompareAndSwap(last, t) {
+	if netEpoll.Load() < 0 || time.Duration(t-last) < netPollInterval || !netStats.last.CompareAndSwap(last, t) {
 		return false
 	}
 	if !netPollMu.TryLock() { // the previous poll has not finished

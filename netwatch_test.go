@@ -19,7 +19,7 @@ func TestWatchedArrivalsWakeTheNetpollerWhileEveryPIsBusy(t *testing.T) {
 		t.Skip("WatchListener watches only on Linux")
 	}
 	P := runtime.GOMAXPROCS(0)
-	before := ReadNetWatchStats()
+	before := readNetWatch()
 	addr, closeEcho := watchedEcho(t)
 	defer closeEcho()
 
@@ -55,7 +55,7 @@ func TestWatchedArrivalsWakeTheNetpollerWhileEveryPIsBusy(t *testing.T) {
 		}
 		time.Sleep(3 * time.Millisecond)
 	}
-	got := ReadNetWatchStats()
+	got := readNetWatch()
 	if got.Watched-before.Watched < 2 {
 		t.Errorf("watched %d descriptors, want the listener and its connection", got.Watched-before.Watched)
 	}
@@ -66,12 +66,12 @@ func TestWatchedArrivalsWakeTheNetpollerWhileEveryPIsBusy(t *testing.T) {
 
 // A listener without a file descriptor is returned as it is, and counted.
 func TestAListenerWithoutADescriptorIsNotWatched(t *testing.T) {
-	before := ReadNetWatchStats()
+	before := readNetWatch()
 	ln := fakeListener{}
 	if got := WatchListener(ln); got != net.Listener(ln) {
 		t.Errorf("WatchListener(%T) = %T, want it unchanged", ln, got)
 	}
-	if runtime.GOOS == "linux" && ReadNetWatchStats().Unwatched == before.Unwatched {
+	if runtime.GOOS == "linux" && readNetWatch().Unwatched == before.Unwatched {
 		t.Error("the unwatched listener was not counted")
 	}
 }
@@ -82,7 +82,7 @@ func (fakeListener) Accept() (net.Conn, error) { return nil, net.ErrClosed }
 func (fakeListener) Close() error              { return nil }
 func (fakeListener) Addr() net.Addr            { return &net.TCPAddr{} }
 
-// The poll Checkpoint makes per NetPollInterval when nothing arrived: one
+// The poll Checkpoint makes per netPollInterval when nothing arrived: one
 // zero-timeout epoll_wait on the watched set.
 func BenchmarkNetworkPollNothingArrived(b *testing.B) {
 	if runtime.GOOS != "linux" {
@@ -149,4 +149,12 @@ func TestUnreadInputParksAtMostTwicePerSighting(t *testing.T) {
 	if len(s.m) != 1 {
 		t.Errorf("remembered %v, want only descriptor 5", s.m)
 	}
+}
+
+// readNetWatch is the process's network-watch counters, as Stats reports
+// them.
+func readNetWatch() (n struct{ Watched, Unwatched, Polls, Wakes uint64 }) {
+	n.Watched, n.Unwatched = netStats.watched.Load(), netStats.unwatched.Load()
+	n.Polls, n.Wakes = netStats.polls.Load(), netStats.wakes.Load()
+	return n
 }

@@ -17,7 +17,7 @@ import (
 //  2. Inside a class, earliest due first; ties in arrival order. A task's
 //     due is its arrival plus its latency target, the smallest of:
 //     WithTarget's Latency (from the WithTarget call), the ctx deadline
-//     (the deadline itself), and Options.LatencyTarget of the class (from
+//     (the deadline itself), and ClassOptions.LatencyTarget of the class (from
 //     the submission). A task with none of these is due at its arrival, so
 //     a class whose tasks carry no targets is served first come, first
 //     served (FIFO): for the light-tailed size mixes of request serving it
@@ -46,7 +46,7 @@ import (
 //     expected run time. Both return an error wrapping ErrSaturated and
 //     ErrDeadline. The expected run time is Target.Service when given,
 //     else the class's recent average slot time. A ctx deadline is
-//     binding; an objective (WithTarget, Options.LatencyTarget) has a late
+//     binding; an objective (WithTarget, ClassOptions.LatencyTarget) has a late
 //     budget: about 1 % of the class's queued objective tasks expected
 //     late are let through and served late instead (below, "The late
 //     budget").
@@ -93,7 +93,7 @@ func WithTarget(ctx context.Context, t Target) context.Context {
 
 // ErrDeadline is wrapped, beside ErrSaturated, by the error of a task
 // refused because it could no longer meet its latency target (WithTarget,
-// its ctx deadline, Options.LatencyTarget): at the door, when the work
+// its ctx deadline, ClassOptions.LatencyTarget): at the door, when the work
 // queued ahead of it and its own expected run time end past its due; or
 // at the head of the queue, when less time is left than its expected run
 // time (for an objective, once its class's late budget is spent).
@@ -105,11 +105,11 @@ type targetKind uint8
 
 const (
 	targetNone      targetKind = iota // no target: due at arrival (FIFO)
-	targetObjective                   // WithTarget or Options.LatencyTarget, earlier than any ctx deadline: the late budget applies
+	targetObjective                   // WithTarget or ClassOptions.LatencyTarget, earlier than any ctx deadline: the late budget applies
 	targetDeadline                    // the ctx deadline, the earliest: expected late means refused
 )
 
-// The late budget. A latency objective (WithTarget, Options.LatencyTarget)
+// The late budget. A latency objective (WithTarget, ClassOptions.LatencyTarget)
 // is a p99 target, not a promise the caller stops waiting at: below
 // capacity a burst makes a few requests late, and answering them late
 // beats refusing them (a refused request is one never answered). So a
@@ -300,7 +300,7 @@ func (e *Executor) pickLocked() *waiter {
 // classLocked is the class whose head gets the next slot.
 func (e *Executor) classLocked() (Class, bool) {
 	lc := e.lowCap.Load()
-	low := !e.paced.Load() && (lc == 0 || e.lowRunning.Load() < lc) // Batch/Background may take a slot
+	low := lc == 0 || e.lowRunning.Load() < lc // Batch/Background may take a slot
 	batch := low && e.queues[Batch].n > 0
 	bgDue := low && e.queues[Background].n > 0 &&
 		(e.sinceBackground >= backgroundEvery || now()-e.queues[Background].head.enq >= int64(backgroundMaxWait))

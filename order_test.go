@@ -95,7 +95,7 @@ func TestTargetsServeTheEarliestDueFirstAndTiesInArrivalOrder(t *testing.T) {
 }
 
 func TestAClassLatencyTargetOrdersAndTheCtxDeadlineWinsWhenEarlier(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, LatencyTarget: [NumClasses]time.Duration{Interactive: time.Hour}})
+	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {LatencyTarget: time.Hour}}})
 	release := hold(t, e, 1)
 	rec := &recorder{}
 	a := queueDo(t, e, context.Background(), Interactive, rec, "class-target")
@@ -477,7 +477,7 @@ func TestALoopsHelpersWaitInLineAheadOfLaterArrivals(t *testing.T) {
 }
 
 func TestHelpersBeyondForMaxSlotsHandTheirSlotsToWaitingWork(t *testing.T) {
-	e := newExec(t, Options{Slots: 4, ForMaxSlots: 2})
+	e := newExec(t, Options{Slots: 4, forMaxSlots: 2})
 	started := make(chan struct{})
 	var once sync.Once
 	var release atomic.Bool
@@ -524,7 +524,7 @@ func TestHelpersBeyondForMaxSlotsHandTheirSlotsToWaitingWork(t *testing.T) {
 // are counted like a submission's, and it reads the late budget without
 // spending it.
 func TestAllowSaysWhatTheDoorWould(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{Interactive: 1}})
+	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {QueueLimit: 1}}})
 	hopeless := WithTarget(context.Background(), Target{Latency: time.Millisecond, Service: 50 * time.Millisecond})
 	// A free slot and nobody waiting: it would run at once, never judged.
 	if err := e.Allow(hopeless, Interactive); err != nil {

@@ -45,7 +45,7 @@ type waiter struct {
 	queued  bool
 	granted bool
 	// target says where due comes from: none (FIFO), an objective
-	// (WithTarget or Options.LatencyTarget: a waiter expected to miss it
+	// (WithTarget or ClassOptions.LatencyTarget: a waiter expected to miss it
 	// is refused beyond the class's late budget) or a ctx deadline (one
 	// expected to miss its due is always refused); order.go.
 	target   targetKind

@@ -10,9 +10,9 @@ import (
 // Load shedding at the door. A task that would queue is refused at once,
 // with an error wrapping ErrSaturated, when:
 //
-//   - its class queue is full (Options.QueueLimit);
+//   - its class queue is full (ClassOptions.QueueLimit);
 //   - it has a latency target (WithTarget, its ctx deadline,
-//     Options.LatencyTarget) that it cannot meet: the tasks queued ahead
+//     ClassOptions.LatencyTarget) that it cannot meet: the tasks queued ahead
 //     of its place (in its own class up to its due, and in more urgent
 //     classes) times the class's recent slot time (an exponentially
 //     weighted moving average, 1/8 per measured task), divided by the
@@ -22,7 +22,7 @@ import (
 //     due, and it
 //     has a ctx deadline or its class's late budget is spent (order.go;
 //     the error also wraps ErrDeadline);
-//   - its class has a queue-wait target (Options.MaxQueueWait; without
+//   - its class has a queue-wait target (ClassOptions.MaxQueueWait; without
 //     one, for an arrival with a latency target, a tenth of that target:
 //     standingShare) and is shedding: CoDel's test (Nichols and Jacobson, "Controlling Queue
 //     Delay", ACM Queue 2012), applied at the door instead of at the head:
@@ -41,7 +41,7 @@ const (
 	ewmaShift     = 3 // slot-time average: new = old + (sample-old)/8
 )
 
-// standingShare: a class without a queue-wait target (Options.MaxQueueWait)
+// standingShare: a class without a queue-wait target (ClassOptions.MaxQueueWait)
 // whose arrivals carry a latency target sheds those arrivals while its
 // queue stands above 1/standingShare of that target (CoDel's test, as
 // below). Admitting up to the target itself, as the door's estimate alone
@@ -55,7 +55,7 @@ const standingShare = 10
 // shedState is one class's queue-wait controller. Guarded by e.mu.
 type shedState struct {
 	// auto: target is 1/standingShare of the latest latency target of
-	// the class's arrivals (no Options.MaxQueueWait), and only arrivals
+	// the class's arrivals (no ClassOptions.MaxQueueWait), and only arrivals
 	// with a target are shed.
 	auto          bool
 	target        int64 // ns; 0: off
@@ -124,7 +124,7 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) e
 		if st.shedding {
 			s.rejected.Add(1)
 			s.shed.Add(1)
-			why := "Options.MaxQueueWait"
+			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
 				why = fmt.Sprintf("1/%d of the latency target", standingShare)
 			}
@@ -143,7 +143,7 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) e
 // ctx, without submitting one: nil when Do, Go or For would run it at
 // once or queue it; else the error they would return there — ErrClosed,
 // ctx's error, ErrSaturated (its queue is full), an error wrapping
-// ErrSaturated (its queue stood above Options.MaxQueueWait), or one also
+// ErrSaturated (its queue stood above ClassOptions.MaxQueueWait), or one also
 // wrapping ErrDeadline (its latency target cannot be met, beyond its
 // class's late budget; order.go). It reserves nothing. Call it before the
 // work a refused request should not cost — reading and decoding a large

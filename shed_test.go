@@ -10,7 +10,7 @@ import (
 )
 
 func TestFullQueueIsSaturatedAndNothingIsLost(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, QueueLimit: [NumClasses]int{Interactive: 2, Batch: 1}})
+	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {QueueLimit: 2}, Batch: {QueueLimit: 1}}})
 	release := hold(t, e, 1)
 	var ran atomic.Int64
 	errs := make(chan error, 3)
@@ -90,9 +90,9 @@ func TestADeadlineTheQueueCannotMeetIsShedAtOnce(t *testing.T) {
 // queue behind others; an interval under the target ends it; an arrival
 // that finds the queue empty is never shed.
 func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
-	var mqw [NumClasses]time.Duration
-	mqw[Interactive] = time.Millisecond
-	e := newExec(t, Options{Slots: 1, MaxQueueWait: mqw})
+	var mqw [NumClasses]ClassOptions
+	mqw[Interactive].MaxQueueWait = time.Millisecond
+	e := newExec(t, Options{Slots: 1, Classes: mqw})
 	iv := int64(codelInterval)
 	e.mu.Lock()
 	st := &e.shed[Interactive]
@@ -189,9 +189,9 @@ func TestAStandingQueueAboveATenthOfTheTargetIsShed(t *testing.T) {
 // queued ones, a light load behind one long task shed: 28-29 % of an OPA
 // server's requests at 80 % of its capacity in one pair.)
 func TestAdmissionsOnAFreeSlotCountAsZeroWaits(t *testing.T) {
-	var mqw [NumClasses]time.Duration
-	mqw[Interactive] = 10 * time.Millisecond
-	e := newExec(t, Options{Slots: 1, MaxQueueWait: mqw})
+	var mqw [NumClasses]ClassOptions
+	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
+	e := newExec(t, Options{Slots: 1, Classes: mqw})
 	release := hold(t, e, 1)
 	q, err := e.Go(context.Background(), Interactive, func(context.Context) error { return nil })
 	if err != nil {

@@ -40,9 +40,9 @@ type ClassStats struct {
 	Admitted  uint64 // tasks that got a slot
 	Completed uint64 // tasks that finished running, whatever their result
 	Rejected  uint64 // submissions refused with ErrSaturated or ErrClosed
-	Shed      uint64 // of Rejected: refused because a latency target could not be met (order.go) or the class's queue stood above Options.MaxQueueWait
+	Shed      uint64 // of Rejected: refused because a latency target could not be met (order.go) or the class's queue stood above ClassOptions.MaxQueueWait
 	// AdmittedLate counts tasks with a latency objective (WithTarget,
-	// Options.LatencyTarget) that were let into the queue, or through its
+	// ClassOptions.LatencyTarget) that were let into the queue, or through its
 	// head, though expected to miss it: the late budget of about 1 % of
 	// the class's queued objective tasks (order.go). They are also in
 	// Admitted once they get their slot.
@@ -79,29 +79,38 @@ type Stats struct {
 	Closed  bool                   // Close has been called
 	Classes [NumClasses]ClassStats // indexed by Class
 	// Demotion reports the demotion of Batch and Background worker
-	// threads and its starvation guard (Options.Demotion).
-	Demotion DemotionStats
-}
-
-// DemotionStats reports the demotion of Batch and Background worker
-// threads and what its starvation guard did.
-type DemotionStats struct {
-	Policy  Demotion // Options.Demotion
-	Enabled bool     // workers are demotable (DemoteAlways, or DemoteWithSpareP with SpareP)
-	Active  bool     // demotion is in force now: enabled and not suspended by the guard
-	// Suspensions counts the times the guard saw a demoted worker, while
-	// it ran a task, runnable but not running for 4 ms over consecutive
-	// 5 ms windows in each of which it ran less than half the time, and
-	// suspended demotion (for 10 s, doubling on repeats up to 10 min:
-	// guardCooldown, guardMaxCooldown in guard.go).
-	Suspensions uint64
-	// Promotions counts starved threads promoted in place (needs
-	// CAP_SYS_NICE); Retired counts worker threads replaced by fresh,
-	// undemoted ones because the kernel refused to undo their demotion.
-	Promotions, Retired uint64
-	// StarvedTime is the time demoted workers spent runnable but not
-	// running in the guard's starved windows while they ran tasks.
-	StarvedTime time.Duration
+	// threads (Options.Batch.Demote) and what its starvation guard did.
+	Demotion struct {
+		Enabled bool // Options.Batch.Demote is set and the platform can demote
+		Active  bool // demotion is in force now: enabled and not suspended by the guard
+		// Suspensions counts the times the guard saw a demoted worker,
+		// while it ran a task, runnable but not running for 4 ms over
+		// consecutive 5 ms windows in each of which it ran less than half
+		// the time, and suspended demotion (for 10 s, doubling on repeats
+		// up to 10 min: guardCooldown, guardMaxCooldown in guard.go).
+		Suspensions uint64
+		// Promotions counts starved threads promoted in place (needs
+		// CAP_SYS_NICE); Retired counts worker threads replaced by fresh,
+		// undemoted ones because the kernel refused to undo their
+		// demotion.
+		Promotions, Retired uint64
+		// StarvedTime is the time demoted workers spent runnable but not
+		// running in the guard's starved windows while they ran tasks.
+		StarvedTime time.Duration
+	}
+	// NetWatch counts what WatchListener and Checkpoint's network polls
+	// did in this process (process-wide: every executor reports the same
+	// counts).
+	NetWatch struct {
+		// Watched is the listeners and connections registered; Unwatched
+		// those that could not be (no file descriptor, or epoll_ctl
+		// failed: they are served as without WatchListener).
+		Watched, Unwatched uint64
+		// Polls is the zero-timeout polls of the watched set; Wakes the
+		// polls that found an arrival and parked a task so its P polled
+		// the network.
+		Polls, Wakes uint64
+	}
 }
 
 // Stats returns a snapshot of the executor's counters and per-class
@@ -110,7 +119,8 @@ type DemotionStats struct {
 func (e *Executor) Stats() Stats {
 	e.mu.Lock()
 	st := Stats{Slots: e.slots, Free: int(e.free.Load()), Closed: e.closed.Load()}
-	st.Demotion.Policy = e.demotion
+	st.NetWatch.Watched, st.NetWatch.Unwatched = netStats.watched.Load(), netStats.unwatched.Load()
+	st.NetWatch.Polls, st.NetWatch.Wakes = netStats.polls.Load(), netStats.wakes.Load()
 	if g := e.guard; g != nil {
 		st.Demotion.Enabled, st.Demotion.Active = true, g.allowed()
 		st.Demotion.Suspensions, st.Demotion.Promotions = g.suspensions.Load(), g.promotions.Load()

@@ -68,22 +68,23 @@ type outcome struct {
 func stress(t *testing.T, seed uint64) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	o := Options{
-		Slots:      1 + r.IntN(4),
-		SpareP:     r.IntN(3) == 0,
-		Demotion:   Demotion(r.IntN(3)), // auto, never, always
-		QueueLimit: [NumClasses]int{1 + r.IntN(8), 1 + r.IntN(8), 1 + r.IntN(8), 1 + r.IntN(8)},
+		Slots: 1 + r.IntN(4),
+		Batch: BatchOptions{SpareP: r.IntN(3) == 0, Demote: r.IntN(3) == 0},
+	}
+	for c := range o.Classes {
+		o.Classes[c].QueueLimit = 1 + r.IntN(8)
 	}
 	if r.IntN(3) == 0 { // queue-wait targets: shedding at the door
-		for c := range o.MaxQueueWait {
-			o.MaxQueueWait[c] = time.Duration(r.IntN(300)) * time.Microsecond
+		for c := range o.Classes {
+			o.Classes[c].MaxQueueWait = time.Duration(r.IntN(300)) * time.Microsecond
 		}
 	}
 	if r.IntN(3) == 0 { // latency targets: earliest due first, refusals at the door and at the head
-		for c := range o.LatencyTarget {
-			o.LatencyTarget[c] = time.Duration(r.IntN(2000)) * time.Microsecond
+		for c := range o.Classes {
+			o.Classes[c].LatencyTarget = time.Duration(r.IntN(2000)) * time.Microsecond
 		}
 	}
-	o.ForMaxSlots = r.IntN(4)
+	o.forMaxSlots = r.IntN(4)
 	o.Account.Every = []int{-1, 0, 1}[r.IntN(3)] // off, sampled, every task (hand-overs and Goscheds of accounted tasks)
 	if r.IntN(2) == 0 {
 		// Slow tasks accounted up to a per-second bound (its window's

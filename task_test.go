@@ -18,7 +18,7 @@ func TestGoexitInATaskIsAnErrorAndTheWorkerIsReplaced(t *testing.T) {
 			name = "on demoted workers"
 		}
 		t.Run(name, func(t *testing.T) {
-			e := newExec(t, Options{Slots: 2, Demotion: map[bool]Demotion{true: DemoteAlways, false: DemoteNever}[demote]})
+			e := newExec(t, Options{Slots: 2, Batch: BatchOptions{Demote: demote}})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			for _, c := range []Class{Interactive, Batch, Background} {

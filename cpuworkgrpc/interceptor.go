@@ -77,7 +77,7 @@ type Options struct {
 // handler as a task of its class on e (Executor.Do).
 //
 // A call the executor refuses (its queue full, its queue standing above
-// Options.MaxQueueWait, or the call's objective or deadline out of reach:
+// ClassOptions.MaxQueueWait, or the call's objective or deadline out of reach:
 // errors wrapping cpuwork.ErrSaturated) fails with
 // codes.ResourceExhausted, a google.rpc.RetryInfo detail and the
 // PushbackKey trailer; after Executor.Close began, with codes.Unavailable;

@@ -126,7 +126,7 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-var one = [cpuwork.NumClasses]int{1, 1, 1, 1}
+var one = [cpuwork.NumClasses]cpuwork.ClassOptions{{QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}}
 
 func TestUnaryCallsRunOnlyWhileHoldingASlot(t *testing.T) {
 	e := newExecutor(t, cpuwork.Options{Slots: 1})
@@ -154,7 +154,7 @@ func TestUnaryCallsRunOnlyWhileHoldingASlot(t *testing.T) {
 }
 
 func TestRefusedCallIsResourceExhaustedWithRetryInformation(t *testing.T) {
-	e := newExecutor(t, cpuwork.Options{Slots: 1, QueueLimit: one})
+	e := newExecutor(t, cpuwork.Options{Slots: 1, Classes: one})
 	h, c := serve(t, e, cpuworkgrpc.Options{RetryDelay: 250 * time.Millisecond})
 	var wg sync.WaitGroup
 	wg.Go(func() { check(c, context.Background(), "hold") })

@@ -44,7 +44,7 @@ type Options struct {
 	// its arrival at the middleware: the executor orders its queue by it,
 	// refuses a request it expects to miss it (cpuwork.WithTarget; the
 	// class's late budget lets a few through, order.go) and, unless the
-	// executor's Options.MaxQueueWait sets the class's own, sheds while
+	// executor's ClassOptions.MaxQueueWait sets the class's own, sheds while
 	// its queue stands above a tenth of it. 0: none.
 	Objective time.Duration
 
@@ -257,7 +257,7 @@ func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter 
 
 // Serve serves srv on ln through cpuwork.WatchListener, so a request that
 // arrives while every P runs tasks calling Checkpoint is read within
-// cpuwork.NetPollInterval instead of up to 10 ms. It returns what
+// 200 µs (cpuwork's network poll interval) instead of up to 10 ms. It returns what
 // srv.Serve returns (http.ErrServerClosed after Shutdown).
 func Serve(srv *http.Server, ln net.Listener) error {
 	return srv.Serve(cpuwork.WatchListener(ln))

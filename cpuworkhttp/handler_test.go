@@ -129,8 +129,11 @@ func (b countingBody) Read(p []byte) (int, error) {
 	return 0, io.EOF
 }
 
+// one is a queue of one task per class.
+var one = [cpuwork.NumClasses]cpuwork.ClassOptions{{QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}}
+
 func TestRefusedRequestGets503WithRetryAfterAndItsBodyIsNeverRead(t *testing.T) {
-	e := newExecutor(t, cpuwork.Options{Slots: 1, QueueLimit: [cpuwork.NumClasses]int{1, 1, 1, 1}})
+	e := newExecutor(t, cpuwork.Options{Slots: 1, Classes: one})
 	g := newGate()
 	var served atomic.Int32
 	h := holding(g, func(w http.ResponseWriter, r *http.Request) {
@@ -170,7 +173,7 @@ func TestRefusedRequestGets503WithRetryAfterAndItsBodyIsNeverRead(t *testing.T) 
 }
 
 func TestShedStatusAndRetryAfterAreConfigurable(t *testing.T) {
-	e := newExecutor(t, cpuwork.Options{Slots: 1, QueueLimit: [cpuwork.NumClasses]int{1, 1, 1, 1}})
+	e := newExecutor(t, cpuwork.Options{Slots: 1, Classes: one})
 	g := newGate()
 	for _, tc := range []struct {
 		o      cpuworkhttp.Options

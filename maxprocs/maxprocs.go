@@ -17,7 +17,7 @@
 // 62.5 ms of each 100 ms period and are throttled for the rest. Floor keeps
 // parallelism within the quota; BudgetPlusOne keeps one spare P for
 // latency-sensitive goroutines beside demoted batch threads
-// (cpuwork.Options.SpareP).
+// (cpuwork.Options.Batch.SpareP).
 package maxprocs
 
 import (

@@ -86,7 +86,7 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	d("cpuwork_cgroup_periods_total", "CFS enforcement periods of the cgroup that sets the quota (cpu.stat nr_periods).")
 	d("cpuwork_cgroup_throttled_seconds_total", "Time the cgroup that sets the quota was throttled (cpu.stat throttled_time or throttled_usec).")
 	d("cpuwork_os_run_delay_seconds_total", "Time the process's threads were runnable but waiting for a CPU (/proc/self/task/*/schedstat field 2).")
-	d("cpuwork_netwatch_polls_total", "Polls of the connections watched through cpuwork.WatchListener, made by Checkpoint while every P was busy (at most one per cpuwork.NetPollInterval).")
+	d("cpuwork_netwatch_polls_total", "Polls of the connections watched through cpuwork.WatchListener, made by Checkpoint while every P was busy (at most one per 200 µs).")
 	d("cpuwork_netwatch_wakes_total", "Polls that found a request arrived and parked a task so its P polled the network at once (instead of sysmon's 10 ms poll).")
 	d("cpuwork_netwatch_descriptors_total", "Listeners and connections WatchListener registered (watched=true) or could not (watched=false).", "watched")
 	d("cpuwork_go_sched_latency_seconds", "Time goroutines spent runnable before running (runtime/metrics /sched/latencies:seconds), at DefaultBuckets resolution.")
@@ -112,6 +112,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 
 func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 	st := c.e.Stats()
+	nw := st.NetWatch
+	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_polls_total"], prometheus.CounterValue, float64(nw.Polls))
+	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_wakes_total"], prometheus.CounterValue, float64(nw.Wakes))
+	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_descriptors_total"], prometheus.CounterValue, float64(nw.Watched), "true")
+	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_descriptors_total"], prometheus.CounterValue, float64(nw.Unwatched), "false")
 	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_slots"], prometheus.GaugeValue, float64(st.Slots))
 	for cl := range cpuwork.NumClasses {
 		class := cpuwork.Class(cl)
@@ -184,11 +189,6 @@ func (c *Collector) collectProcess(ch chan<- prometheus.Metric) {
 		c.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_os_run_delay_seconds_total"], prometheus.CounterValue, v)
 	}
-	nw := cpuwork.ReadNetWatchStats()
-	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_polls_total"], prometheus.CounterValue, float64(nw.Polls))
-	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_wakes_total"], prometheus.CounterValue, float64(nw.Wakes))
-	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_descriptors_total"], prometheus.CounterValue, float64(nw.Watched), "true")
-	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_descriptors_total"], prometheus.CounterValue, float64(nw.Unwatched), "false")
 	s := []metrics.Sample{{Name: "/sched/latencies:seconds"}}
 	metrics.Read(s)
 	if s[0].Value.Kind() == metrics.KindFloat64Histogram {

@@ -18,7 +18,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestCollectorExportsTheExecutorAndLintsClean(t *testing.T) {
-	e, err := cpuwork.New(cpuwork.Options{Slots: 1, QueueLimit: [cpuwork.NumClasses]int{cpuwork.Batch: 1}})
+	e, err := cpuwork.New(cpuwork.Options{Slots: 1, Classes: [cpuwork.NumClasses]cpuwork.ClassOptions{cpuwork.Batch: {QueueLimit: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}

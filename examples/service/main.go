@@ -8,7 +8,7 @@
 //     threads than the quota pays for;
 //   - /hash runs its work through Executor.Do as Interactive; /batch as
 //     Batch; a request the executor cannot serve in time answers 503
-//     (Options.MaxQueueWait), so a client or a load balancer retries
+//     (ClassOptions.MaxQueueWait), so a client or a load balancer retries
 //     elsewhere instead of queueing;
 //   - /metrics exports the executor and the process's scheduling signals
 //     (package prom): cpuwork_queue_wait_seconds is what the
@@ -76,9 +76,10 @@ func main() {
 // newServer builds the service's handler; cleanup closes the executor and
 // the sampler.
 func newServer(log *slog.Logger) (http.Handler, func(), error) {
-	var mqw [cpuwork.NumClasses]time.Duration
-	mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 20*time.Millisecond, 500*time.Millisecond
-	e, err := cpuwork.New(cpuwork.Options{MaxQueueWait: mqw, Logger: log})
+	e, err := cpuwork.New(cpuwork.Options{Logger: log, Classes: [cpuwork.NumClasses]cpuwork.ClassOptions{
+		cpuwork.Interactive: {MaxQueueWait: 20 * time.Millisecond},
+		cpuwork.Batch:       {MaxQueueWait: 500 * time.Millisecond},
+	}})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -221,9 +221,9 @@ func (r *Runner) burstOnce(variant string, n int, w workload.Workload) (hist *hi
 // queues deep enough for n tasks (the scenarios measure latency, not
 // shedding).
 func (r *Runner) executor(n int) (*cpuwork.Executor, error) {
-	var q [cpuwork.NumClasses]int
-	for i := range q {
-		q[i] = max(n, cpuwork.DefaultQueueLimit)
+	var cl [cpuwork.NumClasses]cpuwork.ClassOptions
+	for i := range cl {
+		cl[i].QueueLimit = max(n, cpuwork.DefaultQueueLimit)
 	}
-	return cpuwork.New(cpuwork.Options{Slots: r.slots, QueueLimit: q, WatchInterval: -1})
+	return cpuwork.New(cpuwork.Options{Slots: r.slots, Classes: cl, WatchInterval: -1})
 }

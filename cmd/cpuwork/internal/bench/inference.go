@@ -313,7 +313,7 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			watch = 0
 		}
 		o := cpuwork.Options{Slots: slots, WatchInterval: watch,
-			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256}}
+			Classes: [cpuwork.NumClasses]cpuwork.ClassOptions{cpuwork.Interactive: {QueueLimit: 256}}}
 		if variant == "cpuwork-strict" {
 			o.Quota = cpuwork.QuotaStrict
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
+	"github.com/cpuwork/cpuwork/internal/suspension"
 	"github.com/cpuwork/cpuwork/osthread"
 )
 
@@ -27,11 +28,11 @@ var priorityVariants = []struct {
 	{"two-pools", "a 1-worker critical pool and a GOMAXPROCS-worker batch pool", false},
 	{"os-thread-pool", "C4's OS-thread pool: critical on a goroutine locked to a thread pinned to the last CPU at SCHED_FIFO 50, else nice -10, as permitted", false},
 	{"hybrid", "C4's hybrid: GOMAXPROCS = NumCPU/2 plus NumCPU/2 dedicated locked threads (SCHED_FIFO or nice -10) for critical", false},
-	{"cpuwork", "Executor defaults: Do(Critical); Do(Batch) with Checkpoint every ~50 µs, batch on ordinary goroutines (DemoteNever); the HTTP listener wrapped in WatchListener (every cpuwork variant)", true},
-	{"cpuwork-demote", "Executor with Demotion: DemoteAlways: batch on SCHED_IDLE threads under the starvation guard, Checkpoint every ~50 µs", true},
+	{"cpuwork", "Executor defaults: Do(Critical); Do(Batch) with Checkpoint every ~50 µs, batch on ordinary goroutines (no Batch.Demote); the HTTP listener wrapped in WatchListener (every cpuwork variant)", true},
+	{"cpuwork-demote", "Executor with Batch.Demote: batch on SCHED_IDLE threads under the starvation guard, Checkpoint every ~50 µs", true},
 	{"cpuwork-nocheckpoint", "Executor defaults without Checkpoint in the batch loop", false},
 	{"no-batch", "the floor: the same critical requests with no batch work at all (the load generator's, the HTTP stack's and the machine's own latency); not an alternative, since it does none of the batch work", true},
-	{"cpuwork-sparep", "Executor with SpareP and one spare P and slot (GOMAXPROCS = Slots = budget+1): batch on SCHED_IDLE threads (DemoteWithSpareP) under the guard, no Checkpoint", true},
+	{"cpuwork-sparep", "Executor with SpareP and one spare P and slot (GOMAXPROCS = Slots = budget+1): batch on SCHED_IDLE threads (Batch.Demote) under the guard, no Checkpoint", true},
 }
 
 // priority: critical requests of ~crit CPU arrive open-loop every interval
@@ -408,16 +409,17 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		}
 		cleanup = append(cleanup, func() { close(ch) })
 	case "cpuwork", "cpuwork-demote", "cpuwork-nocheckpoint", "cpuwork-sparep":
-		var q [cpuwork.NumClasses]int
-		for i := range q {
-			q[i] = 4096
+		var cl [cpuwork.NumClasses]cpuwork.ClassOptions
+		for i := range cl {
+			cl[i].QueueLimit = 4096
 		}
 		slots := r.slots
 		if variant == "cpuwork-sparep" {
 			slots++ // one slot (and one P) more than batch may hold: Critical never waits for batch
 		}
-		cpuwork.ResumeDemotion() // each variant starts as a fresh process would
-		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: q, WatchInterval: -1, SpareP: variant == "cpuwork-sparep", Demotion: map[string]cpuwork.Demotion{"cpuwork-demote": cpuwork.DemoteAlways, "cpuwork-sparep": cpuwork.DemoteWithSpareP}[variant]})
+		suspension.Resume() // each variant starts as a fresh process would
+		e, cerr := cpuwork.New(cpuwork.Options{Slots: slots, Classes: cl, WatchInterval: -1, Batch: cpuwork.BatchOptions{
+			SpareP: variant == "cpuwork-sparep", Demote: variant == "cpuwork-demote" || variant == "cpuwork-sparep"}})
 		if cerr != nil {
 			return res, cerr
 		}
@@ -443,7 +445,10 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		}
 		defer func() {
 			d := e.Stats().Demotion
-			res.demotion = d.Policy.String()
+			res.demotion = map[string]string{"cpuwork-demote": "always", "cpuwork-sparep": "with-sparep"}[variant]
+			if res.demotion == "" {
+				res.demotion = "never"
+			}
 			res.guardSuspensions = float64(d.Suspensions)
 			e.Close(context.Background())
 		}()

@@ -39,9 +39,9 @@ func QuotaChild(w io.Writer, mode string, rounds, goroutines, iters int) error {
 	// quota is handed back within microseconds.
 	const steps = 40
 	var e *cpuwork.Executor
-	if mode == "cpuwork" || mode == "cpuwork-paced" || mode == "cpuwork-floor" {
+	if mode == "cpuwork" || mode == "cpuwork-floor" {
 		var err error
-		o := cpuwork.Options{WatchInterval: -1, PaceQuota: mode == "cpuwork-paced"}
+		o := cpuwork.Options{WatchInterval: -1}
 		if mode == "cpuwork-floor" {
 			o.Quota = cpuwork.QuotaFloor
 		}
@@ -117,7 +117,6 @@ func quotaVariants() []quotaVariant {
 		quotaVariant{"go-default", "Go's default GOMAXPROCS (max(2, ceil(quota)) since Go 1.25), plain goroutines", "", "goroutines"},
 		quotaVariant{"cpuwork", "Executor with zero Options (Quota: QuotaFraction), work as Batch tasks calling Checkpoint every ~50 µs: ceil(quota) slots, the last open only while the cgroup stays under its quota; GOMAXPROCS left at Go's default", "", "cpuwork"},
 		quotaVariant{"cpuwork-floor", "Executor with Quota: QuotaFloor: floor(quota) slots, the same tasks", "", "cpuwork-floor"},
-		quotaVariant{"cpuwork-paced", "Executor with PaceQuota, work as Batch tasks: ceil(quota) slots, Batch paced to stay under the quota", "", "cpuwork-paced"},
 	)
 	return vs
 }

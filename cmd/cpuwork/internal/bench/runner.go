@@ -258,7 +258,6 @@ var thoroughOnly = map[string]bool{
 	"P=4":                  true,
 	"P=6":                  true,
 	"cpuwork-floor":        true, // quota: cpuwork policies, not alternatives
-	"cpuwork-paced":        true,
 	"same-cgroup":          true, // neighbour: references, not the claim's comparison
 	"hog-idle":             true,
 }

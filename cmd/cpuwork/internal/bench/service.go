@@ -16,7 +16,7 @@ var serviceVariants = []struct{ name, desc string }{
 	{"naive", "net/http handlers run the work directly on their goroutines"},
 	{"cpuwork", "the docs' way: handlers call Executor.Do, every user request Interactive whatever its size (a class says how much a request matters, not how big it is) with the service's latency target (WithTarget: 3x a large request's run time, the same for both kinds, so they are served in arrival order) and its expected run time; a request that can no longer meet the target is refused with 503 (ErrDeadline) beyond the late budget (about 1 % served late)"},
 	{"pool-503", "what a user writes to shed: P worker goroutines fed by a channel of 64; a request that finds it full answers 503 at once"},
-	{"cpuwork-sparep", "handlers call Executor.Do, small requests Interactive and large ones Batch (MaxQueueWait 10 and 50 ms), with Slots = GOMAXPROCS = budget+1 and SpareP: large requests hold at most the budget's slots on SCHED_IDLE threads (DemoteWithSpareP), small ones always find a P and a slot"},
+	{"cpuwork-sparep", "handlers call Executor.Do, small requests Interactive and large ones Batch (MaxQueueWait 10 and 50 ms), with Slots = GOMAXPROCS = budget+1 and SpareP: large requests hold at most the budget's slots on SCHED_IDLE threads (Batch.Demote), small ones always find a P and a slot"},
 }
 
 // serviceLoads are the service scenario's load levels, fractions of its
@@ -138,13 +138,13 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 			defer runtime.SetDefaultGOMAXPROCS()
 		}
 		var err error
-		var mqw [cpuwork.NumClasses]time.Duration
-		if variant == "cpuwork-sparep" {
-			mqw[cpuwork.Interactive], mqw[cpuwork.Batch] = 10*time.Millisecond, 50*time.Millisecond
+		cl := [cpuwork.NumClasses]cpuwork.ClassOptions{cpuwork.Interactive: {QueueLimit: 256}, cpuwork.Batch: {QueueLimit: 64}}
+		sparep := variant == "cpuwork-sparep"
+		if sparep {
+			cl[cpuwork.Interactive].MaxQueueWait, cl[cpuwork.Batch].MaxQueueWait = 10*time.Millisecond, 50*time.Millisecond
 		}
-		e, err = cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: -1, SpareP: variant == "cpuwork-sparep", Account: acct,
-			Demotion: cpuwork.DemoteWithSpareP, MaxQueueWait: mqw,
-			QueueLimit: [cpuwork.NumClasses]int{cpuwork.Interactive: 256, cpuwork.Batch: 64}})
+		e, err = cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: -1, Account: acct, Classes: cl,
+			Batch: cpuwork.BatchOptions{SpareP: sparep, Demote: sparep}})
 		if err != nil {
 			return err
 		}

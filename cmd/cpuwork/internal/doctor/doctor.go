@@ -694,7 +694,7 @@ func diagnose(w *Window) []Finding {
 					Summary: fmt.Sprintf("the process's threads waited %.2f s per second (%v per wake-up) for a CPU the kernel gave to something else", perSec, short(perSlice)),
 					Evidence: []string{kev,
 						fmt.Sprintf("CPU used %.2f cores; budget %.2f cores (%s); no throttling to explain it, and the process is below its budget", w.CPUCores, b.Cores, b.Source)},
-					Fix: "another process (a sidecar, a neighbour, a CPU hog) or this process's own SCHED_IDLE/nice threads compete for the same CPUs: give the service its own CPUs (cpuset, Kubernetes static CPU manager), a larger cpu.weight/shares than the neighbour (cpuwork run --weight), or put the neighbour in an idle cgroup (cpu.idle); within the process keep cpuwork's Demotion at DemoteNever",
+					Fix: "another process (a sidecar, a neighbour, a CPU hog) or this process's own SCHED_IDLE/nice threads compete for the same CPUs: give the service its own CPUs (cpuset, Kubernetes static CPU manager), a larger cpu.weight/shares than the neighbour (cpuwork run --weight), or put the neighbour in an idle cgroup (cpu.idle); within the process leave cpuwork's Options.Batch.Demote off",
 				})
 			}
 		}
@@ -717,7 +717,7 @@ func diagnose(w *Window) []Finding {
 			out = append(out, Finding{ID: "unresponsive", Severity: Critical,
 				Summary:  "the process did not answer trivial requests within the window: it is too saturated to run its network handlers",
 				Evidence: []string{ev, fmt.Sprintf("CPU used %.2f cores of %.2f; %.1f threads runnable on average", w.CPUCores, b.Cores, w.RunnableThreads)},
-				Fix:      "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or SpareP), and shed load at the door instead of queueing it behind busy goroutines",
+				Fix:      "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or Options.Batch.SpareP), and shed load at the door instead of queueing it behind busy goroutines",
 			})
 		case p.Answered > 0 && p.median() >= slowAnswer:
 			out = append(out, Finding{ID: "slow-to-answer", Severity: Warning,

@@ -112,11 +112,11 @@ func runners() []runner {
 func newExec(b *testing.B) *cpuwork.Executor {
 	// An unbounded-enough queue: pond and the goroutine variants queue
 	// without limit too, and this benchmark measures overhead, not shedding.
-	var limits [cpuwork.NumClasses]int
-	for i := range limits {
-		limits[i] = 1 << 30
+	var cl [cpuwork.NumClasses]cpuwork.ClassOptions
+	for i := range cl {
+		cl[i].QueueLimit = 1 << 30
 	}
-	e, err := cpuwork.New(cpuwork.Options{Slots: slots, QueueLimit: limits})
+	e, err := cpuwork.New(cpuwork.Options{Slots: slots, Classes: cl})
 	if err != nil {
 		b.Fatal(err)
 	}

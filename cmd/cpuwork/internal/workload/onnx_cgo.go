@@ -48,7 +48,7 @@ type Session struct {
 // slots.) Measured in the bench's inference scenario (docs/bench.md,
 // README): in a 1.0-CPU cgroup at 80 % of capacity, ONNX Runtime's
 // default pool was throttled in 100 % of the CFS periods with p99 154 ms,
-// one thread per slot (with PaceQuota) in 0 % with p99 89 ms; without a
+// one thread per slot (paced to the quota) in 0 % with p99 89 ms; without a
 // quota the default pool's spinning threads cost 7-15 % more CPU for the
 // same requests served (11.8 vs 10.2-11.0 CPU-seconds over the three
 // repeats at 95 % load, in two runs).
