@@ -22,8 +22,59 @@ func benchDo(b *testing.B, o Options) {
 
 func BenchmarkDoUncontended(b *testing.B) { benchDo(b, Options{Slots: 4}) }
 
+// BenchmarkDoUncontendedRequestCtx is BenchmarkDoUncontended with the
+// context chain of a net/http request (the server's values, a cancel, a
+// value of the application, no profiler labels): the cost that depends on
+// the caller's context.
+func BenchmarkDoUncontendedRequestCtx(b *testing.B) {
+	e := newExec(b, Options{Slots: 4})
+	type key int
+	ctx := context.WithValue(context.Background(), key(0), "server")
+	ctx = context.WithValue(ctx, key(1), "local addr")
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	ctx = context.WithValue(ctx, key(2), "conn")
+	ctx, cancel2 := context.WithCancel(ctx)
+	defer cancel2()
+	ctx = context.WithValue(ctx, key(3), "user")
+	b.ReportAllocs()
+	for b.Loop() {
+		e.Do(ctx, Interactive, emptyTask)
+	}
+}
+
 func BenchmarkDoUncontendedNoLabels(b *testing.B) {
 	benchDo(b, Options{Slots: 4, noLabels: true})
+}
+
+// BenchmarkChanSemaphoreUncontended is the reference for
+// BenchmarkDoUncontended: the same empty task under a buffered-channel
+// semaphore of 4, the simplest bound a user would write instead.
+func BenchmarkChanSemaphoreUncontended(b *testing.B) {
+	sem := make(chan struct{}, 4)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		sem <- struct{}{}
+		emptyTask(ctx)
+		<-sem
+	}
+}
+
+// BenchmarkChanSemaphoreSaturated is the reference for
+// BenchmarkDoSaturated: 4xGOMAXPROCS goroutines, a channel semaphore of 2.
+func BenchmarkChanSemaphoreSaturated(b *testing.B) {
+	sem := make(chan struct{}, 2)
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			sem <- struct{}{}
+			emptyTask(ctx)
+			<-sem
+		}
+	})
 }
 
 // BenchmarkDoSaturated: 4xGOMAXPROCS goroutines submit empty tasks to

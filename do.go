@@ -340,8 +340,7 @@ func (e *Executor) run(tc *taskCtx, fn func(context.Context) error) (err error) 
 	}
 	defer e.finish(tc)
 	if !e.noLabels {
-		e.setLabels(tc)
-		defer pprof.SetGoroutineLabels(tc.Context)
+		defer pprof.SetGoroutineLabels(e.setLabels(tc))
 	}
 	if trace.IsEnabled() {
 		defer trace.StartRegion(tc, tc.class.String()).End()
@@ -350,14 +349,20 @@ func (e *Executor) run(tc *taskCtx, fn func(context.Context) error) (err error) 
 	return fn(tc)
 }
 
-func (e *Executor) setLabels(tc *taskCtx) {
+// setLabels sets the goroutine's profiler labels to the caller's plus the
+// class's, and returns the context whose labels restore the caller's
+// afterwards: tc's own when it has labels, else one without any, which
+// restores the same (none) without walking the caller's context chain a
+// second time.
+func (e *Executor) setLabels(tc *taskCtx) (restore context.Context) {
 	has := false
 	pprof.ForLabels(tc.Context, func(string, string) bool { has = true; return false })
 	if has {
 		pprof.SetGoroutineLabels(pprof.WithLabels(tc.Context, pprof.Labels(labelKey, tc.class.String())))
-		return
+		return tc.Context
 	}
 	pprof.SetGoroutineLabels(e.labels[tc.class])
+	return context.Background()
 }
 
 // finish accounts a finished task and releases its slot.
