@@ -4,16 +4,16 @@ import "time"
 
 // tryAcquire takes a free slot if one is free and nobody is queued (queued
 // tasks are served first; a fresh arrival does not overtake them).
-func (e *Executor) tryAcquire() bool {
-	if e.waiting.Load() != 0 {
+func (g *granter) tryAcquire() bool {
+	if g.waiting.Load() != 0 {
 		return false
 	}
 	for {
-		f := e.free.Load()
+		f := g.free.Load()
 		if f <= 0 {
 			return false
 		}
-		if e.free.CompareAndSwap(f, f-1) {
+		if g.free.CompareAndSwap(f, f-1) {
 			return true
 		}
 	}
@@ -21,46 +21,34 @@ func (e *Executor) tryAcquire() bool {
 
 // capped reports whether class c is under the SpareP bound, so that its
 // admissions must go through the lock where the bound is checked.
-func (e *Executor) capped(c Class) bool {
-	return c.runsOnWorker() && e.lowCap.Load() > 0
+func (g *granter) capped(c Class) bool {
+	return c.runsOnWorker() && g.lowCap.Load() > 0
 }
 
 // tryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
 // Background and counts their slot in lowRunning (under the lock when the
 // bound applies, so concurrent callers cannot both pass it).
-func (e *Executor) tryAcquireFor(c Class) bool {
+func (g *granter) tryAcquireFor(c Class) bool {
 	if !c.runsOnWorker() {
-		return e.tryAcquire()
+		return g.tryAcquire()
 	}
-	if e.lowCap.Load() == 0 {
-		if !e.tryAcquire() {
+	if g.lowCap.Load() == 0 {
+		if !g.tryAcquire() {
 			return false
 		}
-		e.lowRunning.Add(1)
+		g.lowRunning.Add(1)
 		return true
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if lc := e.lowCap.Load(); lc > 0 && e.lowRunning.Load() >= lc {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if lc := g.lowCap.Load(); lc > 0 && g.lowRunning.Load() >= lc {
 		return false
 	}
-	if !e.tryAcquire() {
+	if !g.tryAcquire() {
 		return false
 	}
-	e.lowRunning.Add(1)
+	g.lowRunning.Add(1)
 	return true
-}
-
-// release returns a slot and, if anyone is queued, hands free slots out.
-// A waiter increments waiting before it looks at free, and release adds to
-// free before it looks at waiting, so (sequentially consistent atomics) one
-// of the two always sees the other: no slot stays free while a task waits.
-func (e *Executor) release(keep *keepNext) {
-	if e.free.Add(1) > 0 && e.waiting.Load() > 0 {
-		e.mu.Lock()
-		e.dispatchLocked()
-		e.unlockAndWakeKeep(keep)
-	}
 }
 
 // keepNext is where a worker whose task just ended takes the next task
@@ -76,39 +64,39 @@ type keepNext struct {
 }
 
 // dispatchLocked hands free slots to queued waiters in policy order.
-func (e *Executor) dispatchLocked() {
-	for e.waiting.Load() > 0 {
-		f := e.free.Load()
+func (g *granter) dispatchLocked() {
+	for g.waiting.Load() > 0 {
+		f := g.free.Load()
 		if f <= 0 {
 			return
 		}
-		if !e.free.CompareAndSwap(f, f-1) {
+		if !g.free.CompareAndSwap(f, f-1) {
 			continue
 		}
-		w := e.pickLocked()
+		w := g.pickLocked()
 		if w == nil { // cannot happen while waiting > 0; keep the slot free
-			e.free.Add(1)
+			g.free.Add(1)
 			return
 		}
-		e.grantLocked(w)
+		g.grantLocked(w)
 	}
 }
 
 // grantLocked gives a slot to w, just out of the queue: it counts the
 // admission (a submission's first grant only) and queues w's wake-up.
-func (e *Executor) grantLocked(w *waiter) {
+func (g *granter) grantLocked(w *waiter) {
 	w.granted, w.started = true, true
-	s := &e.stats[w.class]
+	s := &g.stats[w.class]
 	first := !w.requeued && w.kind != waitHelper
 	if first {
 		s.admitted.Add(1) // before the controller reads it (codelTickLocked)
 	}
-	if first && e.shed[w.class].target > 0 {
+	if first && g.shed[w.class].target > 0 {
 		t := now()
-		e.codelGrantLocked(w.class, t-w.enq, t)
+		g.codelGrantLocked(w.class, t-w.enq, t)
 	}
 	if w.class.runsOnWorker() {
-		e.lowRunning.Add(1)
+		g.lowRunning.Add(1)
 	}
 	// The grant's expected slot time: what the waiter was queued with
 	// (its given run time or its class's average), else the class's last
@@ -116,34 +104,39 @@ func (e *Executor) grantLocked(w *waiter) {
 	// and in the running work the door's estimate sees until released.
 	est := w.work
 	if est <= 0 {
-		est = e.share.lastSlot[w.class].Load()
+		est = g.share.lastSlot[w.class].Load()
 	}
 	if est <= 0 {
 		est = int64(time.Millisecond)
 	}
 	w.est = est
-	e.share.inflight[w.class].Add(est)
-	e.pending = append(e.pending, w)
+	g.share.inflight[w.class].Add(est)
+	g.pending = append(g.pending, w)
 }
 
-// unlockAndWake releases mu, then wakes the waiters granted or refused
-// while it was held: a blocked caller or helper through its ready
-// channel, a task by sending it to the workers (granted) or failing it
-// (refused).
-func (e *Executor) unlockAndWake() { e.unlockAndWakeKeep(nil) }
+// unlockAndWake releases mu, then has the executor wake the waiters
+// granted or refused while it was held (Executor.wake).
+func (g *granter) unlockAndWake() { g.unlockAndWakeKeep(nil) }
 
 // unlockAndWakeKeep is unlockAndWake that puts the first task granted to
 // keep's pool into keep (when keep is not nil) instead of sending it.
-func (e *Executor) unlockAndWakeKeep(keep *keepNext) {
-	if len(e.pending) == 0 {
-		e.mu.Unlock()
+func (g *granter) unlockAndWakeKeep(keep *keepNext) {
+	if len(g.pending) == 0 {
+		g.mu.Unlock()
 		return
 	}
 	var buf [8]*waiter
-	ws := append(buf[:0], e.pending...)
-	clear(e.pending)
-	e.pending = e.pending[:0]
-	e.mu.Unlock()
+	ws := append(buf[:0], g.pending...)
+	clear(g.pending)
+	g.pending = g.pending[:0]
+	g.mu.Unlock()
+	g.owner.wake(ws, keep)
+}
+
+// wake wakes waiters the granter granted or refused: a blocked caller or
+// helper through its ready channel, a task by sending it to the workers
+// (granted) or failing it (refused).
+func (e *Executor) wake(ws []*waiter, keep *keepNext) {
 	failed := false
 	for _, w := range ws {
 		switch {

@@ -73,8 +73,8 @@ func Checkpoint(ctx context.Context) error {
 		return checkpointSlow(ctx)
 	}
 	e := tc.e
-	if m := e.waitMask.Load(); m&moreUrgent[tc.class] != 0 ||
-		(m&(1<<tc.class) != 0 && e.headDue[tc.class].Load() < tc.due()) {
+	if m := e.g.mask(); m&moreUrgent[tc.class] != 0 ||
+		(m&(1<<tc.class) != 0 && e.g.headDueOf(tc.class) < tc.due()) {
 		return tc.checkpoint(ctx)
 	}
 	tc.calls++
@@ -88,7 +88,7 @@ func Checkpoint(ctx context.Context) error {
 // time it is needed.
 func (tc *taskCtx) due() int64 {
 	if !tc.w.dueSet {
-		tc.e.setDue(tc.Context, &tc.w, tc.w.enq)
+		tc.e.g.setDue(tc.Context, &tc.w, tc.w.enq)
 	}
 	return tc.w.due
 }
@@ -97,7 +97,7 @@ func (tc *taskCtx) due() int64 {
 // urgent work waits, or work of its class due earlier, or (Batch and
 // Background) quota pacing has paused its class.
 func (tc *taskCtx) handOver() bool {
-	return tc.e.urgentOver(tc.class, tc.due())
+	return tc.e.g.urgentOver(tc.class, tc.due())
 }
 
 // checkpointSlow is Checkpoint for every context but a task's own,
@@ -200,7 +200,7 @@ func (tc *taskCtx) check(ctx context.Context) error {
 	case busy && (runnable || (e.yieldAfter > 0 && t-tc.lastGs >= e.yieldAfter)):
 		tc.pause(runtime.Gosched)
 	}
-	if e.free.Load() < 0 && tc.noSlot == holdsSlot && tc.shared.Load() == 0 {
+	if e.g.overCommitted() && tc.noSlot == holdsSlot && tc.shared.Load() == 0 {
 		// More tasks run than there are slots (the fractional quota's
 		// extra slot closed, or SetSlots shrank): hand this one back.
 		if err := e.yield(ctx, tc); err != nil {
@@ -300,10 +300,10 @@ func checkpointFree(ctx context.Context) error {
 // hands it to the waiter the queue policy picks (order.go).
 func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	due := tc.due()
-	e.mu.Lock()
-	over := e.free.Load() < 0 // more running than slots: give this one back
-	if e.closed.Load() || (!e.urgentOver(tc.class, due) && !over) {
-		e.mu.Unlock()
+	e.g.lock()
+	over := e.g.overCommitted() // more running than slots: give this one back
+	if e.g.isClosed() || (!e.g.urgentOver(tc.class, due) && !over) {
+		e.g.unlock()
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}
 	t := now()
@@ -328,8 +328,8 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	// another release may grant it a slot (and a new estimate) at once.
 	est := w.est
 	w.est = 0
-	e.enqueueLocked(w)
-	e.mu.Unlock()
+	e.g.enqueueLocked(w)
+	e.g.unlock()
 	var ta *taskAccount
 	if tc.accounted {
 		ta = e.accountPause(tc, gapQueue)
@@ -339,9 +339,9 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	ta.resume()
 	w.requeued = false
 	if onWorker {
-		e.mu.Lock()
+		e.g.lock()
 		e.pools[tc.class.pool()].returnSpareLocked()
-		e.mu.Unlock()
+		e.g.unlock()
 	}
 	if err != nil {
 		tc.noSlot = lostByCtx

@@ -13,9 +13,9 @@ import "context"
 func (e *Executor) Close(ctx context.Context) error {
 	mustCtx(ctx)
 	mustExec(e)
-	e.mu.Lock()
-	e.closed.Store(true)
-	e.mu.Unlock()
+	e.g.lock()
+	e.g.closeLocked()
+	e.g.unlock()
 	e.closeOnce.Do(func() {
 		if e.watchStop != nil {
 			e.watchStop()
@@ -44,7 +44,7 @@ func (e *Executor) Close(ctx context.Context) error {
 // path that can make it idle after Close calls it: a task's finish, a
 // queued waiter's cancellation or failure, a slot given back unused.
 func (e *Executor) checkDrained() {
-	if e.closed.Load() && e.idle() {
+	if e.g.isClosed() && e.idle() {
 		e.drainOnce.Do(func() { close(e.drained) })
 	}
 }
@@ -67,7 +67,7 @@ func (e *Executor) shutdown() {
 
 // idle reports whether no task is queued or running.
 func (e *Executor) idle() bool {
-	if e.waiting.Load() != 0 {
+	if e.g.hasWaiters() {
 		return false
 	}
 	for c := range e.stats {
@@ -76,26 +76,23 @@ func (e *Executor) idle() bool {
 			return false
 		}
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.waiting.Load() == 0
+	e.g.lock()
+	defer e.g.unlock()
+	return !e.g.hasWaiters()
 }
 
 // failQueued fails every queued waiter with ErrClosed.
 func (e *Executor) failQueued() {
-	e.mu.Lock()
+	e.g.lock()
 	var tasks []*Task
-	for c := range e.queues {
-		for w := e.queues[c].popFront(); w != nil; w = e.queues[c].popFront() {
-			e.dequeuedLocked(Class(c))
-			if w.kind == waitTask && !w.requeued {
-				tasks = append(tasks, w.task)
-			} else {
-				w.ready <- struct{}{} // granted stays false: closed out
-			}
+	for _, w := range e.g.drainLocked() {
+		if w.kind == waitTask && !w.requeued {
+			tasks = append(tasks, w.task)
+		} else {
+			w.ready <- struct{}{} // granted stays false: closed out
 		}
 	}
-	e.mu.Unlock()
+	e.g.unlock()
 	for _, t := range tasks {
 		if t.stop != nil {
 			t.stop()
@@ -108,8 +105,8 @@ func (e *Executor) failQueued() {
 }
 
 func (e *Executor) stopWorkers() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.g.lock()
+	defer e.g.unlock()
 	for _, p := range e.pools {
 		p.stopLocked()
 	}

@@ -170,10 +170,10 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 	s := &e.stats[c]
 	tc := &taskCtx{Context: ctx, e: e, class: c}
 	tc.w.class = c
-	if e.latencyTarget[c] != 0 {
+	if e.g.targetOf(c) != 0 {
 		tc.w.enq = now() // the arrival its class's target counts from
 	}
-	if !e.tryAcquire() {
+	if !e.g.tryAcquire() {
 		if err := e.acquireSlow(ctx, tc); err != nil {
 			return err
 		}
@@ -201,7 +201,7 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 func (e *Executor) admitFast(c Class) (uint64, error) {
 	s := &e.stats[c]
 	n := s.admitted.Add(1)
-	if e.closed.Load() {
+	if e.g.isClosed() {
 		s.admitted.Add(^uint64(0))
 		s.rejected.Add(1)
 		var noEst int64
@@ -218,15 +218,15 @@ func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
 	w := &tc.w
 	w.ready = make(chan struct{}, 1)
 	w.enq = now()
-	e.setDue(ctx, w, w.enq)
-	e.mu.Lock()
-	if err := e.queueAdmitLocked(ctx, w, false); err != nil {
-		e.mu.Unlock()
+	e.g.setDue(ctx, w, w.enq)
+	e.g.lock()
+	if err := e.g.queueAdmitLocked(ctx, w, false); err != nil {
+		e.g.unlock()
 		return err
 	}
-	e.enqueueLocked(w)
-	e.dispatchLocked()
-	e.unlockAndWake()
+	e.g.enqueueLocked(w)
+	e.g.dispatchLocked()
+	e.g.unlockAndWake()
 	if err := e.await(ctx, w); err != nil {
 		return err
 	}
@@ -244,15 +244,15 @@ func (e *Executor) await(ctx context.Context, w *waiter) error {
 	select {
 	case <-w.ready:
 	case <-ctx.Done():
-		e.mu.Lock()
+		e.g.lock()
 		if w.queued {
-			e.removeLocked(w)
-			e.mu.Unlock()
+			e.g.removeLocked(w)
+			e.g.unlock()
 			s.canceled.Add(1)
 			e.checkDrained()
 			return ctx.Err()
 		}
-		e.mu.Unlock()
+		e.g.unlock()
 		<-w.ready // granted or closed out just now
 		if w.granted {
 			w.granted = false
@@ -290,15 +290,8 @@ func (e *Executor) releaseSlot(c Class, est *int64) { e.releaseSlotKeep(c, est, 
 // releaseSlotKeep is releaseSlot for a task ending on a worker: a task
 // granted to keep's pool goes into keep for the worker to run next.
 func (e *Executor) releaseSlotKeep(c Class, est *int64, keep *keepNext) {
-	if *est != 0 {
-		e.share.inflight[c].Add(-*est)
-		*est = 0
-	}
-	if c.runsOnWorker() {
-		e.lowRunning.Add(-1)
-	}
-	e.release(keep)
-	if e.closed.Load() {
+	e.g.release(c, est, keep)
+	if e.g.isClosed() {
 		e.checkDrained()
 	}
 	if p := e.frac.Load(); p != nil {
@@ -378,7 +371,7 @@ func (e *Executor) finish(tc *taskCtx) {
 			keep = &t.keep
 		}
 		e.releaseSlotKeep(tc.class, &tc.w.est, keep)
-	} else if e.closed.Load() {
+	} else if e.g.isClosed() {
 		e.checkDrained()
 	}
 	if tc.accounted {
@@ -393,7 +386,7 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 	s.slotTime.record(d, uint64(tc.weight))
 	s.used.Add(d * int64(tc.weight))
 	if tc.weight == 1 {
-		e.share.lastSlot[tc.class].Store(d)
+		e.g.recordSlot(tc.class, d)
 	}
 	if old := s.avgSlotNs.Load(); old == 0 {
 		s.avgSlotNs.Store(d)

@@ -20,46 +20,18 @@ import (
 // package documentation for the model. All methods are safe for concurrent
 // use. An Executor must be created with New.
 type Executor struct {
-	// Hot fields, each touched by the admission fast path.
-	free     atomic.Int64  // free slots; negative while the slot count shrinks
-	waiting  atomic.Int64  // queued waiters, all classes
-	waitMask atomic.Uint32 // bit c set while class c has queued waiters
-	closed   atomic.Bool
-	// headDue[c] is the due of class c's first waiter (math.MaxInt64
-	// when none), for Checkpoint's lock-free hand-over test (order.go).
-	headDue [NumClasses]atomic.Int64
-	_       [64]byte
+	// g owns the slots: every piece of admission and ordering state, and
+	// the only methods that change it (granter.go).
+	g granter
 
 	stats [NumClasses]classStats
 
-	mu    sync.Mutex
-	slots int // total slots; guarded by mu
-	// nslots mirrors slots for readers that do not take mu (For).
-	nslots atomic.Int64
-	queues [NumClasses]waitQueue
-	share  shares // weighted fair queuing of Interactive and Batch (order.go)
-	limit  [NumClasses]int
-	// latencyTarget is ClassOptions.LatencyTarget in ns (0: none).
-	latencyTarget [NumClasses]int64
 	// forMaxSlots is the For bound (Options.forMaxSlots in tests; 0: the default rule).
 	forMaxSlots int
-	shed        [NumClasses]shedState // queue-wait targets (shed.go)
-	// lateShare[c] is the moving share of class c's queued objective
-	// tasks let in though expected late, in 1/2^24 (order.go's late
-	// budget).
-	lateShare [NumClasses]int32
-	// sinceBackground counts grants to other classes while Background
-	// waits (the Background starvation guard, shed.go).
-	sinceBackground int
 	// pools run asynchronous tasks: poolNormal for Critical and
 	// Interactive, poolDemoted for Batch and Background (on demoted OS
-	// threads when Options.Batch.Demote is set).
+	// threads when Options.Batch.Demote is set). Guarded by g.mu.
 	pools [2]*workerPool
-	// lowCap bounds the slots Batch and Background hold together (0: no
-	// bound; Options.Batch.SpareP); lowRunning counts those they hold.
-	lowCap     atomic.Int64
-	lowRunning atomic.Int64
-	spareP     bool
 	// Checkpoint's clock: yield the P every yieldGap ns on average (0:
 	// never on a timer), at the first clock read yieldAfter ns after the
 	// last yield; read the clock every checkMin..checkMax ns.
@@ -70,19 +42,12 @@ type Executor struct {
 	critLane                                 *osthread.Lane
 	// frac opens and closes the extra slot of a fractional quota
 	// (fraction.go), made by New or, for a quota that appears later, by
-	// the budget watcher (follow); extraClosed (guarded by mu) says it is
-	// closed now. fracStop and fracDone are set with it, before it is
-	// stored, and read by Close after the watcher stopped.
-	frac        atomic.Pointer[fracPacer]
-	quota       QuotaPolicy
-	extraClosed bool
-	fracStop    chan struct{}
-	fracDone    chan struct{}
-
-	// pending holds waiters granted under mu and not yet woken: they are
-	// signalled after mu is released (unlockAndWake), which keeps channel
-	// sends and goroutine wake-ups out of the critical section.
-	pending []*waiter
+	// the budget watcher (follow). fracStop and fracDone are set with it,
+	// before it is stored, and read by Close after the watcher stopped.
+	frac     atomic.Pointer[fracPacer]
+	quota    QuotaPolicy
+	fracStop chan struct{}
+	fracDone chan struct{}
 
 	// acct records where sampled tasks' time went (account.go); nil when
 	// Options.Account.Every < 0.
@@ -115,36 +80,10 @@ func New(o Options) (*Executor, error) {
 		noLabels: o.noLabels,
 		log:      o.Logger,
 	}
-	e.setCheckpointYield(o.checkpointYield)
+	if err := e.g.init(o, &e.stats, e); err != nil {
+		return nil, err
+	}
 	for c := range Class(NumClasses) {
-		co := o.Classes[c]
-		switch l := co.QueueLimit; {
-		case l < 0:
-			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].QueueLimit is %d, must be >= 0", c, l)
-		case l == 0:
-			e.limit[c] = DefaultQueueLimit
-		default:
-			e.limit[c] = l
-		}
-		if co.MaxQueueWait < 0 {
-			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].MaxQueueWait is %v, must be >= 0", c, co.MaxQueueWait)
-		}
-		e.shed[c] = shedState{target: int64(co.MaxQueueWait), minWait: math.MaxInt64}
-		e.headDue[c].Store(math.MaxInt64)
-		if co.LatencyTarget < 0 {
-			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].LatencyTarget is %v, must be >= 0", c, co.LatencyTarget)
-		}
-		e.latencyTarget[c] = int64(co.LatencyTarget)
-		switch w := co.Weight; {
-		case w < 0:
-			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].Weight is %d, must be >= 0", c, w)
-		case w > 0 && c != Interactive && c != Batch:
-			return nil, fmt.Errorf("cpuwork: Options.Classes[%s].Weight is %d: only Interactive and Batch take a weight", c, w)
-		case w > 0:
-			e.share.weight[c] = float64(w)
-		default:
-			e.share.weight[c] = defaultWeight[c]
-		}
 		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(labelKey, c.String()))
 	}
 	if o.forMaxSlots < 0 || o.forMaxSlots > MaxSlots {
@@ -158,7 +97,6 @@ func New(o Options) (*Executor, error) {
 	if batchSched.Policy == 0 && batchSched.Nice == 0 && batchSched.RTPriority == 0 && batchSched.CPUs == nil {
 		batchSched = osthread.Demoted
 	}
-	e.spareP = o.Batch.SpareP
 	e.demote = o.Batch.Demote
 	if o.Quota > QuotaStrict {
 		return nil, fmt.Errorf("cpuwork: Options.Quota %d is not a QuotaPolicy", o.Quota)
@@ -216,9 +154,9 @@ func New(o Options) (*Executor, error) {
 		e.guard.start()
 	}
 	e.drained, e.shutDown = make(chan struct{}), make(chan struct{})
-	e.mu.Lock()
+	e.g.lock()
 	e.setSlotsLocked(slots)
-	e.unlockAndWake()
+	e.g.unlockAndWake()
 	if frac != nil {
 		e.startFrac(frac)
 	}
@@ -287,7 +225,7 @@ func (e *Executor) newFrac(b budget.Budget) *fracPacer {
 	}
 	p := newFracPacer(b, e.quota == QuotaStrict, e.setExtraOpen)
 	if p != nil {
-		p.stuck = func() bool { return e.free.Load() < 0 }
+		p.stuck = e.g.overCommitted
 	}
 	return p
 }
@@ -303,13 +241,13 @@ func (e *Executor) startFrac(p *fracPacer) {
 }
 
 // slotCount is Slots without the lock.
-func (e *Executor) slotCount() int64 { return e.nslots.Load() }
+func (e *Executor) slotCount() int64 { return e.g.slotCount() }
 
 // Slots returns the current number of slots.
 func (e *Executor) Slots() int {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.slots
+	e.g.lock()
+	defer e.g.unlock()
+	return e.g.slotsLocked()
 }
 
 // SetSlots changes the number of slots to n (1..MaxSlots). Growing admits
@@ -321,25 +259,17 @@ func (e *Executor) SetSlots(n int) error {
 	if n < 1 || n > MaxSlots {
 		return fmt.Errorf("cpuwork: SetSlots(%d): out of range 1..%d", n, MaxSlots)
 	}
-	e.mu.Lock()
+	e.g.lock()
 	e.setSlotsLocked(n)
-	e.unlockAndWake()
+	e.g.unlockAndWake()
 	return nil
 }
 
 func (e *Executor) setSlotsLocked(n int) {
-	delta := n - e.slots
-	e.slots = n
-	e.nslots.Store(int64(n))
-	e.lowCap.Store(0)
-	if e.spareP {
-		e.lowCap.Store(int64(max(1, min(n, runtime.GOMAXPROCS(0)-1))))
-	}
-	e.free.Add(int64(delta))
-	if !e.closed.Load() {
+	if !e.g.isClosed() {
 		for _, p := range e.pools {
 			p.resizeLocked(n)
 		}
 	}
-	e.dispatchLocked()
+	e.g.setSlotsLocked(n)
 }

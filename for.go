@@ -204,7 +204,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 				return
 			}
 			inLine := st.inLine.Load() < bound-1
-			running := e.tryAcquireFor(st.class)
+			running := e.g.tryAcquireFor(st.class)
 			if !running && !inLine {
 				return
 			}
@@ -318,7 +318,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 		t0 = now()
 		more := true
 		for {
-			if inLine && e.urgentOver(st.class, st.due) || !inLine && e.waiting.Load() != 0 {
+			if inLine && e.g.urgentOver(st.class, st.due) || !inLine && e.g.hasWaiters() {
 				break
 			}
 			lo, hi, ok := st.claim()
@@ -350,26 +350,26 @@ func (e *Executor) awaitHelper(st *forState, w *waiter) bool {
 	if w.ready == nil {
 		w.ready = make(chan struct{}, 1)
 	}
-	e.mu.Lock()
-	if e.closed.Load() || st.stop.Load() {
-		e.mu.Unlock()
+	e.g.lock()
+	if e.g.isClosed() || st.stop.Load() {
+		e.g.unlock()
 		return false
 	}
 	w.enq = now()
-	e.enqueueLocked(w)
-	e.dispatchLocked()
-	e.unlockAndWake()
+	e.g.enqueueLocked(w)
+	e.g.dispatchLocked()
+	e.g.unlockAndWake()
 	select {
 	case <-w.ready:
 	case <-st.finished:
-		e.mu.Lock()
+		e.g.lock()
 		if w.queued {
-			e.removeLocked(w)
-			e.mu.Unlock()
+			e.g.removeLocked(w)
+			e.g.unlock()
 			e.checkDrained()
 			return false
 		}
-		e.mu.Unlock()
+		e.g.unlock()
 		<-w.ready // granted or closed out just now
 		if w.granted {
 			w.granted = false

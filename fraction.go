@@ -334,17 +334,9 @@ func usageReader(dir string, version int) (read func() (time.Duration, error), c
 // count hands its slot back at its next Checkpoint); opening gives it
 // back and admits the next waiter. Called with the pacer's lock held.
 func (e *Executor) setExtraOpen(open bool) {
-	e.mu.Lock()
-	if open {
-		e.extraClosed = false
-		e.free.Add(1)
-		e.dispatchLocked()
-		e.unlockAndWake()
-		return
-	}
-	e.extraClosed = true
-	e.free.Add(-1)
-	e.mu.Unlock()
+	e.g.lock()
+	e.g.setExtraOpenLocked(open)
+	e.g.unlockAndWake()
 }
 
 // quotaOf reports whether b comes from a CFS quota, and its period and

@@ -139,13 +139,13 @@ const (
 // lateOKLocked takes one sample of class c's late budget: whether a task
 // expected to miss its objective may go on (late true), or an on-time one
 // (late false, always true).
-func (e *Executor) lateOKLocked(c Class, late bool) bool {
-	s := &e.lateShare[c]
-	ok := !late || e.lateRoomLocked(c)
+func (g *granter) lateOKLocked(c Class, late bool) bool {
+	s := &g.lateShare[c]
+	ok := !late || g.lateRoomLocked(c)
 	x := int32(0)
 	if late && ok {
 		x = lateOne
-		e.stats[c].late.Add(1)
+		g.stats[c].late.Add(1)
 	}
 	*s += (x - *s) >> lateShift
 	return ok
@@ -153,13 +153,13 @@ func (e *Executor) lateOKLocked(c Class, late bool) bool {
 
 // lateRoomLocked reports whether class c's late budget has room, without
 // taking a sample (Allow reads it so).
-func (e *Executor) lateRoomLocked(c Class) bool { return e.lateShare[c] < lateBudget }
+func (g *granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBudget }
 
 // dueOf returns the due (in now() nanoseconds) of a task of class c
 // submitted with ctx that arrived at arrival (0: not known, a task
 // admitted on the fast path), where it comes from, and the expected run
 // time given with it (0: none).
-func (e *Executor) dueOf(ctx context.Context, c Class, arrival int64) (due int64, target targetKind, service int64) {
+func (g *granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64, target targetKind, service int64) {
 	due = math.MaxInt64
 	if tv, ok := ctx.Value(targetKey{}).(*targetVal); ok {
 		service = int64(max(tv.Service, 0))
@@ -167,7 +167,7 @@ func (e *Executor) dueOf(ctx context.Context, c Class, arrival int64) (due int64
 			due, target = tv.arrival+int64(tv.Latency), targetObjective
 		}
 	}
-	if lt := e.latencyTarget[c]; lt > 0 && arrival != 0 {
+	if lt := g.latencyTarget[c]; lt > 0 && arrival != 0 {
 		due, target = min(due, arrival+lt), targetObjective
 	}
 	if dl, ok := ctx.Deadline(); ok && int64(dl.Sub(epoch)) <= due {
@@ -186,9 +186,9 @@ func (e *Executor) dueOf(ctx context.Context, c Class, arrival int64) (due int64
 
 // setDue computes w's due once, for a task of class c with ctx that
 // arrived at arrival (0 if unknown).
-func (e *Executor) setDue(ctx context.Context, w *waiter, arrival int64) {
+func (g *granter) setDue(ctx context.Context, w *waiter, arrival int64) {
 	if !w.dueSet {
-		w.due, w.target, w.work = e.dueOf(ctx, w.class, arrival)
+		w.due, w.target, w.work = g.dueOf(ctx, w.class, arrival)
 		w.dueSet = true
 	}
 }
@@ -196,9 +196,9 @@ func (e *Executor) setDue(ctx context.Context, w *waiter, arrival int64) {
 // urgentOver reports whether a task of class c due at due should hand its
 // slot over: a more urgent class waits, or its own class has a waiter due
 // earlier. Lock-free; called at Checkpoints and For chunk boundaries.
-func (e *Executor) urgentOver(c Class, due int64) bool {
-	m := e.waitMask.Load()
-	return m&moreUrgent[c] != 0 || (m&(1<<c) != 0 && e.headDue[c].Load() < due)
+func (g *granter) urgentOver(c Class, due int64) bool {
+	m := g.waitMask.Load()
+	return m&moreUrgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < due)
 }
 
 // moreUrgent[c] has the waitMask bits of the classes that c yields to.
@@ -215,20 +215,20 @@ var moreUrgent = [NumClasses]uint32{
 // freed slot goes to the class that is behind.
 type shares struct {
 	weight   [NumClasses]float64
-	lag      [NumClasses]float64      // catch-up offsets; guarded by e.mu
+	lag      [NumClasses]float64      // catch-up offsets; guarded by the granter's mu
 	inflight [NumClasses]atomic.Int64 // expected slot time of granted tasks still running, ns (every class)
 	lastSlot [NumClasses]atomic.Int64 // last exactly measured slot time, ns: the estimate of a grant
 }
 
 // vtime is class c's virtual time in weighted nanoseconds.
-func (e *Executor) vtime(c Class) float64 {
-	return float64(e.stats[c].used.Load()+e.share.inflight[c].Load())/e.share.weight[c] + e.share.lag[c]
+func (g *granter) vtime(c Class) float64 {
+	return float64(g.stats[c].used.Load()+g.share.inflight[c].Load())/g.share.weight[c] + g.share.lag[c]
 }
 
 // enqueueLocked puts w in its class queue at its due's place.
-func (e *Executor) enqueueLocked(w *waiter) {
+func (g *granter) enqueueLocked(w *waiter) {
 	c := w.class
-	q := &e.queues[c]
+	q := &g.queues[c]
 	if q.n == 0 && (c == Interactive || c == Batch) {
 		// A class that starts waiting gets no credit for the time it was
 		// idle: its virtual time is raised to the other's if it is behind.
@@ -236,37 +236,37 @@ func (e *Executor) enqueueLocked(w *waiter) {
 		if c == Interactive {
 			other = Batch
 		}
-		if e.queues[other].n > 0 {
-			if d := e.vtime(other) - e.vtime(c); d > 0 {
-				e.share.lag[c] += d
+		if g.queues[other].n > 0 {
+			if d := g.vtime(other) - g.vtime(c); d > 0 {
+				g.share.lag[c] += d
 			}
 		}
 	}
 	if w.work <= 0 {
-		w.work = e.stats[c].avgSlotNs.Load()
+		w.work = g.stats[c].avgSlotNs.Load()
 	}
 	after, _, _ := q.place(w.due)
 	q.insertAfter(after, w)
-	e.queuedLocked(c)
-	e.waiting.Add(1)
-	e.waitMask.Or(1 << c)
+	g.queuedLocked(c)
+	g.waiting.Add(1)
+	g.waitMask.Or(1 << c)
 }
 
 // queuedLocked publishes class c's head due for lock-free readers.
-func (e *Executor) queuedLocked(c Class) { e.headDue[c].Store(e.queues[c].headDue()) }
+func (g *granter) queuedLocked(c Class) { g.headDue[c].Store(g.queues[c].headDue()) }
 
-func (e *Executor) dequeuedLocked(c Class) {
-	e.waiting.Add(-1)
-	e.queuedLocked(c)
-	if e.queues[c].n == 0 {
-		e.waitMask.And(^uint32(1 << c))
+func (g *granter) dequeuedLocked(c Class) {
+	g.waiting.Add(-1)
+	g.queuedLocked(c)
+	if g.queues[c].n == 0 {
+		g.waitMask.And(^uint32(1 << c))
 	}
 }
 
 // removeLocked takes a queued waiter out of its queue (cancellation).
-func (e *Executor) removeLocked(w *waiter) {
-	e.queues[w.class].remove(w)
-	e.dequeuedLocked(w.class)
+func (g *granter) removeLocked(w *waiter) {
+	g.queues[w.class].remove(w)
+	g.dequeuedLocked(w.class)
 }
 
 // pickLocked removes and returns the waiter that gets the next slot:
@@ -275,22 +275,22 @@ func (e *Executor) removeLocked(w *waiter) {
 // due). A head that can no longer meet its target is refused on the way
 // (refuseLocked) and the next one considered. nil when nobody may take
 // the slot.
-func (e *Executor) pickLocked() *waiter {
+func (g *granter) pickLocked() *waiter {
 	for {
-		c, ok := e.classLocked()
+		c, ok := g.classLocked()
 		if !ok {
 			return nil
 		}
-		w := e.queues[c].popFront()
-		e.dequeuedLocked(c)
+		w := g.queues[c].popFront()
+		g.dequeuedLocked(c)
 		switch {
 		case c == Background:
-			e.sinceBackground = 0
-		case e.queues[Background].n > 0:
-			e.sinceBackground++
+			g.sinceBackground = 0
+		case g.queues[Background].n > 0:
+			g.sinceBackground++
 		}
-		if e.lateLocked(w, now()) {
-			e.refuseLocked(w)
+		if g.lateLocked(w, now()) {
+			g.refuseLocked(w)
 			continue
 		}
 		return w
@@ -298,27 +298,27 @@ func (e *Executor) pickLocked() *waiter {
 }
 
 // classLocked is the class whose head gets the next slot.
-func (e *Executor) classLocked() (Class, bool) {
-	lc := e.lowCap.Load()
-	low := lc == 0 || e.lowRunning.Load() < lc // Batch/Background may take a slot
-	batch := low && e.queues[Batch].n > 0
-	bgDue := low && e.queues[Background].n > 0 &&
-		(e.sinceBackground >= backgroundEvery || now()-e.queues[Background].head.enq >= int64(backgroundMaxWait))
+func (g *granter) classLocked() (Class, bool) {
+	lc := g.lowCap.Load()
+	low := lc == 0 || g.lowRunning.Load() < lc // Batch/Background may take a slot
+	batch := low && g.queues[Batch].n > 0
+	bgDue := low && g.queues[Background].n > 0 &&
+		(g.sinceBackground >= backgroundEvery || now()-g.queues[Background].head.enq >= int64(backgroundMaxWait))
 	switch {
-	case e.queues[Critical].n > 0:
+	case g.queues[Critical].n > 0:
 		return Critical, true
 	case bgDue:
 		return Background, true
-	case e.queues[Interactive].n > 0 && batch:
-		if e.vtime(Batch) < e.vtime(Interactive) {
+	case g.queues[Interactive].n > 0 && batch:
+		if g.vtime(Batch) < g.vtime(Interactive) {
 			return Batch, true
 		}
 		return Interactive, true
-	case e.queues[Interactive].n > 0:
+	case g.queues[Interactive].n > 0:
 		return Interactive, true
 	case batch:
 		return Batch, true
-	case low && e.queues[Background].n > 0:
+	case low && g.queues[Background].n > 0:
 		return Background, true
 	}
 	return 0, false
@@ -327,11 +327,11 @@ func (e *Executor) classLocked() (Class, bool) {
 // serviceOf is the expected run time of w: given with its target or set
 // at its first enqueue (w.work), else its class's recent average slot
 // time (0 when nothing was measured yet).
-func (e *Executor) serviceOf(w *waiter) int64 {
+func (g *granter) serviceOf(w *waiter) int64 {
 	if w.work > 0 {
 		return w.work
 	}
-	return e.stats[w.class].avgSlotNs.Load()
+	return g.stats[w.class].avgSlotNs.Load()
 }
 
 // lateLocked reports whether w, at the head of its class at time t, is
@@ -342,25 +342,25 @@ func (e *Executor) serviceOf(w *waiter) int64 {
 // waited already, made the service scenario shed more, not less: a late
 // large request delays every small one behind it:
 // docs/raw/late-budget-ab-2026-11-24.txt.)
-func (e *Executor) lateLocked(w *waiter, t int64) bool {
-	if w.target == targetNone || w.started || w.requeued || w.kind == waitHelper || t+e.serviceOf(w) <= w.due {
+func (g *granter) lateLocked(w *waiter, t int64) bool {
+	if w.target == targetNone || w.started || w.requeued || w.kind == waitHelper || t+g.serviceOf(w) <= w.due {
 		return false
 	}
-	return w.target == targetDeadline || !e.lateOKLocked(w.class, true)
+	return w.target == targetDeadline || !g.lateOKLocked(w.class, true)
 }
 
 // refuseLocked takes w, just out of the queue, out for good with an error
 // wrapping ErrSaturated and ErrDeadline: a blocked caller is woken
 // without a slot, a task fails after the lock is released (unlockAndWake).
-func (e *Executor) refuseLocked(w *waiter) {
-	s := &e.stats[w.class]
+func (g *granter) refuseLocked(w *waiter) {
+	s := &g.stats[w.class]
 	s.rejected.Add(1)
 	s.shed.Add(1)
 	left := time.Duration(w.due - now())
 	w.refused = &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
 		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
-		time.Duration(e.serviceOf(w)).Round(time.Microsecond))}
-	e.pending = append(e.pending, w)
+		time.Duration(g.serviceOf(w)).Round(time.Microsecond))}
+	g.pending = append(g.pending, w)
 }
 
 // doorSpread is how many times its spread the door adds to its estimate
@@ -383,37 +383,37 @@ const doorSpread = 2
 // A task whose due comes only from objectives takes one sample of its
 // class's late budget here, and one expected late is let in while the
 // budget lasts.
-func (e *Executor) doorLocked(ctx context.Context, w *waiter, t int64, peek bool) error {
-	if w.target == targetNone || e.slots <= 0 {
+func (g *granter) doorLocked(ctx context.Context, w *waiter, t int64, peek bool) error {
+	if w.target == targetNone || g.slots <= 0 {
 		return nil
 	}
-	_, ahead, work := e.queues[w.class].place(w.due)
+	_, ahead, work := g.queues[w.class].place(w.due)
 	for k := Critical; k < w.class; k++ {
-		ahead += e.queues[k].n
-		work += e.queues[k].work
+		ahead += g.queues[k].n
+		work += g.queues[k].work
 	}
 	var running int64
-	for k := range e.share.inflight {
-		running += e.share.inflight[k].Load()
+	for k := range g.share.inflight {
+		running += g.share.inflight[k].Load()
 	}
-	wait := (work + running/2) / int64(e.slots)
-	if dev := e.stats[w.class].devSlotNs.Load(); dev > 0 {
+	wait := (work + running/2) / int64(g.slots)
+	if dev := g.stats[w.class].devSlotNs.Load(); dev > 0 {
 		// The spread of the estimate: n run times that each miss their
 		// expectation by dev on average sum to within ~sqrt(n) x dev of
 		// theirs, and a queue estimated at its mean is late half the
 		// time for the arrival at its edge.
-		wait += int64(doorSpread*float64(dev)*math.Sqrt(float64(ahead+1))) / int64(e.slots)
+		wait += int64(doorSpread*float64(dev)*math.Sqrt(float64(ahead+1))) / int64(g.slots)
 	}
-	end := t + wait + e.serviceOf(w)
+	end := t + wait + g.serviceOf(w)
 	late := end > w.due
 	if w.target == targetObjective {
 		if dl, ok := ctx.Deadline(); ok && end > int64(dl.Sub(epoch)) {
 			late = true // past its ctx deadline too: no budget for that
 		} else if peek {
-			if !late || e.lateRoomLocked(w.class) {
+			if !late || g.lateRoomLocked(w.class) {
 				return nil // Allow: the budget read, not sampled
 			}
-		} else if e.lateOKLocked(w.class, late) {
+		} else if g.lateOKLocked(w.class, late) {
 			if late {
 				w.target = targetNone // let through late once: not judged again at the head (its due still orders it)
 			}
@@ -426,5 +426,5 @@ func (e *Executor) doorLocked(ctx context.Context, w *waiter, t int64, peek bool
 	return &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
 		"its latency target is in %v but the estimated queue wait is %v (%d tasks ahead) and its expected run time %v",
 		time.Duration(w.due-t).Round(time.Microsecond), time.Duration(wait).Round(time.Microsecond), ahead,
-		time.Duration(e.serviceOf(w)).Round(time.Microsecond))}
+		time.Duration(g.serviceOf(w)).Round(time.Microsecond))}
 }

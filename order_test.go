@@ -235,9 +235,10 @@ func TestAnObjectivePastItsCtxDeadlineIsRefusedWhateverTheBudget(t *testing.T) {
 // every period is expected late, and returns the share let through.
 func lateBudgetShare(period, n int) (through int) {
 	e := &Executor{}
+	e.g.stats = &e.stats
 	for i := range n {
 		late := i%period == 0
-		if e.lateOKLocked(Interactive, late) && late {
+		if e.g.lateOKLocked(Interactive, late) && late {
 			through++
 		}
 	}
@@ -317,9 +318,9 @@ func TestAtTheHeadALateObjectiveRunsWithinTheBudgetAndIsRefusedBeyondIt(t *testi
 	e := newExec(t, Options{Slots: 1})
 	run := func(share int32) error {
 		release := hold(t, e, 1)
-		e.mu.Lock()
-		e.lateShare[Interactive] = share
-		e.mu.Unlock()
+		e.g.mu.Lock()
+		e.g.lateShare[Interactive] = share
+		e.g.mu.Unlock()
 		// 150 ms objective, 100 ms to run: on time at the door, at the
 		// head after ~100 ms with ~50 ms left.
 		ctx := WithTarget(context.Background(), Target{Latency: 150 * time.Millisecond, Service: 100 * time.Millisecond})
@@ -535,9 +536,9 @@ func TestAllowSaysWhatTheDoorWould(t *testing.T) {
 	release := func() { once.Do(held) }
 	defer release()
 	// Budget spent: an objective expected late is refused, and counted.
-	e.mu.Lock()
-	e.lateShare[Interactive] = lateOne / 2
-	e.mu.Unlock()
+	e.g.mu.Lock()
+	e.g.lateShare[Interactive] = lateOne / 2
+	e.g.mu.Unlock()
 	before := e.Stats().Classes[Interactive]
 	if err := e.Allow(hopeless, Interactive); !errors.Is(err, ErrDeadline) || !errors.Is(err, ErrSaturated) {
 		t.Fatalf("objective past its due, budget spent: %v, want ErrDeadline and ErrSaturated", err)
@@ -548,15 +549,15 @@ func TestAllowSaysWhatTheDoorWould(t *testing.T) {
 			before.Shed, after.Shed, before.Rejected, after.Rejected, after.Queued)
 	}
 	// Budget left: allowed, and the budget is read, not spent.
-	e.mu.Lock()
-	e.lateShare[Interactive] = 0
-	e.mu.Unlock()
+	e.g.mu.Lock()
+	e.g.lateShare[Interactive] = 0
+	e.g.mu.Unlock()
 	if err := e.Allow(hopeless, Interactive); err != nil {
 		t.Fatalf("objective past its due, budget left: %v, want nil", err)
 	}
-	e.mu.Lock()
-	share := e.lateShare[Interactive]
-	e.mu.Unlock()
+	e.g.mu.Lock()
+	share := e.g.lateShare[Interactive]
+	e.g.mu.Unlock()
 	if st := e.Stats().Classes[Interactive]; share != 0 || st.AdmittedLate != 0 {
 		t.Errorf("Allow spent the budget: share %d, AdmittedLate %d; want 0 and 0", share, st.AdmittedLate)
 	}

@@ -52,7 +52,7 @@ const (
 // at twice an image server's capacity (docs/realserver.md).
 const standingShare = 10
 
-// shedState is one class's queue-wait controller. Guarded by e.mu.
+// shedState is one class's queue-wait controller. Guarded by the granter's mu.
 type shedState struct {
 	// auto: target is 1/standingShare of the latest latency target of
 	// the class's arrivals (no ClassOptions.MaxQueueWait), and only arrivals
@@ -98,11 +98,11 @@ func (e *shedError) Unwrap() []error {
 // door every queued submission (Do, Go, and Checkpoint's re-queue is not a
 // submission) goes through, and Allow's (peek: a done ctx is not counted
 // and the late budget is read, not sampled).
-func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) error {
+func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) error {
 	c := w.class
-	s := &e.stats[c]
+	s := &g.stats[c]
 	switch {
-	case e.closed.Load():
+	case g.closed.Load():
 		s.rejected.Add(1)
 		return ErrClosed
 	case ctx.Err() != nil:
@@ -110,17 +110,17 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) e
 			s.canceled.Add(1)
 		}
 		return ctx.Err()
-	case e.queues[c].n >= e.limit[c]:
+	case g.queues[c].n >= g.limit[c]:
 		s.rejected.Add(1)
 		return ErrSaturated
 	}
 	t := now()
-	st := &e.shed[c]
+	st := &g.shed[c]
 	if (st.target == 0 || st.auto) && w.target != targetNone && w.due > t {
 		st.target, st.auto = (w.due-t)/standingShare, true
 	}
-	if st.target > 0 && e.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
-		e.codelTickLocked(c, t)
+	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
+		g.codelTickLocked(c, t)
 		if st.shedding {
 			s.rejected.Add(1)
 			s.shed.Add(1)
@@ -131,7 +131,7 @@ func (e *Executor) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) e
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s)", time.Duration(st.target), why)}
 		}
 	}
-	if err := e.doorLocked(ctx, w, t, peek); err != nil {
+	if err := g.doorLocked(ctx, w, t, peek); err != nil {
 		s.rejected.Add(1)
 		s.shed.Add(1)
 		return err
@@ -164,34 +164,34 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 	if !c.valid() {
 		return invalidClass(c)
 	}
-	if e.closed.Load() {
+	if e.g.isClosed() {
 		e.stats[c].rejected.Add(1)
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if e.free.Load() > 0 && e.waiting.Load() == 0 {
+	if e.g.freeNow() {
 		return nil // it would take a free slot at once: never judged at the door
 	}
 	w := waiter{class: c}
 	t := now()
-	e.setDue(ctx, &w, t)
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.queueAdmitLocked(ctx, &w, true)
+	e.g.setDue(ctx, &w, t)
+	e.g.lock()
+	defer e.g.unlock()
+	return e.g.queueAdmitLocked(ctx, &w, true)
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a
 // slot now into its controller.
-func (e *Executor) codelGrantLocked(c Class, wait, t int64) {
-	st := &e.shed[c]
+func (g *granter) codelGrantLocked(c Class, wait, t int64) {
+	st := &g.shed[c]
 	if st.target == 0 {
 		return
 	}
 	st.minWait = min(st.minWait, wait)
 	st.grants++
-	e.codelTickLocked(c, t)
+	g.codelTickLocked(c, t)
 }
 
 // codelTickLocked ends the interval once it has run its length: the class
@@ -199,20 +199,20 @@ func (e *Executor) codelGrantLocked(c Class, wait, t int64) {
 // target (an interval without grants keeps the previous decision). An
 // admission on the lock-free path (a free slot, nobody queued) is a wait
 // of 0, as CoDel counts every packet's sojourn, not only the queued ones'.
-func (e *Executor) codelTickLocked(c Class, t int64) {
-	st := &e.shed[c]
-	interval := max(int64(codelInterval), 2*e.stats[c].avgSlotNs.Load())
+func (g *granter) codelTickLocked(c Class, t int64) {
+	st := &g.shed[c]
+	interval := max(int64(codelInterval), 2*g.stats[c].avgSlotNs.Load())
 	if t-st.intervalStart < interval {
 		return
 	}
-	admitted := e.stats[c].admitted.Load()
+	admitted := g.stats[c].admitted.Load()
 	if admitted-st.admittedAt > st.grants {
 		st.minWait = 0 // some took a free slot at once: the queue drained
 	}
 	st.admittedAt, st.grants = admitted, 0
 	if st.minWait != math.MaxInt64 {
 		st.shedding = st.minWait > st.target
-	} else if e.queues[c].n == 0 {
+	} else if g.queues[c].n == 0 {
 		st.shedding = false
 	}
 	st.intervalStart, st.minWait = t, math.MaxInt64

@@ -94,13 +94,13 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 	mqw[Interactive].MaxQueueWait = time.Millisecond
 	e := newExec(t, Options{Slots: 1, Classes: mqw})
 	iv := int64(codelInterval)
-	e.mu.Lock()
-	st := &e.shed[Interactive]
+	e.g.mu.Lock()
+	st := &e.g.shed[Interactive]
 	st.intervalStart = 0
-	e.codelGrantLocked(Interactive, int64(5*time.Millisecond), iv/2) // above the target
-	e.codelGrantLocked(Interactive, int64(3*time.Millisecond), iv+1) // interval ends: smallest 3 ms > 1 ms
+	e.g.codelGrantLocked(Interactive, int64(5*time.Millisecond), iv/2) // above the target
+	e.g.codelGrantLocked(Interactive, int64(3*time.Millisecond), iv+1) // interval ends: smallest 3 ms > 1 ms
 	shedding := st.shedding
-	e.mu.Unlock()
+	e.g.mu.Unlock()
 	if !shedding {
 		t.Fatal("a standing queue (smallest wait 3 ms over a 1 ms target) does not shed")
 	}
@@ -111,14 +111,14 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 	// Shedding with a queue: refused at once.
 	release := hold(t, e, 1)
 	queued := make(chan error, 1)
-	e.mu.Lock()
+	e.g.mu.Lock()
 	st.shedding, st.intervalStart = false, now() // let one task queue
-	e.mu.Unlock()
+	e.g.mu.Unlock()
 	go func() { queued <- e.Do(context.Background(), Interactive, func(context.Context) error { return nil }) }()
 	waitQueued(t, e, Interactive, 1)
-	e.mu.Lock()
+	e.g.mu.Lock()
 	st.shedding, st.intervalStart = true, now()
-	e.mu.Unlock()
+	e.g.mu.Unlock()
 	err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil })
 	if !errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "queue-wait target") {
 		t.Fatalf("an arrival behind a standing queue: %v", err)
@@ -128,11 +128,11 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An interval whose smallest wait is under the target ends shedding.
-	e.mu.Lock()
+	e.g.mu.Lock()
 	st.intervalStart, st.minWait = 0, int64(time.Hour)
-	e.codelGrantLocked(Interactive, int64(100*time.Microsecond), iv+1)
+	e.g.codelGrantLocked(Interactive, int64(100*time.Microsecond), iv+1)
 	shedding = st.shedding
-	e.mu.Unlock()
+	e.g.mu.Unlock()
 	if shedding {
 		t.Fatal("an interval under the target did not end shedding")
 	}
@@ -164,9 +164,9 @@ func TestAStandingQueueAboveATenthOfTheTargetIsShed(t *testing.T) {
 	// Grants after waits of 250, 290, 330 ms...: an interval (100 ms, or
 	// two slot times) ends with its smallest wait above 100 ms.
 	waitUntil(t, "shedding", func() bool {
-		e.mu.Lock()
-		defer e.mu.Unlock()
-		return e.shed[Interactive].shedding
+		e.g.mu.Lock()
+		defer e.g.mu.Unlock()
+		return e.g.shed[Interactive].shedding
 	})
 	if e.Stats().Classes[Interactive].Queued == 0 {
 		t.Fatal("the queue drained before the test could look: the machine is too slow for its timing")

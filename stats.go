@@ -117,8 +117,10 @@ type Stats struct {
 // queue-wait and slot-time distributions. It costs a few microseconds
 // (it reads every histogram bucket); do not call it per task.
 func (e *Executor) Stats() Stats {
-	e.mu.Lock()
-	st := Stats{Slots: e.slots, Free: int(e.free.Load()), Closed: e.closed.Load()}
+	e.g.lock()
+	var st Stats
+	var queued [NumClasses]int
+	st.Slots, st.Free, st.Closed, queued = e.g.snapshotLocked()
 	st.NetWatch.Watched, st.NetWatch.Unwatched = netStats.watched.Load(), netStats.unwatched.Load()
 	st.NetWatch.Polls, st.NetWatch.Wakes = netStats.polls.Load(), netStats.wakes.Load()
 	if g := e.guard; g != nil {
@@ -126,11 +128,7 @@ func (e *Executor) Stats() Stats {
 		st.Demotion.Suspensions, st.Demotion.Promotions = g.suspensions.Load(), g.promotions.Load()
 		st.Demotion.Retired, st.Demotion.StarvedTime = g.retired.Load(), time.Duration(g.starvedNs.Load())
 	}
-	var queued [NumClasses]int
-	for c := range e.queues {
-		queued[c] = e.queues[c].n
-	}
-	e.mu.Unlock()
+	e.g.unlock()
 	for c := range Class(NumClasses) {
 		s := &e.stats[c]
 		cs := ClassStats{

@@ -157,6 +157,9 @@ func stress(t *testing.T, seed uint64) {
 	}
 	<-closeDone
 	st := e.Stats()
+	if n := e.g.doubleReleases.Load(); n != 0 {
+		t.Fatalf("seed %d: %d slots released twice (options %+v)", seed, n, o)
+	}
 	if st.Free != st.Slots {
 		t.Fatalf("seed %d: %d of %d slots free after Close (options %+v, stats %+v)", seed, st.Free, st.Slots, o, st)
 	}

@@ -70,7 +70,7 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 	if err := e.openFor(ctx, c); err != nil {
 		return nil, err
 	}
-	if !e.tryAcquireFor(c) {
+	if !e.g.tryAcquireFor(c) {
 		e.stats[c].rejected.Add(1)
 		return nil, ErrSaturated
 	}
@@ -95,7 +95,7 @@ func (e *Executor) startFast(t *Task) error {
 	if err != nil {
 		return err
 	}
-	if e.latencyTarget[t.tc.class] != 0 {
+	if e.g.targetOf(t.tc.class) != 0 {
 		t.tc.w.enq = now() // the arrival its class's target counts from
 	}
 	if n%sampleEvery == 0 {
@@ -114,7 +114,7 @@ func (e *Executor) startFast(t *Task) error {
 // now: ErrClosed after Close, or ctx's error once ctx has ended.
 func (e *Executor) openFor(ctx context.Context, c Class) error {
 	s := &e.stats[c]
-	if e.closed.Load() {
+	if e.g.isClosed() {
 		s.rejected.Add(1)
 		return ErrClosed
 	}
@@ -130,7 +130,7 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 		return nil, err
 	}
 	t := e.newTask(ctx, c, fn)
-	if e.tryAcquireFor(c) {
+	if e.g.tryAcquireFor(c) {
 		if err := e.startFast(t); err != nil {
 			return nil, err
 		}
@@ -140,30 +140,30 @@ func (e *Executor) submit(ctx context.Context, c Class, fn func(context.Context)
 		t.stop = context.AfterFunc(ctx, func() { e.cancelQueued(t) })
 	}
 	t.tc.w.enq = now()
-	e.setDue(ctx, &t.tc.w, t.tc.w.enq)
-	e.mu.Lock()
-	if err := e.queueAdmitLocked(ctx, &t.tc.w, false); err != nil {
-		e.mu.Unlock()
+	e.g.setDue(ctx, &t.tc.w, t.tc.w.enq)
+	e.g.lock()
+	if err := e.g.queueAdmitLocked(ctx, &t.tc.w, false); err != nil {
+		e.g.unlock()
 		if t.stop != nil {
 			t.stop()
 		}
 		return nil, err
 	}
-	e.enqueueLocked(&t.tc.w)
-	e.dispatchLocked()
-	e.unlockAndWake()
+	e.g.enqueueLocked(&t.tc.w)
+	e.g.dispatchLocked()
+	e.g.unlockAndWake()
 	return t, nil
 }
 
 // cancelQueued fails a queued task whose context ended.
 func (e *Executor) cancelQueued(t *Task) {
-	e.mu.Lock()
+	e.g.lock()
 	if !t.tc.w.cancelableLocked() {
-		e.mu.Unlock()
+		e.g.unlock()
 		return
 	}
-	e.removeLocked(&t.tc.w)
-	e.mu.Unlock()
+	e.g.removeLocked(&t.tc.w)
+	e.g.unlock()
 	e.stats[t.tc.class].canceled.Add(1)
 	t.err = t.tc.Context.Err()
 	close(t.done)

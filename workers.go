@@ -37,7 +37,7 @@ func (c Class) pool() int {
 
 func newPool(e *Executor, name string, g *guard) *workerPool {
 	return &workerPool{name: name, runq: make(chan *Task, 2*MaxSlots+64), guard: g,
-		lock: e.mu.Lock, unlock: e.mu.Unlock, runTask: e.runTask}
+		lock: e.g.lock, unlock: e.g.unlock, runTask: e.runTask}
 }
 
 // resizeLocked starts or stops workers so that n run (spares aside).

@@ -1,0 +1,267 @@
+package cpuwork
+
+import (
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// granter owns the slots (CockroachDB's admission package is the model:
+// its granter hands out slots, its requesters queue for them). It holds
+// every piece of admission and ordering state — the free slots, the
+// waiters and their per-class queues, the class shares and virtual clock,
+// the late budget, the queue-wait controllers, the capacity (the
+// fractional slot and the SpareP bound included) — and only its methods
+// change it: acquire (tryAcquire, tryAcquireFor), the door
+// (queueAdmitLocked), enqueue, pick, grant, one release and one
+// setCapacity. The executor keeps the task lifecycle (Do, Go, Checkpoint,
+// For) and wakes the waiters the granter granted.
+//
+// Locking: the hot fields are atomics read without the lock; everything
+// else is guarded by mu. Methods named ...Locked expect mu held.
+type granter struct {
+	// Hot fields, each touched by the admission fast path.
+	free     atomic.Int64  // free slots; negative while the slot count shrinks
+	waiting  atomic.Int64  // queued waiters, all classes
+	waitMask atomic.Uint32 // bit c set while class c has queued waiters
+	// headDue[c] is the due of class c's first waiter (math.MaxInt64
+	// when none), for Checkpoint's lock-free hand-over test (order.go).
+	headDue [NumClasses]atomic.Int64
+	_       [64]byte
+
+	mu    sync.Mutex
+	slots int // total slots; guarded by mu
+	// nslots mirrors slots for readers that do not take mu (For).
+	nslots atomic.Int64
+	queues [NumClasses]waitQueue
+	share  shares // weighted fair queuing of Interactive and Batch (order.go)
+	limit  [NumClasses]int
+	// latencyTarget is ClassOptions.LatencyTarget in ns (0: none).
+	latencyTarget [NumClasses]int64
+	shed          [NumClasses]shedState // queue-wait targets (shed.go)
+	// lateShare[c] is the moving share of class c's queued objective
+	// tasks let in though expected late, in 1/2^24 (order.go's late
+	// budget).
+	lateShare [NumClasses]int32
+	// sinceBackground counts grants to other classes while Background
+	// waits (the Background starvation guard, shed.go).
+	sinceBackground int
+	// lowCap bounds the slots Batch and Background hold together (0: no
+	// bound; Options.Batch.SpareP); lowRunning counts those they hold.
+	lowCap     atomic.Int64
+	lowRunning atomic.Int64
+	spareP     bool
+	// extraClosed says the fractional quota's extra slot is closed now
+	// (fraction.go).
+	extraClosed bool
+
+	// pending holds waiters granted under mu and not yet woken: they are
+	// signalled after mu is released (unlockAndWake), which keeps channel
+	// sends and goroutine wake-ups out of the critical section.
+	pending []*waiter
+
+	// closed is set by Close: the door refuses every submission.
+	closed atomic.Bool
+	// capacity is the slots that may be held now: slots, less the
+	// fractional slot while it is closed. doubleReleases counts releases
+	// ignored because they would have freed more slots than that
+	// (release).
+	capacity       atomic.Int64
+	doubleReleases atomic.Uint64
+
+	// stats is the executor's per-class counters: a grant counts the
+	// admission, the door counts refusals. owner wakes what the granter
+	// granted (Executor.wake).
+	stats *[NumClasses]classStats
+	owner *Executor
+}
+
+// init sets the per-class limits, targets and weights from the options;
+// it is called by New before the granter is used.
+func (g *granter) init(o Options, stats *[NumClasses]classStats, owner *Executor) error {
+	g.stats, g.owner = stats, owner
+	for c := range Class(NumClasses) {
+		co := o.Classes[c]
+		switch l := co.QueueLimit; {
+		case l < 0:
+			return fmt.Errorf("cpuwork: Options.Classes[%s].QueueLimit is %d, must be >= 0", c, l)
+		case l == 0:
+			g.limit[c] = DefaultQueueLimit
+		default:
+			g.limit[c] = l
+		}
+		if co.MaxQueueWait < 0 {
+			return fmt.Errorf("cpuwork: Options.Classes[%s].MaxQueueWait is %v, must be >= 0", c, co.MaxQueueWait)
+		}
+		g.shed[c] = shedState{target: int64(co.MaxQueueWait), minWait: math.MaxInt64}
+		g.headDue[c].Store(math.MaxInt64)
+		if co.LatencyTarget < 0 {
+			return fmt.Errorf("cpuwork: Options.Classes[%s].LatencyTarget is %v, must be >= 0", c, co.LatencyTarget)
+		}
+		g.latencyTarget[c] = int64(co.LatencyTarget)
+		switch w := co.Weight; {
+		case w < 0:
+			return fmt.Errorf("cpuwork: Options.Classes[%s].Weight is %d, must be >= 0", c, w)
+		case w > 0 && c != Interactive && c != Batch:
+			return fmt.Errorf("cpuwork: Options.Classes[%s].Weight is %d: only Interactive and Batch take a weight", c, w)
+		case w > 0:
+			g.share.weight[c] = float64(w)
+		default:
+			g.share.weight[c] = defaultWeight[c]
+		}
+	}
+	g.spareP = o.Batch.SpareP
+	return nil
+}
+
+// lock and unlock take and release the granter's lock for a caller that
+// calls several ...Locked methods as one step (a queued submission, a
+// hand-over at a Checkpoint). The executor's worker pools are guarded by
+// the same lock.
+func (g *granter) lock()   { g.mu.Lock() }
+func (g *granter) unlock() { g.mu.Unlock() }
+
+// Lock-free reads for the fast paths.
+
+// mask is the set of classes with queued waiters (bit c for class c).
+func (g *granter) mask() uint32 { return g.waitMask.Load() }
+
+// headDueOf is the due of class c's first waiter (math.MaxInt64: none).
+func (g *granter) headDueOf(c Class) int64 { return g.headDue[c].Load() }
+
+// hasWaiters reports whether any task is queued.
+func (g *granter) hasWaiters() bool { return g.waiting.Load() != 0 }
+
+// freeNow reports whether a slot is free and nobody is queued: a new
+// task would take it at once.
+func (g *granter) freeNow() bool { return g.free.Load() > 0 && g.waiting.Load() == 0 }
+
+// overCommitted reports whether more slots are held than the capacity
+// allows (it shrank, or the fractional slot closed): a running task
+// should hand its slot back.
+func (g *granter) overCommitted() bool { return g.free.Load() < 0 }
+
+// isClosed reports whether the door is closed (Close).
+func (g *granter) isClosed() bool { return g.closed.Load() }
+
+// slotCount is the slot count without the lock.
+func (g *granter) slotCount() int64 { return g.nslots.Load() }
+
+// targetOf is class c's latency target in ns (0: none).
+func (g *granter) targetOf(c Class) int64 { return g.latencyTarget[c] }
+
+// recordSlot feeds a measured slot time d of class c into the shares.
+func (g *granter) recordSlot(c Class, d int64) { g.share.lastSlot[c].Store(d) }
+
+// release is the one path by which a slot held for class c goes back: a
+// task finished, a task handed its slot over at a Checkpoint, a For helper
+// stopped, a granted waiter was cancelled, an admission was undone by
+// Close. It drops the class's in-flight slot-time estimate (*est) and its
+// SpareP count, frees the slot and hands free slots to the waiters in
+// policy order (order.go); a task granted to keep's pool goes into keep
+// for the worker that is releasing to run next.
+//
+// A waiter increments waiting before it looks at free, and release adds to
+// free before it looks at waiting, so (sequentially consistent atomics) one
+// of the two always sees the other: no slot stays free while a task waits.
+//
+// A release that would leave more slots free than the capacity is a
+// double release (a slot given back twice): it is undone, logged and
+// counted in doubleReleases instead of letting one more task run than
+// there are slots.
+func (g *granter) release(c Class, est *int64, keep *keepNext) {
+	if *est != 0 {
+		g.share.inflight[c].Add(-*est)
+		*est = 0
+	}
+	if c.runsOnWorker() {
+		g.lowRunning.Add(-1)
+	}
+	f := g.free.Add(1)
+	if capacity := g.capacity.Load(); f > capacity {
+		g.free.Add(-1)
+		g.doubleReleases.Add(1)
+		g.owner.log.Error("cpuwork: internal error: a slot was released twice; the release is ignored", "class", c, "free", f-1, "capacity", capacity)
+		return
+	}
+	if f > 0 && g.waiting.Load() > 0 {
+		g.mu.Lock()
+		g.dispatchLocked()
+		g.unlockAndWakeKeep(keep)
+	}
+}
+
+// setCapacityLocked is the one way the capacity changes: slots in total,
+// of which one is held closed while the fractional quota's extra slot is
+// (extraClosed). The difference goes to free (negative while running tasks
+// exceed it: they hand their slots back at their next Checkpoint), the
+// SpareP bound follows, and free slots go to the waiters.
+func (g *granter) setCapacityLocked(slots int, extraClosed bool) {
+	old := g.slots
+	if g.extraClosed {
+		old--
+	}
+	now := slots
+	if extraClosed {
+		now--
+	}
+	g.slots, g.extraClosed = slots, extraClosed
+	g.nslots.Store(int64(slots))
+	g.lowCap.Store(0)
+	if g.spareP {
+		g.lowCap.Store(int64(max(1, min(slots, runtime.GOMAXPROCS(0)-1))))
+	}
+	// free <= capacity holds at every instant (release's double-release
+	// check reads both without the lock): shrink free before the
+	// capacity, grow the capacity before free.
+	if d := int64(now - old); d < 0 {
+		g.free.Add(d)
+		g.capacity.Store(int64(now))
+	} else {
+		g.capacity.Store(int64(now))
+		g.free.Add(d)
+	}
+	g.dispatchLocked()
+}
+
+// setSlotsLocked sets the slot count (SetSlots, a budget change).
+func (g *granter) setSlotsLocked(n int) { g.setCapacityLocked(n, g.extraClosed) }
+
+// setExtraOpenLocked opens or closes the fractional quota's extra slot.
+func (g *granter) setExtraOpenLocked(open bool) {
+	if open == !g.extraClosed {
+		return
+	}
+	g.setCapacityLocked(g.slots, !open)
+}
+
+// closeLocked closes the door: every later submission is refused with
+// ErrClosed.
+func (g *granter) closeLocked() { g.closed.Store(true) }
+
+// drainLocked takes every waiter out of the queues (Close), in class
+// order.
+func (g *granter) drainLocked() []*waiter {
+	var ws []*waiter
+	for c := range g.queues {
+		for w := g.queues[c].popFront(); w != nil; w = g.queues[c].popFront() {
+			g.dequeuedLocked(Class(c))
+			ws = append(ws, w)
+		}
+	}
+	return ws
+}
+
+// snapshotLocked reads the slot count, the free slots, the door and the
+// queue lengths for Stats.
+func (g *granter) snapshotLocked() (slots, free int, closed bool, queued [NumClasses]int) {
+	for c := range g.queues {
+		queued[c] = g.queues[c].n
+	}
+	return g.slots, int(g.free.Load()), g.closed.Load(), queued
+}
+
+// slotsLocked is the slot count.
+func (g *granter) slotsLocked() int { return g.slots }

@@ -1,0 +1,81 @@
+package cpuwork
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// A slot given back twice is detected: the second release is ignored and
+// logged, so the executor never runs more tasks at once than it has
+// slots. Without the check, free counted 2 slots on a 1-slot executor and
+// two tasks ran at once.
+func TestADoubleReleaseIsDetectedAndIgnored(t *testing.T) {
+	var log bytes.Buffer
+	e := newExec(t, Options{Slots: 1, Logger: slog.New(slog.NewTextHandler(&log, nil))})
+	var est int64
+	e.releaseSlot(Interactive, &est) // nobody holds a slot: a double release
+	if n := e.g.doubleReleases.Load(); n != 1 {
+		t.Fatalf("double releases counted %d, want 1", n)
+	}
+	if st := e.Stats(); st.Free != 1 {
+		t.Fatalf("%d slots free on a 1-slot executor after a double release", st.Free)
+	}
+	if !strings.Contains(log.String(), "released twice") {
+		t.Errorf("no error logged for the double release: %q", log.String())
+	}
+	var running, most atomic.Int32
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			e.Do(context.Background(), Interactive, func(context.Context) error {
+				n := running.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(5 * time.Millisecond)
+				running.Add(-1)
+				return nil
+			})
+		}()
+	}
+	wg.Wait()
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d tasks ran at once on a 1-slot executor", m)
+	}
+}
+
+// The capacity follows the fractional slot: closing it takes a slot out of
+// the free count and the capacity together, so a task's release while it
+// is closed is not taken for a double release, and opening it gives the
+// slot back.
+func TestTheFractionalSlotChangesCapacityNotReleases(t *testing.T) {
+	e := newExec(t, Options{Slots: 2})
+	ctx := context.Background()
+	hold := make(chan struct{})
+	started := make(chan struct{})
+	go e.Do(ctx, Interactive, func(context.Context) error { close(started); <-hold; return nil })
+	<-started
+	e.setExtraOpen(false) // 1 slot of capacity, held
+	close(hold)
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().Classes[Interactive].Running != 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	if st := e.Stats(); st.Free != 1 {
+		t.Fatalf("%d free with the extra slot closed and nothing running, want 1", st.Free)
+	}
+	e.setExtraOpen(true)
+	if st := e.Stats(); st.Free != 2 {
+		t.Fatalf("%d free with the extra slot open again, want 2", st.Free)
+	}
+	if n := e.g.doubleReleases.Load(); n != 0 {
+		t.Fatalf("%d releases taken for double releases", n)
+	}
+}
