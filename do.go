@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
 	"sync/atomic"
@@ -415,4 +416,16 @@ func (e *Executor) inline(ctx context.Context, tc *taskCtx, fn func(context.Cont
 	}
 	defer recoverTask(tc.class, &err, &e.stats[tc.class].panicked)
 	return fn(ctx)
+}
+
+// recoverTask is the one place a task's panic becomes a *PanicError: run,
+// inline and For's chunks defer it. It must be the deferred function itself
+// for recover to see the panic. panicked, if not nil, counts it.
+func recoverTask(class Class, err *error, panicked *atomic.Uint64) {
+	if r := recover(); r != nil {
+		if panicked != nil {
+			panicked.Add(1)
+		}
+		*err = &PanicError{Class: class, Value: r, Stack: debug.Stack()}
+	}
 }

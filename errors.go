@@ -3,8 +3,6 @@ package cpuwork
 import (
 	"errors"
 	"fmt"
-	"runtime/debug"
-	"sync/atomic"
 )
 
 // ErrSaturated is returned at once, without running the task, when the
@@ -44,16 +42,4 @@ func (p *PanicError) Error() string {
 func (p *PanicError) Unwrap() error {
 	err, _ := p.Value.(error)
 	return err
-}
-
-// recoverTask is the one place a task's panic becomes a *PanicError: run,
-// inline and For's chunks defer it. It must be the deferred function itself
-// for recover to see the panic. panicked, if not nil, counts it.
-func recoverTask(class Class, err *error, panicked *atomic.Uint64) {
-	if r := recover(); r != nil {
-		if panicked != nil {
-			panicked.Add(1)
-		}
-		*err = &PanicError{Class: class, Value: r, Stack: debug.Stack()}
-	}
 }
