@@ -262,7 +262,8 @@ func loadgenCmd() *cobra.Command {
 	var rate float64
 	var workers int
 	var onlySmall bool
-	var duration time.Duration
+	var duration, stepAt, timeout time.Duration
+	var fromRate float64
 	cmd := &cobra.Command{
 		Use:    "loadgen",
 		Short:  "open-loop HTTP load for bench's service scenario (internal)",
@@ -283,7 +284,8 @@ func loadgenCmd() *cobra.Command {
 				}
 				bodies[i] = b
 			}
-			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1], workers, onlySmall)
+			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1], workers, onlySmall,
+				bench.StepLoad{From: fromRate, At: stepAt}, timeout)
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "", "base URL on loopback, e.g. http://127.0.0.1:8080")
@@ -293,6 +295,9 @@ func loadgenCmd() *cobra.Command {
 	cmd.Flags().BoolVar(&onlySmall, "only-small", false, "send every request to /small (default: 9 small to 1 large)")
 	cmd.Flags().IntVar(&workers, "workers", 0, "closed loop: this many clients, each sending its next request when the last is answered (needs --rate 0)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "attack duration")
+	cmd.Flags().Float64Var(&fromRate, "from-rate", 0, "with --step-at: requests per second before the step (--rate after it)")
+	cmd.Flags().DurationVar(&stepAt, "step-at", 0, "when the offered load steps from --from-rate to --rate (0: no step)")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "how long a client waits for an answer before it gives up (0: 30s)")
 	return cmd
 }
 

@@ -26,14 +26,19 @@ import (
 
 // Serve serves app behind variant's admitter on a loopback port, writes
 // "listening ADDR" to out, and serves until stdin reaches EOF (the bench
-// closes it, or dies). The cpuwork variant is the lines a user adds to
-// a server to adopt cpuwork: an executor on the CPU budget, the
-// middleware with the latency objective, the listener watched.
+// closes it, or dies); it then writes "abandoned small=N large=M": the
+// requests of each kind (by path, /small and /large) that app finished
+// after their client had gone (their context done), the work nobody
+// received. The cpuwork variant is the lines a user adds to a server to
+// adopt cpuwork: an executor on the CPU budget, the middleware with the
+// latency objective, the listener watched.
 func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, stdin io.Reader) error {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
+	var abandoned [2]atomic.Int64 // small, large
+	app = counted(app, &abandoned)
 	h, err := Wrap(variant, app, slo, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return err
@@ -52,7 +57,28 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	defer srv.Close()
 	fmt.Fprintf(out, "listening %s\n", ln.Addr())
 	io.Copy(io.Discard, stdin)
+	// Let the handlers still running finish (a client that gave up left
+	// them running), so that their work is counted.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	srv.Shutdown(ctx)
+	fmt.Fprintf(out, "abandoned small=%d large=%d\n", abandoned[0].Load(), abandoned[1].Load())
 	return nil
+}
+
+// counted is app, counting in abandoned the requests it finished after
+// their client had gone.
+func counted(app http.Handler, abandoned *[2]atomic.Int64) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		app.ServeHTTP(w, r)
+		if r.Context().Err() != nil {
+			i := 0
+			if r.URL.Path == "/large" {
+				i = 1
+			}
+			abandoned[i].Add(1)
+		}
+	})
 }
 
 // Wrap returns app behind variant's admitter (gmp is GOMAXPROCS, slo the

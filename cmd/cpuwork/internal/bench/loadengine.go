@@ -55,13 +55,27 @@ type LoadResult struct {
 //
 // onlySmall sends every request to /small (the priority scenario's
 // critical requests) instead of the 9:1 mix.
-func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte, workers int, onlySmall bool) error {
+//
+// step, when its at is positive, sends step.from requests/s until step.at
+// and rate after it (the step response). timeout is how long a client
+// waits for an answer before it gives up and closes its connection (0:
+// 30 s).
+func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte, workers int, onlySmall bool, step StepLoad, timeout time.Duration) error {
 	closed := rate == 0 && workers > 0
 	if (rate <= 0 && !closed) || d <= 0 || workers < 0 {
 		return fmt.Errorf("loadgen: rate %v (or 0 with workers > 0, not %d) and duration %v must be positive", rate, workers, d)
 	}
 	if rate != math.Trunc(rate) {
 		return fmt.Errorf("loadgen: rate %v: vegeta's constant pacer sends whole requests per second", rate)
+	}
+	if step.At < 0 || step.At > 0 && (closed || step.At >= d || step.From < 1 || step.From != math.Trunc(step.From)) {
+		return fmt.Errorf("loadgen: a step needs an open loop, a whole --from-rate of at least 1 (not %v) and --step-at inside the duration (not %v of %v)", step.From, step.At, d)
+	}
+	if timeout < 0 {
+		return fmt.Errorf("loadgen: --timeout %v must not be negative", timeout)
+	}
+	if timeout == 0 {
+		timeout = 30 * time.Second
 	}
 	// 9 small, 1 large, round-robin: the 90/10 mix at a fixed pattern.
 	var targets []vegeta.Target
@@ -76,8 +90,11 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 		}
 		targets = append(targets, t)
 	}
-	opts := []func(*vegeta.Attacker){vegeta.Timeout(30 * time.Second), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000)}
-	var pacer vegeta.Pacer = &precisePacer{ConstantPacer: vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}}
+	opts := []func(*vegeta.Attacker){vegeta.Timeout(timeout), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000)}
+	var pacer vegeta.Pacer = &precisePacer{Pacer: vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}}
+	if step.At > 0 {
+		pacer = &precisePacer{Pacer: stepPacer{from: int(step.From), to: int(rate), at: step.At}}
+	}
 	if closed {
 		// vegeta's infinite rate (Freq 0) with a fixed number of workers.
 		opts = append(opts, vegeta.Workers(uint64(workers)), vegeta.MaxWorkers(uint64(workers)))
@@ -481,6 +498,14 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	d := r.loadDur
 	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+addr,
 		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", d.String())
+	step := r.stepLoad
+	if step.At > 0 {
+		step.From = wholeRate(step.From)
+		args = append(args, "--from-rate", strconv.FormatFloat(step.From, 'f', 0, 64), "--step-at", step.At.String())
+	}
+	if r.clientTimeout > 0 {
+		args = append(args, "--timeout", r.clientTimeout.String())
+	}
 	args = append(args, extra...)
 	cmd := exec.Command(loadgen[0], args...)
 	cmd.Stderr = os.Stderr
@@ -535,31 +560,50 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	if !closed {
 		interval = time.Duration(float64(time.Second) / float64(int(rate)))
 	}
+	sendAt := func(seq uint64) time.Duration { return time.Duration(seq+1) * interval }
+	if step.At > 0 {
+		sendAt = stepPacer{from: int(step.From), to: int(rate), at: step.At}.sendAt
+	}
 	began := results[0].Timestamp
 	for _, lr := range results {
-		if t := lr.Timestamp.Add(-time.Duration(lr.Seq+1) * interval); t.Before(began) {
+		if t := lr.Timestamp.Add(-sendAt(lr.Seq)); t.Before(began) {
 			began = t
 		}
 	}
+	var afterStep []stepServed // the requests that arrived after the step
+	var stepWork float64       // CPU-s of them served within the objective and the run
+	var stepServedLat []float64
 	rec := newRecorder(began, len(results))
 	all, kinds := rec.shard(), map[string]*histT{"small": newHist(), "large": newHist()}
-	shed, errs, ok, inWindow := 0, 0, 0, 0
+	shed, errs, ok, inWindow, gaveUp := 0, 0, 0, 0, 0
 	var work float64 // CPU-seconds of the requests served within the objective and the run
 	lateServed := 0  // served after the objective
 	var last time.Time
 	late := newHist() // the generator's own lateness: actual send time - intended
 	for _, lr := range results {
-		intended := began.Add(time.Duration(lr.Seq+1) * interval)
+		intended := began.Add(sendAt(lr.Seq))
 		if closed {
 			intended = lr.Timestamp
 		}
 		late.RecordValue(max(int64(lr.Timestamp.Sub(intended)/time.Microsecond), 1))
 		end := lr.Timestamp.Add(time.Duration(lr.LatencyNS))
 		lat := end.Sub(intended)
+		if a := intended.Sub(began.Add(step.At)); step.At > 0 && a >= 0 {
+			afterStep = append(afterStep, stepServed{after: a, latency: lat, shed: lr.Code == http.StatusServiceUnavailable})
+			if lr.Code == http.StatusOK {
+				stepServedLat = append(stepServedLat, lat.Seconds())
+				if !end.After(began.Add(d)) && (r.work.slo == 0 || lat <= r.work.slo) {
+					stepWork += r.work.cost[lr.Kind]
+				}
+			}
+		}
 		switch {
 		case lr.Code == http.StatusServiceUnavailable:
 			shed++
 			continue // shed requests are counted, never in the latency percentiles
+		case lr.Code == 0 && r.clientTimeout > 0 && strings.Contains(lr.Error, "Client.Timeout"):
+			gaveUp++ // no answer before the client's deadline: it gave up, as set
+			continue
 		case lr.Code != http.StatusOK:
 			errs++
 			continue
@@ -582,8 +626,21 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	}
 	h := rec.merged()
 	v.addRun(h, rec.series, u)
+	if step.At > 0 {
+		after := d - step.At
+		rec, ok, cv := stepResponse(afterStep, r.work.slo, after)
+		v.setRepeatExtra("recovery_s", rec.Seconds())
+		v.setRepeatExtra("recovered", map[bool]float64{true: 1}[ok])
+		v.setRepeatExtra("shed_cv", cv)
+		if len(stepServedLat) > 0 {
+			slices.Sort(stepServedLat)
+			v.setRepeatExtra("p99_after_step_s", stepServedLat[min(len(stepServedLat)-1, int(0.99*float64(len(stepServedLat))))])
+		}
+		v.setRepeatExtra("goodput_after_step_cpu_per_s", stepWork/after.Seconds())
+	}
 	v.setRepeatExtra("shed_share", float64(shed)/float64(max(len(results), 1)))
-	unanswered := float64(shed+errs) / float64(len(results))
+	v.setRepeatExtra("gave_up_share", float64(gaveUp)/float64(max(len(results), 1)))
+	unanswered := float64(shed+errs+gaveUp) / float64(len(results))
 	v.setRepeatExtra("unanswered_share", unanswered)
 	if p, ok := p99OfAll(h, unanswered); ok {
 		v.setRepeatExtra("p99_all_s", p)
@@ -608,7 +665,11 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	// wall time adds the generator's start and exit.
 	v.setRepeatExtra("cpu_share_of_slots", u.cpu/(d.Seconds()*float64(r.slots)))
 	n := len(v.Repeats)
-	v.OfferedPS = runMean(v.OfferedPS, rate, n)
+	offered := rate
+	if step.At > 0 { // the mean of the two phases
+		offered = (step.From*step.At.Seconds() + rate*(d-step.At).Seconds()) / d.Seconds()
+	}
+	v.OfferedPS = runMean(v.OfferedPS, offered, n)
 	v.AchievedPS = runMean(v.AchievedPS, float64(len(results))/d.Seconds(), n) // sent by the generator
 	v.setExtra("goodput_per_s", runMean(v.Extra["goodput_per_s"], float64(inWindow)/d.Seconds(), n))
 	v.setExtra("sent", v.Extra["sent"]+float64(len(results)))

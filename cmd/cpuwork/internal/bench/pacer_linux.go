@@ -8,7 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// precisePacer is vegeta's constant pacer with its waits slept precisely.
+// precisePacer is a vegeta pacer (constant, or stepPacer) with its waits
+// slept precisely.
 //
 // vegeta sleeps to each send time with time.Sleep. In an otherwise idle Go
 // process that sleep ends in the netpoller's epoll_wait, whose timeout is in
@@ -22,13 +23,13 @@ import (
 // p99 (docs/raw/loadgen-pacer-2026-11-24.txt). Pace is called by vegeta's
 // one pacing goroutine only.
 type precisePacer struct {
-	vegeta.ConstantPacer
+	vegeta.Pacer
 	locked bool
 }
 
 // Pace sleeps the constant pacer's wait itself and returns no wait.
 func (p *precisePacer) Pace(elapsed time.Duration, hits uint64) (time.Duration, bool) {
-	w, stop := p.ConstantPacer.Pace(elapsed, hits)
+	w, stop := p.Pacer.Pace(elapsed, hits)
 	if w <= 0 || stop {
 		return w, stop
 	}

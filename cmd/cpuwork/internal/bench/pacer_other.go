@@ -4,7 +4,7 @@ package bench
 
 import vegeta "github.com/tsenart/vegeta/v12/lib"
 
-// precisePacer is vegeta's constant pacer (the precise sleep is Linux's).
+// precisePacer is a vegeta pacer as it is (the precise sleep is Linux's).
 type precisePacer struct {
-	vegeta.ConstantPacer
+	vegeta.Pacer
 }

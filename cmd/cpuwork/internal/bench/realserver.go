@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -172,10 +173,15 @@ func startOrigin() (url string, stop func(), err error) {
 
 // realServer is one running server process.
 type realServer struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	addr  string
-	done  func()
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	out     *bufio.Reader
+	addr    string
+	done    func()
+	stopped bool
+	// abandoned is the requests of each kind the server finished after
+	// their client had gone, as it reported at its end (stop).
+	abandoned map[string]float64
 }
 
 // startReal starts bin's variant, in g when g is not nil, and waits for
@@ -210,8 +216,8 @@ func startReal(self, bin string, g *cgroup.Group, variant, origin string, slo ti
 		done()
 		return nil, fmt.Errorf("start %s: %w", variant, err)
 	}
-	s := &realServer{cmd: cmd, stdin: stdin, done: done}
-	line, err := bufio.NewReader(out).ReadString('\n')
+	s := &realServer{cmd: cmd, stdin: stdin, out: bufio.NewReader(out), done: done}
+	line, err := s.out.ReadString('\n')
 	addr, ok := strings.CutPrefix(strings.TrimSpace(line), "listening ")
 	if err != nil || !ok {
 		s.stop()
@@ -221,10 +227,30 @@ func startReal(self, bin string, g *cgroup.Group, variant, origin string, slo ti
 	return s, nil
 }
 
-// stop ends the server (EOF on its stdin) and reaps it.
+// stop ends the server (EOF on its stdin), reads what it reports at its
+// end (abandoned) and reaps it. A second call does nothing.
 func (s *realServer) stop() {
+	if s.stopped {
+		return
+	}
+	s.stopped = true
 	s.stdin.Close()
 	timer := time.AfterFunc(10*time.Second, func() { s.cmd.Process.Kill() })
+	for {
+		line, err := s.out.ReadString('\n')
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "abandoned "); ok {
+			s.abandoned = map[string]float64{}
+			for _, f := range strings.Fields(rest) {
+				k, n, _ := strings.Cut(f, "=")
+				if x, err := strconv.ParseFloat(n, 64); err == nil {
+					s.abandoned[k] = x
+				}
+			}
+		}
+		if err != nil {
+			break
+		}
+	}
 	s.cmd.Wait()
 	timer.Stop()
 	s.done()
@@ -394,7 +420,21 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 	if err := r.loadAt(v, scenario, srv.addr, rate, r.cfg.LoadGen, closedLoop(rate, r.slots)...); err != nil {
 		return err
 	}
-	if t1, err := schedstat.ReadThreads(srv.cmd.Process.Pid); terr == nil && err == nil && len(v.Repeats) > 0 {
+	t1, t1err := schedstat.ReadThreads(srv.cmd.Process.Pid)
+	srv.stop() // its report of abandoned requests comes at its end
+	if srv.abandoned != nil && len(v.Repeats) > 0 {
+		var cpu float64
+		for k, n := range srv.abandoned {
+			cpu += n * r.work.cost[k]
+		}
+		v.setRepeatExtra("abandoned_cpu_s", cpu)
+		if t1err == nil && terr == nil {
+			if server := t1.Sub(t0).OnCPU.Seconds(); server > 0 {
+				v.setRepeatExtra("abandoned_cpu_share", cpu/server)
+			}
+		}
+	}
+	if terr == nil && t1err == nil && len(v.Repeats) > 0 {
 		server := t1.Sub(t0).OnCPU.Seconds()
 		rp := &v.Repeats[len(v.Repeats)-1]
 		v.CPU += server - rp.CPUS

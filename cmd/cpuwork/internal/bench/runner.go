@@ -143,6 +143,7 @@ var scenarioTable = []scenarioDef{
 		budget:      150 * time.Second},
 	realserverDef(imageproxyTarget),
 	realserverDef(opaTarget),
+	realserverStepDef(imageproxyTarget),
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {
@@ -311,8 +312,14 @@ type Runner struct {
 	afterShare float64
 	duration   time.Duration
 	loadDur    time.Duration // per run of the load scenarios (service, inference)
-	done       int
-	total      int
+	// stepLoad, when its At is set, makes each load run a step from
+	// stepLoad.From to the run's rate (the step response); clientTimeout,
+	// when set, is how long the generator's clients wait before they give
+	// up (else 30 s).
+	stepLoad      StepLoad
+	clientTimeout time.Duration
+	done          int
+	total         int
 }
 
 // ConfigError is a Config the bench refuses before running anything (a
