@@ -421,18 +421,18 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		return err
 	}
 	t1, t1err := schedstat.ReadThreads(srv.cmd.Process.Pid)
+	wall := time.Since(start)
 	srv.stop() // its report of abandoned requests comes at its end
 	if srv.abandoned != nil && len(v.Repeats) > 0 {
+		// The CPU the server spent on requests it finished after their
+		// client had gone (each at its kind's cost), per second of the
+		// run, as a share of the slots' CPU.
 		var cpu float64
 		for k, n := range srv.abandoned {
 			cpu += n * r.work.cost[k]
 		}
 		v.setRepeatExtra("abandoned_cpu_s", cpu)
-		if t1err == nil && terr == nil {
-			if server := t1.Sub(t0).OnCPU.Seconds(); server > 0 {
-				v.setRepeatExtra("abandoned_cpu_share", cpu/server)
-			}
-		}
+		v.setRepeatExtra("abandoned_cpu_share", cpu/wall.Seconds()/float64(r.slots))
 	}
 	if terr == nil && t1err == nil && len(v.Repeats) > 0 {
 		server := t1.Sub(t0).OnCPU.Seconds()

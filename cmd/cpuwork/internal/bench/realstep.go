@@ -27,7 +27,7 @@ func realserverStepDef(tg realTarget) scenarioDef {
 		steps:       func(r *Runner, vs []string) int { return loadSteps(r, vs, realStepLevels) + 1 },
 		run:         func(r *Runner) (*Scenario, error) { return r.realserverStep(tg, name) },
 		minDuration: 500 * time.Millisecond,
-		budget:      360 * time.Second}
+		budget:      480 * time.Second}
 }
 
 // levelsText is "1.4x and 3x".
@@ -135,7 +135,7 @@ func realStepChecks(levels []float64, goal float64) []check {
 			check{label: lvl + ": goodput within the objective after the step, CPU-s of work per s", judged: "cpuwork" + at, against: alts, metric: "goodput_after_step_cpu_per_s", higher: true, aa: aa},
 			check{label: lvl + ": time until served p99 is back under the objective", judged: "cpuwork" + at, metric: "recovery_s", limit: goal, unit: "s"},
 			check{label: lvl + ": shed share's variation after recovery (CV over windows)", judged: "cpuwork" + at, metric: "shed_cv"},
-			check{label: lvl + ": CPU spent on requests whose client had gone", judged: "cpuwork" + at, metric: "abandoned_cpu_share", unit: "%"},
+			check{label: lvl + ": CPU spent on requests whose client had gone, share of the slots' CPU", judged: "cpuwork" + at, metric: "abandoned_cpu_share", unit: "%"},
 			check{label: lvl + ": requests the client gave up on", judged: "cpuwork" + at, metric: "gave_up_share", unit: "%"})
 	}
 	return cs

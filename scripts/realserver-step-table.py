@@ -1,0 +1,51 @@
+#!/usr/bin/env python3
+"""Prints docs/realserver.md's step-response tables from a realserver-step
+scenario's results.json: the verdicts against the best peer, then every
+variant's figures per step (medians over the pairs).
+
+Usage: scripts/realserver-step-table.py docs/raw/realserver-step-imageproxy-seedN.json
+"""
+import json
+import statistics
+import sys
+
+path = sys.argv[1]
+d = json.load(open(path))
+s = next(s for s in d["scenarios"] if s["name"].endswith("-step"))
+
+print("| comparison | verdict | cpuwork / best | 95 % interval | pairs | best peer |")
+print("|---|---|---|---|---|---|")
+for c in s.get("checks") or []:
+    if c.get("kind") != "comparison":
+        continue
+    if c.get("not_judged"):
+        print(f"| {c['label']} | not judged: {c['not_judged']} | | | | |")
+        continue
+    print(f"| {c['label']} | **{c['verdict']}** | {c['estimate']:.2f}x | {c['ci_low']:.2f}–{c['ci_high']:.2f}x | {c['pairs']} | {c['best_alternative']} |")
+print()
+
+variants = {v["name"]: v for v in s["variants"]}
+
+
+def med(v, key):
+    xs = [r["extra"][key] for r in v.get("repeats") or [] if key in (r.get("extra") or {})]
+    return statistics.median(xs) if xs else None
+
+
+def pct(x):
+    return "" if x is None else f"{100 * x:.0f} %"
+
+
+for level in ("140", "300"):
+    print(f"| step 80 % → {level} % | p99 of served after | goodput after (CPU-s/s) | back under the objective after | runs recovered | shed CV after | shed | client gave up | CPU on abandoned requests (of the slots') |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name in ("stock", "sem", "sem2x", "failsafe", "gradient2", "cpuwork"):
+        v = variants.get(f"{name}@{level}%")
+        if v is None:
+            continue
+        rec = [r["extra"].get("recovered", 0) for r in v.get("repeats") or []]
+        print(f"| {name} | {1000 * med(v, 'p99_after_step_s'):.0f} ms | {med(v, 'goodput_after_step_cpu_per_s'):.2f} | "
+              f"{1000 * med(v, 'recovery_s'):.0f} ms | {int(sum(rec))} of {len(rec)} | {med(v, 'shed_cv'):.2f} | "
+              f"{pct(med(v, 'shed_share'))} | {pct(med(v, 'gave_up_share'))} | {pct(med(v, 'abandoned_cpu_share'))} |")
+    print()
+print(f"From `{path}` (seed {d['seed']}, {d['duration_s'] / 60:.1f} min on {d['machine']['cpus']} CPUs).")
