@@ -280,12 +280,11 @@ func (e *Executor) await(ctx context.Context, w *waiter) error {
 // ungrant gives back a slot granted to a waiter that will not use it.
 func (e *Executor) ungrant(w *waiter) { e.releaseSlot(w.class, &w.est) }
 
-// releaseSlot is the one path by which a slot held for class c goes back:
-// a task finished, a task handed its slot over at a Checkpoint, a For
-// helper stopped, a granted waiter was cancelled, an admission was undone
-// by Close. It drops the class's in-flight slot-time estimate (*est) and
-// its SpareP count, frees the slot and hands it to the next waiter in
-// policy order (order.go), and, after Close, signals a drained executor.
+// releaseSlot gives a slot held for class c back through the granter's one
+// release (granter.release: a task finished, a task handed its slot over
+// at a Checkpoint, a For helper stopped, a granted waiter was cancelled,
+// an admission was undone by Close), then, after Close, signals a drained
+// executor, and lets the fractional pacer re-check the quota.
 func (e *Executor) releaseSlot(c Class, est *int64) { e.releaseSlotKeep(c, est, nil) }
 
 // releaseSlotKeep is releaseSlot for a task ending on a worker: a task
