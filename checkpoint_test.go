@@ -181,3 +181,19 @@ func TestCheckpointAfterTheSlotWasLostGivesNothingBack(t *testing.T) {
 		t.Fatalf("%d of %d slots free after every task ended", st.Free, st.Slots)
 	}
 }
+
+// New sets Checkpoint's clock: an executor from New yields its P every
+// ~40 µs while every P is busy. (An executor that skipped it never yielded
+// on the timer, and the timers scenario's canary waited 0.4 ms at p50
+// behind its batch work instead of 27 µs: docs/raw/bench-default-seed2414.txt.)
+func TestNewSetsTheDefaultCheckpointYield(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	if time.Duration(e.yieldGap) != defaultCheckpointYield || e.yieldAfter == 0 || e.checkMin == 0 || e.checkMax == 0 {
+		t.Fatalf("an executor from New yields every %v (after %v, clock read every %v..%v); want every %v",
+			time.Duration(e.yieldGap), time.Duration(e.yieldAfter), time.Duration(e.checkMin), time.Duration(e.checkMax), defaultCheckpointYield)
+	}
+	e = newExec(t, Options{Slots: 1, checkpointYield: 100 * time.Microsecond})
+	if time.Duration(e.yieldGap) != 100*time.Microsecond {
+		t.Fatalf("checkpointYield 100µs: New set %v", time.Duration(e.yieldGap))
+	}
+}

@@ -83,6 +83,7 @@ func New(o Options) (*Executor, error) {
 	if err := e.g.init(o, &e.stats, e); err != nil {
 		return nil, err
 	}
+	e.setCheckpointYield(o.checkpointYield)
 	for c := range Class(NumClasses) {
 		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(labelKey, c.String()))
 	}
