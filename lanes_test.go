@@ -25,6 +25,7 @@ func policyHere() (osthread.Sched, int, error) {
 }
 
 func TestBatchRunsOnDemotedThreadsAndOthersDoNot(t *testing.T) {
+	suspensionpkg.Resume() // process-wide: start as a fresh process would
 	e := newExec(t, Options{Slots: 2, Batch: BatchOptions{Demote: true}})
 	ctx := context.Background()
 	var batchTIDs sync.Map
@@ -170,6 +171,7 @@ func TestCriticalLaneRunsCriticalTasksOnItsThreads(t *testing.T) {
 }
 
 func TestDemotionIsOptIn(t *testing.T) {
+	suspensionpkg.Resume() // process-wide: start as a fresh process would
 	for _, tt := range []struct {
 		demote, spare bool
 		want          osthread.Policy
@@ -209,7 +211,10 @@ func TestStarvationGuardUndoesDemotionOfAStarvedWorker(t *testing.T) {
 		t.Skip("needs 2 CPUs: the test pins a competitor to CPU 1")
 	}
 	cpu := []int{1}
-	defer suspensionpkg.Resume() // the suspension is process-wide: end it for the other tests
+	// The suspension is process-wide: start as a fresh process would
+	// (another test's guard may have fired), and end it for the others.
+	suspensionpkg.Resume()
+	defer suspensionpkg.Resume()
 	e := newExec(t, Options{Slots: 1, Batch: BatchOptions{Demote: true}, batchSched: osthread.Sched{Policy: osthread.Idle, CPUs: cpu}})
 	hog := exec.Command("sh", "-c", "while :; do :; done")
 	if err := hog.Start(); err != nil {
