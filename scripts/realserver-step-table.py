@@ -36,16 +36,20 @@ def pct(x):
     return "" if x is None else f"{100 * x:.0f} %"
 
 
-for level in ("140", "300"):
-    print(f"| step 80 % → {level} % | p99 of served after | goodput after (CPU-s/s) | back under the objective after | runs recovered | shed CV after | shed | client gave up | CPU on abandoned requests (of the slots') |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for name in ("stock", "sem", "sem2x", "failsafe", "gradient2", "cpuwork"):
-        v = variants.get(f"{name}@{level}%")
-        if v is None:
+for case, title in (("", "2 cores"), ("+quota1.5", "1.5-CPU cgroup")):
+    for level in ("140", "300"):
+        if f"cpuwork{case}@{level}%" not in variants:
             continue
-        rec = [r["extra"].get("recovered", 0) for r in v.get("repeats") or []]
-        print(f"| {name} | {1000 * med(v, 'p99_after_step_s'):.0f} ms | {med(v, 'goodput_after_step_cpu_per_s'):.2f} | "
-              f"{1000 * med(v, 'recovery_s'):.0f} ms | {int(sum(rec))} of {len(rec)} | {med(v, 'shed_cv'):.2f} | "
-              f"{pct(med(v, 'shed_share'))} | {pct(med(v, 'gave_up_share'))} | {pct(med(v, 'abandoned_cpu_share'))} |")
-    print()
+        print(f"| {title}, step 80 % → {level} % | p99 of served after | goodput after (CPU-s/s) | back under the objective after | runs recovered | shed CV after | shed | client gave up | CPU on abandoned requests (of the slots') |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for name in ("stock", "sem", "sem2x", "failsafe", "gradient2", "cpuwork"):
+            v = variants.get(f"{name}{case}@{level}%")
+            if v is None or not v.get("repeats"):
+                continue
+            rec = [r["extra"].get("recovered", 0) for r in v.get("repeats") or []]
+            p99 = med(v, 'p99_after_step_s')
+            print(f"| {name} | {'' if p99 is None else f'{1000 * p99:.0f} ms'} | {med(v, 'goodput_after_step_cpu_per_s'):.2f} | "
+                  f"{1000 * med(v, 'recovery_s'):.0f} ms | {int(sum(rec))} of {len(rec)} | {med(v, 'shed_cv'):.2f} | "
+                  f"{pct(med(v, 'shed_share'))} | {pct(med(v, 'gave_up_share'))} | {pct(med(v, 'abandoned_cpu_share'))} |")
+        print()
 print(f"From `{path}` (seed {d['seed']}, {d['duration_s'] / 60:.1f} min on {d['machine']['cpus']} CPUs).")

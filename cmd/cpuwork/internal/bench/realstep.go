@@ -3,7 +3,11 @@ package bench
 import (
 	"fmt"
 	"os"
+	"runtime"
+	"strings"
 	"time"
+
+	"github.com/cpuwork/cpuwork/cgroup"
 )
 
 // The step response of a real server: offered load steps from 80 % of the
@@ -21,10 +25,10 @@ const (
 func realserverStepDef(tg realTarget) scenarioDef {
 	name := tg.scenario + "-step"
 	return scenarioDef{name: name, extra: true,
-		desc: fmt.Sprintf("%s's step response: offered load steps from %.0f%% of the stock server's capacity to %s of it, clients giving up after twice the objective; time until served p99 is back under the objective, the shed rate's steadiness after, CPU spent on requests whose client had gone (not in the default set: `cpuwork bench --scenario %s`)",
+		desc: fmt.Sprintf("%s's step response, unconstrained and in a 1.5-CPU cgroup: offered load steps from %.0f%% of the stock server's capacity to %s of it, clients giving up after twice the objective; time until served p99 is back under the objective, the shed rate's steadiness after, CPU spent on requests whose client had gone (not in the default set: `cpuwork bench --scenario %s`)",
 			tg.cmd, realStepFrom*100, levelsText(realStepLevels), name),
 		variants:    realserverNames,
-		steps:       func(r *Runner, vs []string) int { return loadSteps(r, vs, realStepLevels) + 1 },
+		steps:       func(r *Runner, vs []string) int { return 2*loadSteps(r, vs, realStepLevels) + 1 },
 		run:         func(r *Runner) (*Scenario, error) { return r.realserverStep(tg, name) },
 		minDuration: 500 * time.Millisecond,
 		budget:      480 * time.Second}
@@ -89,8 +93,13 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 	perReq := smallShare*costs["small"] + (1-smallShare)*costs["large"]
 
 	var capacity float64 // this round's, for the load before the step
+	var group *cgroup.Group
 	once := func(v *Variant, variant string, rate float64) error {
-		return r.realOnce(v, s.Name, bin, nil, variant, origin, slo, rate)
+		g := (*cgroup.Group)(nil)
+		if base, ok := strings.CutSuffix(variant, quotaSuffix()); ok {
+			variant, g = base, group
+		}
+		return r.realOnce(v, s.Name, bin, g, variant, origin, slo, rate)
 	}
 	step := func(v *Variant, variant string, rate float64) error {
 		dur := r.loadDur
@@ -100,7 +109,7 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 		return once(v, variant, rate)
 	}
 	goal := 0.02 + 2*costs["large"]
-	checks := func() []check { return realStepChecks(realStepLevels, goal) }
+	checks := func() []check { return realStepChecks(realStepLevels, "", goal) }
 	estimate := float64(r.slots) / perReq
 	cals := r.atLoads(s, realserverVariants, realStepLevels, realserverControl, checks,
 		func(round int) calibration {
@@ -113,23 +122,54 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 		realStepAt, realStepFrom*100, realStepAfter, stepWindow, capacityNote("stock", r.slots, cals)))
 	s.Notes = append(s.Notes, fmt.Sprintf("step-response goal: served p99 back under the objective within 20 ms plus two of the longest requests' run time (%s); recovery is read to the end of a %s window, so 0 means no window after the step missed the objective", ms(goal), stepWindow))
 	r.checkLoads(s, "stock", realStepLevels, cals)
-	judge(s, realStepChecks(realStepLevels, goal))
+
+	switch {
+	case os.Geteuid() != 0:
+		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: creating a cgroup needs root", realserverQuota))
+	case float64(runtime.NumCPU()) <= realserverQuota:
+		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: the machine has %d CPUs", realserverQuota, runtime.NumCPU()))
+	default:
+		group, err = newGroup("bench-"+s.Name, cgroup.Config{CPUs: realserverQuota})
+		if err != nil {
+			s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: %v", realserverQuota, err))
+			break
+		}
+		defer removeGroup(group)
+		var qv []struct{ name, desc string }
+		for _, v := range realserverVariants {
+			qv = append(qv, struct{ name, desc string }{v.name + quotaSuffix(), v.desc + fmt.Sprintf(", in a %.1f-CPU cgroup", realserverQuota)})
+		}
+		qchecks := func() []check { return realStepChecks(realStepLevels, quotaSuffix(), goal) }
+		qcals := r.atLoads(s, qv, realStepLevels, realserverControl+quotaSuffix(), qchecks,
+			func(round int) calibration {
+				c := r.measureCapacity(s, "stock"+quotaSuffix(), round, estimate*realserverQuota/float64(r.slots), once)
+				capacity = c.capacity
+				return c
+			}, step)
+		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (GOMAXPROCS from Go's default for it: 2); %s", realserverQuota, capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
+		r.checkLoads(s, "stock"+quotaSuffix(), realStepLevels, qcals)
+	}
+	judge(s, append(realStepChecks(realStepLevels, "", goal), realStepChecks(realStepLevels, quotaSuffix(), goal)...))
 	return s, nil
 }
 
 // realStepChecks: cpuwork against the best peer after each step, on the
 // p99 of the requests served after it and the work served within the
 // objective after it; with the figures a user reads beside them.
-func realStepChecks(levels []float64, goal float64) []check {
+func realStepChecks(levels []float64, suf string, goal float64) []check {
+	where := ""
+	if suf != "" {
+		where = fmt.Sprintf("%.1f-CPU cgroup, ", realserverQuota)
+	}
 	var cs []check
 	for _, l := range levels {
-		at := fmt.Sprintf("@%.0f%%", l*100)
+		at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
 		var alts []string
 		for _, p := range realserverPeers {
 			alts = append(alts, p.name+at)
 		}
-		aa := [2]string{realserverControl + at, realserverControl + aaSuffix + at}
-		lvl := fmt.Sprintf("step %.0f%% to %.0f%%", realStepFrom*100, l*100)
+		aa := [2]string{realserverControl + at, realserverControl + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
+		lvl := fmt.Sprintf("%sstep %.0f%% to %.0f%%", where, realStepFrom*100, l*100)
 		cs = append(cs,
 			check{label: lvl + ": p99 of served after the step", judged: "cpuwork" + at, against: alts, metric: "p99_after_step_s", aa: aa},
 			check{label: lvl + ": goodput within the objective after the step, CPU-s of work per s", judged: "cpuwork" + at, against: alts, metric: "goodput_after_step_cpu_per_s", higher: true, aa: aa},
