@@ -300,81 +300,125 @@ func requestCosts(bin, origin string, n int) (map[string]float64, error) {
 	return costs, nil
 }
 
-func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
-	s := &Scenario{Name: tg.scenario, Baseline: "stock", Claim: tg.claim}
+// realRig is what the real-server scenarios set up before their runs:
+// the built server, the origin it fetches from, each request kind's CPU
+// and the objective (three times a large request's CPU).
+type realRig struct {
+	bin, origin string
+	costs       map[string]float64
+	slo         time.Duration
+	perReq      float64 // the mix's CPU per request
+}
+
+// setUpReal builds tg's server from the Go module proxy, starts the
+// origin and measures the requests, and sets r's work (objective and
+// costs) and the load generator's cgroup; undo tears it all down. A nil
+// rig with a nil error means s is skipped (s.Skipped says why).
+func (r *Runner) setUpReal(s *Scenario, tg realTarget) (rig *realRig, undo func(), err error) {
+	var undos []func()
+	undo = func() {
+		for i := len(undos) - 1; i >= 0; i-- {
+			undos[i]()
+		}
+	}
+	fail := func(err error) (*realRig, func(), error) { undo(); return nil, func() {}, err }
 	if len(r.cfg.LoadGen) == 0 {
 		s.Skipped = "no load generator command configured"
-		return s, nil
+		return fail(nil)
 	}
 	mod, err := findRealbench()
 	if err != nil {
 		s.Skipped = err.Error()
-		return s, nil
+		return fail(nil)
 	}
 	dir, err := os.MkdirTemp("", "cpuwork-realserver-")
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
-	defer os.RemoveAll(dir)
+	undos = append(undos, func() { os.RemoveAll(dir) })
 	r.step(fmt.Sprintf("%s: building realbench/%s (Go module proxy)", s.Name, tg.cmd))
-	bin, err := buildRealbench(mod, dir, tg.cmd)
-	if err != nil {
+	rig = &realRig{origin: "none"}
+	if rig.bin, err = buildRealbench(mod, dir, tg.cmd); err != nil {
 		s.Skipped = err.Error()
-		return s, nil
+		return fail(nil)
 	}
-	origin := "none"
 	if tg.origin {
 		url, stopOrigin, err := startOrigin()
 		if err != nil {
-			return nil, err
+			return fail(err)
 		}
-		defer stopOrigin()
-		origin = url
+		undos = append(undos, stopOrigin)
+		rig.origin = url
 	}
-	costs, err := requestCosts(bin, origin, 5)
-	if err != nil {
-		return nil, fmt.Errorf("%s: measure request costs: %w", s.Name, err)
+	if rig.costs, err = requestCosts(rig.bin, rig.origin, 5); err != nil {
+		return fail(fmt.Errorf("%s: measure request costs: %w", s.Name, err))
 	}
-	// The objective: 3x a large request's CPU, as the service scenario's.
-	slo := time.Duration(3 * costs["large"] * float64(time.Second)).Round(10 * time.Millisecond)
-	r.work = loadWork{slo: slo, cost: costs}
-	defer func() { r.work = loadWork{} }()
-	defer r.loadgenIn(s, 100, "the same for every variant")()
-	perReq := smallShare*costs["small"] + (1-smallShare)*costs["large"]
-	loads := r.loadLevels(realserverLoads)
+	rig.slo = time.Duration(3 * rig.costs["large"] * float64(time.Second)).Round(10 * time.Millisecond)
+	rig.perReq = smallShare*rig.costs["small"] + (1-smallShare)*rig.costs["large"]
+	r.work = loadWork{slo: rig.slo, cost: rig.costs}
+	undos = append(undos, func() { r.work = loadWork{} }, r.loadgenIn(s, 100, "the same for every variant"))
+	return rig, undo, nil
+}
 
-	var group *cgroup.Group
-	once := func(v *Variant, variant string, rate float64) error {
+// inQuotaCase runs the scenario's quota case when this machine can: it
+// makes the 1.5-CPU cgroup, hands it to use (which stores it where the
+// scenario's run function finds it) and calls run with the variants
+// renamed for the case; the cgroup is removed after. A case that cannot
+// run is a note of s.
+func (r *Runner) inQuotaCase(s *Scenario, use func(*cgroup.Group), run func(qv []struct{ name, desc string })) {
+	switch {
+	case os.Geteuid() != 0:
+		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: creating a cgroup needs root", realserverQuota))
+		return
+	case float64(runtime.NumCPU()) <= realserverQuota:
+		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: the machine has %d CPUs", realserverQuota, runtime.NumCPU()))
+		return
+	}
+	group, err := newGroup("bench-"+s.Name, cgroup.Config{CPUs: realserverQuota})
+	if err != nil {
+		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: %v", realserverQuota, err))
+		return
+	}
+	defer removeGroup(group)
+	use(group)
+	var qv []struct{ name, desc string }
+	for _, v := range realserverVariants {
+		qv = append(qv, struct{ name, desc string }{v.name + quotaSuffix(), v.desc + fmt.Sprintf(", in a %.1f-CPU cgroup", realserverQuota)})
+	}
+	run(qv)
+}
+
+// realVariantOnce runs one variant of rig's server, in group when the
+// variant's name carries the quota case's suffix.
+func (r *Runner) realVariantOnce(s *Scenario, rig *realRig, group **cgroup.Group) func(v *Variant, variant string, rate float64) error {
+	return func(v *Variant, variant string, rate float64) error {
 		g := (*cgroup.Group)(nil)
 		if base, ok := strings.CutSuffix(variant, quotaSuffix()); ok {
-			variant, g = base, group
+			variant, g = base, *group
 		}
-		return r.realOnce(v, s.Name, bin, g, variant, origin, slo, rate)
+		return r.realOnce(v, s.Name, rig.bin, g, variant, rig.origin, rig.slo, rate)
 	}
+}
+
+func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
+	s := &Scenario{Name: tg.scenario, Baseline: "stock", Claim: tg.claim}
+	rig, undo, err := r.setUpReal(s, tg)
+	defer undo()
+	if rig == nil {
+		return s, err
+	}
+	slo, costs := rig.slo, rig.costs
+	loads := r.loadLevels(realserverLoads)
+	var group *cgroup.Group
+	once := r.realVariantOnce(s, rig, &group)
 	checks := func() []check { return realserverChecks(loads, "", slo.Seconds()) }
-	estimate := float64(r.slots) / perReq
+	estimate := float64(r.slots) / rig.perReq
 	cals := r.atLoads(s, realserverVariants, loads, realserverControl, checks,
 		func(round int) calibration { return r.measureCapacity(s, "stock", round, estimate, once) }, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("small = %s (%s of the server's CPU, measured alone), large = %s (%s), 90/10 mix; objective %s (3x a large request's CPU); %s",
 		tg.small, ms(costs["small"]), tg.large, ms(costs["large"]), ms(slo.Seconds()), capacityNote("stock", r.slots, cals)))
 	r.checkLoads(s, "stock", loads, cals)
-
-	switch {
-	case os.Geteuid() != 0:
-		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: creating a cgroup needs root", realserverQuota))
-	case float64(runtime.NumCPU()) <= realserverQuota:
-		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: the machine has %d CPUs", realserverQuota, runtime.NumCPU()))
-	default:
-		group, err = newGroup("bench-"+s.Name, cgroup.Config{CPUs: realserverQuota})
-		if err != nil {
-			s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: %v", realserverQuota, err))
-			break
-		}
-		defer removeGroup(group)
-		var qv []struct{ name, desc string }
-		for _, v := range realserverVariants {
-			qv = append(qv, struct{ name, desc string }{v.name + quotaSuffix(), v.desc + fmt.Sprintf(", in a %.1f-CPU cgroup", realserverQuota)})
-		}
+	r.inQuotaCase(s, func(g *cgroup.Group) { group = g }, func(qv []struct{ name, desc string }) {
 		qchecks := func() []check { return realserverChecks(loads, quotaSuffix(), slo.Seconds()) }
 		qcals := r.atLoads(s, qv, loads, realserverControl+quotaSuffix(), qchecks,
 			func(round int) calibration {
@@ -382,7 +426,7 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 			}, once)
 		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (GOMAXPROCS from Go's default for it: 2); %s", realserverQuota, capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
 		r.checkLoads(s, "stock"+quotaSuffix(), loads, qcals)
-	}
+	})
 	for _, v := range s.Variants {
 		base, at, _ := strings.Cut(v.Name, "@")
 		suf := ""

@@ -2,9 +2,6 @@ package bench
 
 import (
 	"fmt"
-	"os"
-	"runtime"
-	"strings"
 	"time"
 
 	"github.com/cpuwork/cpuwork/cgroup"
@@ -51,56 +48,18 @@ func levelsText(ls []float64) string {
 // round with no step.
 func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 	s := &Scenario{Name: name, Baseline: "stock", Claim: tg.claim + "; here the step response"}
-	if len(r.cfg.LoadGen) == 0 {
-		s.Skipped = "no load generator command configured"
-		return s, nil
+	rig, undo, err := r.setUpReal(s, tg)
+	defer undo()
+	if rig == nil {
+		return s, err
 	}
-	mod, err := findRealbench()
-	if err != nil {
-		s.Skipped = err.Error()
-		return s, nil
-	}
-	dir, err := os.MkdirTemp("", "cpuwork-realserver-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	r.step(fmt.Sprintf("%s: building realbench/%s (Go module proxy)", s.Name, tg.cmd))
-	bin, err := buildRealbench(mod, dir, tg.cmd)
-	if err != nil {
-		s.Skipped = err.Error()
-		return s, nil
-	}
-	origin := "none"
-	if tg.origin {
-		url, stopOrigin, err := startOrigin()
-		if err != nil {
-			return nil, err
-		}
-		defer stopOrigin()
-		origin = url
-	}
-	costs, err := requestCosts(bin, origin, 5)
-	if err != nil {
-		return nil, fmt.Errorf("%s: measure request costs: %w", s.Name, err)
-	}
-	slo := time.Duration(3 * costs["large"] * float64(time.Second)).Round(10 * time.Millisecond)
-	r.work = loadWork{slo: slo, cost: costs}
-	defer func() { r.work = loadWork{} }()
-	defer r.loadgenIn(s, 100, "the same for every variant")()
+	slo, costs := rig.slo, rig.costs
 	r.clientTimeout = 2 * slo
 	defer func() { r.clientTimeout, r.stepLoad = 0, StepLoad{} }()
-	perReq := smallShare*costs["small"] + (1-smallShare)*costs["large"]
 
 	var capacity float64 // this round's, for the load before the step
 	var group *cgroup.Group
-	once := func(v *Variant, variant string, rate float64) error {
-		g := (*cgroup.Group)(nil)
-		if base, ok := strings.CutSuffix(variant, quotaSuffix()); ok {
-			variant, g = base, group
-		}
-		return r.realOnce(v, s.Name, bin, g, variant, origin, slo, rate)
-	}
+	once := r.realVariantOnce(s, rig, &group)
 	step := func(v *Variant, variant string, rate float64) error {
 		dur := r.loadDur
 		r.loadDur = realStepAt + realStepAfter
@@ -110,7 +69,7 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 	}
 	goal := 0.02 + 2*costs["large"]
 	checks := func() []check { return realStepChecks(realStepLevels, "", goal) }
-	estimate := float64(r.slots) / perReq
+	estimate := float64(r.slots) / rig.perReq
 	cals := r.atLoads(s, realserverVariants, realStepLevels, realserverControl, checks,
 		func(round int) calibration {
 			c := r.measureCapacity(s, "stock", round, estimate, once)
@@ -122,23 +81,7 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 		realStepAt, realStepFrom*100, realStepAfter, stepWindow, capacityNote("stock", r.slots, cals)))
 	s.Notes = append(s.Notes, fmt.Sprintf("step-response goal: served p99 back under the objective within 20 ms plus two of the longest requests' run time (%s); recovery is read to the end of a %s window, so 0 means no window after the step missed the objective", ms(goal), stepWindow))
 	r.checkLoads(s, "stock", realStepLevels, cals)
-
-	switch {
-	case os.Geteuid() != 0:
-		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: creating a cgroup needs root", realserverQuota))
-	case float64(runtime.NumCPU()) <= realserverQuota:
-		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: the machine has %d CPUs", realserverQuota, runtime.NumCPU()))
-	default:
-		group, err = newGroup("bench-"+s.Name, cgroup.Config{CPUs: realserverQuota})
-		if err != nil {
-			s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: %v", realserverQuota, err))
-			break
-		}
-		defer removeGroup(group)
-		var qv []struct{ name, desc string }
-		for _, v := range realserverVariants {
-			qv = append(qv, struct{ name, desc string }{v.name + quotaSuffix(), v.desc + fmt.Sprintf(", in a %.1f-CPU cgroup", realserverQuota)})
-		}
+	r.inQuotaCase(s, func(g *cgroup.Group) { group = g }, func(qv []struct{ name, desc string }) {
 		qchecks := func() []check { return realStepChecks(realStepLevels, quotaSuffix(), goal) }
 		qcals := r.atLoads(s, qv, realStepLevels, realserverControl+quotaSuffix(), qchecks,
 			func(round int) calibration {
@@ -148,7 +91,7 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 			}, step)
 		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (GOMAXPROCS from Go's default for it: 2); %s", realserverQuota, capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
 		r.checkLoads(s, "stock"+quotaSuffix(), realStepLevels, qcals)
-	}
+	})
 	judge(s, append(realStepChecks(realStepLevels, "", goal), realStepChecks(realStepLevels, quotaSuffix(), goal)...))
 	return s, nil
 }
