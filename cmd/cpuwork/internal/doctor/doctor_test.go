@@ -181,7 +181,7 @@ func ids(r *Result) []string {
 	return out
 }
 
-func diagnoseT(t *testing.T, cfg Config) *Result {
+func diagnoseT(t testing.TB, cfg Config) *Result {
 	t.Helper()
 	if cfg.Duration == 0 {
 		cfg.Duration = 1500 * time.Millisecond

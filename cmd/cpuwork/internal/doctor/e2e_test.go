@@ -18,7 +18,7 @@ import (
 
 // inQuota starts cmd inside a new cgroup with a quota of q cores and
 // returns it; both are removed at the end of the test.
-func inQuota(t *testing.T, q float64, cmd *exec.Cmd) {
+func inQuota(t testing.TB, q float64, cmd *exec.Cmd) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create a cgroup with a CPU quota")
@@ -32,7 +32,7 @@ func inQuota(t *testing.T, q float64, cmd *exec.Cmd) {
 
 // startIn starts cmd in group g; at the test's end cmd is killed, then g
 // removed.
-func startIn(t *testing.T, g *cgroup.Group, cmd *exec.Cmd) {
+func startIn(t testing.TB, g *cgroup.Group, cmd *exec.Cmd) {
 	t.Helper()
 	t.Cleanup(func() {
 		if err := g.Remove(); err != nil {
