@@ -191,6 +191,7 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 		n := b.Slots()
 		if p := e.frac.Load(); p != nil {
 			p.reconfigure(b)
+			e.g.setPacedCapacity(p.capacity())
 			if p.frac > 0 {
 				n = p.slots()
 			}
@@ -238,6 +239,7 @@ func (e *Executor) startFrac(p *fracPacer) {
 	e.fracStop, e.fracDone = make(chan struct{}), make(chan struct{})
 	stop, done := e.fracStop, e.fracDone
 	go func() { defer close(done); p.run(stop) }()
+	e.g.setPacedCapacity(p.capacity())
 	e.frac.Store(p)
 }
 

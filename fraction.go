@@ -167,6 +167,17 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 // slots is the slot count under this policy: n+1.
 func (p *fracPacer) slots() int { return p.n + 1 }
 
+// capacity is the slots the quota gives on average while the extra slot
+// is paced (n + frac), 0 when nothing is paced.
+func (p *fracPacer) capacity() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.frac == 0 {
+		return 0
+	}
+	return float64(p.n) + p.frac
+}
+
 // capNs is the bucket's cap.
 func (p *fracPacer) capNs() float64 { return float64(p.period) / fracCapDivisor }
 

@@ -71,6 +71,12 @@ type granter struct {
 	// (release).
 	capacity       atomic.Int64
 	doubleReleases atomic.Uint64
+	// pacedCap is, while a fractional quota's extra slot is paced, the
+	// slots the quota gives on average (its cores: 1.5 for 1.5 CPUs), in
+	// math.Float64bits; 0: not paced. The door divides the work ahead by
+	// it, not by the slot count: the extra slot is closed part of the
+	// time.
+	pacedCap atomic.Uint64
 
 	// stats is the executor's per-class counters: a grant counts the
 	// admission, the door counts refusals. owner wakes what the granter
@@ -262,6 +268,20 @@ func (g *granter) snapshotLocked() (slots, free int, closed bool, queued [NumCla
 		queued[c] = g.queues[c].n
 	}
 	return g.slots, int(g.free.Load()), g.closed.Load(), queued
+}
+
+// setPacedCapacity records the average slots of a paced fractional
+// quota (0: none), for the door's estimate.
+func (g *granter) setPacedCapacity(c float64) { g.pacedCap.Store(math.Float64bits(c)) }
+
+// serviceSlots is what the door divides the work ahead by: the slots, or
+// the paced quota's average when it is below them.
+func (g *granter) serviceSlots() float64 {
+	n := float64(max(g.slots, 1))
+	if c := math.Float64frombits(g.pacedCap.Load()); c > 0 && c < n {
+		return c
+	}
+	return n
 }
 
 // slotsLocked is the slot count.

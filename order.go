@@ -396,13 +396,14 @@ func (g *granter) doorLocked(ctx context.Context, w *waiter, t int64, peek bool)
 	for k := range g.share.inflight {
 		running += g.share.inflight[k].Load()
 	}
-	wait := (work + running/2) / int64(g.slots)
+	slots := g.serviceSlots()
+	wait := int64(float64(work+running/2) / slots)
 	if dev := g.stats[w.class].devSlotNs.Load(); dev > 0 {
 		// The spread of the estimate: n run times that each miss their
 		// expectation by dev on average sum to within ~sqrt(n) x dev of
 		// theirs, and a queue estimated at its mean is late half the
 		// time for the arrival at its edge.
-		wait += int64(doorSpread*float64(dev)*math.Sqrt(float64(ahead+1))) / int64(g.slots)
+		wait += int64(doorSpread * float64(dev) * math.Sqrt(float64(ahead+1)) / slots)
 	}
 	end := t + wait + g.serviceOf(w)
 	late := end > w.due

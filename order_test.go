@@ -671,3 +671,44 @@ func TestTheSpreadOfRunTimesIsMeasured(t *testing.T) {
 		}
 	}
 }
+
+// Under a fractional quota the extra slot is closed part of the time, so
+// the door divides the work ahead by the quota's cores (1.5), not by the
+// slots (2): 8 queued tasks of 10 ms and one of its own end 63 ms out, not
+// 50. For an image server in a 1.5-CPU cgroup, the p99 of served requests
+// after a step to 1.4x its capacity went from 1.00x the semaphore's
+// (docs/raw/realserver-step-imageproxy-seed2417.txt) to 0.69x
+// (docs/raw/realserver-step-imageproxy-paced-door-seed2418.txt).
+func TestTheDoorDividesByThePacedQuotaNotTheSlots(t *testing.T) {
+	for _, tc := range []struct {
+		paced  float64
+		refuse bool
+	}{{0, false}, {1.5, true}} {
+		e := newExec(t, Options{Slots: 2})
+		e.g.setPacedCapacity(tc.paced)
+		s := &e.stats[Interactive]
+		s.avgSlotNs.Store(int64(10 * time.Millisecond))
+		release := hold(t, e, 2)
+		var tasks []*Task
+		for range 8 {
+			task, err := e.Go(context.Background(), Interactive, func(context.Context) error { return nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			tasks = append(tasks, task)
+		}
+		waitQueued(t, e, Interactive, 8)
+		s.avgSlotNs.Store(int64(10 * time.Millisecond))
+		s.devSlotNs.Store(0)
+		ctx, cancel := context.WithTimeout(context.Background(), 57*time.Millisecond)
+		err := e.Allow(ctx, Interactive)
+		cancel()
+		if refused := errors.Is(err, ErrDeadline); refused != tc.refuse {
+			t.Errorf("paced capacity %v: Allow = %v, want refused %v", tc.paced, err, tc.refuse)
+		}
+		release()
+		for _, task := range tasks {
+			task.Wait(context.Background())
+		}
+	}
+}
