@@ -611,33 +611,42 @@ func TestTheDoorAddsTheSpreadOfItsEstimate(t *testing.T) {
 		refuse bool
 	}{{0, false}, {8 * time.Millisecond, true}} {
 		e := newExec(t, Options{Slots: 1})
-		s := &e.stats[Interactive]
-		s.avgSlotNs.Store(int64(10 * time.Millisecond))
-		s.devSlotNs.Store(int64(tc.dev))
-		release := hold(t, e, 1)
-		var tasks []*Task
-		for range 8 {
-			task, err := e.Go(context.Background(), Interactive, func(context.Context) error { return nil })
-			if err != nil {
-				t.Fatal(err)
-			}
-			tasks = append(tasks, task)
-		}
-		waitQueued(t, e, Interactive, 8)
-		// Run times are measured again as the queue drains: pin them.
-		s.avgSlotNs.Store(int64(10 * time.Millisecond))
-		s.devSlotNs.Store(int64(tc.dev))
-		ctx, cancel := context.WithTimeout(context.Background(), 118*time.Millisecond)
-		err := e.Allow(ctx, Interactive)
-		cancel()
+		err := allowBehindEight(t, e, tc.dev, 118*time.Millisecond)
 		if refused := errors.Is(err, ErrDeadline); refused != tc.refuse {
 			t.Errorf("spread %v: Allow = %v, want refused %v", tc.dev, err, tc.refuse)
 		}
-		release()
-		for _, task := range tasks {
-			task.Wait(context.Background())
-		}
 	}
+}
+
+// allowBehindEight is Allow with a ctx deadline within from now, asked
+// while every slot of e is held and 8 Interactive tasks are queued, the
+// class's run times pinned at 10 ms with a spread of dev.
+func allowBehindEight(t *testing.T, e *Executor, dev, within time.Duration) error {
+	t.Helper()
+	s := &e.stats[Interactive]
+	s.avgSlotNs.Store(int64(10 * time.Millisecond))
+	s.devSlotNs.Store(int64(dev))
+	release := hold(t, e, e.Slots())
+	var tasks []*Task
+	for range 8 {
+		task, err := e.Go(context.Background(), Interactive, func(context.Context) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, task)
+	}
+	waitQueued(t, e, Interactive, 8)
+	// Run times are measured again as the queue drains: pin them.
+	s.avgSlotNs.Store(int64(10 * time.Millisecond))
+	s.devSlotNs.Store(int64(dev))
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	err := e.Allow(ctx, Interactive)
+	cancel()
+	release()
+	for _, task := range tasks {
+		task.Wait(context.Background())
+	}
+	return err
 }
 
 // The spread is measured at each slot time charged: a class whose tasks
@@ -686,29 +695,9 @@ func TestTheDoorDividesByThePacedQuotaNotTheSlots(t *testing.T) {
 	}{{0, false}, {1.5, true}} {
 		e := newExec(t, Options{Slots: 2})
 		e.g.setPacedCapacity(tc.paced)
-		s := &e.stats[Interactive]
-		s.avgSlotNs.Store(int64(10 * time.Millisecond))
-		release := hold(t, e, 2)
-		var tasks []*Task
-		for range 8 {
-			task, err := e.Go(context.Background(), Interactive, func(context.Context) error { return nil })
-			if err != nil {
-				t.Fatal(err)
-			}
-			tasks = append(tasks, task)
-		}
-		waitQueued(t, e, Interactive, 8)
-		s.avgSlotNs.Store(int64(10 * time.Millisecond))
-		s.devSlotNs.Store(0)
-		ctx, cancel := context.WithTimeout(context.Background(), 57*time.Millisecond)
-		err := e.Allow(ctx, Interactive)
-		cancel()
+		err := allowBehindEight(t, e, 0, 57*time.Millisecond)
 		if refused := errors.Is(err, ErrDeadline); refused != tc.refuse {
 			t.Errorf("paced capacity %v: Allow = %v, want refused %v", tc.paced, err, tc.refuse)
-		}
-		release()
-		for _, task := range tasks {
-			task.Wait(context.Background())
 		}
 	}
 }
