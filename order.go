@@ -40,7 +40,8 @@ import (
 //     earlier than a running task, so FIFO tasks run to completion.
 //  5. Refusing what would be late. A task with a target that must queue is
 //     refused at the door when its estimated completion (the work queued
-//     ahead of its place, divided by the slots, plus twice the spread of
+//     ahead of its place, divided by the slots (by the quota's cores while a
+//     fractional slot is paced), plus twice the spread of
 //     that sum, plus its own expected run time) is past its due; and a queued task with a target is taken out
 //     when it reaches the head of its class with less time left than its
 //     expected run time. Both return an error wrapping ErrSaturated and
