@@ -304,12 +304,6 @@ func (g *granter) tryAcquire() bool {
 	}
 }
 
-// capped reports whether class c is under the SpareP bound, so that its
-// admissions must go through the lock where the bound is checked.
-func (g *granter) capped(c Class) bool {
-	return c.runsOnWorker() && g.lowCap.Load() > 0
-}
-
 // tryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
 // Background and counts their slot in lowRunning (under the lock when the
 // bound applies, so concurrent callers cannot both pass it).

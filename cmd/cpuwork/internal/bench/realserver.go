@@ -464,8 +464,15 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 	if err := r.loadAt(v, scenario, srv.addr, rate, r.cfg.LoadGen, closedLoop(rate, r.slots)...); err != nil {
 		return err
 	}
+	// The run's window ends here, before the server is stopped: its
+	// shutdown (waiting for handlers still running) is not the run's.
 	t1, t1err := schedstat.ReadThreads(srv.cmd.Process.Pid)
 	wall := time.Since(start)
+	var after budget.Stat
+	var aerr error
+	if g != nil {
+		after, aerr = g.Stat()
+	}
 	srv.stop() // its report of abandoned requests comes at its end
 	if srv.abandoned != nil && len(v.Repeats) > 0 {
 		// The CPU the server spent on requests it finished after their
@@ -485,16 +492,15 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		rp.CPUS = server
 		// Over the whole run: the generator's pacing and the answers
 		// still in flight at its end.
-		cores := server / time.Since(start).Seconds()
+		cores := server / wall.Seconds()
 		v.setRepeatExtra("server_cores", cores)
 		v.setRepeatExtra("cpu_share_of_slots", cores/float64(r.slots)) // the server's, not the bench's
 	}
 	if g == nil {
 		return nil
 	}
-	after, err := g.Stat()
-	if err != nil {
-		return err
+	if aerr != nil {
+		return aerr
 	}
 	periods := after.Periods - before.Periods
 	if err := periodsValid(periods, g.Path()); err != nil {

@@ -77,7 +77,6 @@ func stepResponse(rs []stepServed, slo, after time.Duration) (recovery time.Dura
 	}
 	type win struct {
 		slowest   time.Duration
-		served    int
 		shed, all int
 	}
 	ws := make([]win, n)
@@ -91,7 +90,6 @@ func stepResponse(rs []stepServed, slo, after time.Duration) (recovery time.Dura
 			ws[i].shed++
 			continue
 		}
-		ws[i].served++
 		ws[i].slowest = max(ws[i].slowest, r.latency)
 	}
 	last := -1
