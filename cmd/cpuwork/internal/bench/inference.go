@@ -123,12 +123,15 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	loads := r.loadLevels(inferenceLoads)
 	_, beside := r.besideCase(loads)
 	checks := func() []check { return inferenceChecks(loads, slo.Seconds(), false) }
+	r.search = true
+	defer func() { r.search = false }()
 	r.afterShare = besideShare(r, inferenceVariants, loads)
 	defer func() { r.afterShare = 0 }()
 	cals := r.atLoads(s, inferenceVariants, loads, "pool", checks, func(round int) calibration { return r.measureCapacity(s, "pool", round, estimate, once) }, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("model light_%s (onnx backend test data) through ONNX Runtime (%s), %s per inference on one thread, verified against its reference output before the run and on every response; small = 1 image, large = %d images, 90/10 mix, the request body is the float32 input tensor (estimate %.0f requests/s); %s",
 		inferenceModel, filepath.Base(lib), ms(single.Seconds()), largeImages, estimate, capacityNote("pool", r.slots, cals)))
 	r.checkLoads(s, "pool", loads, cals)
+	s.CapacityDrift = capacityDrift(cals)
 	if beside {
 		r.besideAt(s, inferenceVariants, "pool", besideCompetition, estimate, once)
 	}
@@ -148,7 +151,6 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 			}
 		}
 	}
-	// Capacity at the p99 target (the SLO), interpolated between load levels.
 	judge(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil))
 	return s, nil
 }
@@ -179,14 +181,9 @@ func inferenceChecks(loads []float64, target float64, quota bool) []check {
 			answeredCheck("1.0-CPU cgroup at 80%", "cpuwork+quota1.0@80%"),
 			check{label: "1.0-CPU cgroup at 80%: throttled periods", judged: "cpuwork+quota1.0@80%", metric: "throttled_share", limit: 0.05})
 	}
-	var needs []string
-	for _, b := range []string{"cpuwork", "naive", "pool"} {
-		for _, l := range loads {
-			needs = append(needs, fmt.Sprintf("%s@%.0f%%", b, l*100))
-		}
+	if slices.Contains(loads, searchSteps[0]) {
+		cs = append(cs, capacityCheck("", "", target, []string{"naive", "pool"}, "pool"))
 	}
-	cs = append(cs, check{label: fmt.Sprintf("capacity at the objective: goodput (CPU-s of work per s) where p99 reaches %s, interpolated between loads", ms(target)), judged: "cpuwork", against: []string{"naive", "pool"},
-		metric: "goodput_cpu_per_s", higher: true, of: capacityAt("cpuwork", loads, target), needs: needs, aa: [2]string{"pool", "pool" + aaSuffix}})
 	return cs
 }
 

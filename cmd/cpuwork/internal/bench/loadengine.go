@@ -578,6 +578,7 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	shed, errs, ok, inWindow, gaveUp := 0, 0, 0, 0, 0
 	var work float64 // CPU-seconds of the requests served within the objective and the run
 	lateServed := 0  // served after the objective
+	withinObj := 0   // served within the objective, in the run or after it
 	var last time.Time
 	late := newHist() // the generator's own lateness: actual send time - intended
 	for _, lr := range results {
@@ -611,6 +612,8 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		ok++
 		if r.work.slo > 0 && lat > r.work.slo {
 			lateServed++
+		} else {
+			withinObj++
 		}
 		if !end.After(began.Add(d)) {
 			inWindow++
@@ -646,6 +649,12 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		v.setRepeatExtra("p99_all_s", p)
 	} // else nothing was answered: no p99 to judge, and the unanswered share fails the repeat
 	v.setRepeatExtra("served", float64(ok))
+	if r.work.slo > 0 {
+		// The share of every request sent that was answered within the
+		// objective: >= 99 % is the p99 of all requests within it (the
+		// capacity search's test).
+		v.setRepeatExtra("within_objective_share", float64(withinObj)/float64(len(results)))
+	}
 	v.setRepeatExtra("generator_lateness_p99_s", latencyOf(late).P99)
 	v.setRepeatExtra("generator_cpu_s", genCPU)
 	// Goodput counts the requests served within the run: a queue left at
@@ -745,11 +754,17 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 		}
 	}
 	var cals []calibration
+	search := r.search && slices.Contains(loads, searchSteps[0])
 	round := func(round int) {
 		cal := calibrate(round)
 		cals = append(cals, cal)
-		for _, l := range shuffledOf(r, loads) {
-			for _, pv := range shuffledOf(r, variants) {
+		// One shuffled order of the variants per round, run in ABBA
+		// blocks: forward at one level, backward at the next (abba).
+		order := shuffledOf(r, variants)
+		first := map[string]int{} // variant -> its repeat at the search's first step
+		levels := shuffledOf(r, loads)
+		for li, l := range levels {
+			for _, pv := range abba(order, li) {
 				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
 				r.step(fmt.Sprintf("%s: %s (pair %d)", s.Name, v.Name, round+1))
 				n := len(v.Repeats)
@@ -761,8 +776,20 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 						v.Repeats[n].Extra = map[string]float64{}
 					}
 					v.Repeats[n].Extra["capacity_per_s"] = cal.capacity
+					if l == searchSteps[0] {
+						first[pv.name] = n
+					}
 				}
 			}
+		}
+		if search && cal.failure == "" {
+			var names []string
+			for _, pv := range order {
+				names = append(names, pv.name)
+			}
+			// The search's steps continue the ABBA alternation: its first
+			// is the level run last when that was the 80 % level.
+			r.searchCapacity(s, names, first, cal.capacity, round, len(levels)-1, once)
 		}
 	}
 	if checks != nil {
@@ -794,8 +821,9 @@ func aaDesc(control string) string {
 
 // besideShare is the time a load scenario's level beside the competitor
 // takes per round, as a share of a round of its levels alone: one
-// capacity measurement and one run per variant, against one and one per
-// variant and level. 0 when the run has no beside case.
+// capacity measurement and one run per variant, against one, one per
+// variant and level, and the capacity search's steps (r.search must be
+// set first). 0 when the run has no beside case.
 func besideShare(r *Runner, variants []struct{ name, desc string }, loads []float64) float64 {
 	if _, ok := r.besideCase(loads); !ok {
 		return 0
@@ -806,13 +834,20 @@ func besideShare(r *Runner, variants []struct{ name, desc string }, loads []floa
 			n++
 		}
 	}
-	return float64(capacitySteps+n) / float64(capacitySteps+n*len(loads))
+	alone := capacitySteps + n*len(loads)
+	if r.search && slices.Contains(loads, searchSteps[0]) {
+		alone += searchStepsPerRound * n
+	}
+	return float64(capacitySteps+n) / float64(alone)
 }
 
 // aaOf is the A/A control's variant of a load scenario.
 func aaOf(scenario string) string {
-	if scenario == "inference" {
+	switch {
+	case scenario == "inference":
 		return "pool"
+	case strings.HasPrefix(scenario, "realserver"):
+		return realserverControl
 	}
 	return "pool-503"
 }

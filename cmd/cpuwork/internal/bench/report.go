@@ -88,9 +88,13 @@ type Scenario struct {
 	// Calibration, when not empty, says why the scenario's load levels
 	// are not what they say (a failed capacity measurement): nothing is
 	// judged on them.
-	Calibration string   `json:"calibration_failed,omitempty"`
-	Skipped     string   `json:"skipped,omitempty"`
-	Notes       []string `json:"notes,omitempty"`
+	Calibration string `json:"calibration_failed,omitempty"`
+	// CapacityDrift, for a load scenario, is the spread of its rounds'
+	// calibrated capacities as a share of their median: how far the
+	// machine's speed moved while it ran (max - min) / median.
+	CapacityDrift float64  `json:"capacity_drift,omitempty"`
+	Skipped       string   `json:"skipped,omitempty"`
+	Notes         []string `json:"notes,omitempty"`
 
 	smoke     bool           // a --quick run: no verdicts
 	level     float64        // each look's interval level (lookLevel); 0: confidence

@@ -115,7 +115,7 @@ var scenarioTable = []scenarioDef{
 		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
 		minDuration: 100 * time.Millisecond, // >= 100 canary marks
 		budget:      40 * time.Second},
-	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 50/80/95/110/150% of capacity, and at 95% again beside a competing CPU-bound process",
+	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 80% and 200% of capacity (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, and at 80% again beside a competing CPU-bound process",
 		variants: func() []string { return append(describe(serviceVariants), "pool-503"+aaSuffix+": "+aaDesc("pool-503")) }, uses: []string{"regexp", "gzip"},
 		steps: func(r *Runner, vs []string) int { return loadSteps(r, vs, serviceLoads) },
 		run: func(r *Runner) (*Scenario, error) {
@@ -126,7 +126,7 @@ var scenarioTable = []scenarioDef{
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
 		budget:      150 * time.Second},
-	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 50/80/95/110% of capacity, and at 95% again beside a competing CPU-bound process: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
+	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 80% and 200% of capacity (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, and at 80% again beside a competing CPU-bound process: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string {
 			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), "pool"+aaSuffix+": "+aaDesc("pool"))
 		},
@@ -174,6 +174,9 @@ func loadSteps(r *Runner, vs []string, def []float64) int {
 	}
 	loads := r.loadLevels(def)
 	steps := (n*len(loads) + capacitySteps) * r.rounds
+	if slices.Contains(loads, searchSteps[0]) {
+		steps += searchStepsPerRound * n * r.rounds
+	}
 	if _, ok := r.besideCase(loads); ok {
 		steps += (n + capacitySteps) * r.rounds
 	}
@@ -318,8 +321,11 @@ type Runner struct {
 	// up (else 30 s).
 	stepLoad      StepLoad
 	clientTimeout time.Duration
-	done          int
-	total         int
+	// search makes atLoads run the capacity search (search.go) after each
+	// round's levels, when they include its first step (80 %).
+	search bool
+	done   int
+	total  int
 }
 
 // ConfigError is a Config the bench refuses before running anything (a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,13 +65,16 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 		return r.serviceOnce(v, variant, small, large, sv, rate, loadgen, closedLoop(rate, r.slots)...)
 	}
 	loads := r.loadLevels(serviceLoads)
-	checks := func() []check { return serviceChecks(loads) }
+	checks := func() []check { return serviceChecks(loads, sv.slo.Seconds()) }
+	r.search = true
+	defer func() { r.search = false }()
 	r.afterShare = besideShare(r, serviceVariants, loads)
 	defer func() { r.afterShare = 0 }()
 	cals := r.atLoads(s, serviceVariants, loads, "pool-503", checks, func(round int) calibration { return r.measureCapacity(s, "pool-capacity", round, estimate, once) }, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("small = regexp over 64 KB (%s), large = gzip+gunzip of 1 MB (%s), 90/10 mix on %d slots (the one-core calibrations estimate %.0f requests/s); %s",
 		ms(cs.Seconds()), ms(cl.Seconds()), r.slots, estimate, capacityNote("pool-capacity", r.slots, cals)))
 	r.checkLoads(s, "pool-503", loads, cals)
+	s.CapacityDrift = capacityDrift(cals)
 	if cc, ok := r.besideCase(loads); ok {
 		r.serviceBeside(s, cc, estimate, once)
 	}
@@ -101,8 +105,15 @@ func (r *Runner) serviceBeside(s *Scenario, cc competition, estimate float64, on
 // competing CPU-bound process (besideCompetition); in overload (110 %, 150 %)
 // a p99 of served requests <= 2x its own at 80 % with goodput >= 95 % of
 // capacity and >= the bounded pool's (issue 20's targets).
-func serviceChecks(loads []float64) []check {
-	return loadChecks(loads, "pool-503", "p99", "shed_share", "shed")
+//
+// With the 80 % level (the capacity search's first step), the capacity at
+// the objective is compared too (capacityCheck).
+func serviceChecks(loads []float64, objective float64) []check {
+	cs := loadChecks(loads, "pool-503", "p99", "shed_share", "shed")
+	if slices.Contains(loads, searchSteps[0]) {
+		cs = append(cs, capacityCheck("", "", objective, []string{"naive", "pool-503"}, "pool-503"))
+	}
+	return cs
 }
 
 // serviceTargets is what the service knows of its requests: its latency

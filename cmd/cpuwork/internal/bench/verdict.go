@@ -490,22 +490,26 @@ func evaluate(s *Scenario, c check) CheckResult {
 }
 
 // boundedVerdict keeps only the verdict a bound supports. A derived value
-// (capacityAt) that is a bound makes the ratio one too: the judged
-// variant's lower bound or an alternative's upper bound leaves the true
-// ratio at least the one measured, which supports "better" only; an
-// alternative's lower bound leaves it at most that, which supports
-// "worse" only. Any other verdict becomes inconclusive, with a note.
+// (capacityCheck) that is a bound makes the ratio one too: the
+// judged variant's lower bound or an alternative's upper bound leaves the
+// true ratio at least the one measured, which supports "better" only; an
+// alternative's lower bound or the judged variant's upper bound leaves it
+// at most that, which supports "worse" only. Any other verdict becomes
+// inconclusive, with a note. (For a lower-is-better metric the two swap.)
+// The A/A control's bounds are not in the ratio and change nothing.
 func boundedVerdict(r *CheckResult, c check) {
 	var atLeast, atMost bool
 	for _, n := range r.Notes {
 		base, _, _ := strings.Cut(n, " ")
+		judged, alt := base == c.judged, slices.Contains(c.against, base)
 		switch {
-		case strings.HasSuffix(n, "a lower bound") && base == c.judged:
+		case !judged && !alt: // the A/A control's bound: not in the ratio
+		case strings.HasSuffix(n, "a lower bound") && judged:
 			atLeast = true
-		case strings.HasSuffix(n, "an upper bound") && base != c.judged:
+		case strings.HasSuffix(n, "an upper bound") && alt:
 			atLeast = true
-		case strings.HasSuffix(n, "a lower bound"):
-			atMost = true
+		case strings.HasSuffix(n, "a lower bound"), strings.HasSuffix(n, "an upper bound"):
+			atMost = true // an alternative's lower bound, the judged variant's upper bound
 		}
 	}
 	if !c.higher {
@@ -679,46 +683,4 @@ func fmtValue(x float64, metric, unit string) string {
 		return fmt.Sprintf("%.2fx", x)
 	}
 	return fmt.Sprintf("%.3g", x)
-}
-
-// capacityAt returns a check's value function: the goodput (CPU-seconds
-// of work within the objective per second) at which the p99 of base's
-// variants "base@N%" (one per load) reaches target, in
-// repeat i, interpolated linearly in p99 between the highest load that met
-// the target and the next one that did not. A variant that met it at every
-// load is given its goodput at the highest (a lower bound); one that met it
-// at none is given 0 when it is the judged variant and its goodput at the
-// lowest load otherwise (an upper bound): a bound always in the
-// comparator's favour, said in the check's notes.
-func capacityAt(judged string, loads []float64, target float64) func(s *Scenario, base string, i int) (float64, string, error) {
-	return func(s *Scenario, base string, i int) (float64, string, error) {
-		type pt struct{ p99, goodput float64 }
-		var pts []pt
-		for _, l := range loads {
-			v := s.variant(fmt.Sprintf("%s@%.0f%%", base, l*100))
-			if v == nil || i >= len(v.Repeats) {
-				return 0, "", fmt.Errorf("%s@%.0f%% repeat %d not measured", base, l*100, i+1)
-			}
-			rp := v.Repeats[i]
-			pts = append(pts, pt{rp.P99, rp.Extra["goodput_cpu_per_s"]})
-		}
-		last := -1
-		for k, p := range pts {
-			if p.p99 > target {
-				break
-			}
-			last = k
-		}
-		switch {
-		case last == len(pts)-1:
-			return pts[last].goodput, fmt.Sprintf("%s met the p99 target at every load: its goodput at the highest, a lower bound", base), nil
-		case last == -1 && base == judged:
-			return 0, fmt.Sprintf("%s never met the p99 target", base), nil
-		case last == -1:
-			return pts[0].goodput, fmt.Sprintf("%s never met the p99 target: its goodput at the lowest load, an upper bound", base), nil
-		}
-		a, b := pts[last], pts[last+1]
-		f := (target - a.p99) / (b.p99 - a.p99)
-		return a.goodput + f*(b.goodput-a.goodput), "", nil
-	}
 }

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -233,10 +232,10 @@ func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 		"timers":    timerChecks(Competitions),
 		"quota":     quotaChecks([]float64{0.25, 1.25, 1.5}),
 		"neighbour": neighbourChecks(),
-		"service":   serviceChecks([]float64{0.5, 0.8, 2}),
+		"service":   serviceChecks([]float64{0.5, 0.8, 2}, 0.1),
 	}
 	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 2}, 0.1, true) {
-		if c.of == nil {
+		if c.of == nil || c.metric == capacityMetric {
 			decls["inference"] = append(decls["inference"], c)
 		}
 	}
@@ -298,102 +297,30 @@ func setMetric(rp *Repeat, m string, x float64) {
 	}
 }
 
-func TestCapacityAtTheTargetIsInterpolatedAndBoundedNeverInfinite(t *testing.T) {
-	loads := []float64{0.5, 0.8, 0.95, 1.1}
-	mk := func(p99s, goodputs map[string][]float64) *Scenario {
-		vals := map[string]map[string][]float64{}
-		for b, ps := range p99s {
-			for k, l := range loads {
-				vals[fmt.Sprintf("%s@%.0f%%", b, l*100)] = map[string][]float64{"p99": {ps[k]}, "goodput_cpu_per_s": {goodputs[b][k]}}
-			}
-		}
-		return synth(vals)
-	}
-	gp := []float64{50, 80, 95, 100}
-	var needs []string
-	for _, b := range []string{"cw", "pool"} {
-		for _, l := range loads {
-			needs = append(needs, fmt.Sprintf("%s@%.0f%%", b, l*100))
-		}
-	}
-	c := check{label: "capacity", judged: "cw", against: []string{"pool"}, metric: "goodput_cpu_per_s", higher: true, limit: 1, of: capacityAt("cw", loads, 0.1), needs: needs}
-	t.Run("interpolated between the loads around the target", func(t *testing.T) {
-		// cw: p99 0.05 at 80 %, 0.15 at 95 % → target 0.1 halfway: 87.5/s.
-		s := mk(map[string][]float64{"cw": {0.01, 0.05, 0.15, 1}, "pool": {0.01, 0.2, 0.3, 1}}, map[string][]float64{"cw": gp, "pool": gp})
-		judge(s, []check{c})
-		r := s.Checks[0]
-		if math.Abs(r.JudgedValues[0]-87.5) > 1e-9 {
-			t.Errorf("cw capacity %v, want 87.5", r.JudgedValues[0])
-		}
-		// pool: 0.01 at 50 %, 0.2 at 80 % → 50 + (0.09/0.19)·30.
-		if want := 50 + 0.09/0.19*30; math.Abs(r.BestValues[0]-want) > 1e-9 {
-			t.Errorf("pool capacity %v, want %v", r.BestValues[0], want)
-		}
-		if r.Kind != "comparison" || r.Pairs != 1 {
-			t.Errorf("%s on %d pairs: %s", r.Kind, r.Pairs, s.Verdict)
-		}
-	})
-	t.Run("a comparator that never meets the target is bounded above, not infinite", func(t *testing.T) {
-		s := mk(map[string][]float64{"cw": {0.01, 0.05, 0.15, 1}, "pool": {1, 1, 1, 1}}, map[string][]float64{"cw": gp, "pool": gp})
-		judge(s, []check{c})
-		r := s.Checks[0]
-		if r.BestValues[0] != 50 || math.IsInf(r.Values[0], 0) || !strings.Contains(strings.Join(r.Notes, " "), "upper bound") {
-			t.Errorf("best %v ratio %v notes %v", r.BestValues, r.Values, r.Notes)
-		}
-	})
-	t.Run("a judged variant that never meets it is not judged, with the reason", func(t *testing.T) {
-		s := mk(map[string][]float64{"cw": {1, 1, 1, 1}, "pool": {0.01, 0.05, 0.15, 1}}, map[string][]float64{"cw": gp, "pool": gp})
-		judge(s, []check{c})
-		if s.Checks[0].NotJudged == "" || s.Checks[0].Verdict != "" {
-			t.Errorf("a capacity of 0 judged: %q %v", s.Checks[0].Verdict, s.Checks[0].JudgedValues)
-		}
-	})
-	t.Run("met at every load is a lower bound", func(t *testing.T) {
-		s := mk(map[string][]float64{"cw": {0.01, 0.01, 0.01, 0.01}, "pool": {0.01, 0.05, 0.15, 1}}, map[string][]float64{"cw": gp, "pool": gp})
-		judge(s, []check{c})
-		if s.Checks[0].JudgedValues[0] != 100 || !strings.Contains(strings.Join(s.Checks[0].Notes, " "), "lower bound") {
-			t.Errorf("%v %v", s.Checks[0].JudgedValues, s.Checks[0].Notes)
-		}
-	})
-	t.Run("an invalid load level is not judged", func(t *testing.T) {
-		s := mk(map[string][]float64{"cw": {0.01, 0.05, 0.15, 1}, "pool": {0.01, 0.2, 0.3, 1}}, map[string][]float64{"cw": gp, "pool": gp})
-		s.variant("pool@95%").Valid = false
-		judge(s, []check{c})
-		if s.Status != StatusNotJudged {
-			t.Errorf("%q", s.Status)
-		}
-	})
-}
-
 // A capacity that is a bound supports a verdict one way only: cpuwork that
 // met the objective at every level has at least the capacity measured, so
 // it can be better than the pool but never worse or equivalent on that
 // evidence.
 func TestABoundSupportsAVerdictOneWayOnly(t *testing.T) {
-	loads := []float64{0.8, 2}
-	mk := func(cw []float64) *Scenario {
-		vals := map[string]map[string][]float64{}
-		for k, l := range loads {
-			at := fmt.Sprintf("@%.0f%%", l*100)
-			vals["cw"+at] = map[string][]float64{"p99": {0.01, 0.01, 0.01}, "goodput_cpu_per_s": {cw[k], cw[k] * 1.01, cw[k] * 0.99}}
-			vals["pool"+at] = map[string][]float64{"p99": {[]float64{0.05, 0.3}[k], []float64{0.05, 0.3}[k], []float64{0.05, 0.3}[k]}, "goodput_cpu_per_s": {[]float64{1.6, 1.0}[k], []float64{1.6, 1.0}[k], []float64{1.6, 1.0}[k]}}
-		}
-		return synth(vals)
+	mk := func(cw float64) *Scenario {
+		return synth(map[string]map[string][]float64{
+			// cw met the objective at every step: its capacity is a lower bound.
+			"cpuwork@80%": {capacityMetric: jitter(cw, 3), capacityBoundKey: {1}},
+			"pool@80%":    {capacityMetric: jitter(100, 3)},
+		})
 	}
-	var needs []string
-	for _, b := range []string{"cw", "pool"} {
-		for _, l := range loads {
-			needs = append(needs, fmt.Sprintf("%s@%.0f%%", b, l*100))
-		}
-	}
-	c := check{label: "capacity", judged: "cw", against: []string{"pool"}, metric: "goodput_cpu_per_s", higher: true, of: capacityAt("cw", loads, 0.1), needs: needs}
-	// cw met the target at both levels: its 2x goodput is a lower bound.
-	s := mk([]float64{1.6, 1.0}) // the bound is below the pool's interpolated capacity
+	c := capacityCheck("", "", 0.1, []string{"pool"}, "pool")
+	s := mk(60) // the bound is below the pool's capacity
 	judge(s, []check{c})
 	if r := s.Checks[0]; r.Verdict != Inconclusive || !strings.Contains(strings.Join(r.Notes, " "), "not supported") {
 		t.Errorf("a lower bound below the pool: %s %v, want inconclusive with a note", r.Verdict, r.Notes)
 	}
-	s = mk([]float64{1.6, 3.0}) // the bound alone beats the pool
+	s = mk(100) // equal: equivalence is not supported by a bound either
+	judge(s, []check{c})
+	if r := s.Checks[0]; r.Verdict != Inconclusive {
+		t.Errorf("a lower bound equal to the pool: %s, want inconclusive", r.Verdict)
+	}
+	s = mk(180) // the bound alone beats the pool
 	judge(s, []check{c})
 	if r := s.Checks[0]; r.Verdict != Better {
 		t.Errorf("a lower bound above the pool: %s, want better", r.Verdict)
