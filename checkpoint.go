@@ -316,7 +316,7 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 	if w.ready == nil {
 		w.ready = make(chan struct{}, 1)
 	}
-	w.requeued = true
+	w.requeued, tc.yielded = true, true
 	onWorker := w.kind == waitTask
 	if onWorker {
 		// This worker blocks without a slot; the slot it frees may go to

@@ -18,7 +18,7 @@ const sampleEvery = 8
 // taskCtx is the context a task's fn receives. It carries the task's slot,
 // so Checkpoint can hand the slot over and a nested Do or For on the same
 // executor runs on it instead of waiting for a second slot.
-// (Fields are ordered to pack: the whole struct is one 128-byte
+// (Fields are ordered to pack: the whole struct is one 160-byte
 // allocation per task.)
 type taskCtx struct {
 	context.Context
@@ -42,6 +42,9 @@ type taskCtx struct {
 	// where its time goes is being recorded (account.go; its state is in
 	// the executor's accountant).
 	accounted bool
+	// yielded: the task handed its slot over at a Checkpoint at least
+	// once (its slot periods are parts of its run time).
+	yielded bool
 	// noSlot is set when a Checkpoint gave the slot up and did not get it
 	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed); or when
 	// a For that is the whole task gave it back for its helpers' last
@@ -387,6 +390,9 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 	s.used.Add(d * int64(tc.weight))
 	if tc.weight == 1 {
 		e.g.recordSlot(tc.class, d)
+		if w := &tc.w; w.declared > 0 && !tc.yielded {
+			e.g.recordService(tc.class, w.declared, d)
+		}
 	}
 	if old := s.avgSlotNs.Load(); old == 0 {
 		s.avgSlotNs.Store(d)

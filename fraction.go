@@ -61,7 +61,11 @@ import (
 //     took more than two ticks to take effect (the task over the count
 //     called no Checkpoint: cgo, a third-party library's loop) leaves it
 //     as it is, since a lower target would not have stopped that task
-//     and would leave the quota idle between such tasks.
+//     and would leave the quota idle between such tasks; so does one in
+//     which the process used more than the quota while the extra slot was
+//     closed (the always-open slots passed it by themselves: a task that
+//     fans out over several threads, like an image library's parallel
+//     resize, or work outside the executor).
 //
 // All classes share the closed count: the extra slot is as unavailable to
 // Critical work as to Batch while closed (a Critical task that would take
@@ -95,6 +99,16 @@ type fracPacer struct {
 	// never. stuckNs is how long that lasted in the current period.
 	stuck   func() bool
 	stuckNs int64
+	// closedNs and closedU are the time the extra slot was closed (and
+	// nothing ran over the count) in the current period, and the usage
+	// over that time: above the quota, the slots that are always open
+	// passed it by themselves.
+	closedNs, closedU int64
+	// closedTotal, lowered and held are Stats.Pacing's counters: the
+	// time closed, the throttled periods that lowered the target and
+	// those that left it.
+	closedTotal   int64
+	lowered, held uint64
 
 	lastT, lastU       int64 // at the last step
 	periodT            int64 // start of the current feedback period
@@ -201,8 +215,16 @@ func (p *fracPacer) step(t int64) {
 		return
 	}
 	dt, du := float64(t-p.lastT), float64(int64(u)-p.lastU)
-	if !p.open && p.stuck != nil && p.stuck() {
+	if !p.open {
+		p.closedTotal += t - p.lastT
+	}
+	switch {
+	case p.open:
+	case p.stuck != nil && p.stuck():
 		p.stuckNs += t - p.lastT
+	default:
+		p.closedNs += t - p.lastT
+		p.closedU += int64(u) - p.lastU
 	}
 	p.lastT, p.lastU = t, int64(u)
 	p.tokens += p.target*(float64(p.n)+p.frac)*dt - du
@@ -218,14 +240,24 @@ func (p *fracPacer) step(t int64) {
 				// (no Checkpoint: cgo, a library's loop) overshot. A
 				// lower target would not have stopped it, only left
 				// the quota idle between such tasks.
+				p.held++
+			case p.haveThrot && n > p.lastThrot && p.closedNs > 0 && float64(p.closedU) > (float64(p.n)+p.frac)*float64(p.closedNs):
+				// Throttled, but while the extra slot was closed the
+				// process used more than the quota anyway: the slots that
+				// are always open passed it by themselves (a task that
+				// fans out over several threads, like an image library's
+				// parallel resize, or work outside the executor). A lower
+				// target would not have stopped that either.
+				p.held++
 			case p.haveThrot && n > p.lastThrot:
 				p.target = max(fracTargetMin, p.target*0.95)
+				p.lowered++
 			case p.haveThrot:
 				p.target = min(fracTargetMax, p.target+0.005)
 			}
 			p.lastThrot, p.haveThrot = n, true
 		}
-		p.stuckNs = 0
+		p.stuckNs, p.closedNs, p.closedU = 0, 0, 0
 	}
 	p.setOpenLocked(p.tokens > 0)
 }

@@ -65,7 +65,11 @@ type Target struct {
 	Latency time.Duration
 	// Service is the request's expected run time once it holds a slot
 	// (for a For loop: from its first slot to its end). 0 means unknown:
-	// the class's recent average slot time stands in.
+	// the class's recent average slot time stands in. Only its size
+	// relative to other requests' needs to be right: the executor scales
+	// it by the ratio of the slot times recent tasks of the class took to
+	// the Service they gave (within 0.25-8x), so a run time measured on
+	// one idle core is corrected for what the slots see under load.
 	Service time.Duration
 }
 
@@ -189,9 +193,53 @@ func (g *granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64,
 // arrived at arrival (0 if unknown).
 func (g *granter) setDue(ctx context.Context, w *waiter, arrival int64) {
 	if !w.dueSet {
-		w.due, w.target, w.work = g.dueOf(ctx, w.class, arrival)
+		w.due, w.target, w.declared = g.dueOf(ctx, w.class, arrival)
+		w.work = g.scaledService(w.class, w.declared)
 		w.dueSet = true
 	}
+}
+
+// Bounds of the factor by which a given run time is scaled.
+const (
+	minServiceScale = 0.25
+	maxServiceScale = 8
+)
+
+// scaledService is a given run time (Target.Service, ns; 0: none) scaled
+// by what the class's slots have really taken for the run times given
+// recently: the ratio of the moving averages of their measured slot time
+// and of their given run time (a work-weighted ratio, within 0.25-8x).
+// A run time measured on one idle core is thus corrected for what the
+// slots see under load (a run queue shared with other threads, a For
+// loop whose helpers find no free slot, a throttled quota): the door
+// needs the tasks' relative sizes from the caller, and measures the
+// scale.
+func (g *granter) scaledService(c Class, declared int64) int64 {
+	if declared <= 0 {
+		return declared
+	}
+	s := &g.stats[c]
+	decl, run := s.declAvgNs.Load(), s.runAvgNs.Load()
+	if decl <= 0 || run <= 0 {
+		return declared
+	}
+	f := min(max(float64(run)/float64(decl), minServiceScale), maxServiceScale)
+	return int64(f * float64(declared))
+}
+
+// recordService feeds the slot time d of a task of class c that declared
+// a run time and ran in one slot period into the scale of given run times.
+func (g *granter) recordService(c Class, declared, d int64) {
+	s := &g.stats[c]
+	if old := s.declAvgNs.Load(); old == 0 {
+		s.declAvgNs.Store(declared)
+		s.runAvgNs.Store(d)
+		return
+	}
+	// Racy by design, as avgSlotNs: an estimate.
+	decl, run := s.declAvgNs.Load(), s.runAvgNs.Load()
+	s.declAvgNs.Store(decl + (declared-decl)>>ewmaShift)
+	s.runAvgNs.Store(run + (d-run)>>ewmaShift)
 }
 
 // urgentOver reports whether a task of class c due at due should hand its
@@ -458,9 +506,13 @@ type waiter struct {
 	enq     int64 // now() when queued
 	est     int64 // slot time charged to inflight at grant
 	// work is the expected run time, ns: the one given with its target
-	// (Target.Service) from setDue, else its class's average slot time at
-	// its first enqueue; counted in its queue's work while queued.
+	// (Target.Service) from setDue, scaled by what the slots have taken
+	// for given run times (scaledService), else its class's average slot
+	// time at its first enqueue; counted in its queue's work while queued.
 	work int64
+	// declared is the run time given with its target (Target.Service),
+	// ns, unscaled; 0: none.
+	declared int64
 	// due orders the waiters of a class: arrival + latency target, the
 	// arrival itself without a target (FIFO), see order.go. dueSet says
 	// it has been computed (a task admitted on the fast path computes it

@@ -217,3 +217,78 @@ func TestAdmissionsOnAFreeSlotCountAsZeroWaits(t *testing.T) {
 	release()
 	w.Wait(context.Background())
 }
+
+// A run time given with a target (Target.Service) is scaled by what the
+// slots really took for the run times given before: tasks that said 1 ms
+// and took 5 ms make the door count 5 ms for the next one that says 1 ms,
+// and refuse a deadline the queue cannot meet at that speed. Without the
+// scale the door trusted the 1 ms and admitted requests that then waited
+// past their objective (inference at 2x its capacity served 41-45 % of
+// its requests late, docs/raw/bench-default-seed2416.txt).
+func TestGivenRunTimesAreScaledByWhatTheSlotsTook(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	said := WithTarget(context.Background(), Target{Service: time.Millisecond})
+	// Train: queued tasks (every queued task is timed) that say 1 ms and
+	// take at least 5 ms.
+	release := hold(t, e, 1)
+	const n = 12
+	done := make(chan error, n)
+	for range n {
+		go func() {
+			done <- e.Do(said, Interactive, func(context.Context) error { time.Sleep(5 * time.Millisecond); return nil })
+		}()
+	}
+	waitQueued(t, e, Interactive, n)
+	release()
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.g.scaledService(Interactive, int64(time.Millisecond)); got < int64(4*time.Millisecond) || got > int64(maxServiceScale*float64(time.Millisecond)) {
+		t.Fatalf("1 ms given after tasks that gave 1 ms took >= 5 ms: scaled to %v, want 4-8 ms", time.Duration(got))
+	}
+	// Sixteen queued tasks that say 1 ms, behind a held slot: at 1 ms each
+	// (plus the spread the training left, ~2 x 3 ms x sqrt(17)) a 70 ms
+	// deadline is met, about 43 ms; at >= 4 ms each (>= 90 ms) it is not.
+	release = hold(t, e, 1)
+	const ahead = 16
+	for range ahead {
+		go func() { done <- e.Do(said, Interactive, func(context.Context) error { return nil }) }()
+	}
+	waitQueued(t, e, Interactive, ahead)
+	ctx, cancel := context.WithTimeout(said, 70*time.Millisecond)
+	defer cancel()
+	err := e.Allow(ctx, Interactive)
+	release()
+	for range ahead {
+		<-done
+	}
+	if !errors.Is(err, ErrDeadline) {
+		t.Errorf("a 70 ms deadline behind %d tasks that say 1 ms and take 5: %v, want refused (ErrDeadline)", ahead, err)
+	}
+}
+
+func TestTheScaleOfGivenRunTimesIsBoundedAndPerClass(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	ms := int64(time.Millisecond)
+	if got := e.g.scaledService(Interactive, 2*ms); got != 2*ms {
+		t.Errorf("nothing measured: %v, want the given 2ms", time.Duration(got))
+	}
+	for range 200 {
+		e.g.recordService(Interactive, ms, 100*ms)
+		e.g.recordService(Batch, 10*ms, ms)
+	}
+	if got := e.g.scaledService(Interactive, 2*ms); got != int64(maxServiceScale*2*float64(ms)) {
+		t.Errorf("tasks took 100x what they said: %v, want the 8x bound (16ms)", time.Duration(got))
+	}
+	if got := e.g.scaledService(Batch, 8*ms); got != int64(minServiceScale*8*float64(ms)) {
+		t.Errorf("tasks took a tenth of what they said: %v, want the 0.25x bound (2ms)", time.Duration(got))
+	}
+	if got := e.g.scaledService(Critical, 2*ms); got != 2*ms {
+		t.Errorf("another class: %v, want the given 2ms", time.Duration(got))
+	}
+	if got := e.g.scaledService(Interactive, 0); got != 0 {
+		t.Errorf("no run time given: %v, want 0", got)
+	}
+}

@@ -22,6 +22,12 @@ type classStats struct {
 	// fell from what was expected of it (its given run time, else avgSlotNs
 	// before it), ns: the door's estimate error (order.go, doorSpread).
 	devSlotNs atomic.Int64
+	// declAvgNs and runAvgNs are moving averages, over the queued tasks
+	// that gave a run time (Target.Service) and ran in one slot period,
+	// of that run time and of the slot time they took: their ratio
+	// scales a given run time to what the slots really deliver
+	// (granter.scaledService).
+	declAvgNs, runAvgNs atomic.Int64
 
 	used atomic.Int64 // slot time charged, ns (weighted by sampling)
 
@@ -98,6 +104,25 @@ type Stats struct {
 		// running in the guard's starved windows while they ran tasks.
 		StarvedTime time.Duration
 	}
+	// Pacing reports the fractional slot's pacer (Options.Quota): under
+	// a CFS quota of q cores with a fraction (1.5), ceil(q) slots run of
+	// which the last is open only while the quota's cgroup uses less than
+	// Target x q. All zero when nothing is paced.
+	Pacing struct {
+		Paced bool // a fractional quota's extra slot is paced now
+		// Target is the share of the quota the pacer lets the cgroup use
+		// (0.5 to 0.97): lowered 5 % by each throttled period it could
+		// have prevented, raised 0.005 by each clean one.
+		Target float64
+		// Closed is the total time the extra slot was closed.
+		Closed time.Duration
+		// Lowered counts the throttled periods that lowered Target;
+		// Held those that left it, because the throttle was not the
+		// extra slot's doing (a task over the count that could not give
+		// its slot back, or the always-open slots over the quota by
+		// themselves).
+		Lowered, Held uint64
+	}
 	// NetWatch counts what WatchListener and Checkpoint's network polls
 	// did in this process (process-wide: every executor reports the same
 	// counts).
@@ -129,6 +154,13 @@ func (e *Executor) Stats() Stats {
 		st.Demotion.Retired, st.Demotion.StarvedTime = g.retired.Load(), time.Duration(g.starvedNs.Load())
 	}
 	e.g.unlock()
+	if p := e.frac.Load(); p != nil {
+		p.mu.Lock()
+		st.Pacing.Paced, st.Pacing.Target = p.frac > 0, p.target
+		st.Pacing.Closed = time.Duration(p.closedTotal)
+		st.Pacing.Lowered, st.Pacing.Held = p.lowered, p.held
+		p.mu.Unlock()
+	}
 	for c := range Class(NumClasses) {
 		s := &e.stats[c]
 		cs := ClassStats{

@@ -89,6 +89,9 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	d("cpuwork_netwatch_polls_total", "Polls of the connections watched through cpuwork.WatchListener, made by Checkpoint while every P was busy (at most one per 200 µs).")
 	d("cpuwork_netwatch_wakes_total", "Polls that found a request arrived and parked a task so its P polled the network at once (instead of sysmon's 10 ms poll).")
 	d("cpuwork_netwatch_descriptors_total", "Listeners and connections WatchListener registered (watched=true) or could not (watched=false).", "watched")
+	d("cpuwork_pacing_target_ratio", "The fractional slot's pacer (cpuwork.Stats.Pacing, only under a fractional CPU quota): the share of the quota it lets the cgroup use (0.5 to 0.97).")
+	d("cpuwork_pacing_closed_seconds_total", "Time the fractional quota's extra slot was closed by its pacer.")
+	d("cpuwork_pacing_throttled_periods_total", "Throttled CFS periods the pacer saw: effect=lowered lowered its target, effect=held left it (not the extra slot's doing).", "effect")
 	d("cpuwork_go_sched_latency_seconds", "Time goroutines spent runnable before running (runtime/metrics /sched/latencies:seconds), at DefaultBuckets resolution.")
 	return c
 }
@@ -118,6 +121,12 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_descriptors_total"], prometheus.CounterValue, float64(nw.Watched), "true")
 	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_descriptors_total"], prometheus.CounterValue, float64(nw.Unwatched), "false")
 	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_slots"], prometheus.GaugeValue, float64(st.Slots))
+	if p := st.Pacing; p.Paced {
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_target_ratio"], prometheus.GaugeValue, p.Target)
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_closed_seconds_total"], prometheus.CounterValue, p.Closed.Seconds())
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Lowered), "lowered")
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Held), "held")
+	}
 	for cl := range cpuwork.NumClasses {
 		class := cpuwork.Class(cl)
 		s := st.Classes[cl]

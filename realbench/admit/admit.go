@@ -29,7 +29,9 @@ import (
 // closes it, or dies); it then writes "abandoned small=N large=M": the
 // requests of each kind (by path, /small and /large) that app finished
 // after their client had gone (their context done), the work nobody
-// received. The cpuwork variant is the lines a user adds to a server to
+// received; the cpuwork variant first writes "pacing paced=0|1
+// target=T closed_s=S lowered=N held=M" (Stats.Pacing). The cpuwork
+// variant is the lines a user adds to a server to
 // adopt cpuwork: an executor on the CPU budget, the middleware with the
 // latency objective, the listener watched.
 func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, stdin io.Reader) error {
@@ -43,12 +45,14 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	if err != nil {
 		return err
 	}
+	var exec *cpuwork.Executor
 	if variant == "cpuwork" {
 		e, err := cpuwork.New(cpuwork.Options{})
 		if err != nil {
 			return err
 		}
 		defer e.Close(context.Background())
+		exec = e
 		h = cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Objective: slo})
 		ln = cpuwork.WatchListener(ln)
 	}
@@ -57,6 +61,13 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	defer srv.Close()
 	fmt.Fprintf(out, "listening %s\n", ln.Addr())
 	io.Copy(io.Discard, stdin)
+	if exec != nil {
+		// The fractional slot's pacer over the run (the bench reads it
+		// when it ends the run, before the shutdown below).
+		p := exec.Stats().Pacing
+		fmt.Fprintf(out, "pacing paced=%d target=%.3f closed_s=%.3f lowered=%d held=%d\n",
+			map[bool]int{true: 1}[p.Paced], p.Target, p.Closed.Seconds(), p.Lowered, p.Held)
+	}
 	// Let the handlers still running finish (a client that gave up left
 	// them running), so that their work is counted.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -187,6 +187,10 @@ func (r *Runner) besideAt(s *Scenario, variants []struct{ name, desc string }, c
 	if slices.ContainsFunc(variants, func(v struct{ name, desc string }) bool { return v.name == aaOf(s.Name) }) {
 		control = aaOf(s.Name) + cc.suffix()
 	}
+	// No capacity search beside the competitor: the default run's time
+	// holds the alone case's only.
+	defer func(search bool) { r.search = search }(r.search)
+	r.search = false
 	cals := r.atLoads(s, vs, []float64{besideLevel}, control, nil, calibrate, beside)
 	s.Notes = append(s.Notes, fmt.Sprintf("%s at %.0f%%, %s: %s", cc.Name, besideLevel*100, cc.Desc, capacityNote(calibrating+cc.suffix(), r.slots, cals)))
 }
@@ -374,8 +378,12 @@ func capacityNote(variant string, slots int, cals []calibration) string {
 	for i, c := range cals {
 		per = append(per, fmt.Sprintf("repeat %d %s", i+1, c.note))
 	}
-	return fmt.Sprintf("capacity measured before each repeat: the highest open-loop rate at which %s served >= %.0f%% of the offer within the run, stepping down from its closed-loop throughput (%d clients): %s; load levels are fractions of their repeat's capacity",
-		variant, 100*keepsUp, 4*slots, strings.Join(per, "; "))
+	drift := ""
+	if d := capacityDrift(cals); d > 0 {
+		drift = fmt.Sprintf("; drift over the repeats (max - min over the median): %.0f%%", 100*d)
+	}
+	return fmt.Sprintf("capacity measured before each repeat: the highest open-loop rate at which %s served >= %.0f%% of the offer within the run, stepping down from its closed-loop throughput (%d clients): %s; load levels are fractions of their repeat's capacity%s",
+		variant, 100*keepsUp, 4*slots, strings.Join(per, "; "), drift)
 }
 
 // medianCapacity is the median of the rounds' capacities.

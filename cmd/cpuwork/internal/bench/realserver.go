@@ -182,6 +182,9 @@ type realServer struct {
 	// abandoned is the requests of each kind the server finished after
 	// their client had gone, as it reported at its end (stop).
 	abandoned map[string]float64
+	// pacing is the cpuwork variant's Stats.Pacing as it reported it
+	// (paced, target, closed_s, lowered, held).
+	pacing map[string]float64
 }
 
 // startReal starts bin's variant, in g when g is not nil, and waits for
@@ -239,13 +242,10 @@ func (s *realServer) stop() {
 	for {
 		line, err := s.out.ReadString('\n')
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "abandoned "); ok {
-			s.abandoned = map[string]float64{}
-			for _, f := range strings.Fields(rest) {
-				k, n, _ := strings.Cut(f, "=")
-				if x, err := strconv.ParseFloat(n, 64); err == nil {
-					s.abandoned[k] = x
-				}
-			}
+			s.abandoned = keyValues(rest)
+		}
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "pacing "); ok {
+			s.pacing = keyValues(rest)
 		}
 		if err != nil {
 			break
@@ -254,6 +254,19 @@ func (s *realServer) stop() {
 	s.cmd.Wait()
 	timer.Stop()
 	s.done()
+}
+
+// keyValues parses "k=1 k2=0.5" (a field that is not a number is left
+// out).
+func keyValues(s string) map[string]float64 {
+	m := map[string]float64{}
+	for _, f := range strings.Fields(s) {
+		k, n, _ := strings.Cut(f, "=")
+		if x, err := strconv.ParseFloat(n, 64); err == nil {
+			m[k] = x
+		}
+	}
+	return m
 }
 
 // requestCosts measures each request kind's CPU on the stock server,
@@ -517,6 +530,16 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		}
 		v.setRepeatExtra("abandoned_cpu_s", cpu)
 		v.setRepeatExtra("abandoned_cpu_share", cpu/wall.Seconds()/float64(r.slots))
+	}
+	if p := srv.pacing; p["paced"] == 1 && len(v.Repeats) > 0 {
+		// The fractional slot's pacer over the server's life (started
+		// just before the run): its target at the end, the share of the
+		// run its extra slot was closed, the throttled periods that
+		// lowered the target and those that left it.
+		v.setRepeatExtra("pacer_target", p["target"])
+		v.setRepeatExtra("extra_slot_closed_share", p["closed_s"]/wall.Seconds())
+		v.setRepeatExtra("throttles_lowering_target", p["lowered"])
+		v.setRepeatExtra("throttles_holding_target", p["held"])
 	}
 	if terr == nil && t1err == nil && len(v.Repeats) > 0 {
 		server := t1.Sub(t0).OnCPU.Seconds()
