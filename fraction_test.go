@@ -88,6 +88,18 @@ func (s *sim) run(d time.Duration) {
 	}
 }
 
+// runPeriods runs n periods of quota q, counting as throttled, as the
+// kernel does, each period whose usage passed the quota.
+func (s *sim) runPeriods(q float64, period time.Duration, n int) {
+	for range n {
+		u := s.u
+		s.run(period)
+		if float64(s.u-u) > q*float64(period) {
+			s.throttle++
+		}
+	}
+}
+
 // maxWindow is the largest usage of any window of one period (any phase,
 // 1 ms resolution) from ms index from on, in cores.
 func (s *sim) maxWindow(from int, period time.Duration) float64 {
@@ -356,14 +368,7 @@ func TestThrottlingFromTasksThatCannotYieldKeepsTheTarget(t *testing.T) {
 	for _, q := range []float64{1.25, 1.5} {
 		s := newSim(q, 100*time.Millisecond, 60*time.Millisecond)
 		s.p.stuck = func() bool { return s.open && !s.p.open }
-		period := 100 * time.Millisecond
-		for range 50 { // 5 s; the kernel counts a period over the quota as throttled
-			u := s.u
-			s.run(period)
-			if float64(s.u-u) > q*float64(period) {
-				s.throttle++
-			}
-		}
+		s.runPeriods(q, 100*time.Millisecond, 50)
 		if s.throttle == 0 {
 			t.Fatalf("quota %v: no period over the quota: the case does not overshoot", q)
 		}
@@ -392,13 +397,7 @@ func TestThrottlingFromFanOutInTheOpenSlotsKeepsTheTarget(t *testing.T) {
 		}
 		return 0
 	}
-	for range 50 { // 5 s; the kernel counts a period over the quota as throttled
-		u := s.u
-		s.run(period)
-		if float64(s.u-u) > q*float64(period) {
-			s.throttle++
-		}
-	}
+	s.runPeriods(q, period, 50)
 	if s.throttle == 0 {
 		t.Fatal("no period over the quota: the case does not overshoot")
 	}
