@@ -390,20 +390,27 @@ func TestThrottlingFromTasksThatCannotYieldKeepsTheTarget(t *testing.T) {
 func TestThrottlingFromFanOutInTheOpenSlotsKeepsTheTarget(t *testing.T) {
 	const q = 1.5
 	period := 100 * time.Millisecond
-	s := newSim(q, period, 0)
-	s.fanOut = func(t int64) float64 { // one more core for 40 of every 60 ms
-		if (t/int64(time.Millisecond))%60 < 40 {
-			return 1
+	for _, c := range []struct {
+		name      string
+		on, cycle int64 // ms: one more core for on of every cycle ms
+	}{
+		{"long fan-outs (40 of 60 ms)", 40, 60},
+	} {
+		s := newSim(q, period, 0)
+		s.fanOut = func(t int64) float64 {
+			if (t/int64(time.Millisecond))%c.cycle < c.on {
+				return 1
+			}
+			return 0
 		}
-		return 0
-	}
-	s.runPeriods(q, period, 50)
-	if s.throttle == 0 {
-		t.Fatal("no period over the quota: the case does not overshoot")
-	}
-	if s.p.target < fracTargetMax-0.05 {
-		t.Errorf("%d periods throttled by the open slot's fan-out: target %.3f, want ~%.2f (lowering it stops none of them)",
-			s.throttle, s.p.target, fracTargetMax)
+		s.runPeriods(q, period, 50)
+		if s.throttle == 0 {
+			t.Fatalf("%s: no period over the quota: the case does not overshoot", c.name)
+		}
+		if s.p.target < fracTargetMax-0.05 {
+			t.Errorf("%s: %d periods throttled by the open slot's fan-out: target %.3f, want ~%.2f (lowering it stops none of them)",
+				c.name, s.throttle, s.p.target, fracTargetMax)
+		}
 	}
 }
 
@@ -446,5 +453,33 @@ func TestThePacerCountsClosedTimeAndLoweredTargets(t *testing.T) {
 	}
 	if s.p.lowered != 3 || s.p.held != 0 {
 		t.Errorf("3 throttled periods: lowered %d held %d, want 3 and 0", s.p.lowered, s.p.held)
+	}
+}
+
+// A burst the pacer could not stop (the always-open slot's task fanning
+// out over two more cores for 40 ms) leaves a debt of at most
+// fracDebtCaps caps: once it ends the extra slot reopens within a few
+// ticks, instead of staying closed for a period to pay back use the
+// kernel has already charged by throttling.
+func TestADebtFromABurstThePacerCouldNotStopIsBounded(t *testing.T) {
+	s := newSim(1.5, 100*time.Millisecond, 0)
+	s.run(300 * time.Millisecond) // steady: the extra slot opens and closes
+	start := s.t
+	s.fanOut = func(t int64) float64 {
+		if t-start < int64(40*time.Millisecond) {
+			return 2
+		}
+		return 0
+	}
+	s.run(40 * time.Millisecond)
+	if s.p.open {
+		t.Fatal("the extra slot is open during a burst of 3 cores on a 1.5-CPU quota")
+	}
+	end := s.t
+	for !s.p.open && s.t-end < int64(200*time.Millisecond) {
+		s.run(time.Millisecond)
+	}
+	if reopen := time.Duration(s.t - end); reopen > 20*time.Millisecond {
+		t.Errorf("the extra slot reopened %v after the burst, want within 20 ms (a bounded debt)", reopen)
 	}
 }
