@@ -440,8 +440,10 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 	if beside {
 		// The team's rule: every latency claim alone and beside another
 		// CPU-bound process (a nice-0 busy loop in the bench's cgroup,
-		// where the server runs too).
-		r.besideAt(s, realserverVariants, "stock", cc, estimate, once)
+		// where the server runs too). The semaphore calibrates it: beside
+		// the busy loop the stock server kept up with none of the
+		// descent's rates (seed 2428), its backlog growing without bound.
+		r.besideAt(s, realserverVariants, realserverControl, cc, estimate, once)
 	}
 	r.inQuotaCase(s, func(g *cgroup.Group) { group = g }, func(qv []struct{ name, desc string }) {
 		qchecks := func() []check { return realserverChecks(loads, quotaSuffix(), slo.Seconds()) }
