@@ -472,19 +472,26 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 	return s, nil
 }
 
+// realPeersAt names the peers of a real-server case (suf: "", the quota
+// case's or the competitor's suffix) at level l, the alternatives of its
+// comparisons, and its A/A control: the semaphore and its second run.
+func realPeersAt(suf string, l float64) (alts []string, aa [2]string) {
+	at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
+	for _, p := range realserverPeers {
+		alts = append(alts, p.name+at)
+	}
+	return alts, [2]string{realserverControl + at, realserverControl + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
+}
+
 // realserverBesideChecks: at besideLevel beside the competitor cc,
 // cpuwork against the best peer on the p99 of all requests, with the
 // share unanswered beside it.
 func realserverBesideChecks(cc competition) []check {
 	at := fmt.Sprintf("%s@%.0f%%", cc.suffix(), besideLevel*100)
-	var alts []string
-	for _, p := range realserverPeers {
-		alts = append(alts, p.name+at)
-	}
+	alts, aa := realPeersAt(cc.suffix(), besideLevel)
 	lvl := fmt.Sprintf("%.0f%% beside %s", besideLevel*100, cc.Name)
 	return []check{
-		{label: lvl + ": p99 of all requests (a shed one counted as never answered)", judged: "cpuwork" + at, against: alts, metric: "p99_all_s",
-			aa: [2]string{realserverControl + at, realserverControl + cc.suffix() + aaSuffix + fmt.Sprintf("@%.0f%%", besideLevel*100)}},
+		{label: lvl + ": p99 of all requests (a shed one counted as never answered)", judged: "cpuwork" + at, against: alts, metric: "p99_all_s", aa: aa},
 		{label: lvl + ": unanswered (shed or failed)", judged: "cpuwork" + at, metric: "unanswered_share", limit: 0.01, unit: "%"},
 	}
 }
@@ -583,11 +590,7 @@ func realserverChecks(loads []float64, suf string, target float64) []check {
 	var cs []check
 	for _, l := range loads {
 		at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
-		var alts []string
-		for _, p := range realserverPeers {
-			alts = append(alts, p.name+at)
-		}
-		aa := [2]string{realserverControl + at, realserverControl + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
+		alts, aa := realPeersAt(suf, l)
 		lvl := fmt.Sprintf("%s%.0f%%", where, l*100)
 		if l <= 1 {
 			cs = append(cs,

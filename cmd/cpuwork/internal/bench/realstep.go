@@ -107,11 +107,7 @@ func realStepChecks(levels []float64, suf string, goal float64) []check {
 	var cs []check
 	for _, l := range levels {
 		at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
-		var alts []string
-		for _, p := range realserverPeers {
-			alts = append(alts, p.name+at)
-		}
-		aa := [2]string{realserverControl + at, realserverControl + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
+		alts, aa := realPeersAt(suf, l)
 		lvl := fmt.Sprintf("%sstep %.0f%% to %.0f%%", where, realStepFrom*100, l*100)
 		cs = append(cs,
 			check{label: lvl + ": p99 of served after the step", judged: "cpuwork" + at, against: alts, metric: "p99_after_step_s", aa: aa},

@@ -35,9 +35,6 @@ const (
 	// bound), -1 when it missed at the first (at most that rate: an upper
 	// bound), absent when interpolated.
 	capacityBoundKey = "capacity_objective_bound"
-	// capacityOfCalibration is the capacity as a share of the round's
-	// calibrated capacity.
-	capacityOfCalibration = "capacity_objective_of_calibration"
 )
 
 // searchStepsPerRound is what the progress counts for a round's search:
@@ -68,13 +65,12 @@ type searching struct {
 }
 
 // record stores the variant's capacity c (requests/s) and its bound on
-// its host repeat.
-func (st *searching) record(c, calibrated float64, bound int) {
+// its host repeat (whose capacity_per_s is the round's calibration).
+func (st *searching) record(c float64, bound int) {
 	if st.host.Extra == nil {
 		st.host.Extra = map[string]float64{}
 	}
 	st.host.Extra[capacityMetric] = c
-	st.host.Extra[capacityOfCalibration] = c / calibrated
 	if bound != 0 {
 		st.host.Extra[capacityBoundKey] = float64(bound)
 	}
@@ -115,7 +111,7 @@ func (r *Runner) searchCapacity(s *Scenario, order []string, first map[string]in
 		st := &searching{name: name, host: host, rate: rate, share: share,
 			trace: []string{fmt.Sprintf("%.0f/s %.1f%%", rate, 100*share)}}
 		if share < meetsShare {
-			st.record(rate, capacity, -1)
+			st.record(rate, -1)
 			done = append(done, st)
 			continue
 		}
@@ -155,13 +151,13 @@ func (r *Runner) searchCapacity(s *Scenario, order []string, first map[string]in
 				next = append(next, st)
 				continue
 			}
-			st.record(interpolate(st.rate, st.share, sent, share), capacity, 0)
+			st.record(interpolate(st.rate, st.share, sent, share), 0)
 			done = append(done, st)
 		}
 		in = next
 	}
 	for _, st := range in {
-		st.record(st.rate, capacity, +1)
+		st.record(st.rate, +1)
 		done = append(done, st)
 	}
 	var parts []string
