@@ -15,12 +15,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
 	"github.com/cpuwork/cpuwork/schedstat"
+	"golang.org/x/sync/semaphore"
 )
 
 // The inference scenario: the first field report's service, an HTTP
@@ -122,7 +124,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	// threads.
 	loads := r.loadLevels(inferenceLoads)
 	_, beside := r.besideCase(loads)
-	checks := func() []check { return inferenceChecks(loads, slo.Seconds(), false) }
+	checks := func() []check { return inferenceChecks(loads, slo.Seconds(), false, quotaCase{}) }
 	r.search = true
 	defer func() { r.search = false }()
 	r.afterShare = besideShare(r, inferenceVariants, loads)
@@ -135,8 +137,13 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	if beside {
 		r.besideAt(s, inferenceVariants, "pool", besideCompetition, estimate, once)
 	}
-	if runtime.NumCPU() >= 2 && len(r.cfg.LoadGen) > 0 && r.cfg.Thorough {
-		r.inferenceUnderQuota(s, float64(runtime.NumCPU())/2, medianCapacity(cals), 0.8, serving{slo, single}, bodies)
+	frac := fractionalQuota()
+	if runtime.NumCPU() >= 2 && len(r.cfg.LoadGen) > 0 {
+		if r.cfg.Thorough {
+			r.inferenceUnderQuota(s, quotaCase{quota: float64(runtime.NumCPU()) / 2, load: 0.8, runFactor: quotaRunFactor,
+				variants: append(slices.Clone(inferenceVariants), inferenceQuotaExtras...)}, medianCapacity(cals), serving{slo, single}, bodies)
+		}
+		r.inferenceUnderQuota(s, frac, medianCapacity(cals), serving{slo, single}, bodies)
 	}
 	for _, l := range loads {
 		for _, suf := range []string{"", besideCompetition.suffix()} {
@@ -151,8 +158,34 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 			}
 		}
 	}
-	judge(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil))
+	judge(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil, frac))
 	return s, nil
+}
+
+// quotaCase is one of the inference scenario's cases in a cgroup: its
+// quota in cores, its load in fractions of the capacity scaled to the
+// quota, its runs' length in level durations and its variants.
+type quotaCase struct {
+	quota, load float64
+	runFactor   int
+	variants    []struct{ name, desc string }
+}
+
+// at is the suffix of the case's variant names.
+func (q quotaCase) at() string { return fmt.Sprintf("+quota%.1f@%.0f%%", q.quota, q.load*100) }
+
+// fractionalQuota is the case of long tasks that cannot yield (one cgo
+// call per image) under a fractional quota, three quarters of the host's
+// cores (1.5 CPUs on 2), in 2x overload: cpuwork against the admitter a
+// team writes (a semaphore and a bounded queue) and the field report's
+// pool, with the semaphore's A/A control. Part of the default run.
+func fractionalQuota() quotaCase {
+	return quotaCase{quota: 0.75 * float64(runtime.NumCPU()), load: 2, runFactor: 2, variants: []struct{ name, desc string }{
+		inferenceVariants[1], // pool
+		{"sem", "the admitter a team writes in front of the handler (imgproxy's): an x/sync semaphore of GOMAXPROCS workers and a queue of 2x that, 503 beyond, before the body is read; a request runs its images one after another"},
+		{"sem" + aaSuffix, "the same as sem, run again in the same rounds: the A/A control"},
+		inferenceVariants[2], // cpuwork
+	}}
 }
 
 // inferenceChecks: cpuwork (the docs' way) against the best of a goroutine
@@ -166,7 +199,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 // alone and beside one), in a 1.0-CPU cgroup at 80 % <= 1.0x with <= 5 %
 // of periods throttled (issue 20's targets), and the capacity at a p99
 // target (C1: 2.5x requests per second) >= the best alternative's.
-func inferenceChecks(loads []float64, target float64, quota bool) []check {
+func inferenceChecks(loads []float64, target float64, quota bool, frac quotaCase) []check {
 	cs := loadChecks(loads, "pool", "p99_all_s", "unanswered_share", "unanswered (shed or failed)")
 	for _, l := range loads {
 		if l == 0.8 || l == 0.95 {
@@ -180,6 +213,16 @@ func inferenceChecks(loads []float64, target float64, quota bool) []check {
 			check{label: "1.0-CPU cgroup at 80%: p99 of all requests (a shed one counted as never answered)", judged: "cpuwork+quota1.0@80%", against: []string{"naive+quota1.0@80%", "pool+quota1.0@80%"}, metric: "p99_all_s"},
 			answeredCheck("1.0-CPU cgroup at 80%", "cpuwork+quota1.0@80%"),
 			check{label: "1.0-CPU cgroup at 80%: throttled periods", judged: "cpuwork+quota1.0@80%", metric: "throttled_share", limit: 0.05})
+	}
+	if at := frac.at(); frac.quota > 0 {
+		where := fmt.Sprintf("%.1f-CPU cgroup at %.0f%%", frac.quota, frac.load*100)
+		alts := []string{"sem" + at, "pool" + at}
+		aa := [2]string{"sem" + at, "sem" + aaSuffix + at}
+		cs = append(cs,
+			check{label: where + ": goodput within the objective, CPU-s of work per s", judged: "cpuwork" + at, against: alts, metric: "goodput_cpu_per_s", higher: true, aa: aa},
+			check{label: where + ": p99 of served", judged: "cpuwork" + at, against: alts, metric: "p99", aa: aa},
+			check{label: where + ": quota used", judged: "cpuwork" + at, metric: "quota_used", higher: true, limit: 0.95, unit: "%", floor: "sem" + at},
+			check{label: where + ": served after the objective", judged: "cpuwork" + at, metric: "served_late_share", limit: 0.01, unit: "%"})
 	}
 	if slices.Contains(loads, searchSteps[0]) {
 		cs = append(cs, capacityCheck("", "", target, []string{"naive", "pool"}, "pool"))
@@ -261,8 +304,10 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 	// arrive, when set, marks a request's arrival in its context (before
 	// its body is read).
 	var arrive func(ctx context.Context, images int) context.Context
-	// allow, when set, is the door's verdict before the body is read.
+	// allow, when set, is the door's verdict before the body is read;
+	// leave, when set, runs when a request allow let in is done.
 	var allow func(ctx context.Context, c cpuwork.Class) error
+	var leave func()
 	closeFn := sess.Close
 	switch variant {
 	case "naive":
@@ -304,6 +349,34 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			return first
 		}
 		closeFn = func() { close(jobs); wg.Wait(); sess.Close() }
+	case "sem":
+		// The admitter a team writes in front of the handler (imgproxy's):
+		// an x/sync semaphore of GOMAXPROCS workers, a queue of 2x that,
+		// 503 beyond, decided before the body is read; a request runs its
+		// images one after another on its worker.
+		gmp := runtime.GOMAXPROCS(0)
+		sem := semaphore.NewWeighted(int64(gmp))
+		var inside atomic.Int64
+		run = func(ctx context.Context, _ cpuwork.Class, imgs [][]float32) error {
+			if err := sem.Acquire(ctx, 1); err != nil {
+				return cpuwork.ErrSaturated // the client is gone
+			}
+			defer sem.Release(1)
+			for _, img := range imgs {
+				if err := infer(img); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		allow = func(context.Context, cpuwork.Class) error {
+			if inside.Add(1) > int64(3*gmp) {
+				inside.Add(-1)
+				return cpuwork.ErrSaturated
+			}
+			return nil
+		}
+		leave = func() { inside.Add(-1) }
 	case "cpuwork", "cpuwork-strict":
 		watch := time.Duration(-1) // a fixed slot count: no budget following
 		if slots == 0 {
@@ -374,6 +447,9 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 					respond(w, err)
 					return
 				}
+				if leave != nil {
+					defer leave()
+				}
 			}
 			body, err := io.ReadAll(io.LimitReader(req.Body, int64(4*n*images+1)))
 			if err != nil || len(body) != 4*n*images {
@@ -432,7 +508,8 @@ func ServeInference(w io.Writer, stdin io.Reader, variant string, slo, perImage 
 // with a quota of quota cores (below the host's CPUs) at load × its
 // capacity there, and records the throttled share of CFS periods of each
 // run. Needs root (it is skipped with the reason otherwise).
-func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64, sv serving, bodies []string) {
+func (r *Runner) inferenceUnderQuota(s *Scenario, qc quotaCase, capacity float64, sv serving, bodies []string) {
+	quota, load := qc.quota, qc.load
 	if os.Geteuid() != 0 {
 		s.Notes = append(s.Notes, "quota cases not measured: creating a cgroup needs root")
 		return
@@ -449,10 +526,10 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 	// requests, whose p99 is their second largest latency: the quota
 	// runs are quotaRunFactor times longer.
 	defer func(d time.Duration) { r.loadDur = d }(r.loadDur)
-	r.loadDur *= quotaRunFactor
+	r.loadDur *= time.Duration(qc.runFactor)
 	var vs []*Variant
-	for _, pv := range append(slices.Clone(inferenceVariants), inferenceQuotaExtras...) {
-		if !r.wants(pv.name) {
+	for _, pv := range qc.variants {
+		if !r.wants(strings.TrimSuffix(pv.name, aaSuffix)) {
 			continue
 		}
 		v := &Variant{Name: fmt.Sprintf("%s+quota%.1f@%.0f%%", pv.name, quota, load*100), Description: pv.desc, Valid: true}
@@ -463,21 +540,22 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, quota, capacity, load float64,
 		for _, v := range shuffledOf(r, vs) {
 			r.step(fmt.Sprintf("inference: %s (pair %d)", v.Name, round+1))
 			base, _, _ := strings.Cut(v.Name, "+")
-			if err := r.inferenceInGroup(v, g, self, base, sv, rate, bodies); err != nil {
+			if err := r.inferenceInGroup(v, g, self, strings.TrimSuffix(base, aaSuffix), quota, sv, rate, bodies); err != nil {
 				v.Valid, v.Invalid = false, err.Error()
 			}
 		}
 	}
 	for _, v := range vs {
 		finishLoadVariant(v) // the shed share and goodput of the offer, as at the load levels
+		v.medianExtra("quota_used") // the column: the repeats' median
 		if vs[0].Name == fmt.Sprintf("naive+quota%.1f@%.0f%%", quota, load*100) {
 			v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
 		}
 	}
-	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with its default Quota policy; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the median of the repeats' measured capacities scaled to the quota, each run %d times a level's duration (%s); their CPU column is the server process's", quota, runtime.NumCPU(), wholeRate(rate), load*100, quotaRunFactor, r.loadDur))
+	s.Notes = append(s.Notes, fmt.Sprintf("quota cases: each server in its own process in a %.1f-CPU cgroup (GOMAXPROCS and slots from that budget: the runtime gives max(2, ceil(quota)) Ps, the executor follows the budget with its default Quota policy; ONNX Runtime's default pool still sizes to the host's %d cores), at %.0f/s = %.0f%% of the median of the repeats' measured capacities scaled to the quota, each run %d times a level's duration (%s); their CPU column is the server process's, quota used its CPU over the quota times the run's wall time", quota, runtime.NumCPU(), wholeRate(rate), load*100, qc.runFactor, r.loadDur))
 }
 
-func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, sv serving, rate float64, bodies []string) error {
+func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant string, quota float64, sv serving, rate float64, bodies []string) error {
 	defer pinForChildren()()
 	cmd, done, err := inGroup(self, g, "inference-server", "--variant", variant, "--slo", sv.slo.String(), "--per-image", sv.perImage.String())
 	if err != nil {
@@ -508,14 +586,20 @@ func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant str
 	// The CPU that counts is the server's: its threads' on-CPU time
 	// (/proc/PID/task/*/schedstat), not the bench's own.
 	t0, terr := schedstat.ReadThreads(cmd.Process.Pid)
+	start := time.Now()
 	if err := r.loadAt(v, "inference", addr, rate, r.cfg.LoadGen, bodies...); err != nil {
 		return err
 	}
+	wall := time.Since(start)
 	if t1, err := schedstat.ReadThreads(cmd.Process.Pid); terr == nil && err == nil && len(v.Repeats) > 0 {
 		server := t1.Sub(t0).OnCPU.Seconds()
 		rp := &v.Repeats[len(v.Repeats)-1]
 		v.CPU += server - rp.CPUS
 		rp.CPUS = server
+		v.setRepeatExtra("quota_used", server/(quota*wall.Seconds()))
+		if g, ok := rp.Extra["goodput_cpu_per_s"]; ok {
+			v.setRepeatExtra("goodput_of_quota", g/quota)
+		}
 	}
 	after, err := g.Stat()
 	if err != nil {

@@ -218,7 +218,7 @@ func extraColumns(scenario string) []column {
 			{"shed_share", "shed %", func(x float64) string { return fmt.Sprintf("%.1f%%", x*100) }}, {"errors", "errors", count},
 		}
 		if scenario == "inference" {
-			cols = append(cols, column{"throttled_share", "thr %", pct})
+			cols = append(cols, column{"throttled_share", "thr %", pct}, column{"quota_used", "quota used", pct})
 		}
 		return cols
 	}

@@ -310,15 +310,7 @@ func (r *Runner) quotaOnce(v *Variant, qv quotaVariant, q float64, rounds, gorou
 	if v.WallS > 0 {
 		v.setExtra("quota_used_run", v.CPU/(q*v.WallS))
 	}
-	var used []float64
-	for _, rp := range v.Repeats {
-		if x, ok := rp.Extra["quota_used"]; ok {
-			used = append(used, x)
-		}
-	}
-	if len(used) > 0 {
-		v.setExtra("quota_used", median(used)) // the column: the repeats' median
-	}
+	v.medianExtra("quota_used")
 	return nil
 }
 
@@ -331,4 +323,18 @@ func withoutEnv(env []string, key string) []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// medianExtra sets the variant's key (its column) to the median of its
+// repeats' values of key, when any repeat has one.
+func (v *Variant) medianExtra(key string) {
+	var xs []float64
+	for _, rp := range v.Repeats {
+		if x, ok := rp.Extra[key]; ok {
+			xs = append(xs, x)
+		}
+	}
+	if len(xs) > 0 {
+		v.setExtra(key, median(xs))
+	}
 }

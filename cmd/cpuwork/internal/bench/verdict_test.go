@@ -234,7 +234,7 @@ func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 		"neighbour": neighbourChecks(),
 		"service":   serviceChecks([]float64{0.5, 0.8, 2}, 0.1),
 	}
-	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 2}, 0.1, true) {
+	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 2}, 0.1, true, quotaCase{quota: 1.5, load: 2}) {
 		if c.of == nil || c.metric == capacityMetric {
 			decls["inference"] = append(decls["inference"], c)
 		}
