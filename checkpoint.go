@@ -195,8 +195,11 @@ func (tc *taskCtx) check(ctx context.Context) error {
 	switch {
 	case busy && !runnable && networkArrived(t):
 		// A request arrived on a watched connection (WatchListener) and
-		// no P will poll the network soon: park so this P does.
-		tc.pause(parkForNetwork)
+		// no P will poll the network soon: park so this P does, with the
+		// slot given up meanwhile so the request's task can take it.
+		if err := e.parkOffSlot(ctx, tc); err != nil {
+			return err
+		}
 	case busy && (runnable || (e.yieldAfter > 0 && t-tc.lastGs >= e.yieldAfter)):
 		tc.pause(runtime.Gosched)
 	}
@@ -306,43 +309,96 @@ func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
 		e.g.unlock()
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}
-	t := now()
-	if tc.weight != 0 {
-		e.charge(tc, t)
-	}
-	s := &e.stats[tc.class]
-	s.yields.Add(1)
-	w := &tc.w
-	if w.ready == nil {
-		w.ready = make(chan struct{}, 1)
-	}
-	w.requeued, tc.yielded = true, true
-	onWorker := w.kind == waitTask
-	if onWorker {
-		// This worker blocks without a slot; the slot it frees may go to
-		// an asynchronous task, which needs a worker to run on.
-		e.pools[tc.class.pool()].lendSpareLocked()
-	}
-	w.enq = t
-	// The slot-time estimate goes back with the slot: once w is queued,
-	// another release may grant it a slot (and a new estimate) at once.
-	est := w.est
-	w.est = 0
-	e.g.enqueueLocked(w)
+	e.stats[tc.class].yields.Add(1)
+	est, onWorker := e.leaveSlotLocked(tc, now())
+	e.g.enqueueLocked(&tc.w)
 	e.g.unlock()
 	var ta *taskAccount
 	if tc.accounted {
 		ta = e.accountPause(tc, gapQueue)
 	}
 	e.releaseSlot(tc.class, &est)
+	err := e.await(ctx, &tc.w)
+	ta.resume()
+	return e.slotBack(tc, onWorker, err)
+}
+
+// parkOffSlot is Checkpoint's park for the network (parkForNetwork) with
+// tc's slot given up for the park: the request that arrived finds a free
+// slot instead of queueing behind a parked task, and the park's idle P
+// costs the task's class no slot. After the park tc takes a slot again
+// if one is free and nobody waits, else it queues at its due's place in
+// its class as at a hand-over (yield), with the same errors. A task that
+// cannot give its slot up (For helpers share it, or the executor is
+// closing) parks holding it.
+func (e *Executor) parkOffSlot(ctx context.Context, tc *taskCtx) error {
+	e.g.lock()
+	if e.g.isClosed() || tc.shared.Load() != 0 || tc.noSlot != holdsSlot {
+		e.g.unlock()
+		tc.pause(parkForNetwork)
+		return nil
+	}
+	est, onWorker := e.leaveSlotLocked(tc, now())
+	e.g.unlock()
+	e.releaseSlot(tc.class, &est)
+	tc.pause(parkForNetwork)
+	w := &tc.w
+	w.enq = now() // its wait for the slot starts after the park
+	if e.g.tryAcquireFor(tc.class) {
+		return e.slotBack(tc, onWorker, nil)
+	}
+	e.g.lock()
+	e.g.enqueueLocked(w)
+	e.g.dispatchLocked() // a slot freed since tryAcquireFor
+	e.g.unlockAndWake()
+	var ta *taskAccount
+	if tc.accounted {
+		ta = e.accountPause(tc, gapQueue)
+	}
 	err := e.await(ctx, w)
 	ta.resume()
+	return e.slotBack(tc, onWorker, err)
+}
+
+// leaveSlotLocked prepares tc, about to give its slot up at t, to queue
+// for one again: its slot period is charged, its waiter marked re-queued,
+// and its worker (a Go task's) lent to its pool meanwhile. It returns the
+// slot-time estimate that goes back with the slot (once w is queued,
+// another release may grant it a slot and a new estimate at once), and
+// whether tc runs on a worker.
+func (e *Executor) leaveSlotLocked(tc *taskCtx, t int64) (est int64, onWorker bool) {
+	if tc.weight != 0 {
+		e.charge(tc, t)
+	}
+	w := &tc.w
+	if w.ready == nil {
+		w.ready = make(chan struct{}, 1)
+	}
+	w.requeued, tc.yielded = true, true
+	onWorker = w.kind == waitTask
+	if onWorker {
+		// This worker blocks without a slot; the slot it frees may go to
+		// an asynchronous task, which needs a worker to run on.
+		e.pools[tc.class.pool()].lendSpareLocked()
+	}
+	w.enq = t
+	est, w.est = w.est, 0
+	return est, onWorker
+}
+
+// slotBack ends a wait for a slot given up at a Checkpoint (yield,
+// parkOffSlot): err is the wait's outcome. On success tc holds a slot
+// again and its new slot period begins; on an error tc holds none
+// (lostByClose after ErrClosed, lostByCtx otherwise).
+func (e *Executor) slotBack(tc *taskCtx, onWorker bool, err error) error {
+	w := &tc.w
 	w.requeued = false
 	if onWorker {
 		e.g.lock()
 		e.pools[tc.class.pool()].returnSpareLocked()
 		e.g.unlock()
 	}
+	s := &e.stats[tc.class]
 	if err != nil {
 		tc.noSlot = lostByCtx
 		if err == ErrClosed {

@@ -29,13 +29,17 @@ import (
 // that set at most every netPollInterval whether anything arrived (one
 // epoll_wait with a zero timeout, ~0.4 µs by
 // BenchmarkNetworkPollNothingArrived, by one task of the process at a
-// time). When something did, the task parks its goroutine for ~30 µs on
-// a timerfd that the runtime's own netpoller watches: its P, with empty
-// run queues, polls the network at once and runs the goroutines of the
-// connections that became ready (the request's handler then queues for a
-// slot like any other task, and Checkpoint's hand-over lets it in), and
-// the timerfd's expiry wakes the task through the same netpoller. Cost:
-// nothing without a watched listener; with one, one zero-timeout
+// time). When something did, the task gives its slot up and parks its
+// goroutine for ~30 µs on a timerfd that the runtime's own netpoller
+// watches (parkOffSlot): its P, with empty run queues, polls the network
+// at once and runs the goroutines of the connections that became ready;
+// the request's handler finds the slot the task gave up and runs on it,
+// and the timerfd's expiry wakes the task through the same netpoller,
+// which then takes a slot again or queues for one at its due's place.
+// (A task that held its slot through the park left the handler waiting
+// for the park's end and a hand-over, its P idle meanwhile: measured in
+// docs/architecture.md, "Network wake-ups".)
+// Cost: nothing without a watched listener; with one, one zero-timeout
 // epoll_wait per netPollInterval per process, and per arrival that finds
 // every P busy one park of the task (~60-220 µs with the kernel's 50 µs
 // timer slack).

@@ -158,3 +158,84 @@ func readNetWatch() (n struct{ Watched, Unwatched, Polls, Wakes uint64 }) {
 	n.Polls, n.Wakes = netStats.polls.Load(), netStats.wakes.Load()
 	return n
 }
+
+// A task parked so its P polls the network gives its slot up for the
+// park: a Critical request that arrives while every slot runs Batch work
+// takes the parked task's slot at once, without a hand-over. Holding the
+// slot through the park, every request waited for the park to end and a
+// Checkpoint to hand a slot over (a Batch yield per request).
+func TestANetworkParkGivesTheSlotUp(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("WatchListener watches only on Linux")
+	}
+	P := runtime.GOMAXPROCS(0)
+	e := newExec(t, Options{Slots: P, WatchInterval: -1})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := WatchListener(ln)
+	defer wl.Close()
+	go func() {
+		for {
+			c, err := wl.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				b := []byte{0}
+				for {
+					if _, err := io.ReadFull(c, b); err != nil {
+						return
+					}
+					e.Do(context.Background(), Critical, func(context.Context) error { return nil })
+					if _, err := c.Write(b); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range P {
+		wg.Go(func() {
+			e.Do(ctx, Batch, func(ctx context.Context) error {
+				for ctx.Err() == nil {
+					spin(20 * time.Microsecond)
+					Checkpoint(ctx)
+				}
+				return nil
+			})
+		})
+	}
+	defer func() { stop(); wg.Wait() }()
+
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(30 * time.Second))
+	const n = 40
+	b := []byte{7}
+	for i := range n {
+		if _, err := c.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(c, b); err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		time.Sleep(3 * time.Millisecond)
+	}
+	st := e.Stats()
+	crit, yields := st.Classes[Critical].Admitted, st.Classes[Batch].Yields
+	if crit != n {
+		t.Fatalf("%d Critical tasks admitted, want %d", crit, n)
+	}
+	if yields >= crit {
+		t.Errorf("%d Critical requests took %d Batch hand-overs: none found the slot a network park gave up", crit, yields)
+	}
+}
