@@ -24,20 +24,7 @@ func TestWatchedArrivalsWakeTheNetpollerWhileEveryPIsBusy(t *testing.T) {
 	defer closeEcho()
 
 	e := newExec(t, Options{Slots: P, WatchInterval: -1})
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range P {
-		wg.Go(func() {
-			e.Do(ctx, Batch, func(ctx context.Context) error {
-				for ctx.Err() == nil {
-					spin(20 * time.Microsecond)
-					Checkpoint(ctx)
-				}
-				return nil
-			})
-		})
-	}
-	defer func() { stop(); wg.Wait() }()
+	defer busyBatch(e, P)()
 
 	c, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -198,20 +185,7 @@ func TestANetworkParkGivesTheSlotUp(t *testing.T) {
 		}
 	}()
 
-	ctx, stop := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range P {
-		wg.Go(func() {
-			e.Do(ctx, Batch, func(ctx context.Context) error {
-				for ctx.Err() == nil {
-					spin(20 * time.Microsecond)
-					Checkpoint(ctx)
-				}
-				return nil
-			})
-		})
-	}
-	defer func() { stop(); wg.Wait() }()
+	defer busyBatch(e, P)()
 
 	c, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
@@ -238,4 +212,23 @@ func TestANetworkParkGivesTheSlotUp(t *testing.T) {
 	if yields >= crit {
 		t.Errorf("%d Critical requests took %d Batch hand-overs: none found the slot a network park gave up", crit, yields)
 	}
+}
+
+// busyBatch runs n Batch tasks on e that spin and call Checkpoint every
+// 20 µs until the returned stop is called (it waits for them).
+func busyBatch(e *Executor, n int) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			e.Do(ctx, Batch, func(ctx context.Context) error {
+				for ctx.Err() == nil {
+					spin(20 * time.Microsecond)
+					Checkpoint(ctx)
+				}
+				return nil
+			})
+		})
+	}
+	return func() { cancel(); wg.Wait() }
 }
