@@ -150,6 +150,13 @@ func invalidClass(c Class) error {
 // a slot is free and nobody waits; measured by BenchmarkDoUncontended,
 // figures in docs/performance.md.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
+	return e.do(ctx, c, 1, fn)
+}
+
+// do is Do for a task expected to run on span slots at once (a For
+// loop's caller: the queue counts its slot time as span times its run
+// time; waiter.slotWork).
+func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Context) error) error {
 	if err := e.checkArgs(ctx, c, fn); err != nil {
 		return err
 	}
@@ -164,7 +171,7 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 		return err
 	}
 	if c.runsOnWorker() {
-		t, err := e.submit(ctx, c, fn)
+		t, err := e.submit(ctx, c, span, fn)
 		if err != nil {
 			return err
 		}
@@ -173,7 +180,7 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 	}
 	s := &e.stats[c]
 	tc := &taskCtx{Context: ctx, e: e, class: c}
-	tc.w.class = c
+	tc.w.class, tc.w.span = c, int32(span)
 	if e.g.targetOf(c) != 0 {
 		tc.w.enq = now() // the arrival its class's target counts from
 	}

@@ -78,7 +78,7 @@ func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) 
 		}
 		return e.forBody(ctx, tc, n, fn, false)
 	}
-	return e.Do(ctx, c, func(ctx context.Context) error {
+	return e.do(ctx, c, min(n, e.forBound()), func(ctx context.Context) error {
 		return e.forBody(ctx, taskOf(ctx), n, fn, true)
 	})
 }
@@ -170,6 +170,9 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 	st := &forState{fn: fn, n: int64(n), class: tc.class, due: tc.due(), done: ctx.Done(), ctx: ctx,
 		finished: make(chan struct{})}
 	st.chunk.Store(1)
+	// Its helpers queue for slots of their own from here: if the caller
+	// queues again (a hand-over), it counts for its one slot.
+	tc.w.span = 1
 
 	// From here on, fn may run on helpers while the caller's task context
 	// is captured in fn: Checkpoint with that context stays on the safe

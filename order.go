@@ -40,10 +40,11 @@ import (
 //     earlier than a running task, so FIFO tasks run to completion.
 //  5. Refusing what would be late. A task with a target that must queue is
 //     refused at the door when its estimated completion (the work queued
-//     ahead of its place, divided by the slots (by the quota's cores while a
-//     fractional slot is paced), plus twice the spread of
-//     that sum, plus its own expected run time) is past its due; and a queued task with a target is taken out
-//     when it reaches the head of its class with less time left than its
+//     ahead of its place, a For loop's on every slot it will hold,
+//     divided by the slots (by the quota's cores while a fractional slot
+//     is paced), plus twice the spread of that sum, plus its own expected
+//     run time) is past its due; and a queued task with a target is taken
+//     out when it reaches the head of its class with less time left than its
 //     expected run time. Both return an error wrapping ErrSaturated and
 //     ErrDeadline. The expected run time is Target.Service when given,
 //     else the class's recent average slot time. A ctx deadline is
@@ -64,7 +65,9 @@ type Target struct {
 	// be done. 0 or negative: no latency target (Service is still used).
 	Latency time.Duration
 	// Service is the request's expected run time once it holds a slot
-	// (for a For loop: from its first slot to its end). 0 means unknown:
+	// (for a For loop: from its first slot to its end, on the slots it
+	// gets; while it waits, the queue counts it as that time on each of
+	// min(n, the loop's slot bound) slots). 0 means unknown:
 	// the class's recent average slot time stands in. Only its size
 	// relative to other requests' needs to be right: the executor scales
 	// it by the ratio of the slot times recent tasks of the class took to
@@ -513,6 +516,10 @@ type waiter struct {
 	// declared is the run time given with its target (Target.Service),
 	// ns, unscaled; 0: none.
 	declared int64
+	// span is how many slots the task runs on at once when it is a For
+	// loop's caller (its helpers' slots, up to the loop's bound), for
+	// the queue's slot time (slotWork); 0 or 1: one.
+	span int32
 	// due orders the waiters of a class: arrival + latency target, the
 	// arrival itself without a target (FIFO), see order.go. dueSet says
 	// it has been computed (a task admitted on the fast path computes it
@@ -558,7 +565,7 @@ type waitQueue struct {
 func (q *waitQueue) place(due int64) (after *waiter, ahead int, work int64) {
 	after, ahead, work = q.tail, q.n, q.work
 	for after != nil && after.due > due {
-		after, ahead, work = after.prev, ahead-1, work-after.work
+		after, ahead, work = after.prev, ahead-1, work-after.slotWork()
 	}
 	return after, ahead, work
 }
@@ -577,7 +584,7 @@ func (q *waitQueue) insertAfter(p, w *waiter) {
 		q.tail = w
 	}
 	q.n++
-	q.work += w.work
+	q.work += w.slotWork()
 }
 
 func (q *waitQueue) remove(w *waiter) {
@@ -593,7 +600,17 @@ func (q *waitQueue) remove(w *waiter) {
 	}
 	w.prev, w.next, w.queued = nil, nil, false
 	q.n--
-	q.work -= w.work
+	q.work -= w.slotWork()
+}
+
+// slotWork is the slot time w's task is expected to take: its expected
+// run time on each of the span slots it runs on at once (a For loop's
+// caller and helpers). It must not change while w is queued.
+func (w *waiter) slotWork() int64 {
+	if w.span > 1 {
+		return w.work * int64(w.span)
+	}
+	return w.work
 }
 
 func (q *waitQueue) popFront() *waiter {

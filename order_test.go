@@ -701,3 +701,36 @@ func TestTheDoorDividesByThePacedQuotaNotTheSlots(t *testing.T) {
 		}
 	}
 }
+
+// The door counts a queued For loop as the slot time of every slot it
+// will run on at once (its run time times min(n, the loop's bound)), not
+// as one slot's: behind a queued 4-index For of 100 ms on 2 slots (200 ms
+// of slot time, 100 ms of wait on 2 slots), an arrival due in 150 ms with
+// 60 ms to run cannot make it; behind a Do of the same run time (50 ms of
+// wait) it can.
+func TestTheDoorCountsAQueuedLoopOnEverySlotItWillHold(t *testing.T) {
+	for _, loop := range []bool{false, true} {
+		e := newExec(t, Options{Slots: 2})
+		release := hold(t, e, 2)
+		ahead := WithTarget(context.Background(), Target{Latency: 120 * time.Millisecond, Service: 100 * time.Millisecond})
+		done := make(chan error, 1)
+		go func() {
+			if loop {
+				done <- e.For(ahead, Interactive, 4, func(lo, hi int) error { return nil })
+			} else {
+				done <- e.Do(ahead, Interactive, func(context.Context) error { return nil })
+			}
+		}()
+		waitQueued(t, e, Interactive, 1)
+		dl, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+		err := e.Allow(WithTarget(dl, Target{Service: 60 * time.Millisecond}), Interactive)
+		cancel()
+		release()
+		if err := <-done; err != nil {
+			t.Fatalf("the task ahead: %v", err)
+		}
+		if refused := errors.Is(err, ErrDeadline); refused != loop {
+			t.Errorf("behind a queued For %v: Allow = %v, want refused %v", loop, err, loop)
+		}
+	}
+}
