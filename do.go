@@ -18,7 +18,7 @@ const sampleEvery = 8
 // taskCtx is the context a task's fn receives. It carries the task's slot,
 // so Checkpoint can hand the slot over and a nested Do or For on the same
 // executor runs on it instead of waiting for a second slot.
-// (Fields are ordered to pack: the whole struct is one 160-byte
+// (Fields are ordered to pack: the whole struct is one 168-byte
 // allocation per task.)
 type taskCtx struct {
 	context.Context
