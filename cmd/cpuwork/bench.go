@@ -55,7 +55,7 @@ rounds: an estimate with its 95 % confidence interval, against the
 equivalence margin an A/A control (the best alternative against itself)
 measured in the same run. A scenario runs 3 pairs, then more, up to 12,
 while a comparison is inconclusive and its share of the run's time allows:
-the default suite takes 9.5-10 minutes on 2 cores. --thorough runs every
+the default suite takes about 11 minutes on 2 cores. --thorough runs every
 variant, longer runs and up to 24 pairs (a publication run); --quick is a
 smoke test of a minute or two that prints no verdicts.
 The report directory gets index.html (plots, opens offline), results.json
