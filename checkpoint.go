@@ -46,9 +46,11 @@ import (
 //  4. With a listener served through WatchListener, when every P is busy
 //     and no goroutine is runnable, one task of the process per
 //     netPollInterval asks the watched connections whether a request
-//     arrived (~0.4 µs) and, if one did, parks ~30 µs so its P polls the
-//     network at once, instead of the request waiting for sysmon's 10 ms
-//     poll (see WatchListener).
+//     arrived (~0.4 µs) and, if one did, gives its slot up and parks
+//     ~30 µs so its P polls the network at once, instead of the request
+//     waiting for sysmon's 10 ms poll (see WatchListener); the request's
+//     task can take the slot meanwhile. After the park it takes a slot
+//     again, queuing at its own due's place in its class if none is free.
 //
 // Cost: a few nanoseconds when nobody waits (docs/performance.md): a type
 // assertion, one atomic load and a counter; the clock is read only every
