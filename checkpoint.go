@@ -41,8 +41,10 @@ import (
 //     runtime.Gosched so the P runs its due timers: timers are only run
 //     when a P enters the scheduler, so busy workers delay every timer on
 //     their Ps (Go issue 38860). A due timer does not count as a runnable
-//     goroutine until a P runs it, so step 2 cannot see it. (~140 ns per
-//     Gosched: 0.35 % of the task's time at 40 µs.)
+//     goroutine until a P runs it, so step 2 cannot see it. A task's
+//     first clock read yields at once, since the P's last yield (by the
+//     goroutine's previous task) is not known. (~140 ns per Gosched:
+//     0.35 % of the task's time at 40 µs.)
 //  4. With a listener served through WatchListener, when every P is busy
 //     and no goroutine is runnable, one task of the process per
 //     netPollInterval asks the watched connections whether a request
@@ -186,7 +188,11 @@ func (tc *taskCtx) check(ctx context.Context) error {
 	}
 	tc.lastChk = t
 	if tc.lastGs == 0 {
-		tc.lastGs = t
+		// The task's first clock read: when its P last yielded is not
+		// known (the goroutine's previous task may have run up to a yield
+		// interval since its own last yield), so the interval counts as
+		// elapsed: a loop of short tasks yields as often as one long one.
+		tc.lastGs = t - e.yieldAfter
 	}
 	if tc.accounted {
 		if v, ok := e.acct.active.Load(tc); ok {
@@ -203,7 +209,7 @@ func (tc *taskCtx) check(ctx context.Context) error {
 			return err
 		}
 	case busy && (runnable || (e.yieldAfter > 0 && t-tc.lastGs >= e.yieldAfter)):
-		tc.pause(runtime.Gosched)
+		tc.pause(yieldP)
 	}
 	if e.g.overCommitted() && tc.noSlot == holdsSlot && tc.shared.Load() == 0 {
 		// More tasks run than there are slots (the fractional quota's
@@ -273,6 +279,10 @@ func schedNow(t int64) (runnable, busy bool) {
 	sampler.busy.Store(b)
 	return n > 0, b
 }
+
+// yieldP is how Checkpoint yields the P (runtime.Gosched; a counter in
+// tests).
+var yieldP = runtime.Gosched
 
 // pause runs wait (a Gosched or a park for the network) with the task's
 // accounting paused around it, and restarts the yield interval.

@@ -197,3 +197,27 @@ func TestNewSetsTheDefaultCheckpointYield(t *testing.T) {
 		t.Fatalf("checkpointYield 100µs: New set %v", time.Duration(e.yieldGap))
 	}
 }
+
+// A task's first Checkpoint yields the P when every P is busy: when the P
+// last yielded is not known (the goroutine's previous task may have run
+// up to a yield interval since its own yield), so a loop of short tasks
+// yields as often as one long task. Holding its first yield for a whole
+// interval from its start let a P run up to two intervals without one.
+func TestATasksFirstCheckpointYieldsWhenEveryPIsBusy(t *testing.T) {
+	var yields atomic.Int64
+	defer func(f func()) { yieldP = f }(yieldP)
+	yieldP = func() { yields.Add(1) }
+	e := newExec(t, Options{Slots: 1, WatchInterval: -1})
+	for range 3 {
+		// Every P busy, nothing runnable, as sampled just now.
+		sampler.busy.Store(true)
+		sampler.runnable.Store(0)
+		sampler.last.Store(now())
+		if err := e.Do(context.Background(), Batch, func(ctx context.Context) error { return Checkpoint(ctx) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := yields.Load(); got != 3 {
+		t.Errorf("3 tasks' first Checkpoints with every P busy yielded %d times, want 3", got)
+	}
+}
