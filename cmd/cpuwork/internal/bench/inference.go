@@ -546,7 +546,7 @@ func (r *Runner) inferenceUnderQuota(s *Scenario, qc quotaCase, capacity float64
 		}
 	}
 	for _, v := range vs {
-		finishLoadVariant(v) // the shed share and goodput of the offer, as at the load levels
+		finishLoadVariant(v)        // the shed share and goodput of the offer, as at the load levels
 		v.medianExtra("quota_used") // the column: the repeats' median
 		if vs[0].Name == fmt.Sprintf("naive+quota%.1f@%.0f%%", quota, load*100) {
 			v.Ratio = ratiosTo(v, vs[0]) // vs[0] is naive under the same quota
