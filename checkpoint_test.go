@@ -208,11 +208,13 @@ func TestATasksFirstCheckpointYieldsWhenEveryPIsBusy(t *testing.T) {
 	defer func(f func()) { yieldP = f }(yieldP)
 	yieldP = func() { yields.Add(1) }
 	e := newExec(t, Options{Slots: 1, WatchInterval: -1})
+	// Every P busy, nothing runnable, as if sampled just now and held so
+	// however slowly the test runs; a fresh sample is taken afterwards.
+	defer sampler.last.Store(0)
 	for range 3 {
-		// Every P busy, nothing runnable, as sampled just now.
 		sampler.busy.Store(true)
 		sampler.runnable.Store(0)
-		sampler.last.Store(now())
+		sampler.last.Store(now() + int64(time.Hour))
 		if err := e.Do(context.Background(), Batch, func(ctx context.Context) error { return Checkpoint(ctx) }); err != nil {
 			t.Fatal(err)
 		}

@@ -597,9 +597,6 @@ func (r *Runner) inferenceInGroup(v *Variant, g *cgroup.Group, self, variant str
 		v.CPU += server - rp.CPUS
 		rp.CPUS = server
 		v.setRepeatExtra("quota_used", server/(quota*wall.Seconds()))
-		if g, ok := rp.Extra["goodput_cpu_per_s"]; ok {
-			v.setRepeatExtra("goodput_of_quota", g/quota)
-		}
 	}
 	after, err := g.Stat()
 	if err != nil {
