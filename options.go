@@ -128,11 +128,12 @@ type ClassOptions struct {
 	// MaxQueueWait is the class's queue-wait target. When the smallest
 	// queue wait of the class's tasks granted a slot over an interval
 	// (100 ms, or 2 slot times if longer) stays above it, the queue is
-	// standing rather than absorbing a burst, and new tasks of the class
-	// that would queue are refused at once with an error wrapping
-	// ErrSaturated, until an interval's smallest wait is under the target
-	// again (CoDel's test, applied at the door). Admitted tasks then keep
-	// a bounded wait; the excess is shed in microseconds. Pick a target of
+	// standing rather than absorbing a burst, and the class sheds: a new
+	// task that would queue with a mean estimated queue wait above the
+	// target is refused at once with an error wrapping ErrSaturated, until
+	// an interval in which it refused none or whose arrivals brought less
+	// work than the slots could do (CoDel's test, applied at the door). The queue is then held near the target; the excess is shed in
+	// microseconds. Pick a target of
 	// a few service times of the class (shed.go). 0 (the default): a
 	// tenth of the latency target of the class's arrivals that carry one
 	// (WithTarget, LatencyTarget, a ctx deadline), and only those are shed

@@ -425,6 +425,24 @@ func (g *granter) refuseLocked(w *waiter) {
 // the margin are near 0.
 const doorSpread = 2
 
+// meanWaitLocked is the door's mean estimate of w's queue wait, ns: the
+// expected run time of the work queued ahead of its place (in its own
+// class up to its due, and in every more urgent class) plus half of the
+// running tasks' expected run time, divided by the slots; and the number
+// of tasks queued ahead of it.
+func (g *granter) meanWaitLocked(w *waiter) (wait int64, ahead int) {
+	_, ahead, work := g.queues[w.class].place(w.due)
+	for k := Critical; k < w.class; k++ {
+		ahead += g.queues[k].n
+		work += g.queues[k].work
+	}
+	var running int64
+	for k := range g.share.inflight {
+		running += g.share.inflight[k].Load()
+	}
+	return int64(float64(work+running/2) / g.serviceSlots()), ahead
+}
+
 // doorLocked is the door's target check for w, a task not yet queued
 // whose due is set: the refusal, or nil. Its estimated completion is now
 // plus the queue wait (the expected run time of the work queued ahead of
@@ -439,17 +457,8 @@ func (g *granter) doorLocked(ctx context.Context, w *waiter, t int64, peek bool)
 	if w.target == targetNone || g.slots <= 0 {
 		return nil
 	}
-	_, ahead, work := g.queues[w.class].place(w.due)
-	for k := Critical; k < w.class; k++ {
-		ahead += g.queues[k].n
-		work += g.queues[k].work
-	}
-	var running int64
-	for k := range g.share.inflight {
-		running += g.share.inflight[k].Load()
-	}
+	wait, ahead := g.meanWaitLocked(w)
 	slots := g.serviceSlots()
-	wait := int64(float64(work+running/2) / slots)
 	if dev := g.stats[w.class].devSlotNs.Load(); dev > 0 {
 		// The spread of the estimate: n run times that each miss their
 		// expectation by dev on average sum to within ~sqrt(n) x dev of

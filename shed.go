@@ -29,9 +29,14 @@ import (
 //     when the smallest queue wait of the tasks granted a slot during an
 //     interval (100 ms, or 2 of the class's slot times if longer) stayed
 //     above the target, the queue is standing, not absorbing a burst, and
-//     new arrivals of the class are refused until an interval's smallest
-//     wait is back under the target. An arrival that finds its class queue
-//     empty is never shed.
+//     the class sheds: new arrivals whose mean estimated queue wait (the
+//     door's estimate above without its spread) is above the target are
+//     refused, so the queue is held near the target instead of near the
+//     latency target, until an interval in which it refused nobody or
+//     whose arrivals (admitted or refused, at their expected run time)
+//     brought less work than the slots could do in it: the arrivals no
+//     longer outrun the slots. An arrival
+//     that finds its class queue empty is never shed.
 //
 // Everything here runs under the executor's lock, on the path of a task
 // that queues anyway; the admission fast path never pays for it.
@@ -67,7 +72,14 @@ type shedState struct {
 	// lock-free path, which never feeds minWait itself.
 	admittedAt uint64
 	grants     uint64
-	shedding   bool
+	// refused counts the arrivals the test refused in the interval,
+	// offered the expected run time of the interval's arrivals, ns
+	// (admitted or refused; those that took a free slot at once are added
+	// at the interval's end, at the class's average): a shedding class
+	// stops once the arrivals no longer outrun the slots.
+	refused  uint64
+	offered  int64
+	shedding bool
 }
 
 // shedError is a refusal that says why, with the numbers it was decided
@@ -116,22 +128,32 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 	}
 	t := now()
 	st := &g.shed[c]
+	if !peek {
+		st.offered += g.serviceOf(w) // Allow's call counts when it refuses: an allowed one is submitted next
+	}
 	if (st.target == 0 || st.auto) && w.target != targetNone && w.due > t {
 		st.target, st.auto = (w.due-t)/standingShare, true
 	}
 	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
-		if st.shedding {
+		if wait := g.shedWaitLocked(w); wait > st.target {
+			st.refused++
+			if peek {
+				st.offered += g.serviceOf(w)
+			}
 			s.rejected.Add(1)
 			s.shed.Add(1)
 			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
 				why = fmt.Sprintf("1/%d of the latency target", standingShare)
 			}
-			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s)", time.Duration(st.target), why)}
+			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(st.target), why, time.Duration(wait).Round(time.Microsecond))}
 		}
 	}
 	if err := g.doorLocked(ctx, w, t, peek); err != nil {
+		if peek {
+			st.offered += g.serviceOf(w)
+		}
 		s.rejected.Add(1)
 		s.shed.Add(1)
 		return err
@@ -182,6 +204,16 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 	return e.g.queueAdmitLocked(ctx, &w, true)
 }
 
+// shedWaitLocked is w's mean estimated queue wait while its class sheds,
+// ns (meanWaitLocked), or -1 while it does not.
+func (g *granter) shedWaitLocked(w *waiter) int64 {
+	if !g.shed[w.class].shedding {
+		return -1
+	}
+	wait, _ := g.meanWaitLocked(w)
+	return wait
+}
+
 // codelGrantLocked feeds the queue wait of a task of class c granted a
 // slot now into its controller.
 func (g *granter) codelGrantLocked(c Class, wait, t int64) {
@@ -206,16 +238,27 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		return
 	}
 	admitted := g.stats[c].admitted.Load()
-	if admitted-st.admittedAt > st.grants {
+	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
 		st.minWait = 0 // some took a free slot at once: the queue drained
+		st.offered += int64(atOnce-st.grants) * g.stats[c].avgSlotNs.Load()
 	}
 	st.admittedAt, st.grants = admitted, 0
-	if st.minWait != math.MaxInt64 {
+	switch {
+	case st.shedding:
+		// While it sheds, the queue is held near the target by the
+		// shedding itself, and intervals under the target are the rule:
+		// it stops after an interval that refused nobody, or whose
+		// arrivals brought less work than the slots did in it. (Stopping
+		// at the first interval under the target let the queue grow
+		// toward the latency target for the intervals it took to detect
+		// it again; stopping only when it refused nobody kept a queue
+		// that stands now and then at 95 % of capacity shedding a tenth
+		// of the arrivals.)
+		st.shedding = st.refused > 0 && float64(st.offered) > float64(t-st.intervalStart)*g.serviceSlots()
+	case st.minWait != math.MaxInt64:
 		st.shedding = st.minWait > st.target
-	} else if g.queues[c].n == 0 {
-		st.shedding = false
 	}
-	st.intervalStart, st.minWait = t, math.MaxInt64
+	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
 }
 
 // Background starvation guard: Background is served only when no other
