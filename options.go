@@ -132,9 +132,10 @@ type ClassOptions struct {
 	// task that would queue with a mean estimated queue wait above the
 	// target is refused at once with an error wrapping ErrSaturated, until
 	// an interval in which it refused none or whose arrivals brought less
-	// work than the slots could do (CoDel's test, applied at the door). The queue is then held near the target; the excess is shed in
-	// microseconds. Pick a target of
-	// a few service times of the class (shed.go). 0 (the default): a
+	// work than the slots could do (CoDel's test, applied at the door).
+	// The queue is then held near the target; the excess is shed in
+	// microseconds. Pick a target of a few service times of the class
+	// (shed.go). 0 (the default): a
 	// tenth of the latency target of the class's arrivals that carry one
 	// (WithTarget, LatencyTarget, a ctx deadline), and only those are shed
 	// by it; none for a class whose tasks carry no target. Independently

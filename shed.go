@@ -136,7 +136,11 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 	}
 	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
-		if wait := g.shedWaitLocked(w); wait > st.target {
+		var wait int64 // the arrival's mean estimated queue wait, read only while shedding
+		if st.shedding {
+			wait, _ = g.meanWaitLocked(w)
+		}
+		if st.shedding && wait > st.target {
 			st.refused++
 			if peek {
 				st.offered += g.serviceOf(w)
@@ -204,16 +208,6 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 	return e.g.queueAdmitLocked(ctx, &w, true)
 }
 
-// shedWaitLocked is w's mean estimated queue wait while its class sheds,
-// ns (meanWaitLocked), or -1 while it does not.
-func (g *granter) shedWaitLocked(w *waiter) int64 {
-	if !g.shed[w.class].shedding {
-		return -1
-	}
-	wait, _ := g.meanWaitLocked(w)
-	return wait
-}
-
 // codelGrantLocked feeds the queue wait of a task of class c granted a
 // slot now into its controller.
 func (g *granter) codelGrantLocked(c Class, wait, t int64) {
@@ -238,9 +232,9 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		return
 	}
 	admitted := g.stats[c].admitted.Load()
-	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
+	if n := admitted - st.admittedAt; n > st.grants {
 		st.minWait = 0 // some took a free slot at once: the queue drained
-		st.offered += int64(atOnce-st.grants) * g.stats[c].avgSlotNs.Load()
+		st.offered += int64(n-st.grants) * g.stats[c].avgSlotNs.Load()
 	}
 	st.admittedAt, st.grants = admitted, 0
 	switch {

@@ -189,7 +189,7 @@ func TestAShedClassAdmitsArrivalsUnderTheQueueWaitTarget(t *testing.T) {
 		}
 	}
 	if st := e.Stats().Classes[Interactive]; st.Shed != 2 || st.Completed != 4 {
-		t.Errorf("Shed %d, Completed %d; want 2 and 4 (and the hold's)", st.Shed, st.Completed)
+		t.Errorf("Shed %d, Completed %d; want 2, and 4 (the three admitted and the hold's)", st.Shed, st.Completed)
 	}
 }
 
