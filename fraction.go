@@ -126,6 +126,9 @@ type fracPacer struct {
 	lastStep           atomic.Int64 // now() of the last step, for maybeStep
 	tickNs             atomic.Int64 // read by maybeStep without mu
 	closeUsage         func()
+	// stopped: run returned (Close) and opened the extra slot for good;
+	// a later step (maybeStep, at a task's end) changes nothing.
+	stopped bool
 }
 
 // newFracPacer returns the pacer of b's quota, or nil when b has no
@@ -210,6 +213,9 @@ func (p *fracPacer) step(t int64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.lastStep.Store(t)
+	if p.stopped {
+		return
+	}
 	if p.frac == 0 {
 		p.setOpenLocked(true)
 		return
@@ -305,6 +311,7 @@ func (p *fracPacer) run(done <-chan struct{}) {
 		select {
 		case <-done:
 			p.mu.Lock()
+			p.stopped = true
 			p.setOpenLocked(true)
 			if p.closeUsage != nil {
 				p.closeUsage()

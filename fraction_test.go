@@ -476,3 +476,26 @@ func TestADebtFromABurstThePacerCouldNotStopIsBounded(t *testing.T) {
 		t.Errorf("the extra slot reopened %v after the burst, want within 20 ms (a bounded debt)", reopen)
 	}
 }
+
+// A stopped pacer (Close) leaves the extra slot open for good: a task
+// that ends after the stop steps the pacer (maybeStep), and that step
+// must not close the slot again. (It did: the randomized stress test
+// found 0 of 1 slots free after Close with a paced 0.97-CPU budget.)
+func TestAStoppedPacerNeverClosesTheExtraSlotAgain(t *testing.T) {
+	s := newSim(1.25, 100*time.Millisecond, 0)
+	s.outside = 2 // usage far over the quota: every step wants the slot closed
+	s.run(200 * time.Millisecond)
+	stop := make(chan struct{})
+	close(stop)
+	s.p.run(stop) // returns at once: the stop opens the slot
+	if !s.p.open {
+		t.Fatal("the stop did not open the extra slot")
+	}
+	s.u += int64(time.Second) // a second of CPU over the pace since
+	s.p.lastStep.Store(0)
+	s.p.maybeStep() // a task's end after the stop
+	s.p.step(s.t + int64(50*time.Millisecond))
+	if !s.p.open {
+		t.Error("a step after the pacer stopped closed the extra slot: Close would find it taken")
+	}
+}
