@@ -25,18 +25,18 @@ import (
 //     one, for an arrival with a latency target, a tenth of that target:
 //     standingShare) and is shedding: CoDel's test (Nichols and Jacobson,
 //     "Controlling Queue Delay", ACM Queue 2012), applied at the door
-//     instead of at the head: when every task granted a slot for an interval
-//     (100 ms, or 2 of the class's slot times if longer) since the first one
-//     above the target waited above it (CoDel's first_above_time), none took
-//     a free slot at once, and the arrivals in that interval (admitted or
-//     refused, at their expected run time) brought more work than the slots
-//     could do in it, the queue is standing and the arrivals outrun the
-//     slots, and the class sheds: new arrivals whose mean estimated queue
-//     wait (the door's estimate above without its spread) is above the
-//     target are refused, so the queue is held near the target instead of
-//     near the latency target, until an interval in which it refused nobody
-//     or whose arrivals brought less work than the slots could do in it. An
-//     arrival that finds its class queue empty is never shed.
+//     instead of at the head: when the smallest queue wait of the tasks
+//     granted a slot during an interval (100 ms, or 2 of the class's slot
+//     times if longer) stayed above the target while the interval's arrivals
+//     (admitted or refused, at their expected run time) brought more work
+//     than the slots could do in it, the queue is standing and the arrivals
+//     outrun the slots, and the class sheds: new arrivals whose mean
+//     estimated queue wait (the door's estimate above without its spread) is
+//     above the target are refused, so the queue is held near the target
+//     instead of near the latency target, until an interval in which it
+//     refused nobody or whose arrivals brought less work than the slots
+//     could do in it. An arrival that finds its class queue empty is never
+//     shed.
 //
 // Everything here runs under the executor's lock, on the path of a task
 // that queues anyway; the admission fast path never pays for it.
