@@ -102,7 +102,7 @@ func (g *granter) init(o Options, stats *[NumClasses]classStats, owner *Executor
 		if co.MaxQueueWait < 0 {
 			return fmt.Errorf("cpuwork: Options.Classes[%s].MaxQueueWait is %v, must be >= 0", c, co.MaxQueueWait)
 		}
-		g.shed[c] = shedState{target: int64(co.MaxQueueWait)}
+		g.shed[c] = shedState{target: int64(co.MaxQueueWait), minWait: math.MaxInt64}
 		g.headDue[c].Store(math.MaxInt64)
 		if co.LatencyTarget < 0 {
 			return fmt.Errorf("cpuwork: Options.Classes[%s].LatencyTarget is %v, must be >= 0", c, co.LatencyTarget)

@@ -3,6 +3,7 @@ package cpuwork
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -62,26 +63,24 @@ type shedState struct {
 	// auto: target is 1/standingShare of the latest latency target of
 	// the class's arrivals (no ClassOptions.MaxQueueWait), and only arrivals
 	// with a target are shed.
-	auto   bool
-	target int64 // ns; 0: off
-	// standing: not shedding, every grant since since waited above the
-	// target (CoDel's first_above_time), and no task took a free slot at
-	// once. shedding: since began the current interval.
-	standing, shedding bool
-	since              int64 // now(), ns
-	// admittedAt is the class's Admitted count at since, grants the queued
-	// submissions granted after it: more admissions than queued grants
-	// means some took a free slot at once (wait 0) on the lock-free path,
-	// which never calls the controller itself.
+	auto          bool
+	target        int64 // ns; 0: off
+	intervalStart int64 // now() when the current interval began
+	minWait       int64 // smallest queue wait granted in the interval, ns
+	// admittedAt is the class's Admitted count when the interval began,
+	// grants the queued submissions granted in it: more admissions than
+	// queued grants means some took a free slot at once (wait 0) on the
+	// lock-free path, which never feeds minWait itself.
 	admittedAt uint64
 	grants     uint64
-	// refused counts the arrivals the test refused since since, offered
-	// the expected run time of the arrivals since since, ns (admitted or
-	// refused; those that took a free slot at once while it sheds are
-	// added at the class's average): the class sheds, and goes on
-	// shedding, only while the arrivals outrun the slots.
-	refused uint64
-	offered int64
+	// refused counts the arrivals the test refused in the interval,
+	// offered the expected run time of the interval's arrivals, ns
+	// (admitted or refused; those that took a free slot at once are added
+	// at the interval's end, at the class's average): a shedding class
+	// stops once the arrivals no longer outrun the slots.
+	refused  uint64
+	offered  int64
+	shedding bool
 }
 
 // shedError is a refusal that says why, with the numbers it was decided
@@ -135,9 +134,6 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 	}
 	if (st.target == 0 || st.auto) && w.target != targetNone && w.due > t {
 		st.target, st.auto = (w.due-t)/standingShare, true
-	}
-	if g.queues[c].n == 0 {
-		st.standing = false // the queue drained
 	}
 	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
@@ -220,78 +216,52 @@ func (g *granter) codelGrantLocked(c Class, wait, t int64) {
 	if st.target == 0 {
 		return
 	}
+	st.minWait = min(st.minWait, wait)
 	st.grants++
-	if !st.shedding && wait <= st.target {
-		st.standing = false
-		return
-	}
-	if !st.shedding && !st.standing {
-		st.standing = true // the first grant above the target
-		g.codelRestartLocked(c, t)
-		return
-	}
 	g.codelTickLocked(c, t)
 }
 
-// codelRestartLocked begins the class's next interval at t.
-func (g *granter) codelRestartLocked(c Class, t int64) {
-	st := &g.shed[c]
-	st.since, st.admittedAt, st.grants = t, g.stats[c].admitted.Load(), 0
-	st.refused, st.offered = 0, 0
-}
-
-// codelTickLocked decides once an interval (100 ms, or two of the class's
-// slot times) has passed since the queue began standing, or since the
-// class's current interval of shedding began: a queue that stood above
-// the target for the interval, while the arrivals brought more work than
-// the slots could do in it, is shed; shedding goes on while each interval
-// refuses someone and its arrivals still outrun the slots. An admission
-// on the lock-free path (a free slot, nobody queued) is a wait of 0, as
-// CoDel counts every packet's sojourn, not only the queued ones': it
-// ends a standing queue.
+// codelTickLocked ends the interval once it has run its length: the class
+// sheds during the next one if the smallest wait granted stayed above the
+// target (an interval without grants keeps the previous decision). An
+// admission on the lock-free path (a free slot, nobody queued) is a wait
+// of 0, as CoDel counts every packet's sojourn, not only the queued ones'.
 func (g *granter) codelTickLocked(c Class, t int64) {
 	st := &g.shed[c]
-	if !st.standing && !st.shedding {
+	interval := max(int64(codelInterval), 2*g.stats[c].avgSlotNs.Load())
+	if t-st.intervalStart < interval {
 		return
 	}
 	admitted := g.stats[c].admitted.Load()
 	if n := admitted - st.admittedAt; n > st.grants {
-		if !st.shedding {
-			st.standing = false // some took a free slot at once: the queue drained
-			return
-		}
+		st.minWait = 0 // some took a free slot at once: the queue drained
 		st.offered += int64(n-st.grants) * g.stats[c].avgSlotNs.Load()
-		st.admittedAt, st.grants = admitted, 0
 	}
-	interval := max(int64(codelInterval), 2*g.stats[c].avgSlotNs.Load())
-	if t-st.since < interval {
-		return
-	}
+	st.admittedAt, st.grants = admitted, 0
 	// outrun: the interval's arrivals brought more work than the slots
 	// could do in it.
-	outrun := float64(st.offered) > float64(t-st.since)*g.serviceSlots()
-	if st.shedding {
+	outrun := float64(st.offered) > float64(t-st.intervalStart)*g.serviceSlots()
+	switch {
+	case st.shedding:
 		// While it sheds, the queue is held near the target by the
-		// shedding itself, and grants under the target are the rule: it
-		// stops after an interval that refused nobody, or whose arrivals
-		// brought less work than the slots did in it. (Stopping at the
-		// first interval under the target let the queue grow toward the
-		// latency target for the intervals it took to detect it again;
-		// stopping only when it refused nobody kept a queue that stands
-		// now and then at 95 % of capacity shedding a tenth of the
-		// arrivals.)
-		st.shedding, st.standing = st.refused > 0 && outrun, false
-	} else {
+		// shedding itself, and intervals under the target are the rule:
+		// it stops after an interval that refused nobody, or whose
+		// arrivals brought less work than the slots did in it. (Stopping
+		// at the first interval under the target let the queue grow
+		// toward the latency target for the intervals it took to detect
+		// it again; stopping only when it refused nobody kept a queue
+		// that stands now and then at 95 % of capacity shedding a tenth
+		// of the arrivals.)
+		st.shedding = st.refused > 0 && outrun
+	case st.minWait != math.MaxInt64:
 		// A queue standing while the arrivals fall behind the slots
 		// drains by itself: shedding it refuses work the slots would do
 		// in time (an inference service at 95 % of its capacity, whose
 		// queue stood above a tenth of its objective now and then,
-		// refused 1.5 % of its requests, a pool none). Without the
-		// arrivals outrunning the slots, it is watched for another
-		// interval.
-		st.shedding, st.standing = outrun, !outrun
+		// refused 1.5 % of its requests, a pool none).
+		st.shedding = st.minWait > st.target && outrun
 	}
-	g.codelRestartLocked(c, t)
+	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
 }
 
 // Background starvation guard: Background is served only when no other
