@@ -223,7 +223,8 @@ func (g *granter) codelGrantLocked(c Class, wait, t int64) {
 
 // codelTickLocked ends the interval once it has run its length: the class
 // sheds during the next one if the smallest wait granted stayed above the
-// target (an interval without grants keeps the previous decision). An
+// target while the arrivals outran the slots (an interval without grants
+// keeps the previous decision). An
 // admission on the lock-free path (a free slot, nobody queued) is a wait
 // of 0, as CoDel counts every packet's sojourn, not only the queued ones'.
 func (g *granter) codelTickLocked(c Class, t int64) {
