@@ -234,9 +234,9 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		return
 	}
 	admitted := g.stats[c].admitted.Load()
-	if n := admitted - st.admittedAt; n > st.grants {
+	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
 		st.minWait = 0 // some took a free slot at once: the queue drained
-		st.offered += int64(n-st.grants) * g.stats[c].avgSlotNs.Load()
+		st.offered += int64(atOnce-st.grants) * g.stats[c].avgSlotNs.Load()
 	}
 	st.admittedAt, st.grants = admitted, 0
 	// outrun: the interval's arrivals brought more work than the slots
@@ -257,9 +257,8 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 	case st.minWait != math.MaxInt64:
 		// A queue standing while the arrivals fall behind the slots
 		// drains by itself: shedding it refuses work the slots would do
-		// in time (an inference service at 95 % of its capacity, whose
-		// queue stood above a tenth of its objective now and then,
-		// refused 1.5 % of its requests, a pool none).
+		// in time (docs/architecture.md, "Shedding starts only while the
+		// arrivals outrun the slots").
 		st.shedding = st.minWait > st.target && outrun
 	}
 	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0

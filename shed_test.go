@@ -194,21 +194,31 @@ func TestAShedClassAdmitsArrivalsUnderTheQueueWaitTarget(t *testing.T) {
 	}
 }
 
+// codelAtZero returns an executor of the given slots whose Interactive
+// class has a 10 ms queue-wait target, and that class's controller with
+// an interval begun at time 0 and no grant in it yet; the executor's
+// lock is held until the test ends.
+func codelAtZero(t *testing.T, slots int) (*Executor, *shedState) {
+	var mqw [NumClasses]ClassOptions
+	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
+	e := newExec(t, Options{Slots: slots, Classes: mqw})
+	e.g.mu.Lock()
+	t.Cleanup(e.g.mu.Unlock)
+	st := &e.g.shed[Interactive]
+	st.intervalStart, st.minWait = 0, math.MaxInt64
+	st.admittedAt = e.g.stats[Interactive].admitted.Load()
+	return e, st
+}
+
 // A shedding class stops only after an interval in which it refused
 // nobody or whose arrivals brought less work than the slots could do: a
 // queue held near the target by the shedding itself has intervals under
 // the target as the rule, and ending at one let it grow toward the
 // objective again before the test could see it standing.
 func TestSheddingEndsOnlyWhenTheArrivalsNoLongerOutrunTheSlots(t *testing.T) {
-	var mqw [NumClasses]ClassOptions
-	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
-	e := newExec(t, Options{Slots: 1, Classes: mqw})
+	e, st := codelAtZero(t, 1)
 	iv := int64(codelInterval)
-	e.g.mu.Lock()
-	defer e.g.mu.Unlock()
-	st := &e.g.shed[Interactive]
-	st.shedding, st.intervalStart, st.minWait = true, 0, math.MaxInt64
-	st.admittedAt = e.g.stats[Interactive].admitted.Load()
+	st.shedding = true
 	st.refused, st.offered = 3, 2*iv                                 // twice the work one slot does in the interval
 	e.g.codelGrantLocked(Interactive, int64(time.Millisecond), iv+1) // well under the target, but it refused 3
 	if !st.shedding {
@@ -245,15 +255,8 @@ func TestSheddingEndsOnlyWhenTheArrivalsNoLongerOutrunTheSlots(t *testing.T) {
 // median 1.5 % of its requests, up to 7.7 % in a run, where a pool that
 // refused none served its p99 in 38 ms; docs/architecture.md.)
 func TestAStandingQueueIsShedOnlyWhileTheArrivalsOutrunTheSlots(t *testing.T) {
-	var mqw [NumClasses]ClassOptions
-	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
-	e := newExec(t, Options{Slots: 2, Classes: mqw})
+	e, st := codelAtZero(t, 2)
 	iv := int64(codelInterval)
-	e.g.mu.Lock()
-	defer e.g.mu.Unlock()
-	st := &e.g.shed[Interactive]
-	st.intervalStart, st.minWait = 0, math.MaxInt64
-	st.admittedAt = e.g.stats[Interactive].admitted.Load()
 	st.offered = 2 * iv * 9 / 10 // 0.9x what two slots do in the interval
 	e.g.codelGrantLocked(Interactive, int64(30*time.Millisecond), iv+1)
 	if st.shedding {
