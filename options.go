@@ -129,8 +129,10 @@ type ClassOptions struct {
 	// queue wait of the class's tasks granted a slot over an interval
 	// (100 ms, or 2 slot times if longer) stays above it while that
 	// interval's arrivals bring more work (at their expected run times)
-	// than the slots can do, the queue is standing and growing rather
-	// than absorbing a burst or draining, and the class sheds: a new
+	// than the slots can do (or, for arrivals without a given run time,
+	// outnumber the class's completions), the queue is standing and
+	// growing rather than absorbing a burst or draining, and the class
+	// sheds: a new
 	// task that would queue with a mean estimated queue wait above the
 	// target is refused at once with an error wrapping ErrSaturated, until
 	// an interval in which it refused none or whose arrivals brought less

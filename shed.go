@@ -30,8 +30,10 @@ import (
 //     granted a slot during an interval (100 ms, or 2 of the class's slot
 //     times if longer) stayed above the target while the interval's arrivals
 //     (admitted or refused, at their expected run time) brought more work
-//     than the slots could do in it, the queue is standing and the arrivals
-//     outrun the slots, and the class sheds: new arrivals whose mean
+//     than the slots could do in it — or, when some of them came without a
+//     given run time (Target.Service), more of them arrived than the class
+//     completed in it — the queue is standing and the arrivals outrun the
+//     slots, and the class sheds: new arrivals whose mean
 //     estimated queue wait (the door's estimate above without its spread) is
 //     above the target are refused, so the queue is held near the target
 //     instead of near the latency target, until an interval in which it
@@ -78,9 +80,16 @@ type shedState struct {
 	// (admitted or refused; those that took a free slot at once are added
 	// at the interval's end, at the class's average): a shedding class
 	// stops once the arrivals no longer outrun the slots.
-	refused  uint64
-	offered  int64
-	shedding bool
+	refused uint64
+	offered int64
+	// arrivals counts the interval's arrivals (admitted or refused),
+	// completedAt is the class's Completed count when it began, guessed
+	// is set when one of its arrivals had no given run time
+	// (Target.Service): its offered work is then partly a guess.
+	arrivals    uint64
+	completedAt uint64
+	guessed     bool
+	shedding    bool
 }
 
 // shedError is a refusal that says why, with the numbers it was decided
@@ -130,7 +139,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 	t := now()
 	st := &g.shed[c]
 	if !peek {
-		st.offered += g.serviceOf(w) // Allow's call counts when it refuses: an allowed one is submitted next
+		st.offer(g, w) // Allow's call counts when it refuses: an allowed one is submitted next
 	}
 	if (st.target == 0 || st.auto) && w.target != targetNone && w.due > t {
 		st.target, st.auto = (w.due-t)/standingShare, true
@@ -144,7 +153,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 		if st.shedding && wait > st.target {
 			st.refused++
 			if peek {
-				st.offered += g.serviceOf(w)
+				st.offer(g, w)
 			}
 			s.rejected.Add(1)
 			s.shed.Add(1)
@@ -157,7 +166,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 	}
 	if err := g.doorLocked(ctx, w, t, peek); err != nil {
 		if peek {
-			st.offered += g.serviceOf(w)
+			st.offer(g, w)
 		}
 		s.rejected.Add(1)
 		s.shed.Add(1)
@@ -237,11 +246,17 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
 		st.minWait = 0 // some took a free slot at once: the queue drained
 		st.offered += int64(atOnce-st.grants) * g.stats[c].avgSlotNs.Load()
+		st.arrivals += atOnce - st.grants
 	}
+	completed := g.stats[c].completed.Load()
 	st.admittedAt, st.grants = admitted, 0
 	// outrun: the interval's arrivals brought more work than the slots
-	// could do in it.
-	outrun := float64(st.offered) > float64(t-st.intervalStart)*g.serviceSlots()
+	// could do in it; or, when some of them came without a given run time
+	// (counted at the class average, which a server that has just started
+	// learns from its short requests first), more of them arrived than
+	// the class completed in it.
+	outrun := float64(st.offered) > float64(t-st.intervalStart)*g.serviceSlots() ||
+		st.guessed && st.arrivals > completed-st.completedAt
 	switch {
 	case st.shedding:
 		// While it sheds, the queue is held near the target by the
@@ -262,6 +277,16 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		st.shedding = st.minWait > st.target && outrun
 	}
 	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
+	st.arrivals, st.completedAt, st.guessed = 0, completed, false
+}
+
+// offer counts w, an arrival at the door, in its class's interval.
+func (st *shedState) offer(g *granter, w *waiter) {
+	st.offered += g.serviceOf(w)
+	st.arrivals++
+	if w.declared == 0 {
+		st.guessed = true
+	}
 }
 
 // Background starvation guard: Background is served only when no other

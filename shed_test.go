@@ -269,6 +269,39 @@ func TestAStandingQueueIsShedOnlyWhileTheArrivalsOutrunTheSlots(t *testing.T) {
 	}
 }
 
+// Without given run times (Target.Service), the arrivals' work is
+// counted at the class's average slot time, which a server that has just
+// started learns from its short requests first: an image server's class
+// averaged 13-15 ms while its large requests, still running, took 180 ms,
+// so at twice its capacity the intervals' arrivals looked like 0.6-0.9x
+// what the slots could do and the standing queue was not shed for two
+// intervals, until it was 17-20 deep
+// (docs/raw/realserver-imageproxy-2x-onset-trace-seed2581.txt). So when
+// an interval's arrivals include one without a given run time, more
+// arrivals than completions in it also count as outrunning the slots.
+func TestArrivalsWithoutGivenRunTimesOutrunTheSlotsByCount(t *testing.T) {
+	e, st := codelAtZero(t, 2)
+	iv := int64(codelInterval)
+	done := &e.g.stats[Interactive].completed
+	interval := func(at int64, arrivals, completed uint64, guessed bool) {
+		st.offered, st.arrivals, st.guessed = iv/2, arrivals, guessed // a quarter of what two slots do, at the class average
+		st.completedAt = done.Load() - completed                      // completed in the interval (modular, as the counter is read)
+		e.g.codelGrantLocked(Interactive, int64(30*time.Millisecond), at)
+	}
+	interval(iv+1, 12, 5, false)
+	if st.shedding {
+		t.Fatal("arrivals with given run times that brought a quarter of the slots' work started shedding (12 arrivals, 5 completions)")
+	}
+	interval(2*iv+2, 5, 5, true)
+	if st.shedding {
+		t.Fatal("5 arrivals without given run times and 5 completions started shedding")
+	}
+	interval(3*iv+3, 12, 5, true)
+	if !st.shedding {
+		t.Fatal("a queue standing at 30 ms over a 10 ms target, with 12 arrivals without given run times and 5 completions in the interval, did not start shedding")
+	}
+}
+
 // A class without MaxQueueWait whose tasks carry latency targets sheds a
 // standing queue above a tenth of the target while its arrivals outrun
 // the slot: with a 1 s objective, a queue whose grants wait over 100 ms
