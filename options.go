@@ -132,19 +132,18 @@ type ClassOptions struct {
 	// than the slots can do (or, for arrivals without a given run time,
 	// outnumber the class's completions), the queue is standing and
 	// growing rather than absorbing a burst or draining, and the class
-	// sheds: a new
-	// task that would queue with a mean estimated queue wait above the
-	// target is refused at once with an error wrapping ErrSaturated, until
-	// an interval in which it refused none or whose arrivals brought less
-	// work than the slots could do (CoDel's test, applied at the door).
-	// The queue is then held near the target; the excess is shed in
+	// sheds: a new task that would queue with a mean estimated queue wait
+	// above the target is refused at once with an error wrapping
+	// ErrSaturated, until an interval in which it refused none or whose
+	// arrivals did not outrun the slots (CoDel's test, applied at the
+	// door). The queue is then held near the target; the excess is shed in
 	// microseconds. Pick a target of a few service times of the class
-	// (shed.go). 0 (the default): a
-	// tenth of the latency target of the class's arrivals that carry one
-	// (WithTarget, LatencyTarget, a ctx deadline), and only those are shed
-	// by it; none for a class whose tasks carry no target. Independently
-	// of it, a task whose ctx deadline is nearer than the estimated queue
-	// wait is refused the same way. Negative values make New fail.
+	// (shed.go). 0 (the default): a tenth of the latency target of the
+	// class's arrivals that carry one (WithTarget, LatencyTarget, a ctx
+	// deadline), and only those are shed by it; none for a class whose
+	// tasks carry no target. Independently of it, a task whose ctx
+	// deadline is nearer than the estimated queue wait is refused the same
+	// way. Negative values make New fail.
 	MaxQueueWait time.Duration
 
 	// Weight is the class's relative share of measured slot time while

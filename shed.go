@@ -28,18 +28,17 @@ import (
 //     "Controlling Queue Delay", ACM Queue 2012), applied at the door
 //     instead of at the head: when the smallest queue wait of the tasks
 //     granted a slot during an interval (100 ms, or 2 of the class's slot
-//     times if longer) stayed above the target while the interval's arrivals
-//     (admitted or refused, at their expected run time) brought more work
-//     than the slots could do in it — or, when some of them came without a
-//     given run time (Target.Service), more of them arrived than the class
-//     completed in it — the queue is standing and the arrivals outrun the
-//     slots, and the class sheds: new arrivals whose mean
-//     estimated queue wait (the door's estimate above without its spread) is
-//     above the target are refused, so the queue is held near the target
-//     instead of near the latency target, until an interval in which it
-//     refused nobody or whose arrivals brought less work than the slots
-//     could do in it. An arrival that finds its class queue empty is never
-//     shed.
+//     times if longer) stayed above the target while the interval's
+//     arrivals (admitted or refused, at their expected run time) brought
+//     more work than the slots could do in it — or, when some of them came
+//     without a given run time (Target.Service), more of them arrived than
+//     the class completed in it — the queue is standing and the arrivals
+//     outrun the slots, and the class sheds: new arrivals whose mean
+//     estimated queue wait (the door's estimate above without its spread)
+//     is above the target are refused, so the queue is held near the
+//     target instead of near the latency target, until an interval in
+//     which it refused nobody or whose arrivals did not outrun the slots.
+//     An arrival that finds its class queue empty is never shed.
 //
 // Everything here runs under the executor's lock, on the path of a task
 // that queues anyway; the admission fast path never pays for it.
@@ -233,9 +232,9 @@ func (g *granter) codelGrantLocked(c Class, wait, t int64) {
 // codelTickLocked ends the interval once it has run its length: the class
 // sheds during the next one if the smallest wait granted stayed above the
 // target while the arrivals outran the slots (an interval without grants
-// keeps the previous decision). An
-// admission on the lock-free path (a free slot, nobody queued) is a wait
-// of 0, as CoDel counts every packet's sojourn, not only the queued ones'.
+// keeps the previous decision). An admission on the lock-free path (a
+// free slot, nobody queued) is a wait of 0, as CoDel counts every
+// packet's sojourn, not only the queued ones'.
 func (g *granter) codelTickLocked(c Class, t int64) {
 	st := &g.shed[c]
 	interval := max(int64(codelInterval), 2*g.stats[c].avgSlotNs.Load())
