@@ -264,7 +264,7 @@ func TestGOMAXPROCSAboveTheQuotaIsThrottled(t *testing.T) {
 // oversubscribed and timer-starvation, read through --url.
 func TestManyRunnableGoroutinesAreOversubscribedAndStarveTimers(t *testing.T) {
 	cmd, addr := start(t, "served:100", "GOMAXPROCS=2")
-	time.Sleep(600 * time.Millisecond) // the sampler's first interval
+	waitFirstSample(t, "http://"+addr, 30*time.Second)
 	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://" + addr, Duration: time.Second})
 	got := ids(r)
 	for _, want := range []string{"oversubscribed", "timer-starvation"} {
@@ -274,6 +274,28 @@ func TestManyRunnableGoroutinesAreOversubscribedAndStarveTimers(t *testing.T) {
 	}
 	if r.Window.Runtime == nil || r.Window.Runtime.Runnable < 100 {
 		t.Errorf("runtime view %+v", r.Window.Runtime)
+	}
+}
+
+// waitFirstSample waits, up to limit, until the sampler behind base has
+// taken its first sample. A fixed sleep of one interval is not enough: on
+// a loaded machine the sampler's goroutine waits in the run queue behind
+// the spinners, once per tick and once per syscall that loses its P, and
+// a fetch at the window's end can still find no sample.
+func waitFirstSample(t testing.TB, base string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _, err := fetch(ctx, base)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the sampler at %s took no sample in %v: %v", base, limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -163,7 +163,11 @@ func startFault(t testing.TB, f fault) (*exec.Cmd, string) {
 	for range f.hogs {
 		hog(t)
 	}
-	time.Sleep(500 * time.Millisecond) // the work and the sampler's first interval
+	if f.name != "netpoll" { // the faults that serve the sampler (faultProgram)
+		waitFirstSample(t, "http://"+addr, 30*time.Second)
+	} else {
+		time.Sleep(500 * time.Millisecond) // the work's start
+	}
 	return cmd, addr
 }
 
