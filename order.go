@@ -341,8 +341,13 @@ func (g *granter) pickLocked() *waiter {
 		case g.queues[Background].n > 0:
 			g.sinceBackground++
 		}
-		if g.lateLocked(w, now()) {
+		t := now()
+		if g.lateLocked(w, t) {
 			g.refuseLocked(w)
+			continue
+		}
+		if g.backlogLocked(w, t) {
+			g.shedBacklogLocked(w, t)
 			continue
 		}
 		return w
@@ -405,13 +410,19 @@ func (g *granter) lateLocked(w *waiter, t int64) bool {
 // wrapping ErrSaturated and ErrDeadline: a blocked caller is woken
 // without a slot, a task fails after the lock is released (unlockAndWake).
 func (g *granter) refuseLocked(w *waiter) {
+	left := time.Duration(w.due - now())
+	g.refuseWithLocked(w, &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
+		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
+		time.Duration(g.serviceOf(w)).Round(time.Microsecond))})
+}
+
+// refuseWithLocked takes w, just out of the queue, out for good with err
+// (counted as rejected and shed).
+func (g *granter) refuseWithLocked(w *waiter, err *shedError) {
 	s := &g.stats[w.class]
 	s.rejected.Add(1)
 	s.shed.Add(1)
-	left := time.Duration(w.due - now())
-	w.refused = &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
-		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
-		time.Duration(g.serviceOf(w)).Round(time.Microsecond))}
+	w.refused = err
 	g.pending = append(g.pending, w)
 }
 

@@ -89,6 +89,9 @@ type shedState struct {
 	completedAt uint64
 	guessed     bool
 	shedding    bool
+	// severe: the class sheds and the last interval's arrivals outran the
+	// slots more than backlogOutrun times (backlogLocked).
+	severe bool
 }
 
 // shedError is a refusal that says why, with the numbers it was decided
@@ -254,8 +257,10 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 	// (counted at the class average, which a server that has just started
 	// learns from its short requests first), more of them arrived than
 	// the class completed in it.
-	outrun := float64(st.offered) > float64(t-st.intervalStart)*g.serviceSlots() ||
-		st.guessed && st.arrivals > completed-st.completedAt
+	capacity := float64(t-st.intervalStart) * g.serviceSlots()
+	done := completed - st.completedAt
+	outrun := float64(st.offered) > capacity || st.guessed && st.arrivals > done
+	severe := float64(st.offered) > backlogOutrun*capacity || st.guessed && st.arrivals > backlogOutrun*done
 	switch {
 	case st.shedding:
 		// While it sheds, the queue is held near the target by the
@@ -275,8 +280,52 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		// arrivals outrun the slots").
 		st.shedding = st.minWait > st.target && outrun
 	}
+	st.severe = st.shedding && severe
 	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
 	st.arrivals, st.completedAt, st.guessed = 0, completed, false
+}
+
+// backlogWaits, backlogOutrun: a class shedding while its arrivals
+// outrun the slots more than backlogOutrun times refuses, at the head of
+// its queue, a task that has already waited more than backlogWaits times
+// its queue-wait target (backlogLocked).
+const (
+	backlogWaits  = 2
+	backlogOutrun = 2
+)
+
+// backlogLocked reports whether w, just taken from the head of its class
+// at time t, is the backlog of a standing queue, to be refused rather
+// than served: its class sheds and the last interval's arrivals outran
+// the slots more than backlogOutrun times (at their expected run times,
+// or, when some came without one, in number against the class's
+// completions), w has waited more than backlogWaits times the class's
+// queue-wait target, and another task of its class waits behind it (the
+// last one is always served, so refusing never leaves a slot idle that
+// the class could use). The backlog is what the door let in during the
+// intervals before the standing-queue test could see the queue stand;
+// the door holds later arrivals near the target, so serving that backlog
+// first is what would keep the served requests far above the target once
+// shedding has started. In a burst the slots will catch up with, the
+// backlog is served: refusing it there would refuse requests served in
+// time. Only submissions that never ran are refused, and in an
+// auto-target class only those with a latency target.
+func (g *granter) backlogLocked(w *waiter, t int64) bool {
+	st := &g.shed[w.class]
+	return st.severe && st.target > 0 && g.queues[w.class].n > 0 &&
+		w.kind != waitHelper && !w.started && !w.requeued &&
+		(!st.auto || w.target != targetNone) &&
+		t-w.enq > backlogWaits*st.target
+}
+
+// shedBacklogLocked refuses w, found by backlogLocked, with an error
+// wrapping ErrSaturated.
+func (g *granter) shedBacklogLocked(w *waiter, t int64) {
+	st := &g.shed[w.class]
+	st.refused++
+	g.refuseWithLocked(w, &shedError{class: w.class, reason: fmt.Sprintf(
+		"its queue has stood above the queue-wait target %v for an interval and it has waited %v, more than %d times the target",
+		time.Duration(st.target), time.Duration(t-w.enq).Round(time.Microsecond), backlogWaits)})
 }
 
 // offer counts w, an arrival at the door, in its class's interval.

@@ -478,3 +478,107 @@ func TestTheScaleOfGivenRunTimesIsBoundedAndPerClass(t *testing.T) {
 		t.Errorf("no run time given: %v, want 0", got)
 	}
 }
+
+// A class shedding while its arrivals outrun the slots more than
+// backlogOutrun times also refuses, at the head of its queue, the tasks
+// that have already waited more than backlogWaits times its queue-wait
+// target: the backlog admitted in the intervals before the standing-queue
+// test could see it, which would otherwise be served far above the
+// target while fresher arrivals wait behind it. The slots stay busy with
+// the fresher ones, and the last task of the class is always served.
+// (Served, that backlog made the p99 of served requests after a step to
+// 3x an image server's capacity 1.5x a four-deep semaphore's:
+// docs/realserver.md.) Shedding in a milder overload, the backlog is
+// served: the slots catch up with it in time.
+func TestASeverelyOutrunClassRefusesItsBacklogAtTheHead(t *testing.T) {
+	var mqw [NumClasses]ClassOptions
+	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
+	e := newExec(t, Options{Slots: 1, Classes: mqw})
+	e.g.stats[Interactive].avgSlotNs.Store(int64(time.Microsecond)) // the door's estimate stays under the target
+	var ran atomic.Int64
+	task := func(context.Context) error { ran.Add(1); return nil }
+	errs := make(chan error, 4)
+	st := &e.g.shed[Interactive]
+	// queue holds the slot, queues n tasks, lets them wait 25 ms (over
+	// 2 x 10 ms), sets the controller's state with no interval ending
+	// during the test, and queues one fresh task when fresh is set.
+	queue := func(n int, shedding, severe, fresh bool) {
+		release := hold(t, e, 1)
+		for i := range n {
+			go func() { errs <- e.Do(context.Background(), Interactive, task) }()
+			waitQueued(t, e, Interactive, i+1)
+		}
+		time.Sleep(25 * time.Millisecond)
+		e.g.mu.Lock()
+		st.shedding, st.severe, st.intervalStart = shedding, severe, now()+int64(time.Hour)
+		e.g.mu.Unlock()
+		if fresh {
+			go func() { errs <- e.Do(context.Background(), Interactive, task) }()
+			waitQueued(t, e, Interactive, n+1)
+		}
+		release()
+	}
+	results := func(n int) (shed, served int) {
+		for range n {
+			switch err := <-errs; {
+			case err == nil:
+				served++
+			case errors.Is(err, ErrSaturated) && !errors.Is(err, ErrDeadline) && strings.Contains(err.Error(), "has waited"):
+				shed++
+			default:
+				t.Errorf("unexpected error: %v", err)
+			}
+		}
+		return shed, served
+	}
+
+	queue(3, true, true, true)
+	if shed, served := results(4); shed != 3 || served != 1 || ran.Load() != 1 {
+		t.Errorf("shedding at over 2x, 3 tasks queued 25 ms (target 10 ms) and 1 just queued: %d refused, %d served (%d ran); want the 3 refused at the head and the fresh one served", shed, served, ran.Load())
+	}
+	if s := e.Stats().Classes[Interactive]; s.Shed != 3 || s.Rejected != 3 {
+		t.Errorf("Shed %d, Rejected %d; want 3 and 3", s.Shed, s.Rejected)
+	}
+	queue(2, true, false, true)
+	if shed, served := results(3); shed != 0 || served != 3 {
+		t.Errorf("shedding in a milder overload, 2 tasks queued 25 ms: %d refused, %d served; want all served", shed, served)
+	}
+	queue(2, false, false, false)
+	if shed, served := results(2); shed != 0 || served != 2 {
+		t.Errorf("not shedding, 2 tasks queued 25 ms: %d refused, %d served; want both served", shed, served)
+	}
+	queue(1, true, true, false)
+	if shed, served := results(1); shed != 0 || served != 1 {
+		t.Errorf("shedding at over 2x, the class's only queued task, 25 ms waited: %d refused; the last is always served", shed)
+	}
+}
+
+// The interval's arrivals set the severity the backlog refusal needs:
+// more than backlogOutrun times the slots' work, or, for arrivals without
+// a given run time, more than backlogOutrun times the completions.
+func TestSevereOutrunIsMoreThanTwiceTheSlotsWork(t *testing.T) {
+	e, st := codelAtZero(t, 1)
+	iv := int64(codelInterval)
+	var end int64
+	tick := func(offered int64, guessed bool, arrivals, refused uint64, minWait int64) {
+		st.offered, st.guessed, st.arrivals, st.refused = offered, guessed, arrivals, refused
+		end += iv + 1
+		e.g.codelGrantLocked(Interactive, minWait, end)
+	}
+	tick(3*iv, false, 0, 0, int64(20*time.Millisecond))
+	if !st.shedding || !st.severe {
+		t.Fatalf("a queue standing at 20 ms (target 10 ms), arrivals bringing 3x the slot's work: shedding %v, severe %v; want both", st.shedding, st.severe)
+	}
+	tick(iv*3/2, false, 0, 1, int64(20*time.Millisecond))
+	if !st.shedding || st.severe {
+		t.Fatalf("the same at 1.5x: shedding %v, severe %v; want shedding, not severe", st.shedding, st.severe)
+	}
+	tick(iv/2, true, 3, 1, int64(20*time.Millisecond)) // 3 arrivals, no completion, run times not given
+	if !st.shedding || !st.severe {
+		t.Fatalf("3 arrivals without given run times and no completion: shedding %v, severe %v; want both", st.shedding, st.severe)
+	}
+	tick(3*iv, false, 0, 0, int64(time.Millisecond)) // refused nobody: shedding ends
+	if st.shedding || st.severe {
+		t.Fatalf("an interval that refused nobody: shedding %v, severe %v; want neither", st.shedding, st.severe)
+	}
+}
