@@ -137,8 +137,13 @@ type ClassOptions struct {
 	// ErrSaturated, until an interval in which it refused none or whose
 	// arrivals did not outrun the slots (CoDel's test, applied at the
 	// door). The queue is then held near the target; the excess is shed in
-	// microseconds. Pick a target of a few service times of the class
-	// (shed.go). 0 (the default): a tenth of the latency target of the
+	// microseconds. While the arrivals outrun the slots more than twice,
+	// a queued task that has already waited more than twice the target
+	// is also refused, the same way, when it reaches the head of the
+	// queue, unless no other task of its class waits behind it: the
+	// backlog let in before the queue was seen standing is not served
+	// far above the target. Pick a target of a few service times of the
+	// class (shed.go). 0 (the default): a tenth of the latency target of the
 	// class's arrivals that carry one (WithTarget, LatencyTarget, a ctx
 	// deadline), and only those are shed by it; none for a class whose
 	// tasks carry no target. Independently of it, a task whose ctx

@@ -40,6 +40,13 @@ import (
 //     which it refused nobody or whose arrivals did not outrun the slots.
 //     An arrival that finds its class queue empty is never shed.
 //
+// While a class sheds and its last interval's arrivals outran the slots
+// more than twice (backlogOutrun), a task reaching the head of its queue
+// that has already waited more than twice the target (backlogWaits) is
+// refused there too, with the same kind of error, unless it is the last
+// task of its class queued: the backlog the door let in before the test
+// could see the queue stand (backlogLocked).
+//
 // Everything here runs under the executor's lock, on the path of a task
 // that queues anyway; the admission fast path never pays for it.
 
