@@ -319,7 +319,7 @@ const (
 // auto-target class only those with a latency target.
 func (g *granter) backlogLocked(w *waiter, t int64) bool {
 	st := &g.shed[w.class]
-	return st.severe && st.target > 0 && g.queues[w.class].n > 0 &&
+	return st.severe && g.queues[w.class].n > 0 && // severe: shedding, so a target is set
 		w.kind != waitHelper && !w.started && !w.requeued &&
 		(!st.auto || w.target != targetNone) &&
 		t-w.enq > backlogWaits*st.target

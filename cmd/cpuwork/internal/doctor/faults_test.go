@@ -23,6 +23,11 @@ import (
 // with and without --url, alone and beside a CPU-bound process, and must
 // give the right first finding.
 
+// servesSampler says whether fault name's server serves the sampler at
+// /debug/cpuwork: all but netpoll, whose starvation shows in answers, not
+// in a canary.
+func servesSampler(name string) bool { return name != "netpoll" }
+
 // faultProgram starts fault name's work and server, and returns how many
 // non-yielding spinners to start after "ready".
 func faultProgram(name string) int {
@@ -30,7 +35,7 @@ func faultProgram(name string) int {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/{$}", func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("ok\n")) })
-	if name != "netpoll" { // netpoll starvation shows in answers, not in a canary
+	if servesSampler(name) {
 		s, err := schedstat.Start(schedstat.Options{Interval: 500 * time.Millisecond, TimerCanary: true})
 		if err != nil {
 			panic(err)
@@ -163,7 +168,7 @@ func startFault(t testing.TB, f fault) (*exec.Cmd, string) {
 	for range f.hogs {
 		hog(t)
 	}
-	if f.name != "netpoll" { // the faults that serve the sampler (faultProgram)
+	if servesSampler(f.name) {
 		waitFirstSample(t, "http://"+addr, 30*time.Second)
 	} else {
 		time.Sleep(500 * time.Millisecond) // the work's start
