@@ -48,6 +48,9 @@ type Finding struct {
 	Summary  string   `json:"summary"`
 	Evidence []string `json:"evidence"` // numbers and the files they came from
 	Fix      string   `json:"fix"`      // the exact change
+	// lost is the share of the CPU budget os-starvation's run delay
+	// takes (rank puts it first at lostShareCritical or more).
+	lost float64
 }
 
 // Config selects the target and the window.
@@ -690,7 +693,7 @@ func diagnose(w *Window) []Finding {
 					Fix: fmt.Sprintf("run at most %d CPU-bound threads at once: GOMAXPROCS at most the budget, and native thread pools (ONNX Runtime intra-op threads, OpenMP, BLAS) sized to it too — or a cpuwork.Executor whose slots each lease one native thread", max(budget.Whole(b.Cores, false), 1)),
 				})
 			} else {
-				out = append(out, Finding{ID: "os-starvation", Severity: sev,
+				out = append(out, Finding{ID: "os-starvation", Severity: sev, lost: lost,
 					Summary: fmt.Sprintf("the process's threads waited %.2f s per second (%v per wake-up) for a CPU the kernel gave to something else", perSec, short(perSlice)),
 					Evidence: []string{kev,
 						fmt.Sprintf("CPU used %.2f cores; budget %.2f cores (%s); no throttling to explain it, and the process is below its budget", w.CPUCores, b.Cores, b.Source)},
@@ -814,13 +817,14 @@ var causeOrder = []string{
 	"os-starvation", "at-capacity",
 }
 
-// rank orders findings: every warning or critical before any info; a
-// critical os-starvation (another process takes half the budget or more)
-// right after the configuration; then causeOrder. The first finding is
-// the one to fix first.
+// rank orders findings: every warning or critical before any info;
+// os-starvation where another process takes half the budget or more
+// right after the configuration (one critical by its wait per wake-up
+// alone keeps its place after the process's own causes); then
+// causeOrder. The first finding is the one to fix first.
 func rank(fs []Finding) {
 	pos := func(f Finding) int {
-		if f.ID == "os-starvation" && f.Severity == Critical {
+		if f.ID == "os-starvation" && f.lost >= lostShareCritical {
 			return 0
 		}
 		if i := slices.Index(causeOrder, f.ID); i >= 0 {

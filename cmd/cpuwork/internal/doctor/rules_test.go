@@ -357,7 +357,7 @@ func TestRunDelayOfAFifthOfTheBudgetIsNeverHealthy(t *testing.T) {
 // before another process's competition before the symptoms.
 func TestFindingsAreRankedByWhatToFixFirst(t *testing.T) {
 	fs := []Finding{
-		{ID: "at-capacity", Severity: Warning}, {ID: "os-starvation", Severity: Critical}, // half the budget to another process: first
+		{ID: "at-capacity", Severity: Warning}, {ID: "os-starvation", Severity: Critical, lost: 0.5}, // half the budget to another process: first
 		{ID: "gomaxprocs-above-quota", Severity: Info}, {ID: "oversubscribed", Severity: Warning},
 		{ID: "slow-to-answer", Severity: Warning},
 	}
@@ -366,11 +366,38 @@ func TestFindingsAreRankedByWhatToFixFirst(t *testing.T) {
 	if got := ids(&Result{Findings: fs}); !slices.Equal(got, want) {
 		t.Errorf("ranked %v, want %v", got, want)
 	}
-	fs[0].Severity = Warning // a warning os-starvation comes after the process's own causes
+	fs[0].Severity, fs[0].lost = Warning, 0.3 // a warning os-starvation comes after the process's own causes
 	rank(fs)
 	want = []string{"oversubscribed", "slow-to-answer", "os-starvation", "at-capacity", "gomaxprocs-above-quota"}
 	if got := ids(&Result{Findings: fs}); !slices.Equal(got, want) {
 		t.Errorf("ranked %v, want %v", got, want)
+	}
+}
+
+// A critical os-starvation goes first only when another process takes
+// half the budget or more. Critical by its wait per wake-up (0.72 s per
+// second, 2.2 ms each: one CPU-bound process beside a 2-P service takes a
+// third of the budget), it comes after the process's own causes: the CI
+// run where the doctor put it before 200 runnable goroutines on 2 Ps.
+func TestAStarvationCriticalByItsWaitsButUnderHalfTheBudgetComesAfterTheProcesssCauses(t *testing.T) {
+	w := plainWindow()
+	w.Duration, w.CPUCores, w.RunnableThreads = 2*time.Second, 1.28, 2
+	w.Kernel = schedstat.Threads{Count: 6, RunDelay: 1438 * time.Millisecond, OnCPU: 2569 * time.Millisecond, Timeslices: 650}
+	fs := diagnose(w)
+	f, ok := find(fs, "os-starvation")
+	if !ok || f.Severity != Critical {
+		t.Fatalf("findings %v, want a critical os-starvation", fs)
+	}
+	fs = append(fs, Finding{ID: "oversubscribed", Severity: Warning})
+	rank(fs)
+	if got := ids(&Result{Findings: fs}); got[0] != "oversubscribed" {
+		t.Errorf("ranked %v, want oversubscribed first: the run delay is 36 %% of the budget", got)
+	}
+	w.Kernel.RunDelay = 2100 * time.Millisecond // 1.05 s/s: 52 % of the budget
+	fs = append(diagnose(w), Finding{ID: "oversubscribed", Severity: Warning})
+	rank(fs)
+	if got := ids(&Result{Findings: fs}); got[0] != "os-starvation" {
+		t.Errorf("ranked %v, want os-starvation first: the run delay is 52 %% of the budget", got)
 	}
 }
 
