@@ -372,7 +372,11 @@ func (e *Executor) setLabels(tc *taskCtx) (restore context.Context) {
 func (e *Executor) finish(tc *taskCtx) {
 	s := &e.stats[tc.class]
 	if tc.weight != 0 {
-		e.charge(tc, now())
+		end := now()
+		e.charge(tc, end)
+		if w := &tc.w; w.dueSet && w.target != targetNone && end > w.due {
+			s.endedLate.Add(1)
+		}
 	}
 	s.completed.Add(1)
 	if tc.noSlot == holdsSlot {

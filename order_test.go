@@ -212,6 +212,40 @@ func TestAnObjectiveExpectedLateIsLetThroughWithinTheLateBudget(t *testing.T) {
 	}
 }
 
+// EndedLate counts the queued tasks with a target that finished past
+// their due: the executor's own share of late answers (a client counts
+// the time before WithTarget and after Do as well). A queued task that
+// ends in time is not counted, nor one admitted at once, without
+// queuing, whose due is never computed.
+func TestEndedLateCountsQueuedTasksThatFinishPastTheirDue(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	late, err := e.Go(WithTarget(context.Background(), Target{Latency: 30 * time.Millisecond, Service: time.Millisecond}), Interactive,
+		func(context.Context) error { time.Sleep(80 * time.Millisecond); return nil }) // due 30 ms after submission, ends after 80
+	if err != nil {
+		t.Fatal(err)
+	}
+	inTime, err := e.Go(WithTarget(context.Background(), Target{Latency: time.Minute, Service: time.Millisecond}), Interactive,
+		func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	release()
+	for _, task := range []*Task{late, inTime} {
+		if err := task.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Admitted at once: not judged, however long it runs.
+	if err := e.Do(WithTarget(context.Background(), Target{Latency: time.Millisecond}), Interactive,
+		func(context.Context) error { time.Sleep(20 * time.Millisecond); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if st := e.Stats().Classes[Interactive]; st.EndedLate != 1 || st.AdmittedLate != 0 {
+		t.Errorf("EndedLate %d, AdmittedLate %d; want 1 and 0", st.EndedLate, st.AdmittedLate)
+	}
+}
+
 // The same objective with a ctx deadline that it would also miss is
 // refused at once: a deadline is binding, whatever the budget.
 func TestAnObjectivePastItsCtxDeadlineIsRefusedWhateverTheBudget(t *testing.T) {

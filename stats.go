@@ -17,6 +17,7 @@ type classStats struct {
 	yields    atomic.Uint64 // slots handed over at a Checkpoint
 	shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
 	late      atomic.Uint64 // let in though expected to miss its objective (the late budget, order.go)
+	endedLate atomic.Uint64 // queued with a target, finished past its due (do.go, finish)
 	avgSlotNs atomic.Int64  // moving average of measured slot times, ns (shed.go)
 	// devSlotNs is the moving average of how far a measured slot time
 	// fell from what was expected of it (its given run time, else avgSlotNs
@@ -53,8 +54,16 @@ type ClassStats struct {
 	// the class's queued objective tasks (order.go). They are also in
 	// Admitted once they get their slot.
 	AdmittedLate uint64
-	Canceled     uint64 // tasks whose context ended while queued
-	Panicked     uint64 // tasks whose fn panicked (also counted in Completed)
+	// EndedLate counts tasks with a latency target (WithTarget,
+	// ClassOptions.LatencyTarget, a ctx deadline) that queued and finished
+	// after their due, counted from the target's arrival: the executor's
+	// own part of late answers. A client that sees more answers late also
+	// counts the time outside the executor: before WithTarget (accepting
+	// and reading a request, its handler waiting for a P) and after fn
+	// returns. A task admitted at once, without queuing, is not judged.
+	EndedLate uint64
+	Canceled  uint64 // tasks whose context ended while queued
+	Panicked  uint64 // tasks whose fn panicked (also counted in Completed)
 	// Nested counts Do and For calls made with the context of a task of
 	// this executor (they run on the slot that task holds), whether they
 	// ran or their ctx had ended; they are never counted in Submitted,
@@ -170,6 +179,7 @@ func (e *Executor) Stats() Stats {
 			Rejected:     s.rejected.Load(),
 			Shed:         s.shed.Load(),
 			AdmittedLate: s.late.Load(),
+			EndedLate:    s.endedLate.Load(),
 			Canceled:     s.canceled.Load(),
 			Panicked:     s.panicked.Load(),
 			Nested:       s.nested.Load(),

@@ -77,7 +77,7 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	d("cpuwork_queue_wait_seconds", "Time from submission to getting a slot, per class.", "class")
 	d("cpuwork_slot_seconds", "Time a task held its slot (service time), per class.", "class")
 	d("cpuwork_task_latency_seconds", "Where accounted tasks' latency went (cpuwork.Options.Account: a sample of tasks), per class and part: queue_wait, on_cpu, kernel_run_queue, throttled, go_run_queue, gc, other; a task's parts sum to its latency from arrival.", "class", "part")
-	d("cpuwork_tasks_total", "Tasks by class and outcome: admitted, completed, rejected (ErrSaturated or ErrClosed; includes shed), shed, canceled, panicked, admitted_late (let through though expected to miss a latency objective: the late budget; in admitted once they run).", "class", "outcome")
+	d("cpuwork_tasks_total", "Tasks by class and outcome: admitted, completed, rejected (ErrSaturated or ErrClosed; includes shed), shed, canceled, panicked, admitted_late (let through though expected to miss a latency objective: the late budget; in admitted once they run), ended_late (queued with a latency target and finished past it: the executor's part of late answers; in completed).", "class", "outcome")
 	d("cpuwork_queued", "Tasks waiting for a slot, per class.", "class")
 	d("cpuwork_running", "Tasks holding a slot, per class.", "class")
 	d("cpuwork_slots", "Tasks the executor runs at once (its slot count).")
@@ -132,7 +132,7 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 		s := st.Classes[cl]
 		name := class.String()
 		for outcome, v := range map[string]uint64{"admitted": s.Admitted, "completed": s.Completed, "rejected": s.Rejected,
-			"shed": s.Shed, "canceled": s.Canceled, "panicked": s.Panicked, "admitted_late": s.AdmittedLate} {
+			"shed": s.Shed, "canceled": s.Canceled, "panicked": s.Panicked, "admitted_late": s.AdmittedLate, "ended_late": s.EndedLate} {
 			ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_tasks_total"], prometheus.CounterValue, float64(v), name, outcome)
 		}
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_queued"], prometheus.GaugeValue, float64(s.Queued), name)

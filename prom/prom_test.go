@@ -57,8 +57,8 @@ cpuwork_slots 1
 		t.Error(err)
 	}
 	n, err := testutil.GatherAndCount(reg, "cpuwork_tasks_total")
-	if err != nil || n != 4*7 {
-		t.Errorf("cpuwork_tasks_total series: %d, %v; want 4 classes x 7 outcomes", n, err)
+	if err != nil || n != 4*8 {
+		t.Errorf("cpuwork_tasks_total series: %d, %v; want 4 classes x 8 outcomes", n, err)
 	}
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -160,6 +160,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 			return err
 		}
 		defer e.Close(context.Background())
+		sp.exec = e
 	}
 	var item sync.Mutex
 	n := 0

@@ -17,6 +17,10 @@ import (
 type split struct {
 	mu    sync.Mutex
 	accts []cpuwork.TaskAccount
+	// exec is the run's executor: record also sets ended_late_share, the
+	// share of its completed tasks that ended past their due in it
+	// (ClassStats.EndedLate), beside the client's served_late_share.
+	exec *cpuwork.Executor
 }
 
 // splitCap bounds the accounts kept per run.
@@ -43,6 +47,14 @@ func splitKey(p cpuwork.Part) string { return "split_" + p.String() + "_s" }
 // accounted tasks' latency (Wall, from their arrival at the executor), and
 // how many accounts were partial among them.
 func (s *split) record(v *Variant) {
+	if s.exec != nil {
+		var late, done uint64
+		for _, c := range s.exec.Stats().Classes {
+			late, done = late+c.EndedLate, done+c.Completed
+		}
+		v.setRepeatExtra("ended_late_share", float64(late)/float64(max(done, 1)))
+		v.setExtra("ended_late_share", median(v.repeatExtras("ended_late_share")))
+	}
 	s.mu.Lock()
 	accts := s.accts
 	s.accts = nil
