@@ -402,7 +402,9 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			sess.Close()
 			return nil, err
 		}
-		sp.exec = e
+		if sp != nil {
+			sp.exec = e
+		}
 		// Every request gets the service's latency objective as its
 		// target, counted from its arrival (before its body is read), and
 		// its expected run time: its images on as many slots as it can
