@@ -24,7 +24,10 @@ import (
 // else is guarded by mu. Methods named ...Locked expect mu held.
 type granter struct {
 	// Hot fields, each touched by the admission fast path.
-	free     atomic.Int64  // free slots; negative while the slot count shrinks
+	// free holds the free slots (negative while the slot count shrinks)
+	// and the capacity in one word (slotWord): a release compares the
+	// two at one instant.
+	free     slotWord
 	waiting  atomic.Int64  // queued waiters, all classes
 	waitMask atomic.Uint32 // bit c set while class c has queued waiters
 	// headDue[c] is the due of class c's first waiter (math.MaxInt64
@@ -65,11 +68,9 @@ type granter struct {
 
 	// closed is set by Close: the door refuses every submission.
 	closed atomic.Bool
-	// capacity is the slots that may be held now: slots, less the
-	// fractional slot while it is closed. doubleReleases counts releases
-	// ignored because they would have freed more slots than that
-	// (release).
-	capacity       atomic.Int64
+	// doubleReleases counts releases ignored because they would have
+	// freed more slots than the capacity (the slots that may be held now:
+	// slots, less the fractional slot while it is closed; release).
 	doubleReleases atomic.Uint64
 	// pacedCap is, while a fractional quota's extra slot is paced, the
 	// slots the quota gives on average (its cores: 1.5 for 1.5 CPUs), in
@@ -89,6 +90,7 @@ type granter struct {
 // it is called by New before the granter is used.
 func (g *granter) init(o Options, stats *[NumClasses]classStats, owner *Executor) error {
 	g.stats, g.owner = stats, owner
+	g.free.v.Store(freeBias) // no slot free, no capacity: setCapacityLocked gives both
 	for c := range Class(NumClasses) {
 		co := o.Classes[c]
 		switch l := co.QueueLimit; {
@@ -143,12 +145,12 @@ func (g *granter) hasWaiters() bool { return g.waiting.Load() != 0 }
 
 // freeNow reports whether a slot is free and nobody is queued: a new
 // task would take it at once.
-func (g *granter) freeNow() bool { return g.free.Load() > 0 && g.waiting.Load() == 0 }
+func (g *granter) freeNow() bool { return g.free.freeSlots() > 0 && g.waiting.Load() == 0 }
 
 // overCommitted reports whether more slots are held than the capacity
 // allows (it shrank, or the fractional slot closed): a running task
 // should hand its slot back.
-func (g *granter) overCommitted() bool { return g.free.Load() < 0 }
+func (g *granter) overCommitted() bool { return g.free.freeSlots() < 0 }
 
 // isClosed reports whether the door is closed (Close).
 func (g *granter) isClosed() bool { return g.closed.Load() }
@@ -186,9 +188,9 @@ func (g *granter) release(c Class, est *int64, keep *keepNext) {
 	if c.runsOnWorker() {
 		g.lowRunning.Add(-1)
 	}
-	f := g.free.Add(1)
-	if capacity := g.capacity.Load(); f > capacity {
-		g.free.Add(-1)
+	f, capacity := g.free.add(1)
+	if f > capacity {
+		g.free.add(-1)
 		g.doubleReleases.Add(1)
 		g.owner.log.Error("cpuwork: internal error: a slot was released twice; the release is ignored", "class", c, "free", f-1, "capacity", capacity)
 		return
@@ -220,16 +222,9 @@ func (g *granter) setCapacityLocked(slots int, extraClosed bool) {
 	if g.spareP {
 		g.lowCap.Store(int64(max(1, min(slots, runtime.GOMAXPROCS(0)-1))))
 	}
-	// free <= capacity holds at every instant (release's double-release
-	// check reads both without the lock): shrink free before the
-	// capacity, grow the capacity before free.
-	if d := int64(now - old); d < 0 {
-		g.free.Add(d)
-		g.capacity.Store(int64(now))
-	} else {
-		g.capacity.Store(int64(now))
-		g.free.Add(d)
-	}
+	// One atomic step for both, so a release (which reads both without
+	// the lock) never sees the new capacity beside the old free count.
+	g.free.resize(int64(now), int64(now-old))
 	g.dispatchLocked()
 }
 
@@ -267,7 +262,7 @@ func (g *granter) snapshotLocked() (slots, free int, closed bool, queued [NumCla
 	for c := range g.queues {
 		queued[c] = g.queues[c].n
 	}
-	return g.slots, int(g.free.Load()), g.closed.Load(), queued
+	return g.slots, int(g.free.freeSlots()), g.closed.Load(), queued
 }
 
 // setPacedCapacity records the average slots of a paced fractional
@@ -293,15 +288,7 @@ func (g *granter) tryAcquire() bool {
 	if g.waiting.Load() != 0 {
 		return false
 	}
-	for {
-		f := g.free.Load()
-		if f <= 0 {
-			return false
-		}
-		if g.free.CompareAndSwap(f, f-1) {
-			return true
-		}
-	}
+	return g.free.take()
 }
 
 // tryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
@@ -345,16 +332,12 @@ type keepNext struct {
 // dispatchLocked hands free slots to queued waiters in policy order.
 func (g *granter) dispatchLocked() {
 	for g.waiting.Load() > 0 {
-		f := g.free.Load()
-		if f <= 0 {
+		if !g.free.take() {
 			return
-		}
-		if !g.free.CompareAndSwap(f, f-1) {
-			continue
 		}
 		w := g.pickLocked()
 		if w == nil { // cannot happen while waiting > 0; keep the slot free
-			g.free.Add(1)
+			g.free.add(1)
 			return
 		}
 		g.grantLocked(w)
@@ -439,5 +422,54 @@ func (e *Executor) wake(ws []*waiter, keep *keepNext) {
 	}
 	if failed {
 		e.checkDrained()
+	}
+}
+
+// slotWord packs the free slot count and the capacity into one atomic
+// word: the capacity in the high 32 bits, the free count in the low 32
+// bits biased by 2^31 so that it may go negative (a shrink below the
+// slots held) and an add never carries into the capacity. Reading both
+// at one instant is what lets release tell a double release from a
+// release that raced a shrink: with two words a shrink between a
+// release's add and its read of the capacity made a correct release look
+// like a double one, and undoing it lost the slot for good.
+type slotWord struct{ v atomic.Uint64 }
+
+const freeBias = 1 << 31
+
+func unpackSlots(v uint64) (free, capacity int64) {
+	return int64(uint32(v)) - freeBias, int64(v >> 32)
+}
+
+// freeSlots is the free count.
+func (s *slotWord) freeSlots() int64 { f, _ := unpackSlots(s.v.Load()); return f }
+
+// add adds d to the free count and returns the free count and the
+// capacity just after.
+func (s *slotWord) add(d int64) (free, capacity int64) {
+	return unpackSlots(s.v.Add(uint64(d)))
+}
+
+// take takes a free slot if the free count is positive.
+func (s *slotWord) take() bool {
+	for {
+		v := s.v.Load()
+		if f, _ := unpackSlots(v); f <= 0 {
+			return false
+		}
+		if s.v.CompareAndSwap(v, v-1) {
+			return true
+		}
+	}
+}
+
+// resize sets the capacity and adds d to the free count in one step.
+func (s *slotWord) resize(capacity, d int64) {
+	for {
+		v := s.v.Load()
+		f, _ := unpackSlots(v)
+		if s.v.CompareAndSwap(v, uint64(capacity)<<32|uint64(uint32(f+d+freeBias))) {
+			return
+		}
 	}
 }

@@ -79,3 +79,47 @@ func TestTheFractionalSlotChangesCapacityNotReleases(t *testing.T) {
 		t.Fatalf("%d releases taken for double releases", n)
 	}
 }
+
+// A release racing a shrinking capacity is not taken for a double
+// release. The release added to free, then read the capacity: a shrink
+// between the two (free lowered, then the capacity) made the capacity it
+// read smaller than the free count it had computed before the shrink, so
+// a correct release was undone and its slot lost for good (the stress
+// test saw "1 slots released twice" with a budget flipping between whole
+// and fractional quotas).
+func TestAReleaseRacingAShrinkingCapacityIsNotADoubleRelease(t *testing.T) {
+	e := newExec(t, Options{Slots: 4})
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var est int64
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if e.g.tryAcquire() {
+					e.releaseSlot(Interactive, &est)
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(300 * time.Millisecond)
+	for i := 0; time.Now().Before(deadline) && e.g.doubleReleases.Load() == 0; i++ {
+		e.SetSlots(1 + 3*(i%2))
+		e.setExtraOpen(i%3 != 0)
+	}
+	close(stop)
+	wg.Wait()
+	e.setExtraOpen(true)
+	if n := e.g.doubleReleases.Load(); n != 0 {
+		t.Fatalf("%d correct releases taken for double releases", n)
+	}
+	if st := e.Stats(); st.Free != st.Slots {
+		t.Fatalf("%d of %d slots free with nothing running", st.Free, st.Slots)
+	}
+}

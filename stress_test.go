@@ -148,7 +148,27 @@ func stress(t *testing.T, seed uint64) {
 			}
 		}()
 	}
+	stopResizing := func() {}
+	if r.IntN(4) == 0 {
+		// The slot count changes under the releases (a shrink between a
+		// release's add and its capacity check once lost a slot).
+		stopResize := make(chan struct{})
+		resized := make(chan struct{})
+		go func() {
+			defer close(resized)
+			for i := 0; ; i++ {
+				select {
+				case <-stopResize:
+					return
+				case <-time.After(50 * time.Microsecond):
+				}
+				e.SetSlots(1 + (i*7+int(seed))%4)
+			}
+		}()
+		stopResizing = func() { close(stopResize); <-resized }
+	}
 	wg.Wait()
+	stopResizing()
 	closeOnce.Do(func() { closeDone <- nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
