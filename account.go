@@ -164,7 +164,6 @@ type accountant struct {
 	cpus        float64 // CPUs throttling counts across
 
 	parts   [NumClasses]atomic.Pointer[[NumParts]histogram] // allocated at a class's first account
-	active  sync.Map                                        // *taskCtx -> *taskAccount, tasks being accounted
 	slowest slowest
 }
 
@@ -330,9 +329,9 @@ func (a *accountant) slowToken() bool {
 	return a.slowCount.Add(1) <= a.slowLimit
 }
 
-// begin starts accounting tc, which got its slot now (t) after arriving
+// begin starts accounting tk, which got its slot now (t) after arriving
 // at arrival.
-func (e *Executor) accountBegin(tc *taskCtx, arrival, t int64) {
+func (e *Executor) accountBegin(tk *task, arrival, t int64) {
 	a := e.acct
 	ta := &taskAccount{arrival: arrival, start: t, queueWait: t - arrival, acct: a}
 	ta.pauses = []metrics.Sample{{Name: gcPausesName}}
@@ -345,8 +344,7 @@ func (e *Executor) accountBegin(tc *taskCtx, arrival, t int64) {
 	// a task that locked its thread stays locked.)
 	runtime.LockOSThread()
 	ta.begin()
-	tc.accounted = true
-	a.active.Store(tc, ta)
+	tk.accounted, tk.acct = true, ta
 }
 
 // gapKind says what an accounted task waits for until its next reading.
@@ -364,12 +362,11 @@ const (
 // hand-offs of its P (stoplockedm/startlockedm in runtime/proc.go), which
 // delayed the timers of that P. The caller reads it again with resume
 // once it runs again, on whatever thread.
-func (e *Executor) accountPause(tc *taskCtx, kind gapKind) *taskAccount {
-	v, ok := e.acct.active.Load(tc)
-	if !ok {
+func (e *Executor) accountPause(tk *task, kind gapKind) *taskAccount {
+	ta := tk.acct
+	if ta == nil {
 		return nil
 	}
-	ta := v.(*taskAccount)
 	ta.check()
 	ta.gap, ta.pauseT = kind, now()
 	runtime.UnlockOSThread()
@@ -490,16 +487,15 @@ func (ta *taskAccount) endStretch() {
 	ta.seg.ok = false
 }
 
-// accountEnd finishes tc's account at t, after its slot was released.
-func (e *Executor) accountEnd(tc *taskCtx, t int64) {
+// accountEnd finishes tk's account at t, after its slot was released.
+func (e *Executor) accountEnd(tk *task, t int64) {
 	a := e.acct
-	v, ok := a.active.LoadAndDelete(tc)
-	tc.accounted = false
-	if !ok {
+	ta := tk.acct
+	tk.accounted, tk.acct = false, nil
+	if ta == nil {
 		return
 	}
 	defer runtime.UnlockOSThread()
-	ta := v.(*taskAccount)
 	if ta.seg.ok {
 		ta.endStretch()
 	}
@@ -510,7 +506,7 @@ func (e *Executor) accountEnd(tc *taskCtx, t int64) {
 		ta.partial = fmt.Sprintf("the goroutine moved threads %d times; %v between a thread's last reading and the move (over 5 %% of the run) is in other",
 			ta.moves, time.Duration(ta.lost).Round(time.Microsecond))
 	}
-	acc := TaskAccount{Class: tc.class, End: time.Now(), Wall: time.Duration(t - ta.arrival), Run: time.Duration(t - ta.start), Partial: ta.partial}
+	acc := TaskAccount{Class: tk.class, End: time.Now(), Wall: time.Duration(t - ta.arrival), Run: time.Duration(t - ta.start), Partial: ta.partial}
 	// Each part takes what it measured, up to what is left of the wall
 	// time: the parts sum to Wall and other is what nothing explains.
 	left := t - ta.arrival

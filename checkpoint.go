@@ -7,11 +7,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
 
 // Checkpoint marks a safe point inside a long CPU-bound loop of a task. Call
-// it every few microseconds to a millisecond of work, with the context the
-// task's fn received:
+// it every few microseconds to a millisecond of work, on the goroutine
+// that runs the task's fn:
 //
 //	for i := range items {
 //		if err := cpuwork.Checkpoint(ctx); err != nil {
@@ -54,83 +56,92 @@ import (
 //     task can take the slot meanwhile. After the park it takes a slot
 //     again, queuing at its own due's place in its class if none is free.
 //
-// Cost: a few nanoseconds when nobody waits (docs/performance.md): a type
-// assertion, one atomic load and a counter; the clock is read only every
-// so many calls, a stride adapted to keep clock reads a quarter to half of
-// CheckpointYield apart (at most 100 µs).
+// Cost: a few nanoseconds when nobody waits (docs/performance.md): the
+// goroutine's task looked up in a table, one atomic load and a counter;
+// the clock is read only every so many calls, a stride adapted to keep
+// clock reads a quarter to half of CheckpointYield apart (at most
+// 100 µs).
 //
-// Checkpoint belongs to the goroutine that runs the task: while [Executor.For]
-// runs chunks of the task on helpers, a Checkpoint with the task's ctx only
-// yields the P. ctx must not be nil (a nil ctx panics).
+// The task is the one the calling goroutine runs (the innermost, in a
+// task of another executor); ctx is the one whose end stops the task,
+// normally the ctx fn received. On a goroutine that runs no task (one
+// that fn started, say), and on the caller's goroutine while
+// [Executor.For] runs chunks of the task on helpers, Checkpoint only
+// yields the P (steps 2 to 4 without the slot). A nil ctx panics.
 //
 // It returns ctx's error once ctx has ended (checked when the clock is
 // read, and while re-queued), or ErrClosed when the executor closed while
-// the task was re-queued; the task should then return. With a context that
-// does not come from a task, Checkpoint only yields the P (steps 2 and 3)
-// and reports ctx's error.
+// the task was re-queued; the task should then return.
 func Checkpoint(ctx context.Context) error {
-	// The fast path (a task's own context, nobody to hand the slot to,
-	// not yet time to read the clock): a type assertion, a few loads and a
-	// counter, no further call.
-	tc, ok := ctx.(*taskCtx)
-	if !ok || tc.shared.Load() != 0 || tc.noSlot != holdsSlot {
-		return checkpointSlow(ctx)
+	// The fast path (a task that holds its slot alone, nobody to hand
+	// the slot to, not yet time to read the clock): the table lookup, a
+	// few loads and a counter, no further call.
+	// The calling goroutine's task (runningTask, written out: the
+	// goroutine's entry is most often the first of its bucket).
+	g := goroutine.ID()
+	var t *task
+	if en := &running.buckets[bucketIndex(g)][0]; en.g.Load() == g {
+		t = en.t
+	} else {
+		t, _ = lookupRunning(g)
 	}
-	e := tc.e
-	if m := e.g.mask(); m&moreUrgent[tc.class] != 0 ||
-		(m&(1<<tc.class) != 0 && e.g.headDueOf(tc.class) < tc.due()) {
-		return tc.checkpoint(ctx)
+	if t == nil || ctx == nil || t.shared != 0 || t.noSlot != holdsSlot {
+		return checkpointSlow(ctx, t)
 	}
-	tc.calls++
-	if tc.calls < tc.stride {
+	e, c := t.e, t.class&(NumClasses-1)
+	if m := e.g.mask(); m&moreUrgent[c] != 0 ||
+		(m&(1<<c) != 0 && e.g.headDueOf(c) < t.due()) {
+		return t.checkpoint(ctx)
+	}
+	t.calls++
+	if t.calls < t.stride {
 		return nil
 	}
-	return tc.check(ctx)
+	return t.check(ctx)
 }
 
 // due is the task's due (order.go), computed from its context the first
 // time it is needed.
-func (tc *taskCtx) due() int64 {
-	if !tc.w.dueSet {
-		tc.e.g.setDue(tc.Context, &tc.w, tc.w.enq)
+func (t *task) due() int64 {
+	if !t.w.dueSet {
+		t.e.g.setDue(t.ctx, &t.w, t.w.enq)
 	}
-	return tc.w.due
+	return t.w.due
 }
 
 // handOver reports whether the task should hand its slot over now: more
 // urgent work waits, or work of its class due earlier, or (Batch and
 // Background) quota pacing has paused its class.
-func (tc *taskCtx) handOver() bool {
-	return tc.e.g.urgentOver(tc.class, tc.due())
+func (t *task) handOver() bool {
+	return t.e.g.urgentOver(t.class, t.due())
 }
 
-// checkpointSlow is Checkpoint for every context but a task's own,
-// unshared, slot-holding one.
-func checkpointSlow(ctx context.Context) error {
+// checkpointSlow is Checkpoint for every case but a task that holds its
+// slot alone: t is the calling goroutine's task, or nil.
+func checkpointSlow(ctx context.Context, t *task) error {
 	mustCtx(ctx)
-	tc := taskOf(ctx)
-	if tc == nil || tc.shared.Load() != 0 {
+	if t == nil || t.shared != 0 {
 		return checkpointFree(ctx)
 	}
-	return tc.checkpoint(ctx) // also the slot-lost case
+	return t.checkpoint(ctx) // also the slot-lost case
 }
 
-// checkpoint is Checkpoint for the goroutine that owns tc.
-func (tc *taskCtx) checkpoint(ctx context.Context) error {
-	if tc.noSlot != holdsSlot { // lost at an earlier Checkpoint: nothing to hand over
+// checkpoint is Checkpoint for the goroutine that runs t.
+func (t *task) checkpoint(ctx context.Context) error {
+	if t.noSlot != holdsSlot { // lost at an earlier Checkpoint: nothing to hand over
 		checkpointFree(ctx)
-		return tc.noSlot.err(ctx)
+		return t.noSlot.err(ctx)
 	}
-	if tc.handOver() {
-		if err := tc.e.yield(ctx, tc); err != nil {
+	if t.handOver() {
+		if err := t.e.yield(ctx, t); err != nil {
 			return err
 		}
 	}
-	tc.calls++
-	if tc.calls < tc.stride {
+	t.calls++
+	if t.calls < t.stride {
 		return nil
 	}
-	return tc.check(ctx)
+	return t.check(ctx)
 }
 
 const (
@@ -173,48 +184,46 @@ func (e *Executor) setCheckpointYield(d time.Duration) {
 
 // check is Checkpoint's periodic part: adapt the stride, then yield the P
 // if goroutines are runnable or timers may be due.
-func (tc *taskCtx) check(ctx context.Context) error {
-	tc.calls = 0
-	t := now()
-	gap := t - tc.lastChk
-	e := tc.e
+func (t *task) check(ctx context.Context) error {
+	t.calls = 0
+	n := now()
+	gap := n - t.lastChk
+	e := t.e
 	switch {
-	case tc.lastChk == 0 || tc.stride == 0:
-		tc.stride = defaultStride
-	case gap < e.checkMin && tc.stride < maxStride:
-		tc.stride *= 2
-	case gap > e.checkMax && tc.stride > 1:
-		tc.stride /= 2
+	case t.lastChk == 0 || t.stride == 0:
+		t.stride = defaultStride
+	case gap < e.checkMin && t.stride < maxStride:
+		t.stride *= 2
+	case gap > e.checkMax && t.stride > 1:
+		t.stride /= 2
 	}
-	tc.lastChk = t
-	if tc.lastGs == 0 {
+	t.lastChk = n
+	if t.lastGs == 0 {
 		// The task's first clock read: when its P last yielded is not
 		// known (the goroutine's previous task may have run up to a yield
 		// interval since its own last yield), so the interval counts as
 		// elapsed: a loop of short tasks yields as often as one long one.
-		tc.lastGs = t - e.yieldAfter
+		t.lastGs = n - e.yieldAfter
 	}
-	if tc.accounted {
-		if v, ok := e.acct.active.Load(tc); ok {
-			v.(*taskAccount).check()
-		}
+	if t.acct != nil {
+		t.acct.check()
 	}
-	runnable, busy := schedNow(t)
+	runnable, busy := schedNow(n)
 	switch {
-	case busy && !runnable && networkArrived(t):
+	case busy && !runnable && networkArrived(n):
 		// A request arrived on a watched connection (WatchListener) and
 		// no P will poll the network soon: park so this P does, with the
 		// slot given up meanwhile so the request's task can take it.
-		if err := e.parkOffSlot(ctx, tc); err != nil {
+		if err := e.parkOffSlot(ctx, t); err != nil {
 			return err
 		}
-	case busy && (runnable || (e.yieldAfter > 0 && t-tc.lastGs >= e.yieldAfter)):
-		tc.pause(yieldP)
+	case busy && (runnable || (e.yieldAfter > 0 && n-t.lastGs >= e.yieldAfter)):
+		t.pause(yieldP)
 	}
-	if e.g.overCommitted() && tc.noSlot == holdsSlot && tc.shared.Load() == 0 {
+	if e.g.overCommitted() && t.noSlot == holdsSlot && t.shared == 0 {
 		// More tasks run than there are slots (the fractional quota's
 		// extra slot closed, or SetSlots shrank): hand this one back.
-		if err := e.yield(ctx, tc); err != nil {
+		if err := e.yield(ctx, t); err != nil {
 			return err
 		}
 	}
@@ -286,15 +295,15 @@ var yieldP = runtime.Gosched
 
 // pause runs wait (a Gosched or a park for the network) with the task's
 // accounting paused around it, and restarts the yield interval.
-func (tc *taskCtx) pause(wait func()) {
-	if tc.accounted {
-		ta := tc.e.accountPause(tc, gapGo)
+func (t *task) pause(wait func()) {
+	if t.accounted {
+		ta := t.e.accountPause(t, gapGo)
 		wait()
 		ta.resume()
 	} else {
 		wait()
 	}
-	tc.lastGs = now()
+	t.lastGs = now()
 }
 
 func checkpointFree(ctx context.Context) error {
@@ -308,113 +317,113 @@ func checkpointFree(ctx context.Context) error {
 	return ctx.Err()
 }
 
-// yield hands tc's slot over and queues tc again at its due's place in
-// its class (so it keeps its place in line), returning when tc holds a
+// yield hands t's slot over and queues t again at its due's place in
+// its class (so it keeps its place in line), returning when t holds a
 // slot again, or an error if ctx ended or the executor closed meanwhile
-// (tc then holds no slot). The slot goes back through releaseSlot, which
+// (t then holds no slot). The slot goes back through releaseSlot, which
 // hands it to the waiter the queue policy picks (order.go).
-func (e *Executor) yield(ctx context.Context, tc *taskCtx) error {
-	due := tc.due()
+func (e *Executor) yield(ctx context.Context, t *task) error {
+	due := t.due()
 	e.g.lock()
 	over := e.g.overCommitted() // more running than slots: give this one back
-	if e.g.isClosed() || (!e.g.urgentOver(tc.class, due) && !over) {
+	if e.g.isClosed() || (!e.g.urgentOver(t.class, due) && !over) {
 		e.g.unlock()
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}
-	e.stats[tc.class].yields.Add(1)
-	est, onWorker := e.leaveSlotLocked(tc, now())
-	e.g.enqueueLocked(&tc.w)
+	e.stats[t.class].yields.Add(1)
+	est, onWorker := e.leaveSlotLocked(t, now())
+	e.g.enqueueLocked(&t.w)
 	e.g.unlock()
 	var ta *taskAccount
-	if tc.accounted {
-		ta = e.accountPause(tc, gapQueue)
+	if t.accounted {
+		ta = e.accountPause(t, gapQueue)
 	}
-	e.releaseSlot(tc.class, &est)
-	err := e.await(ctx, &tc.w)
+	e.releaseSlot(t.class, &est)
+	err := e.await(ctx, &t.w)
 	ta.resume()
-	return e.slotBack(tc, onWorker, err)
+	return e.slotBack(t, onWorker, err)
 }
 
 // parkOffSlot is Checkpoint's park for the network (parkForNetwork) with
-// tc's slot given up for the park: the request that arrived finds a free
+// t's slot given up for the park: the request that arrived finds a free
 // slot instead of queueing behind a parked task, and the park's idle P
-// costs the task's class no slot. After the park tc takes a slot again
+// costs the task's class no slot. After the park t takes a slot again
 // if one is free and nobody waits, else it queues at its due's place in
 // its class as at a hand-over (yield), with the same errors. A task that
 // cannot give its slot up (For helpers share it, or the executor is
 // closing) parks holding it.
-func (e *Executor) parkOffSlot(ctx context.Context, tc *taskCtx) error {
+func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
 	e.g.lock()
-	if e.g.isClosed() || tc.shared.Load() != 0 || tc.noSlot != holdsSlot {
+	if e.g.isClosed() || t.shared != 0 || t.noSlot != holdsSlot {
 		e.g.unlock()
-		tc.pause(parkForNetwork)
+		t.pause(parkForNetwork)
 		return nil
 	}
-	est, onWorker := e.leaveSlotLocked(tc, now())
+	est, onWorker := e.leaveSlotLocked(t, now())
 	e.g.unlock()
-	e.releaseSlot(tc.class, &est)
-	tc.pause(parkForNetwork)
-	w := &tc.w
+	e.releaseSlot(t.class, &est)
+	t.pause(parkForNetwork)
+	w := &t.w
 	w.enq = now() // its wait for the slot starts after the park
-	if e.g.tryAcquireFor(tc.class) {
-		return e.slotBack(tc, onWorker, nil)
+	if e.g.tryAcquireFor(t.class) {
+		return e.slotBack(t, onWorker, nil)
 	}
 	e.g.lock()
 	e.g.enqueueLocked(w)
 	e.g.dispatchLocked() // a slot freed since tryAcquireFor
 	e.g.unlockAndWake()
 	var ta *taskAccount
-	if tc.accounted {
-		ta = e.accountPause(tc, gapQueue)
+	if t.accounted {
+		ta = e.accountPause(t, gapQueue)
 	}
 	err := e.await(ctx, w)
 	ta.resume()
-	return e.slotBack(tc, onWorker, err)
+	return e.slotBack(t, onWorker, err)
 }
 
-// leaveSlotLocked prepares tc, about to give its slot up at t, to queue
+// leaveSlotLocked prepares t, about to give its slot up at now, to queue
 // for one again: its slot period is charged, its waiter marked re-queued,
 // and its worker (a Go task's) lent to its pool meanwhile. It returns the
 // slot-time estimate that goes back with the slot (once w is queued,
 // another release may grant it a slot and a new estimate at once), and
-// whether tc runs on a worker.
-func (e *Executor) leaveSlotLocked(tc *taskCtx, t int64) (est int64, onWorker bool) {
-	if tc.weight != 0 {
-		e.charge(tc, t)
+// whether t runs on a worker.
+func (e *Executor) leaveSlotLocked(t *task, now int64) (est int64, onWorker bool) {
+	if t.weight != 0 {
+		e.charge(t, now)
 	}
-	w := &tc.w
+	w := &t.w
 	if w.ready == nil {
 		w.ready = make(chan struct{}, 1)
 	}
-	w.requeued, tc.yielded = true, true
+	w.requeued, t.yielded = true, true
 	onWorker = w.kind == waitTask
 	if onWorker {
 		// This worker blocks without a slot; the slot it frees may go to
 		// an asynchronous task, which needs a worker to run on.
-		e.pools[tc.class.pool()].lendSpareLocked()
+		e.pools[t.class.pool()].lendSpareLocked()
 	}
-	w.enq = t
+	w.enq = now
 	est, w.est = w.est, 0
 	return est, onWorker
 }
 
 // slotBack ends a wait for a slot given up at a Checkpoint (yield,
-// parkOffSlot): err is the wait's outcome. On success tc holds a slot
-// again and its new slot period begins; on an error tc holds none
+// parkOffSlot): err is the wait's outcome. On success t holds a slot
+// again and its new slot period begins; on an error t holds none
 // (lostByClose after ErrClosed, lostByCtx otherwise).
-func (e *Executor) slotBack(tc *taskCtx, onWorker bool, err error) error {
-	w := &tc.w
+func (e *Executor) slotBack(t *task, onWorker bool, err error) error {
+	w := &t.w
 	w.requeued = false
 	if onWorker {
 		e.g.lock()
-		e.pools[tc.class.pool()].returnSpareLocked()
+		e.pools[t.class.pool()].returnSpareLocked()
 		e.g.unlock()
 	}
-	s := &e.stats[tc.class]
+	s := &e.stats[t.class]
 	if err != nil {
-		tc.noSlot = lostByCtx
+		t.noSlot = lostByCtx
 		if err == ErrClosed {
-			tc.noSlot = lostByClose
+			t.noSlot = lostByClose
 		}
 		if err != ErrClosed {
 			s.canceled.Add(^uint64(0)) // await counted a cancel; the task itself was admitted
@@ -423,7 +432,7 @@ func (e *Executor) slotBack(tc *taskCtx, onWorker bool, err error) error {
 		}
 		return err
 	}
-	tc.weight, tc.start = 1, now()
-	s.queueWait.record(tc.start-w.enq, 1)
+	t.weight, t.start = 1, now()
+	s.queueWait.record(t.start-w.enq, 1)
 	return nil
 }

@@ -7,7 +7,10 @@ import (
 	"runtime/debug"
 	"runtime/pprof"
 	"runtime/trace"
+	"sync"
 	"sync/atomic"
+
+	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
 
 // sampleEvery: the admission fast path times one task in sampleEvery (a
@@ -15,23 +18,37 @@ import (
 // weight; queued tasks are always timed.
 const sampleEvery = 8
 
-// taskCtx is the context a task's fn receives. It carries the task's slot,
-// so Checkpoint can hand the slot over and a nested Do or For on the same
-// executor runs on it instead of waiting for a second slot.
-// (Fields are ordered to pack: the whole struct is one 168-byte
-// allocation per task.)
-type taskCtx struct {
-	context.Context
-	e       *Executor
-	start   int64 // now() when the current slot period began (timed tasks)
-	lastChk int64 // now() at the last clock read in Checkpoint
-	lastGs  int64 // now() at the last Gosched
-	stride  int32 // Checkpoint calls between clock reads
+// task is the state of one task while it is submitted and runs (a Do,
+// a Go task, a For loop's caller): its slot, its place in line (its
+// waiter) and Checkpoint's counters. It is not a context: fn receives the
+// submitter's ctx unchanged, and the goroutine that runs fn finds its
+// task in the running table (running.go), so Checkpoint can hand the
+// slot over and a nested Do or For on the same executor runs on it
+// instead of waiting for a second slot. Do's tasks come from taskPool:
+// nothing outside the executor ever holds one, and nothing inside it
+// does once Do has returned.
+type task struct {
+	ctx context.Context // the submitter's: fn receives it
+	e   *Executor
+	// outer is the task its goroutine ran before this one began (a task
+	// of another executor, or one of e whose slot was lost), while this
+	// one runs (running.go).
+	outer *task
+	// acct is the task's account while it is accounted (account.go).
+	acct    *taskAccount
+	g       uintptr // the goroutine that runs it, while it runs
+	start   int64   // now() when the current slot period began (timed tasks)
+	lastChk int64   // now() at the last clock read in Checkpoint
+	lastGs  int64   // now() at the last Gosched
+	entry   int32   // its goroutine's entry in the running table
+	stride  int32   // Checkpoint calls between clock reads
 	calls   int32
 	// shared counts For loops running chunks of this task on helper
-	// goroutines: while it is non-zero, Checkpoint with this context from
-	// any goroutine only yields the P (the slot is the owner's to hand over).
-	shared atomic.Int32
+	// goroutines: while it is non-zero, Checkpoint on the task's
+	// goroutine only yields the P (the loop hands the slot over between
+	// its chunks). A For helper's own task has it set for good. Only
+	// the task's goroutine reads and writes it.
+	shared int32
 	class  Class
 	// weight is the histogram weight of this task's slot-time
 	// measurement: 1 for a task that queued (every one is timed),
@@ -39,18 +56,35 @@ type taskCtx struct {
 	weight uint8
 	// accounted: the task is chosen to be accounted (set at admission on
 	// the fast path, else at run's start); from run's start until finish
-	// where its time goes is being recorded (account.go; its state is in
-	// the executor's accountant).
+	// where its time goes is being recorded (account.go).
 	accounted bool
 	// yielded: the task handed its slot over at a Checkpoint at least
 	// once (its slot periods are parts of its run time).
 	yielded bool
+	// own: the record is a running-table entry's own (running.go);
+	// entered: its goroutine's entry points to it (enter, until leave).
+	own, entered bool
 	// noSlot is set when a Checkpoint gave the slot up and did not get it
 	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed); or when
 	// a For that is the whole task gave it back for its helpers' last
 	// chunks (handedBack).
 	noSlot lostSlot
 	w      waiter
+}
+
+// taskPool holds the records of Do's tasks that do not use a running
+// table entry's own (running.go): a task that queues, a nested one, a
+// Critical task run on the critical lane. A record is put back only when
+// Do returns: its waiter is out of every queue, its goroutine has left
+// the running table, and no For helper refers to it.
+var taskPool = sync.Pool{New: func() any { return new(task) }}
+
+// reset makes t a new task of class c of e submitted with ctx; the
+// wake-up channel of an earlier use is kept (it is empty).
+func (t *task) reset(ctx context.Context, e *Executor, c Class) {
+	ready := t.w.ready
+	*t = task{ctx: ctx, e: e, class: c}
+	t.w.ready, t.w.class = ready, c
 }
 
 type lostSlot uint8
@@ -68,25 +102,6 @@ func (l lostSlot) err(ctx context.Context) error {
 		return ErrClosed
 	}
 	return ctx.Err()
-}
-
-type taskKey struct{}
-
-// Value returns the task itself for the package's private key, and
-// otherwise delegates to the parent.
-func (t *taskCtx) Value(key any) any {
-	if key == (taskKey{}) {
-		return t
-	}
-	return t.Context.Value(key)
-}
-
-func taskOf(ctx context.Context) *taskCtx {
-	if t, ok := ctx.(*taskCtx); ok {
-		return t
-	}
-	t, _ := ctx.Value(taskKey{}).(*taskCtx)
-	return t
 }
 
 var errNilFunc = errors.New("cpuwork: nil task function")
@@ -132,10 +147,14 @@ func invalidClass(c Class) error {
 // Batch and Background tasks are handed to an executor worker, and Do waits
 // for them to finish.
 //
-// fn receives a context derived from ctx that carries the task's slot: pass
-// it to Checkpoint, and to nested Do or For calls, which then run on the
+// fn receives ctx itself. The slot belongs to the goroutine that runs fn:
+// Checkpoint called on that goroutine hands it over when more urgent
+// work waits, and a Do or For on e called on that goroutine runs on the
 // slot already held instead of waiting for a second one (no nested
-// deadlock). Do not use it after fn returns.
+// deadlock). A goroutine that fn starts holds no slot: a Do there waits
+// for a slot of its own, so fn must not wait for such a goroutine's Do
+// while it holds its slot (the nested-acquisition deadlock); fan out
+// inside a task with For, whose caller always works.
 //
 // A ctx that is already done returns ctx's error without running fn, in
 // every class. A nil ctx or a nil *Executor panics (programming errors).
@@ -146,9 +165,11 @@ func invalidClass(c Class) error {
 // cannot meet); ctx's error when ctx ends while the task is queued (fn
 // then never runs); a *PanicError when fn panics; otherwise fn's error.
 //
-// Cost: one allocation (the task's context) and tens of nanoseconds when
-// a slot is free and nobody waits; measured by BenchmarkDoUncontended,
-// figures in docs/performance.md.
+// Cost: no allocation and a few tens of nanoseconds for a Critical or
+// Interactive task when a slot is free and nobody waits, unless ctx
+// carries profiler labels (then the labels with the class's added are
+// allocated); measured by BenchmarkDoUncontended, figures in
+// docs/performance.md.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
 	return e.do(ctx, c, 1, fn)
 }
@@ -160,11 +181,13 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 	if err := e.checkArgs(ctx, c, fn); err != nil {
 		return err
 	}
-	// A nested call (ctx holds a slot of e) runs on that slot: counted
-	// in Nested only, whether it runs or its ctx has ended, never as a
-	// submission (ClassStats.Nested).
-	if tc := taskOf(ctx); tc != nil && tc.e == e && tc.noSlot == holdsSlot {
-		return e.inline(ctx, tc, fn)
+	g := goroutine.ID()
+	cur, _ := lookupRunning(g)
+	// A nested call (this goroutine holds a slot of e) runs on that
+	// slot: counted in Nested only, whether it runs or its ctx has
+	// ended, never as a submission (ClassStats.Nested).
+	if t := cur.of(e); t != nil && t.noSlot == holdsSlot {
+		return e.inline(ctx, t, fn)
 	}
 	if err := ctx.Err(); err != nil { // one rule for every class: a done ctx never runs fn
 		e.stats[c].canceled.Add(1)
@@ -178,31 +201,63 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		<-t.done
 		return t.err
 	}
-	s := &e.stats[c]
-	tc := &taskCtx{Context: ctx, e: e, class: c}
-	tc.w.class, tc.w.span = c, int32(span)
-	if e.g.targetOf(c) != 0 {
-		tc.w.enq = now() // the arrival its class's target counts from
-	}
-	if !e.g.tryAcquire() {
-		if err := e.acquireSlow(ctx, tc); err != nil {
-			return err
+	lane := c == Critical && e.critLane != nil
+	if cur == nil && !lane && e.g.tryAcquire() {
+		// The fast path: a free slot and nobody queued. The task's
+		// record is the goroutine's running-table entry's own, and its
+		// goroutine is registered with it already.
+		if t := claimOwn(g, ctx, e, c); t != nil {
+			t.w.span = int32(span)
+			return e.runAdmitted(t, fn) // t is not touched after: another goroutine may own it
 		}
-	} else if n, err := e.admitFast(c); err != nil {
+		t := taskPool.Get().(*task)
+		t.reset(ctx, e, c)
+		t.w.span = int32(span)
+		err := e.runAdmitted(t, fn)
+		taskPool.Put(t)
 		return err
-	} else {
-		if n%sampleEvery == 0 {
-			tc.weight, tc.start = sampleEvery, now()
-			s.queueWait.record(0, sampleEvery)
-		}
-		if a := e.acct; a != nil {
-			tc.accounted = a.pickAdmitted(n, s.avgSlotNs.Load())
+	}
+	t := taskPool.Get().(*task)
+	t.reset(ctx, e, c)
+	t.w.span = int32(span)
+	var err error
+	if e.g.targetOf(c) != 0 {
+		t.w.enq = now() // the arrival its class's target counts from
+	}
+	if err = e.acquireSlow(ctx, t); err == nil {
+		if lane {
+			err = e.runOnLane(ctx, t, fn)
+		} else {
+			err = e.run(t, fn)
 		}
 	}
-	if c == Critical && e.critLane != nil {
-		return e.runOnLane(ctx, tc, fn)
+	taskPool.Put(t)
+	return err
+}
+
+// runAdmitted counts the admission of t, which took a free slot at once
+// (tryAcquire), times one task in sampleEvery, and runs fn on the slot.
+// After Close it gives the slot back and returns ErrClosed.
+func (e *Executor) runAdmitted(t *task, fn func(context.Context) error) error {
+	c := t.class
+	n, err := e.admitFast(c)
+	if err != nil {
+		if t.entered {
+			t.leave()
+		}
+		return err
 	}
-	return e.run(tc, fn)
+	if e.g.targetOf(c) != 0 {
+		t.w.enq = now() // the arrival its class's target counts from
+	}
+	if n%sampleEvery == 0 {
+		t.weight, t.start = sampleEvery, now()
+		e.stats[c].queueWait.record(0, sampleEvery)
+	}
+	if a := e.acct; a != nil {
+		t.accounted = a.pickAdmitted(n, e.stats[c].avgSlotNs.Load())
+	}
+	return e.run(t, fn)
 }
 
 // admitFast counts an admission made by tryAcquire and then checks for
@@ -222,12 +277,14 @@ func (e *Executor) admitFast(c Class) (uint64, error) {
 	return n, nil
 }
 
-// acquireSlow queues tc's waiter and blocks until it is granted a slot or
+// acquireSlow queues t's waiter and blocks until it is granted a slot or
 // ctx ends.
-func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
-	s := &e.stats[tc.class]
-	w := &tc.w
-	w.ready = make(chan struct{}, 1)
+func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
+	s := &e.stats[t.class]
+	w := &t.w
+	if w.ready == nil {
+		w.ready = make(chan struct{}, 1)
+	}
 	w.enq = now()
 	e.g.setDue(ctx, w, w.enq)
 	e.g.lock()
@@ -241,8 +298,8 @@ func (e *Executor) acquireSlow(ctx context.Context, tc *taskCtx) error {
 	if err := e.await(ctx, w); err != nil {
 		return err
 	}
-	tc.weight, tc.start = 1, now()
-	s.queueWait.record(tc.start-w.enq, 1)
+	t.weight, t.start = 1, now()
+	s.queueWait.record(t.start-w.enq, 1)
 	return nil
 }
 
@@ -312,104 +369,110 @@ func (e *Executor) releaseSlotKeep(c Class, est *int64, keep *keepNext) {
 // runOnLane runs an admitted Critical task on the critical lane. If the
 // lane refuses it or ctx ends before a lane thread takes it, the slot is
 // given back and the task never runs.
-func (e *Executor) runOnLane(ctx context.Context, tc *taskCtx, fn func(context.Context) error) error {
+func (e *Executor) runOnLane(ctx context.Context, t *task, fn func(context.Context) error) error {
 	ran := false
 	err := e.critLane.Do(ctx, func() error {
 		ran = true
-		return e.run(tc, fn)
+		return e.run(t, fn)
 	})
 	if !ran {
-		s := &e.stats[tc.class]
+		s := &e.stats[t.class]
 		s.admitted.Add(^uint64(0))
 		s.canceled.Add(1)
-		e.releaseSlot(tc.class, &tc.w.est)
+		e.releaseSlot(t.class, &t.w.est)
 	}
 	return err
 }
 
-// run executes fn under tc's slot with labels, a trace region and panic
+// run executes fn under t's slot on the calling goroutine, which runs t
+// meanwhile (the running table), with labels, a trace region and panic
 // recovery, then accounts and releases the slot.
-func (e *Executor) run(tc *taskCtx, fn func(context.Context) error) (err error) {
+func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 	if a := e.acct; a != nil {
 		var wait int64
-		if tc.weight == 1 {
-			wait = tc.start - tc.w.enq
-			tc.accounted = a.pick(wait, e.stats[tc.class].avgSlotNs.Load())
+		if t.weight == 1 {
+			wait = t.start - t.w.enq
+			t.accounted = a.pick(wait, e.stats[t.class].avgSlotNs.Load())
 		}
-		if tc.accounted {
-			t := now()
-			e.accountBegin(tc, t-wait, t)
+		if t.accounted {
+			n := now()
+			e.accountBegin(t, n-wait, n)
 		}
 	}
-	defer e.finish(tc)
+	if !t.entered {
+		t.enter()
+	}
+	defer e.finish(t)
 	if !e.noLabels {
-		defer pprof.SetGoroutineLabels(e.setLabels(tc))
+		defer pprof.SetGoroutineLabels(e.setLabels(t))
 	}
 	if trace.IsEnabled() {
-		defer trace.StartRegion(tc, tc.class.String()).End()
+		defer trace.StartRegion(t.ctx, t.class.String()).End()
 	}
-	defer recoverTask(tc.class, &err, &e.stats[tc.class].panicked)
-	return fn(tc)
+	defer recoverTask(t.class, &err, &e.stats[t.class].panicked)
+	return fn(t.ctx)
 }
 
 // setLabels sets the goroutine's profiler labels to the caller's plus the
 // class's, and returns the context whose labels restore the caller's
-// afterwards: tc's own when it has labels, else one without any, which
+// afterwards: t's own when it has labels, else one without any, which
 // restores the same (none) without walking the caller's context chain a
 // second time.
-func (e *Executor) setLabels(tc *taskCtx) (restore context.Context) {
+func (e *Executor) setLabels(t *task) (restore context.Context) {
 	has := false
-	pprof.ForLabels(tc.Context, func(string, string) bool { has = true; return false })
+	pprof.ForLabels(t.ctx, func(string, string) bool { has = true; return false })
 	if has {
-		pprof.SetGoroutineLabels(pprof.WithLabels(tc.Context, pprof.Labels(labelKey, tc.class.String())))
-		return tc.Context
+		pprof.SetGoroutineLabels(pprof.WithLabels(t.ctx, pprof.Labels(labelKey, t.class.String())))
+		return t.ctx
 	}
-	pprof.SetGoroutineLabels(e.labels[tc.class])
+	pprof.SetGoroutineLabels(e.labels[t.class])
 	return context.Background()
 }
 
-// finish accounts a finished task and releases its slot.
-func (e *Executor) finish(tc *taskCtx) {
-	s := &e.stats[tc.class]
-	if tc.weight != 0 {
+// finish accounts t, releases its slot and ends t on its goroutine (the
+// running table).
+func (e *Executor) finish(t *task) {
+	s := &e.stats[t.class]
+	if t.weight != 0 {
 		end := now()
-		e.charge(tc, end)
-		if w := &tc.w; w.dueSet && w.target != targetNone && end > w.due {
+		e.charge(t, end)
+		if w := &t.w; w.dueSet && w.target != targetNone && end > w.due {
 			s.endedLate.Add(1)
 		}
 	}
 	s.completed.Add(1)
-	if tc.noSlot == holdsSlot {
+	if t.noSlot == holdsSlot {
 		var keep *keepNext // a task on a worker: the worker's next task
-		if t := tc.w.task; t != nil {
-			keep = &t.keep
+		if tk := t.w.task; tk != nil {
+			keep = &tk.keep
 		}
-		e.releaseSlotKeep(tc.class, &tc.w.est, keep)
+		e.releaseSlotKeep(t.class, &t.w.est, keep)
 	} else if e.g.isClosed() {
 		e.checkDrained()
 	}
-	if tc.accounted {
-		e.accountEnd(tc, now())
+	if t.accounted {
+		e.accountEnd(t, now())
 	}
+	t.leave() // the last use of t: an entry's own record may be claimed at once
 }
 
-// charge records the slot time of tc's current slot period, ending at end.
-func (e *Executor) charge(tc *taskCtx, end int64) {
-	s := &e.stats[tc.class]
-	d := end - tc.start
-	s.slotTime.record(d, uint64(tc.weight))
-	s.used.Add(d * int64(tc.weight))
-	if tc.weight == 1 {
-		e.g.recordSlot(tc.class, d)
-		if w := &tc.w; w.declared > 0 && !tc.yielded {
-			e.g.recordService(tc.class, w.declared, d)
+// charge records the slot time of t's current slot period, ending at end.
+func (e *Executor) charge(t *task, end int64) {
+	s := &e.stats[t.class]
+	d := end - t.start
+	s.slotTime.record(d, uint64(t.weight))
+	s.used.Add(d * int64(t.weight))
+	if t.weight == 1 {
+		e.g.recordSlot(t.class, d)
+		if w := &t.w; w.declared > 0 && !t.yielded {
+			e.g.recordService(t.class, w.declared, d)
 		}
 	}
 	if old := s.avgSlotNs.Load(); old == 0 {
 		s.avgSlotNs.Store(d)
 	} else {
 		s.avgSlotNs.Store(old + (d-old)>>ewmaShift) // racy by design: an estimate
-		exp := tc.w.work
+		exp := t.w.work
 		if exp <= 0 {
 			exp = old
 		}
@@ -425,12 +488,12 @@ func (e *Executor) charge(tc *taskCtx, end int64) {
 // inline runs a nested task on the slot its caller already holds; a done
 // ctx returns its error without running fn. Either way the call counts in
 // Nested of the slot's class, and nowhere else.
-func (e *Executor) inline(ctx context.Context, tc *taskCtx, fn func(context.Context) error) (err error) {
-	e.stats[tc.class].nested.Add(1)
+func (e *Executor) inline(ctx context.Context, t *task, fn func(context.Context) error) (err error) {
+	e.stats[t.class].nested.Add(1)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	defer recoverTask(tc.class, &err, &e.stats[tc.class].panicked)
+	defer recoverTask(t.class, &err, &e.stats[t.class].panicked)
 	return fn(ctx)
 }
 

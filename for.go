@@ -68,18 +68,18 @@ func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) 
 	case !c.valid():
 		return invalidClass(c)
 	}
-	if tc := taskOf(ctx); tc != nil && tc.e == e && tc.noSlot == holdsSlot {
-		e.stats[tc.class].nested.Add(1) // as a nested Do: in Nested only
+	if t := e.holding(); t != nil && t.noSlot == holdsSlot {
+		e.stats[t.class].nested.Add(1) // as a nested Do: in Nested only
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if tc.shared.Load() != 0 {
-			return forSequential(ctx, tc.class, n, fn)
+		if t.shared != 0 {
+			return forSequential(ctx, t.class, n, fn)
 		}
-		return e.forBody(ctx, tc, n, fn, false)
+		return e.forBody(ctx, t, n, fn, false)
 	}
 	return e.do(ctx, c, min(n, e.forBound()), func(ctx context.Context) error {
-		return e.forBody(ctx, taskOf(ctx), n, fn, true)
+		return e.forBody(ctx, e.holding(), n, fn, true)
 	})
 }
 
@@ -166,7 +166,7 @@ func (st *forState) run(lo, hi int64) bool {
 // tc's whole task (a For called outside a task): once every chunk is
 // claimed, the caller gives its slot back instead of holding it idle
 // while helpers finish their last chunks.
-func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, hi int) error, whole bool) error {
+func (e *Executor) forBody(ctx context.Context, tc *task, n int, fn func(lo, hi int) error, whole bool) error {
 	st := &forState{fn: fn, n: int64(n), class: tc.class, due: tc.due(), done: ctx.Done(), ctx: ctx,
 		finished: make(chan struct{})}
 	st.chunk.Store(1)
@@ -177,7 +177,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 	// From here on, fn may run on helpers while the caller's task context
 	// is captured in fn: Checkpoint with that context stays on the safe
 	// path (it only yields the P) until the loop ends.
-	tc.shared.Add(1)
+	tc.shared++
 	var wg sync.WaitGroup
 	returned := false
 	defer func() {
@@ -189,7 +189,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 			close(st.finished)
 		}
 		wg.Wait()
-		tc.shared.Add(-1)
+		tc.shared--
 	}()
 	// recruit adds helpers, up to one per slot and one per chunk left
 	// besides the caller's: on slots free now that nobody waits for, and,
@@ -256,7 +256,7 @@ func (e *Executor) forBody(ctx context.Context, tc *taskCtx, n int, fn func(lo, 
 		if !ok || !st.run(lo, hi) {
 			break
 		}
-		if err := tc.checkpoint(tc); err != nil {
+		if err := tc.checkpoint(ctx); err != nil {
 			st.fail(err)
 			break
 		}
@@ -295,10 +295,19 @@ func (e *Executor) forBound() int {
 // every path, runtime.Goexit in fn included (the loop then fails with
 // ErrGoexit).
 func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine bool) {
-	w := &waiter{class: st.class, kind: waitHelper, due: st.due, dueSet: true}
+	// The helper's goroutine runs on a slot of e while it runs chunks: a
+	// Do or For of e in a chunk runs on it (no nested deadlock), and a
+	// Checkpoint there only yields the P (the helper hands its slot over
+	// between chunks itself).
+	h := &task{ctx: st.ctx, e: e, class: st.class}
+	h.shared = 1
+	h.w = waiter{class: st.class, kind: waitHelper, due: st.due, dueSet: true}
+	w := &h.w
+	h.enter()
 	held, returned := running, false
 	var t0 int64
 	defer func() {
+		h.leave()
 		if !returned {
 			st.fail(ErrGoexit)
 		}

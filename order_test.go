@@ -700,14 +700,14 @@ func TestTheSpreadOfRunTimesIsMeasured(t *testing.T) {
 		{"1 and 21 ms, each given", []int64{ms, 21 * ms}, true, 0, 0},
 	} {
 		e := newExec(t, Options{Slots: 1})
-		task := &taskCtx{class: Interactive, weight: 1}
+		tk := &task{class: Interactive, weight: 1}
 		for i := range 64 {
 			d := tc.runs[i%len(tc.runs)]
 			if tc.given {
-				task.w.work = d
+				tk.w.work = d
 			}
-			task.start = 0
-			e.charge(task, d)
+			tk.start = 0
+			e.charge(tk, d)
 		}
 		if dev := e.stats[Interactive].devSlotNs.Load(); dev < tc.min || dev > tc.max {
 			t.Errorf("%s: spread %v, want %v..%v", tc.name, time.Duration(dev), time.Duration(tc.min), time.Duration(tc.max))

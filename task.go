@@ -4,7 +4,7 @@ import "context"
 
 // Task is the handle of an asynchronous task started by Go or TryGo.
 type Task struct {
-	tc   taskCtx
+	tc   task
 	fn   func(context.Context) error
 	stop func() bool // stops the context watch of a queued task
 	done chan struct{}
@@ -85,7 +85,7 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 // slots at once (waiter.span).
 func (e *Executor) newTask(ctx context.Context, c Class, span int, fn func(context.Context) error) *Task {
 	t := &Task{fn: fn, done: make(chan struct{})}
-	t.tc = taskCtx{Context: ctx, e: e, class: c}
+	t.tc = task{ctx: ctx, e: e, class: c}
 	t.tc.w.class, t.tc.w.task, t.tc.w.kind, t.tc.w.span = c, t, waitTask, int32(span)
 	return t
 }
@@ -167,7 +167,7 @@ func (e *Executor) cancelQueued(t *Task) {
 	e.g.removeLocked(&t.tc.w)
 	e.g.unlock()
 	e.stats[t.tc.class].canceled.Add(1)
-	t.err = t.tc.Context.Err()
+	t.err = t.tc.ctx.Err()
 	close(t.done)
 	e.checkDrained()
 }
