@@ -432,7 +432,7 @@ func (e *Executor) slotBack(t *task, onWorker bool, err error) error {
 		}
 		return err
 	}
-	t.weight, t.start = 1, now()
+	t.weight, t.start, t.waited = 1, now(), true
 	s.queueWait.record(t.start-w.enq, 1)
 	return nil
 }

@@ -5,18 +5,48 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"runtime/pprof"
 	"runtime/trace"
 	"sync"
 	"sync/atomic"
+	"time"
+	"unsafe"
 
 	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
 
-// sampleEvery: the admission fast path times one task in sampleEvery (a
-// clock read costs about half the fast path) and records it with that
-// weight; queued tasks are always timed.
-const sampleEvery = 8
+// The admission fast path times one task in 1, 2, 4, ... up to
+// maxTimingStride (a clock read costs about a third of the fast path) and
+// records it with that weight; queued tasks are always timed. The stride
+// adapts per class so that timed tasks start about every
+// timingGapMin..timingGapMax: every task is timed at low rates, one in
+// maxTimingStride at millions per second.
+const (
+	maxTimingStride = 64
+	timingGapMin    = 100 * time.Microsecond
+	timingGapMax    = time.Millisecond
+)
+
+// timeFast decides whether a task of class c admitted on the fast path
+// as the n-th admission of its class is timed, and with what weight (0:
+// not timed); a timed one starts its slot period now.
+func (e *Executor) timeFast(t *task, n uint64) {
+	s := &e.stats[t.class]
+	mask := s.timingMask.Load()
+	if n&mask != 0 {
+		return
+	}
+	t.weight, t.start = uint8(mask+1), now()
+	s.queueWait.record(0, mask+1)
+	// Adapt the stride to the gap since the last timed start (racy
+	// between tasks of the class by design: an estimate).
+	gap := time.Duration(t.start - s.timedAt.Swap(t.start))
+	switch {
+	case gap < timingGapMin && mask < maxTimingStride-1:
+		s.timingMask.Store(mask<<1 | 1)
+	case gap > timingGapMax && mask > 0:
+		s.timingMask.Store(mask >> 1)
+	}
+}
 
 // task is the state of one task while it is submitted and runs (a Do,
 // a Go task, a For loop's caller): its slot, its place in line (its
@@ -51,9 +81,13 @@ type task struct {
 	shared int32
 	class  Class
 	// weight is the histogram weight of this task's slot-time
-	// measurement: 1 for a task that queued (every one is timed),
-	// sampleEvery for one timed on the fast path, 0 when it is not timed.
+	// measurement: 1 for a task that queued (every one is timed), the
+	// stride it was timed at on the fast path (timeFast), 0 when it is
+	// not timed.
 	weight uint8
+	// waited: the task queued for its slot (its slot period is timed
+	// exactly, from its grant).
+	waited bool
 	// accounted: the task is chosen to be accounted (set at admission on
 	// the fast path, else at run's start); from run's start until finish
 	// where its time goes is being recorded (account.go).
@@ -64,6 +98,9 @@ type task struct {
 	// own: the record is a running-table entry's own (running.go);
 	// entered: its goroutine's entry points to it (enter, until leave).
 	own, entered bool
+	// onCaller: fn runs on the submitter's goroutine (a Do not on the
+	// critical lane), which keeps its own profiler labels (labels.go).
+	onCaller bool
 	// noSlot is set when a Checkpoint gave the slot up and did not get it
 	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed); or when
 	// a For that is the whole task gave it back for its helpers' last
@@ -207,19 +244,19 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		// record is the goroutine's running-table entry's own, and its
 		// goroutine is registered with it already.
 		if t := claimOwn(g, ctx, e, c); t != nil {
-			t.w.span = int32(span)
+			t.w.span, t.onCaller = int32(span), true
 			return e.runAdmitted(t, fn) // t is not touched after: another goroutine may own it
 		}
 		t := taskPool.Get().(*task)
 		t.reset(ctx, e, c)
-		t.w.span = int32(span)
+		t.w.span, t.onCaller = int32(span), true
 		err := e.runAdmitted(t, fn)
 		taskPool.Put(t)
 		return err
 	}
 	t := taskPool.Get().(*task)
 	t.reset(ctx, e, c)
-	t.w.span = int32(span)
+	t.w.span, t.onCaller = int32(span), !lane
 	var err error
 	if e.g.targetOf(c) != 0 {
 		t.w.enq = now() // the arrival its class's target counts from
@@ -236,7 +273,7 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 }
 
 // runAdmitted counts the admission of t, which took a free slot at once
-// (tryAcquire), times one task in sampleEvery, and runs fn on the slot.
+// (tryAcquire), times it if its turn (timeFast), and runs fn on the slot.
 // After Close it gives the slot back and returns ErrClosed.
 func (e *Executor) runAdmitted(t *task, fn func(context.Context) error) error {
 	c := t.class
@@ -250,10 +287,7 @@ func (e *Executor) runAdmitted(t *task, fn func(context.Context) error) error {
 	if e.g.targetOf(c) != 0 {
 		t.w.enq = now() // the arrival its class's target counts from
 	}
-	if n%sampleEvery == 0 {
-		t.weight, t.start = sampleEvery, now()
-		e.stats[c].queueWait.record(0, sampleEvery)
-	}
+	e.timeFast(t, n)
 	if a := e.acct; a != nil {
 		t.accounted = a.pickAdmitted(n, e.stats[c].avgSlotNs.Load())
 	}
@@ -298,7 +332,7 @@ func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
 	if err := e.await(ctx, w); err != nil {
 		return err
 	}
-	t.weight, t.start = 1, now()
+	t.weight, t.start, t.waited = 1, now(), true
 	s.queueWait.record(t.start-w.enq, 1)
 	return nil
 }
@@ -390,7 +424,7 @@ func (e *Executor) runOnLane(ctx context.Context, t *task, fn func(context.Conte
 func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 	if a := e.acct; a != nil {
 		var wait int64
-		if t.weight == 1 {
+		if t.waited {
 			wait = t.start - t.w.enq
 			t.accounted = a.pick(wait, e.stats[t.class].avgSlotNs.Load())
 		}
@@ -402,31 +436,30 @@ func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 	if !t.entered {
 		t.enter()
 	}
-	defer e.finish(t)
+	var restore unsafe.Pointer
 	if !e.noLabels {
-		defer pprof.SetGoroutineLabels(e.setLabels(t))
+		restore = e.setLabels(t, t.onCaller)
 	}
+	defer e.end(t, restore, &err) // one deferred call: recover, labels, finish
 	if trace.IsEnabled() {
 		defer trace.StartRegion(t.ctx, t.class.String()).End()
 	}
-	defer recoverTask(t.class, &err, &e.stats[t.class].panicked)
 	return fn(t.ctx)
 }
 
-// setLabels sets the goroutine's profiler labels to the caller's plus the
-// class's, and returns the context whose labels restore the caller's
-// afterwards: t's own when it has labels, else one without any, which
-// restores the same (none) without walking the caller's context chain a
-// second time.
-func (e *Executor) setLabels(t *task) (restore context.Context) {
-	has := false
-	pprof.ForLabels(t.ctx, func(string, string) bool { has = true; return false })
-	if has {
-		pprof.SetGoroutineLabels(pprof.WithLabels(t.ctx, pprof.Labels(labelKey, t.class.String())))
-		return t.ctx
+// end is run's deferred call: a panic of fn becomes *err (a
+// *PanicError), the goroutine's labels are put back (restore) and t
+// finishes. It recovers itself (recover works only in the deferred
+// function; recoverTask is the same rule for the other paths).
+func (e *Executor) end(t *task, restore unsafe.Pointer, err *error) {
+	if r := recover(); r != nil {
+		e.stats[t.class].panicked.Add(1)
+		*err = &PanicError{Class: t.class, Value: r, Stack: debug.Stack()}
 	}
-	pprof.SetGoroutineLabels(e.labels[t.class])
-	return context.Background()
+	if !e.noLabels {
+		setProfLabel(restore)
+	}
+	e.finish(t)
 }
 
 // finish accounts t, releases its slot and ends t on its goroutine (the
@@ -462,7 +495,7 @@ func (e *Executor) charge(t *task, end int64) {
 	d := end - t.start
 	s.slotTime.record(d, uint64(t.weight))
 	s.used.Add(d * int64(t.weight))
-	if t.weight == 1 {
+	if t.waited {
 		e.g.recordSlot(t.class, d)
 		if w := &t.w; w.declared > 0 && !t.yielded {
 			e.g.recordService(t.class, w.declared, d)

@@ -6,10 +6,10 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
-	"runtime/pprof"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/osthread"
@@ -53,9 +53,11 @@ type Executor struct {
 	// Options.Account.Every < 0.
 	acct *accountant
 
-	labels   [NumClasses]context.Context
-	noLabels bool
-	log      *slog.Logger
+	labels [NumClasses]context.Context
+	// classLabels[c] is the goroutine label set of class c (labels.go).
+	classLabels [NumClasses]unsafe.Pointer
+	noLabels    bool
+	log         *slog.Logger
 
 	watchStop context.CancelFunc
 	watchDone chan struct{}
@@ -84,9 +86,7 @@ func New(o Options) (*Executor, error) {
 		return nil, err
 	}
 	e.setCheckpointYield(o.checkpointYield)
-	for c := range Class(NumClasses) {
-		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(labelKey, c.String()))
-	}
+	e.initLabels()
 	if o.forMaxSlots < 0 || o.forMaxSlots > MaxSlots {
 		return nil, fmt.Errorf("cpuwork: forMaxSlots %d out of range 0..%d", o.forMaxSlots, MaxSlots)
 	}

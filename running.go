@@ -80,15 +80,15 @@ func lookupRunning(g uintptr) (*task, int32) {
 			return b[i].t, int32(i)
 		}
 	}
+	if running.over[bi].Load() == 0 {
+		return nil, 0
+	}
 	return lookupOverflow(bi, g)
 }
 
 // lookupOverflow is lookupRunning for a goroutine without an entry in
-// its bucket bi.
+// its bucket bi, which has goroutines in the overflow map.
 func lookupOverflow(bi uint32, g uintptr) (*task, int32) {
-	if running.over[bi].Load() == 0 {
-		return nil, 0
-	}
 	running.mu.Lock()
 	t := running.overflow[g]
 	running.mu.Unlock()

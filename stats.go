@@ -31,6 +31,11 @@ type classStats struct {
 	declAvgNs, runAvgNs atomic.Int64
 
 	used atomic.Int64 // slot time charged, ns (weighted by sampling)
+	// timingMask is the fast path's timing stride less one (a power of
+	// two less one, up to maxTimingStride-1), timedAt the now() of the
+	// last timed start (do.go, timeFast).
+	timingMask atomic.Uint64
+	timedAt    atomic.Int64
 
 	queueWait histogram
 	slotTime  histogram
@@ -39,7 +44,8 @@ type classStats struct {
 
 // ClassStats is a snapshot of one class's counters and latency
 // distributions. Counters are exact; the histograms record every queued
-// task and one in 8 tasks admitted without queuing (weighted by 8), so
+// task and, of the tasks admitted without queuing, one in 1 to 64 (as
+// many as start about every 0.1-1 ms, each weighted by its stride), so
 // their counts are estimates of the same totals.
 type ClassStats struct {
 	Class     Class

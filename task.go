@@ -100,10 +100,7 @@ func (e *Executor) startFast(t *Task) error {
 	if e.g.targetOf(t.tc.class) != 0 {
 		t.tc.w.enq = now() // the arrival its class's target counts from
 	}
-	if n%sampleEvery == 0 {
-		t.tc.weight, t.tc.start = sampleEvery, now()
-		s.queueWait.record(0, sampleEvery)
-	}
+	e.timeFast(&t.tc, n)
 	if a := e.acct; a != nil {
 		t.tc.accounted = a.pickAdmitted(n, s.avgSlotNs.Load())
 	}
@@ -196,7 +193,7 @@ func (e *Executor) runTask(t *Task) (next *Task) {
 	tc := &t.tc
 	if tc.w.granted { // it waited in the queue
 		s := &e.stats[tc.class]
-		tc.weight, tc.start = 1, now()
+		tc.weight, tc.start, tc.waited = 1, now(), true
 		s.queueWait.record(tc.start-tc.w.enq, 1)
 		tc.w.granted = false
 	}
