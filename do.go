@@ -62,8 +62,12 @@ type task struct {
 	e   *Executor
 	// outer is the task its goroutine ran before this one began (a task
 	// of another executor, or one of e whose slot was lost), while this
-	// one runs (running.go).
-	outer *task
+	// one runs (running.go); pushed says t's goroutine ran it (its entry
+	// points back to it at leave). inherit is the innermost task of a
+	// submitter that waits for t (a Do run on a worker or the critical
+	// lane): t's outer when its goroutine ran none.
+	outer, inherit *task
+	pushed         bool
 	// acct is the task's account while it is accounted (account.go).
 	acct    *taskAccount
 	g       uintptr // the goroutine that runs it, while it runs
@@ -231,7 +235,9 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		return err
 	}
 	if c.runsOnWorker() {
-		t, err := e.submit(ctx, c, span, fn)
+		// fn runs on a worker while this goroutine waits: its tasks'
+		// slots are the worker's to run nested calls on (task.inherit).
+		t, err := e.submit(ctx, c, span, fn, cur)
 		if err != nil {
 			return err
 		}
@@ -257,6 +263,9 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 	t := taskPool.Get().(*task)
 	t.reset(ctx, e, c)
 	t.w.span, t.onCaller = int32(span), !lane
+	if lane {
+		t.inherit = cur // this goroutine waits while fn runs on the lane
+	}
 	var err error
 	if e.g.targetOf(c) != 0 {
 		t.w.enq = now() // the arrival its class's target counts from

@@ -62,9 +62,16 @@
 //     SCHED_IDLE threads (opt-in, under a starvation guard: a demoted
 //     thread that holds a P loses to any CPU-bound process sharing its
 //     cgroup).
+//   - A slot belongs to the goroutine that runs the task. fn receives the
+//     submitter's ctx unchanged; the executor finds a goroutine's task in
+//     a table keyed by the goroutine's identity. Checkpoint acts on the
+//     calling goroutine's task, and a Do or For of the same executor
+//     called on that goroutine (or in a chunk of For) runs on the slot
+//     already held, so nested use cannot deadlock. A goroutine that fn
+//     starts holds no slot: a Do there waits for one of its own.
 //   - Admission fast path. When a slot is free and nobody is queued, Do
-//     takes it with one compare-and-swap, no lock. Queued tasks are never
-//     overtaken by new arrivals.
+//     takes it with one compare-and-swap, no lock and no allocation.
+//     Queued tasks are never overtaken by new arrivals.
 //   - Checkpoint. Inside long loops: hands the slot to waiting work of a
 //     more urgent class or due earlier, and yields the P to runnable
 //     goroutines and due timers. A few nanoseconds when there is nothing
@@ -83,8 +90,9 @@
 //     submitted task either runs exactly once or its submitter gets an
 //     error.
 //   - Observability. Tasks run under the pprof label cpuwork.class=<class>
-//     and, while an execution trace is recording, inside a runtime/trace
-//     region named after the class. Stats reports per-class counters and
+//     (added to the labels of their submission, labels.go) and, while an
+//     execution trace is recording, inside a runtime/trace region named
+//     after the class. Stats reports per-class counters and
 //     queue-wait and slot-time percentiles.
 //
 // See docs/architecture.md for the measurements behind these choices and

@@ -22,7 +22,8 @@ const (
 // under class c, and returns the first error.
 //
 // The caller always works: it first takes a slot for class c (as Do does,
-// queueing if needed) or, inside a task of e, uses that task's slot. It
+// queueing if needed) or, on a goroutine that runs a task of e, uses that
+// task's slot. It
 // runs chunks of 1, 2, 4, ... indexes until one takes at least 50 µs, sizes
 // the remaining chunks from the measured time per index (about 250 µs each,
 // at least 100 µs, and smaller only to give every slot several chunks).
@@ -41,20 +42,15 @@ const (
 //
 // The first error (fn's, a *PanicError, or ctx's) stops further chunks from
 // starting and is returned after running chunks finish. Chunks may run in
-// any order and concurrently: fn must be safe for that. fn has no task
-// context, so it must not submit to e and wait (Do, Call, Task.Wait with
-// ctx): that waits for a second slot while this loop holds slots, the
-// nested-acquisition deadlock; run such work before or after the loop, or
-// use a Do whose fn calls For. n < 0 is an error;
+// any order and concurrently: fn must be safe for that. n < 0 is an error;
 // n == 0 returns nil without running fn. A ctx that is done before the
 // loop starts returns ctx's error without running fn.
 //
-// fn may call Checkpoint with the enclosing task's ctx (or a nested Do
-// with it): while the loop runs, that ctx is shared by several goroutines,
-// so such a Checkpoint only yields the P (steps 2 and 3 of Checkpoint);
-// the loop itself hands the slot over between the caller's chunks. A For
-// nested in a chunk of another For on the same task runs its chunks one
-// after another on the chunk's goroutine.
+// Each chunk runs on a goroutine that holds a slot of e for the loop (the
+// caller's or a helper's): a Do or For of e called inside fn runs on that
+// slot (a nested For runs its chunks one after another), so nested use
+// cannot deadlock. Checkpoint inside fn only yields the P (steps 2 to 4
+// of Checkpoint): the loop itself hands slots over between chunks.
 func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) error) error {
 	mustCtx(ctx)
 	mustExec(e)

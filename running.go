@@ -114,16 +114,21 @@ func claimOwn(g uintptr, ctx context.Context, e *Executor, c Class) *task {
 	return nil
 }
 
-// enter makes t the calling goroutine's innermost task, the one it ran
-// before (another executor's, or a task of e whose slot was lost)
-// becoming t.outer, until leave.
+// enter makes t the calling goroutine's innermost task until leave. The
+// task the goroutine ran before (another executor's, or a task of e
+// whose slot was lost) becomes t.outer; a goroutine that ran none gets a
+// fresh entry, and t.outer is t.inherit: the tasks of a submitter that
+// waits, holding their slots idle, while t runs on a worker or the
+// critical lane (a Do of a class that runs on workers), so that a Do of
+// their executor inside t runs on their slot as it would have on the
+// submitter's goroutine.
 func (t *task) enter() {
 	g := goroutine.ID()
 	t.g, t.entered = g, true
 	outer, entry := lookupRunning(g)
 	bi := bucketIndex(g)
 	if outer != nil {
-		t.outer, t.entry = outer, entry
+		t.outer, t.entry, t.pushed = outer, entry, true
 		if entry == inOverflow {
 			running.mu.Lock()
 			running.overflow[g] = t
@@ -133,7 +138,7 @@ func (t *task) enter() {
 		}
 		return
 	}
-	t.outer = nil
+	t.outer, t.pushed = t.inherit, false
 	b := &running.buckets[bi]
 	for i := range b {
 		if b[i].g.Load() == 0 && b[i].g.CompareAndSwap(0, g) {
@@ -152,17 +157,17 @@ func (t *task) enter() {
 	t.entry = inOverflow
 }
 
-// leave ends t as the calling goroutine's innermost task: its outer task
-// becomes the innermost again, or the goroutine's entry is freed. It is
-// the last use of an entry's own record: another goroutine may claim it
-// at once.
+// leave ends t as the calling goroutine's innermost task: the task it
+// was pushed on becomes the innermost again, or the goroutine's entry is
+// freed. It is the last use of an entry's own record: another goroutine
+// may claim it at once.
 func (t *task) leave() {
-	g, outer := t.g, t.outer
-	t.outer, t.g, t.entered = nil, 0, false
+	g, outer, pushed := t.g, t.outer, t.pushed
+	t.outer, t.g, t.entered, t.pushed = nil, 0, false, false
 	bi := bucketIndex(g)
 	if t.entry == inOverflow {
 		running.mu.Lock()
-		if outer != nil {
+		if pushed {
 			running.overflow[g] = outer
 		} else {
 			delete(running.overflow, g)
@@ -172,10 +177,12 @@ func (t *task) leave() {
 		return
 	}
 	en := &running.buckets[bi][t.entry]
-	en.t = outer
-	if outer == nil {
-		en.g.Store(0)
+	if pushed {
+		en.t = outer
+		return
 	}
+	en.t = nil
+	en.g.Store(0)
 }
 
 // of returns the innermost task of e among t and its outer tasks, or nil.

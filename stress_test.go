@@ -247,16 +247,26 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 	failing := r.IntN(20) == 0
 	work := time.Duration(r.IntN(300)) * time.Microsecond
 	mode := r.IntN(6)
-	// For's fn has no task context: a Do inside it with the outer ctx would
-	// wait for a second slot while the loop holds one (documented), so
-	// mode 4 makes no nested call.
-	nested := r.IntN(4) == 0 && mode != 4
+	// A nested call runs on the slot of the goroutine that runs body: the
+	// task's, or in a For (modes 4 and 5) the chunk's, the caller's or a
+	// helper's.
+	nested := r.IntN(4) == 0
+	// A goroutine body starts holds no slot: its Checkpoint only yields
+	// the P, whatever the task does meanwhile.
+	child := r.IntN(6) == 0
 	body := func(ctx context.Context) error {
 		o.runs.Add(1)
 		end := time.Now().Add(work)
 		for time.Now().Before(end) {
 			if err := Checkpoint(ctx); err != nil && !errors.Is(err, context.Canceled) &&
 				!errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrClosed) {
+				return err
+			}
+		}
+		if child {
+			done := make(chan error, 1)
+			go func() { done <- Checkpoint(ctx) }()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
 				return err
 			}
 		}
@@ -317,7 +327,7 @@ func submit(e *Executor, ctx context.Context, c Class, mode int, r *rand.Rand, b
 		}
 		report(t.Wait(context.Background()))
 	case 4:
-		// For's fn has no task context of its own: it runs body once.
+		// A For outside a task: its chunks run body once.
 		var once sync.Once
 		report(e.For(ctx, c, 1+r.IntN(64), func(lo, hi int) error {
 			var err error

@@ -58,7 +58,7 @@ func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) err
 	if err := e.checkArgs(ctx, c, fn); err != nil {
 		return nil, err
 	}
-	return e.submit(ctx, c, 1, fn)
+	return e.submit(ctx, c, 1, fn, nil)
 }
 
 // TryGo is Go without queuing: it starts fn only if a slot is free now and
@@ -74,7 +74,7 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 		e.stats[c].rejected.Add(1)
 		return nil, ErrSaturated
 	}
-	t := e.newTask(ctx, c, 1, fn)
+	t := e.newTask(ctx, c, 1, fn, nil)
 	if err := e.startFast(t); err != nil {
 		return nil, err
 	}
@@ -82,10 +82,11 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 }
 
 // newTask makes the handle of a task of class c expected to run on span
-// slots at once (waiter.span).
-func (e *Executor) newTask(ctx context.Context, c Class, span int, fn func(context.Context) error) *Task {
+// slots at once (waiter.span); inherit is the innermost task of a
+// submitter that waits for it (task.inherit), or nil.
+func (e *Executor) newTask(ctx context.Context, c Class, span int, fn func(context.Context) error, inherit *task) *Task {
 	t := &Task{fn: fn, done: make(chan struct{})}
-	t.tc = task{ctx: ctx, e: e, class: c}
+	t.tc = task{ctx: ctx, e: e, class: c, inherit: inherit}
 	t.tc.w.class, t.tc.w.task, t.tc.w.kind, t.tc.w.span = c, t, waitTask, int32(span)
 	return t
 }
@@ -124,11 +125,11 @@ func (e *Executor) openFor(ctx context.Context, c Class) error {
 	return nil
 }
 
-func (e *Executor) submit(ctx context.Context, c Class, span int, fn func(context.Context) error) (*Task, error) {
+func (e *Executor) submit(ctx context.Context, c Class, span int, fn func(context.Context) error, inherit *task) (*Task, error) {
 	if err := e.openFor(ctx, c); err != nil {
 		return nil, err
 	}
-	t := e.newTask(ctx, c, span, fn)
+	t := e.newTask(ctx, c, span, fn, inherit)
 	if e.g.tryAcquireFor(c) {
 		if err := e.startFast(t); err != nil {
 			return nil, err
