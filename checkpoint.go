@@ -89,8 +89,8 @@ func Checkpoint(ctx context.Context) error {
 		return checkpointSlow(ctx, t)
 	}
 	e, c := t.e, t.class&(NumClasses-1)
-	if m := e.g.mask(); m&moreUrgent[c] != 0 ||
-		(m&(1<<c) != 0 && e.g.headDueOf(c) < t.due()) {
+	if m := e.g.mask(); m != 0 && (m&moreUrgent[c] != 0 ||
+		(m&(1<<c) != 0 && e.g.headDueOf(c) < t.due())) {
 		return t.checkpoint(ctx)
 	}
 	t.calls++

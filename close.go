@@ -71,8 +71,7 @@ func (e *Executor) idle() bool {
 		return false
 	}
 	for c := range e.stats {
-		s := &e.stats[c]
-		if s.admitted.Load() != s.completed.Load() {
+		if !e.stats[c].idle() {
 			return false
 		}
 	}
@@ -110,4 +109,15 @@ func (e *Executor) stopWorkers() {
 	for _, p := range e.pools {
 		p.stopLocked()
 	}
+}
+
+// idle reports whether every task of the class that got a slot has
+// finished. completed is read before admitted: a task counted in
+// completed was admitted before, so it is in admitted too, and equal
+// counts mean nothing runs. Read the other way round, a task admitted
+// and finished between the two reads made up for one still running, and
+// Close returned while it ran.
+func (s *classStats) idle() bool {
+	done := s.completed.Load()
+	return s.admitted.Load() == done
 }

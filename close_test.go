@@ -3,6 +3,7 @@ package cpuwork
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -113,5 +114,36 @@ func TestNewFailureAndAnExpiredCloseLeakNothing(t *testing.T) {
 	}
 	if err := e.Close(context.Background()); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// A class with a task running is never idle, however fast other tasks
+// of the class are admitted and finish meanwhile (Close waits for idle).
+func TestAClassWithATaskRunningIsNeverIdle(t *testing.T) {
+	var s classStats
+	s.admitted.Add(1) // the task that runs throughout
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // others admitted and finished as fast as can be
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			s.admitted.Add(1)
+			s.completed.Add(1)
+		}
+	}()
+	defer func() { close(stop); wg.Wait() }()
+	deadline := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(deadline) {
+		for range 1000 {
+			if s.idle() {
+				t.Fatal("a class with a task running was found idle")
+			}
+		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"runtime/debug"
 	"runtime/trace"
-	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -54,12 +53,28 @@ func (e *Executor) timeFast(t *task, n uint64) {
 // submitter's ctx unchanged, and the goroutine that runs fn finds its
 // task in the running table (running.go), so Checkpoint can hand the
 // slot over and a nested Do or For on the same executor runs on it
-// instead of waiting for a second slot. Do's tasks come from taskPool:
-// nothing outside the executor ever holds one, and nothing inside it
-// does once Do has returned.
+// instead of waiting for a second slot. A Do that takes a free slot at
+// once uses its goroutine's running-table entry's own record; any other
+// task has one of its own (newRecord, a Task's).
 type task struct {
-	ctx context.Context // the submitter's: fn receives it
-	e   *Executor
+	// Checkpoint's fast path reads e, stride, calls, shared, class and
+	// noSlot: they come first, in one cache line.
+	e      *Executor
+	stride int32 // Checkpoint calls between clock reads
+	calls  int32
+	// shared counts For loops running chunks of this task on helper
+	// goroutines: while it is non-zero, Checkpoint on the task's
+	// goroutine only yields the P (the loop hands the slot over between
+	// its chunks). A For helper's own task has it set for good. Only
+	// the task's goroutine reads and writes it.
+	shared int32
+	class  Class
+	// noSlot is set when a Checkpoint gave the slot up and did not get it
+	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed); or when
+	// a For that is the whole task gave it back for its helpers' last
+	// chunks (handedBack).
+	noSlot lostSlot
+	ctx    context.Context // the submitter's: fn receives it
 	// outer is the task its goroutine ran before this one began (a task
 	// of another executor, or one of e whose slot was lost), while this
 	// one runs (running.go); pushed says t's goroutine ran it (its entry
@@ -75,15 +90,6 @@ type task struct {
 	lastChk int64   // now() at the last clock read in Checkpoint
 	lastGs  int64   // now() at the last Gosched
 	entry   int32   // its goroutine's entry in the running table
-	stride  int32   // Checkpoint calls between clock reads
-	calls   int32
-	// shared counts For loops running chunks of this task on helper
-	// goroutines: while it is non-zero, Checkpoint on the task's
-	// goroutine only yields the P (the loop hands the slot over between
-	// its chunks). A For helper's own task has it set for good. Only
-	// the task's goroutine reads and writes it.
-	shared int32
-	class  Class
 	// weight is the histogram weight of this task's slot-time
 	// measurement: 1 for a task that queued (every one is timed), the
 	// stride it was timed at on the fast path (timeFast), 0 when it is
@@ -105,20 +111,21 @@ type task struct {
 	// onCaller: fn runs on the submitter's goroutine (a Do not on the
 	// critical lane), which keeps its own profiler labels (labels.go).
 	onCaller bool
-	// noSlot is set when a Checkpoint gave the slot up and did not get it
-	// back: lostByCtx (its ctx ended) or lostByClose (ErrClosed); or when
-	// a For that is the whole task gave it back for its helpers' last
-	// chunks (handedBack).
-	noSlot lostSlot
-	w      waiter
+	w        waiter
 }
 
-// taskPool holds the records of Do's tasks that do not use a running
-// table entry's own (running.go): a task that queues, a nested one, a
-// Critical task run on the critical lane. A record is put back only when
-// Do returns: its waiter is out of every queue, its goroutine has left
-// the running table, and no For helper refers to it.
-var taskPool = sync.Pool{New: func() any { return new(task) }}
+// newRecord returns a record for a task of class c of e submitted with
+// ctx that does not use a running-table entry's own: a task that
+// queues, a nested one, one run on the critical lane. It is allocated:
+// a sync.Pool of records measured 15 % slower for tasks that queue
+// (records handed between the Ps of the submitter and of the task that
+// grants it; docs/performance.md), and a task that queues pays far more
+// for its park and wake-up than for the allocation.
+func newRecord(ctx context.Context, e *Executor, c Class) *task {
+	t := &task{ctx: ctx, e: e, class: c}
+	t.w.class = c
+	return t
+}
 
 // reset makes t a new task of class c of e submitted with ctx; the
 // wake-up channel of an earlier use is kept (it is empty).
@@ -253,15 +260,11 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 			t.w.span, t.onCaller = int32(span), true
 			return e.runAdmitted(t, fn) // t is not touched after: another goroutine may own it
 		}
-		t := taskPool.Get().(*task)
-		t.reset(ctx, e, c)
+		t := newRecord(ctx, e, c)
 		t.w.span, t.onCaller = int32(span), true
-		err := e.runAdmitted(t, fn)
-		taskPool.Put(t)
-		return err
+		return e.runAdmitted(t, fn)
 	}
-	t := taskPool.Get().(*task)
-	t.reset(ctx, e, c)
+	t := newRecord(ctx, e, c)
 	t.w.span, t.onCaller = int32(span), !lane
 	if lane {
 		t.inherit = cur // this goroutine waits while fn runs on the lane
@@ -277,7 +280,6 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 			err = e.run(t, fn)
 		}
 	}
-	taskPool.Put(t)
 	return err
 }
 
@@ -352,27 +354,31 @@ func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
 // (ctx's error; a slot granted at that moment is given back).
 func (e *Executor) await(ctx context.Context, w *waiter) error {
 	s := &e.stats[w.class]
-	select {
-	case <-w.ready:
-	case <-ctx.Done():
-		e.g.lock()
-		if w.queued {
-			e.g.removeLocked(w)
-			e.g.unlock()
-			s.canceled.Add(1)
-			e.checkDrained()
-			return ctx.Err()
-		}
-		e.g.unlock()
-		<-w.ready // granted or closed out just now
-		if w.granted {
-			w.granted = false
-			if !w.requeued {
-				s.admitted.Add(^uint64(0)) // counted at grant; it never ran
+	if done := ctx.Done(); done == nil { // a ctx that never ends: a plain receive
+		<-w.ready
+	} else {
+		select {
+		case <-w.ready:
+		case <-done:
+			e.g.lock()
+			if w.queued {
+				e.g.removeLocked(w)
+				e.g.unlock()
+				s.canceled.Add(1)
+				e.checkDrained()
+				return ctx.Err()
 			}
-			e.ungrant(w)
-			s.canceled.Add(1)
-			return ctx.Err()
+			e.g.unlock()
+			<-w.ready // granted or closed out just now
+			if w.granted {
+				w.granted = false
+				if !w.requeued {
+					s.admitted.Add(^uint64(0)) // counted at grant; it never ran
+				}
+				e.ungrant(w)
+				s.canceled.Add(1)
+				return ctx.Err()
+			}
 		}
 	}
 	if !w.granted {

@@ -170,16 +170,16 @@ func (e *Executor) forBody(ctx context.Context, tc *task, n int, fn func(lo, hi 
 	// queues again (a hand-over), it counts for its one slot.
 	tc.w.span = 1
 
-	// From here on, fn may run on helpers while the caller's task context
-	// is captured in fn: Checkpoint with that context stays on the safe
-	// path (it only yields the P) until the loop ends.
+	// From here on, fn may run on helpers beside the caller: a
+	// Checkpoint in a chunk on the caller only yields the P until the
+	// loop ends (the loop hands the slot over between chunks).
 	tc.shared++
 	var wg sync.WaitGroup
 	returned := false
 	defer func() {
 		// The caller's fn may end the goroutine (runtime.Goexit) while
-		// helpers run: stop them and wait before the task context is the
-		// caller's alone again (else their Checkpoints race on it).
+		// helpers run: stop them and wait for them before the task ends
+		// (they refer to its forState and its due).
 		if !returned {
 			st.fail(ErrGoexit)
 			close(st.finished)

@@ -25,7 +25,7 @@ import (
 //
 // Each entry carries a task record of its own, which a Do that takes a
 // free slot at once uses while it runs (no pool round trip on the fast
-// path); every other task has its record elsewhere (taskPool, a Task, a
+// path); every other task has its record elsewhere (newRecord, a Task, a
 // For helper) and is pointed to. A goroutine that finds its bucket full
 // goes to an overflow map under a mutex, which the lookups of that
 // bucket's goroutines then also read (only while it holds some).

@@ -58,6 +58,7 @@ func TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError(t *testing.T) {
 }
 
 type outcome struct {
+	inBody   *atomic.Int32 // bodies of the run's tasks running now
 	runs     atomic.Int32
 	err      error
 	reported atomic.Bool
@@ -121,6 +122,8 @@ func stress(t *testing.T, seed uint64) {
 	var wg sync.WaitGroup
 	closeAt := r.IntN(submitters*perSubmitter + 1)
 	var submitted atomic.Int64
+	var inBody atomic.Int32
+	closedEarly := make(chan int32, 1)
 	closeDone := make(chan error, 1)
 	var closeOnce sync.Once
 	for s := range submitters {
@@ -129,7 +132,7 @@ func stress(t *testing.T, seed uint64) {
 			defer wg.Done()
 			r := rand.New(rand.NewPCG(seed, uint64(s)+100))
 			for i := range perSubmitter {
-				o := &outcome{}
+				o := &outcome{inBody: &inBody}
 				outs[s*perSubmitter+i] = o
 				if submitted.Add(1) == int64(closeAt) {
 					closeOnce.Do(func() {
@@ -137,7 +140,11 @@ func stress(t *testing.T, seed uint64) {
 						go func() {
 							ctx, cancel := context.WithTimeout(context.Background(), grace)
 							defer cancel()
-							closeDone <- e.Close(ctx)
+							err := e.Close(ctx)
+							if n := inBody.Load(); err == nil && n != 0 {
+								closedEarly <- n // Close reports drained while tasks run
+							}
+							closeDone <- err
 						}()
 					})
 				}
@@ -176,6 +183,11 @@ func stress(t *testing.T, seed uint64) {
 		t.Fatalf("seed %d: final Close: %v (stats %+v)", seed, err, e.Stats())
 	}
 	<-closeDone
+	select {
+	case n := <-closedEarly:
+		t.Fatalf("seed %d: Close returned drained while %d tasks ran (options %+v)", seed, n, o)
+	default:
+	}
 	st := e.Stats()
 	if n := e.g.doubleReleases.Load(); n != 0 {
 		t.Fatalf("seed %d: %d slots released twice (options %+v)", seed, n, o)
@@ -255,6 +267,8 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 	// the P, whatever the task does meanwhile.
 	child := r.IntN(6) == 0
 	body := func(ctx context.Context) error {
+		o.inBody.Add(1)
+		defer o.inBody.Add(-1)
 		o.runs.Add(1)
 		end := time.Now().Add(work)
 		for time.Now().Before(end) {
