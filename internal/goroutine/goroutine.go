@@ -3,16 +3,17 @@
 // be kept per goroutine (the executor's table of the tasks its
 // goroutines run) without a context to carry it.
 //
-// On amd64 and arm64 the identity is the address of the runtime's g
-// structure of the goroutine, read from the thread-local slot (amd64) or
-// the g register (arm64) where the runtime keeps it: one load, about a
-// nanosecond. A g structure never moves (the garbage collector does not
-// move heap objects; stacks move, g does not) and lives as long as its
-// goroutine, so the address is constant for a goroutine's life; after
-// the goroutine exits the runtime may give the same structure to a new
-// goroutine, so an identity is unique among live goroutines only. On
-// other architectures it is the goroutine's ID parsed from the first
-// line of runtime.Stack (about a microsecond).
+// Where the gc toolchain keeps the running goroutine's g in a register
+// or the thread-local slot (386, amd64, arm, arm64, loong64, mips,
+// mips64, ppc64, riscv64, s390x, with their endian variants), the
+// identity is the address of that g, read in assembly: one load, about
+// a nanosecond with the call. A g structure never moves (the garbage
+// collector does not move heap objects; stacks move, g does not) and
+// lives as long as its goroutine, so the address is constant for a
+// goroutine's life; after the goroutine exits the runtime may give the
+// same structure to a new goroutine, so an identity is unique among live
+// goroutines only. Elsewhere (wasm, gccgo) it is the goroutine's ID
+// parsed from the first line of runtime.Stack, about a microsecond.
 package goroutine
 
 import (
@@ -25,22 +26,24 @@ import (
 func ID() uintptr { return id() }
 
 // stackID is ID's portable form: the goroutine's ID from the header of
-// its stack trace ("goroutine 42 [running]:").
+// its stack trace ("goroutine 42 [running]:"), parsed without an
+// allocation.
 func stackID() uintptr {
 	var buf [64]byte
 	b := buf[:runtime.Stack(buf[:], false)]
 	const prefix = "goroutine "
-	if len(b) <= len(prefix) {
+	if len(b) <= len(prefix) || string(b[:len(prefix)]) != prefix {
 		panic("goroutine: unexpected stack header " + strconv.Quote(string(b)))
 	}
-	b = b[len(prefix):]
-	n := 0
-	for n < len(b) && b[n] >= '0' && b[n] <= '9' {
-		n++
+	var id uintptr
+	for _, c := range b[len(prefix):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		id = id*10 + uintptr(c-'0')
 	}
-	v, err := strconv.ParseUint(string(b[:n]), 10, 64)
-	if err != nil || v == 0 {
-		panic("goroutine: unexpected stack header " + strconv.Quote(string(buf[:])))
+	if id == 0 {
+		panic("goroutine: unexpected stack header " + strconv.Quote(string(b)))
 	}
-	return uintptr(v)
+	return id
 }
