@@ -30,7 +30,8 @@ import (
 // goes to an overflow map under a mutex, which the lookups of that
 // bucket's goroutines then also read (only while it holds some).
 const (
-	runningBuckets = 128
+	bucketBits     = 7
+	runningBuckets = 1 << bucketBits
 	bucketEntries  = 4
 )
 
@@ -60,7 +61,7 @@ const inOverflow = -1
 func bucketIndex(g uintptr) uint32 {
 	// Fibonacci hashing: g structures are a few hundred bytes apart, the
 	// product's high bits spread them over the buckets.
-	return uint32(uint64(g) * 0x9E3779B97F4A7C15 >> (64 - 7))
+	return uint32(uint64(g) * 0x9E3779B97F4A7C15 >> (64 - bucketBits))
 }
 
 // runningTask returns the innermost task the calling goroutine runs, or
