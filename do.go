@@ -27,14 +27,18 @@ const (
 
 // timeFast decides whether a task of class c admitted on the fast path
 // as the n-th admission of its class is timed, and with what weight (0:
-// not timed); a timed one starts its slot period now.
-func (e *Executor) timeFast(t *task, n uint64) {
+// not timed); a timed one starts its slot period at at, or now when at
+// is 0 (the caller has not read the clock).
+func (e *Executor) timeFast(t *task, n uint64, at int64) {
 	s := &e.stats[t.class]
 	mask := s.timingMask.Load()
 	if n&mask != 0 {
 		return
 	}
-	t.weight, t.start = uint8(mask+1), now()
+	if at == 0 {
+		at = now()
+	}
+	t.weight, t.start = uint8(mask+1), at
 	s.queueWait.record(0, mask+1)
 	// Adapt the stride to the gap since the last timed start (racy
 	// between tasks of the class by design: an estimate).
@@ -105,9 +109,9 @@ type task struct {
 	// yielded: the task handed its slot over at a Checkpoint at least
 	// once (its slot periods are parts of its run time).
 	yielded bool
-	// own: the record is a running-table entry's own (running.go);
-	// entered: its goroutine's entry points to it (enter, until leave).
-	own, entered bool
+	// entered: its goroutine's running-table entry points to it (enter
+	// or claimOwn, until leave).
+	entered bool
 	// onCaller: fn runs on the submitter's goroutine (a Do not on the
 	// critical lane), which keeps its own profiler labels (labels.go).
 	onCaller bool
@@ -214,10 +218,10 @@ func invalidClass(c Class) error {
 // then never runs); a *PanicError when fn panics; otherwise fn's error.
 //
 // Cost: no allocation and a few tens of nanoseconds for a Critical or
-// Interactive task when a slot is free and nobody waits, unless ctx
-// carries profiler labels (then the labels with the class's added are
-// allocated); measured by BenchmarkDoUncontended, figures in
-// docs/performance.md.
+// Interactive task when a slot is free and nobody waits, unless the
+// calling goroutine has profiler labels (then ctx's labels with the
+// class's added are allocated, labels.go); measured by
+// BenchmarkDoUncontended, figures in docs/performance.md.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
 	return e.do(ctx, c, 1, fn)
 }
@@ -270,9 +274,6 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		t.inherit = cur // this goroutine waits while fn runs on the lane
 	}
 	var err error
-	if e.g.targetOf(c) != 0 {
-		t.w.enq = now() // the arrival its class's target counts from
-	}
 	if err = e.acquireSlow(ctx, t); err == nil {
 		if lane {
 			err = e.runOnLane(ctx, t, fn)
@@ -283,26 +284,40 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 	return err
 }
 
-// runAdmitted counts the admission of t, which took a free slot at once
-// (tryAcquire), times it if its turn (timeFast), and runs fn on the slot.
-// After Close it gives the slot back and returns ErrClosed.
+// runAdmitted admits t, which took a free slot at once (tryAcquire;
+// admitFastTask), and runs fn on the slot. After Close it gives the slot
+// back and returns ErrClosed.
 func (e *Executor) runAdmitted(t *task, fn func(context.Context) error) error {
-	c := t.class
-	n, err := e.admitFast(c)
-	if err != nil {
+	if err := e.admitFastTask(t); err != nil {
 		if t.entered {
 			t.leave()
 		}
 		return err
 	}
-	if e.g.targetOf(c) != 0 {
-		t.w.enq = now() // the arrival its class's target counts from
+	return e.run(t, fn)
+}
+
+// admitFastTask counts the admission of t, which took a free slot at
+// once (a Do on its goroutine, or a Go task before its worker), sets the
+// arrival its class's target counts from, times it if its turn
+// (timeFast) and picks it for accounting. After Close it gives the slot
+// back and returns ErrClosed.
+func (e *Executor) admitFastTask(t *task) error {
+	c := t.class
+	n, err := e.admitFast(c)
+	if err != nil {
+		return err
 	}
-	e.timeFast(t, n)
+	var at int64 // one clock read for the target's arrival and the timing
+	if e.g.targetOf(c) != 0 {
+		at = now()
+		t.w.enq = at
+	}
+	e.timeFast(t, n, at)
 	if a := e.acct; a != nil {
 		t.accounted = a.pickAdmitted(n, e.stats[c].avgSlotNs.Load())
 	}
-	return e.run(t, fn)
+	return nil
 }
 
 // admitFast counts an admission made by tryAcquire and then checks for

@@ -107,7 +107,7 @@ func claimOwn(g uintptr, ctx context.Context, e *Executor, c Class) *task {
 		if b[i].g.Load() == 0 && b[i].g.CompareAndSwap(0, g) {
 			t := &running.own[bi][i]
 			t.reset(ctx, e, c)
-			t.g, t.entry, t.own, t.entered = g, int32(i), true, true
+			t.g, t.entry, t.entered = g, int32(i), true
 			b[i].t = t
 			return t
 		}

@@ -93,17 +93,8 @@ func (e *Executor) newTask(ctx context.Context, c Class, span int, fn func(conte
 
 // startFast hands a task that already holds a slot to a worker.
 func (e *Executor) startFast(t *Task) error {
-	s := &e.stats[t.tc.class]
-	n, err := e.admitFast(t.tc.class)
-	if err != nil {
+	if err := e.admitFastTask(&t.tc); err != nil {
 		return err
-	}
-	if e.g.targetOf(t.tc.class) != 0 {
-		t.tc.w.enq = now() // the arrival its class's target counts from
-	}
-	e.timeFast(&t.tc, n)
-	if a := e.acct; a != nil {
-		t.tc.accounted = a.pickAdmitted(n, s.avgSlotNs.Load())
 	}
 	t.tc.w.started = true // never queued, so no cancellation can race this
 	e.pools[t.tc.class.pool()].runq <- t
