@@ -121,10 +121,9 @@ type task struct {
 // newRecord returns a record for a task of class c of e submitted with
 // ctx that does not use a running-table entry's own: a task that
 // queues, a nested one, one run on the critical lane. It is allocated:
-// a sync.Pool of records measured 15 % slower for tasks that queue
-// (records handed between the Ps of the submitter and of the task that
-// grants it; docs/performance.md), and a task that queues pays far more
-// for its park and wake-up than for the allocation.
+// a sync.Pool of records measured 10-22 % slower for tasks that queue
+// (docs/performance.md), and a task that queues pays far more for its
+// park and wake-up than for the allocation.
 func newRecord(ctx context.Context, e *Executor, c Class) *task {
 	t := &task{ctx: ctx, e: e, class: c}
 	t.w.class = c
