@@ -134,9 +134,11 @@ type ClassOptions struct {
 	// growing rather than absorbing a burst or draining, and the class
 	// sheds: a new task that would queue with a mean estimated queue wait
 	// above the target is refused at once with an error wrapping
-	// ErrSaturated, until an interval in which it refused none or whose
-	// arrivals did not outrun the slots (CoDel's test, applied at the
-	// door). The queue is then held near the target; the excess is shed in
+	// ErrSaturated, until intervals in which it refused none or whose
+	// arrivals did not outrun the slots follow one another for 20
+	// arrivals or a second (CoDel's test, applied at the door; one such
+	// interval of a few arrivals happens by chance in overload). The
+	// queue is then held near the target; the excess is shed in
 	// microseconds. While the arrivals outrun the slots more than twice,
 	// a queued task that has already waited more than twice the target
 	// is also refused, the same way, when it reaches the head of the

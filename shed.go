@@ -36,8 +36,9 @@ import (
 //     outrun the slots, and the class sheds: new arrivals whose mean
 //     estimated queue wait (the door's estimate above without its spread)
 //     is above the target are refused, so the queue is held near the
-//     target instead of near the latency target, until an interval in
-//     which it refused nobody or whose arrivals did not outrun the slots.
+//     target instead of near the latency target, until intervals in
+//     which it refused nobody or whose arrivals did not outrun the slots
+//     follow one another for shedCalmArrivals arrivals or shedCalmTime.
 //     An arrival that finds its class queue empty is never shed.
 //
 // While a class sheds and its last interval's arrivals outran the slots
@@ -99,7 +100,25 @@ type shedState struct {
 	// severe: the class sheds and the last interval's arrivals outran the
 	// slots more than backlogOutrun times (backlogLocked).
 	severe bool
+	// calmArrivals, calmFor: the arrivals and time of the calm intervals
+	// in a row (refused nobody, or the arrivals did not outrun the
+	// slots) of a shedding class.
+	calmArrivals uint64
+	calmFor      int64
 }
+
+// shedCalmArrivals, shedCalmTime: a shedding class stops once its calm
+// intervals in a row held shedCalmArrivals arrivals or lasted
+// shedCalmTime. One interval of a few arrivals is calm by chance in
+// overload: at 1.4x its capacity, an image server's interval of 7
+// arrivals refused nobody one time in five. With 20 arrivals a class
+// whose arrivals hold a few milliseconds of work stops after one
+// interval, as before, and one whose requests take tens of milliseconds
+// after two or three.
+const (
+	shedCalmArrivals = 20
+	shedCalmTime     = time.Second
+)
 
 // shedError is a refusal that says why, with the numbers it was decided
 // on; it wraps ErrSaturated, and ErrDeadline when a latency target could
@@ -272,20 +291,33 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 	case st.shedding:
 		// While it sheds, the queue is held near the target by the
 		// shedding itself, and intervals under the target are the rule:
-		// it stops after an interval that refused nobody, or whose
-		// arrivals brought less work than the slots did in it. (Stopping
-		// at the first interval under the target let the queue grow
-		// toward the latency target for the intervals it took to detect
-		// it again; stopping only when it refused nobody kept a queue
-		// that stands now and then at 95 % of capacity shedding a tenth
-		// of the arrivals.)
-		st.shedding = st.refused > 0 && outrun
+		// it stops once calm intervals — each refused nobody, or its
+		// arrivals brought less work than the slots did in it — follow
+		// one another for shedCalmArrivals arrivals or shedCalmTime.
+		// (Stopping at the first interval under the target let the
+		// queue grow toward the latency target for the intervals it took
+		// to detect it again; stopping only when it refused nobody kept
+		// a queue that stands now and then at 95 % of capacity shedding
+		// a tenth of the arrivals; stopping after one calm interval let
+		// an image server at 1.4x its capacity, 7 arrivals an interval,
+		// stop after one in five intervals by chance and grow its queue
+		// to twice the held depth before the test saw it stand again:
+		// docs/architecture.md, "Shedding stops after enough calm
+		// arrivals".)
+		if st.refused == 0 || !outrun {
+			st.calmArrivals += st.arrivals
+			st.calmFor += t - st.intervalStart
+		} else {
+			st.calmArrivals, st.calmFor = 0, 0
+		}
+		st.shedding = st.calmArrivals < shedCalmArrivals && st.calmFor < int64(shedCalmTime)
 	case st.minWait != math.MaxInt64:
 		// A queue standing while the arrivals fall behind the slots
 		// drains by itself: shedding it refuses work the slots would do
 		// in time (docs/architecture.md, "Shedding starts only while the
 		// arrivals outrun the slots").
 		st.shedding = st.minWait > st.target && outrun
+		st.calmArrivals, st.calmFor = 0, 0
 	}
 	st.severe = st.shedding && severe
 	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
