@@ -6,5 +6,6 @@ import "time"
 
 // Process returns the calling process's CPU time (getrusage(2)
 // RUSAGE_SELF, ru_utime + ru_stime, on Unix systems; GetProcessTimes on
-// Windows), and false where it cannot be read.
+// Windows), and false where it cannot be read (or on other systems:
+// js/wasm, wasip1, plan9).
 func Process() (time.Duration, bool) { return process() }

@@ -1,22 +1,9 @@
-//go:build !unix
+//go:build !unix && !windows
 
 package cputime
 
-import (
-	"syscall"
-	"time"
-)
+import "time"
 
-func process() (time.Duration, bool) {
-	h, err := syscall.GetCurrentProcess()
-	if err != nil {
-		return 0, false
-	}
-	var creation, exit, kernel, user syscall.Filetime
-	if syscall.GetProcessTimes(h, &creation, &exit, &kernel, &user) != nil {
-		return 0, false
-	}
-	// FILETIME counts 100 ns intervals.
-	ticks := func(f syscall.Filetime) int64 { return int64(f.HighDateTime)<<32 | int64(f.LowDateTime) }
-	return time.Duration((ticks(kernel) + ticks(user)) * 100), true
-}
+// process has no source of the process's CPU time here (js/wasm, wasip1,
+// plan9): it reports false, as Process documents.
+func process() (time.Duration, bool) { return 0, false }

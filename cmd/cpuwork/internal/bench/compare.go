@@ -28,7 +28,8 @@ import (
 // itself, alternated the same way — as the bias between two arms that are
 // the same thing that its interval establishes, with a floor of 5 %
 // (aaMargin). The comparison's own interval already covers its random
-// error; the margin is the instrument's bias on top.
+// error, with its per-pair spread at least the control's
+// (comparisonInterval); the margin is the instrument's bias on top.
 
 // Verdict is a comparison's outcome in one word.
 type Verdict string
@@ -71,6 +72,49 @@ func pairedInterval(ratios []float64, level float64) (est, lo, hi float64) {
 	se := math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
 	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 1)}.Quantile(1 - (1-level)/2)
 	return math.Exp(mean), math.Exp(mean - t*se), math.Exp(mean + t*se)
+}
+
+// comparisonInterval is pairedInterval of ratios, widened when the
+// A/A control (aa: the same case's per-pair ratios of the comparator
+// against itself, two or more) shows the run noisier than the
+// comparison's own pairs do: then it is the t interval on the spread
+// pooled from the comparison's and the control's pairs (their mean
+// variance, with the degrees of freedom of both), if that is wider.
+// widened reports it. Three pairs can agree closely by chance (their
+// spread has 2 degrees of freedom); the control measures the run's noise
+// on the same metric in the same rounds, and pooling it keeps a chance
+// agreement from making a verdict, while a comparison noisier than its
+// control keeps its own, wider interval.
+func comparisonInterval(ratios, aa []float64, level float64) (est, lo, hi float64, widened bool) {
+	est, lo, hi = pairedInterval(ratios, level)
+	n, k := len(ratios), len(aa)
+	if n < 2 || k < 2 {
+		return est, lo, hi, false
+	}
+	own, ctl := logSpread(ratios), logSpread(aa)
+	pooled := math.Sqrt(((float64(n-1))*own*own + float64(k-1)*ctl*ctl) / float64(n-1+k-1))
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 1 + k - 1)}.Quantile(1 - (1-level)/2)
+	half := t * pooled / math.Sqrt(float64(n))
+	if est*math.Exp(half) <= hi {
+		return est, lo, hi, false
+	}
+	return est, est * math.Exp(-half), est * math.Exp(half), true
+}
+
+// logSpread is the sample standard deviation of the logs of xs (> 0,
+// two or more).
+func logSpread(xs []float64) float64 {
+	var mean float64
+	for _, x := range xs {
+		mean += math.Log(x)
+	}
+	mean /= float64(len(xs))
+	var ss float64
+	for _, x := range xs {
+		d := math.Log(x) - mean
+		ss += d * d
+	}
+	return math.Sqrt(ss / float64(len(xs)-1))
 }
 
 // aaMargin is the equivalence margin from an A/A control's per-pair
@@ -141,7 +185,7 @@ var loadNoise = map[string]bool{"service": true, "inference": true, "timers": tr
 // margin from the A/A control's per-pair ratios aa, in a run whose cap of
 // pairs is maxPairs.
 func decide(ratios, aa []float64, higher bool, maxPairs int) Verdict {
-	_, lo, hi := pairedInterval(ratios, lookLevel(maxPairs))
+	_, lo, hi, _ := comparisonInterval(ratios, aa, lookLevel(maxPairs))
 	return threeWay(lo, hi, aaMargin(aa), higher)
 }
 

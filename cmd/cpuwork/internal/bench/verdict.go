@@ -449,13 +449,8 @@ func evaluate(s *Scenario, c check) CheckResult {
 	if level == 0 {
 		level = confidence // judged outside a run (tests): one look
 	}
-	r.Estimate, r.CILow, r.CIHigh = pairedInterval(r.Values, level)
-	if len(r.Values) < 2 { // no interval from one pair (results.json holds no infinity)
-		r.CILow, r.CIHigh = 0, 0
-		r.Notes = append(r.Notes, "one pair: no interval")
-	}
-	// The equivalence margin: the A/A control of the case on the same
-	// metric and pairs.
+	// The A/A control of the case on the same metric and pairs: the
+	// interval's smallest spread and the equivalence margin.
 	var aa []float64
 	if c.aa[0] != "" {
 		r.AAControl = c.aa[1] + " / " + c.aa[0]
@@ -479,6 +474,23 @@ func evaluate(s *Scenario, c check) CheckResult {
 	}
 	if len(aa) == 0 {
 		r.Notes = append(r.Notes, "no A/A control measured here: margin at its 5 % floor")
+	}
+	// The control's spread widens the interval only when it is the best
+	// alternative's own: another variant's noise (Go's default GOMAXPROCS
+	// throttled in a quota, against GOMAXPROCS 1) says nothing of this
+	// comparison's.
+	spread := aa
+	if c.aa[0] != best {
+		spread = nil
+	}
+	var widened bool
+	r.Estimate, r.CILow, r.CIHigh, widened = comparisonInterval(r.Values, spread, level)
+	if len(r.Values) < 2 { // no interval from one pair (results.json holds no infinity)
+		r.CILow, r.CIHigh = 0, 0
+		r.Notes = append(r.Notes, "one pair: no interval")
+	}
+	if widened {
+		r.Notes = append(r.Notes, "interval at the A/A control's per-pair spread, wider than the comparison's own")
 	}
 	r.Margin = aaMargin(aa)
 	r.Verdict = Inconclusive
