@@ -56,29 +56,19 @@ func pairedInterval(ratios []float64, level float64) (est, lo, hi float64) {
 	if n == 0 {
 		return math.NaN(), 0, math.Inf(1)
 	}
-	var sum float64
-	for _, r := range ratios {
-		sum += math.Log(r)
-	}
-	mean := sum / float64(n)
+	mean, sd := logMeanSpread(ratios)
 	if n < 2 {
 		return math.Exp(mean), 0, math.Inf(1)
 	}
-	var ss float64
-	for _, r := range ratios {
-		d := math.Log(r) - mean
-		ss += d * d
-	}
-	se := math.Sqrt(ss/float64(n-1)) / math.Sqrt(float64(n))
-	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 1)}.Quantile(1 - (1-level)/2)
-	return math.Exp(mean), math.Exp(mean - t*se), math.Exp(mean + t*se)
+	half := tHalfWidth(sd, n, n-1, level)
+	return math.Exp(mean), math.Exp(mean - half), math.Exp(mean + half)
 }
 
 // comparisonInterval is pairedInterval of ratios, widened when the
 // A/A control (aa: the same case's per-pair ratios of the comparator
 // against itself, two or more) shows the run noisier than the
 // comparison's own pairs do: then it is the t interval on the spread
-// pooled from the comparison's and the control's pairs (their mean
+// pooled from the comparison's and the control's pairs (the pooled
 // variance, with the degrees of freedom of both), if that is wider.
 // widened reports it. Three pairs can agree closely by chance (their
 // spread has 2 degrees of freedom); the control measures the run's noise
@@ -91,30 +81,40 @@ func comparisonInterval(ratios, aa []float64, level float64) (est, lo, hi float6
 	if n < 2 || k < 2 {
 		return est, lo, hi, false
 	}
-	own, ctl := logSpread(ratios), logSpread(aa)
-	pooled := math.Sqrt(((float64(n-1))*own*own + float64(k-1)*ctl*ctl) / float64(n-1+k-1))
-	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 1 + k - 1)}.Quantile(1 - (1-level)/2)
-	half := t * pooled / math.Sqrt(float64(n))
-	if est*math.Exp(half) <= hi {
+	mean, own := logMeanSpread(ratios)
+	_, ctl := logMeanSpread(aa)
+	pooled := math.Sqrt((float64(n-1)*own*own + float64(k-1)*ctl*ctl) / float64(n-1+k-1))
+	half := tHalfWidth(pooled, n, n-1+k-1, level)
+	if math.Exp(mean+half) <= hi {
 		return est, lo, hi, false
 	}
-	return est, est * math.Exp(-half), est * math.Exp(half), true
+	return est, math.Exp(mean - half), math.Exp(mean + half), true
 }
 
-// logSpread is the sample standard deviation of the logs of xs (> 0,
-// two or more).
-func logSpread(xs []float64) float64 {
-	var mean float64
+// logMeanSpread is the mean and the sample standard deviation (0 for
+// one value) of the logs of xs (> 0, one or more).
+func logMeanSpread(xs []float64) (mean, sd float64) {
 	for _, x := range xs {
 		mean += math.Log(x)
 	}
 	mean /= float64(len(xs))
+	if len(xs) < 2 {
+		return mean, 0
+	}
 	var ss float64
 	for _, x := range xs {
 		d := math.Log(x) - mean
 		ss += d * d
 	}
-	return math.Sqrt(ss / float64(len(xs)-1))
+	return mean, math.Sqrt(ss / float64(len(xs)-1))
+}
+
+// tHalfWidth is the half-width, in logs, of the two-sided t interval at
+// level on the mean of n values whose spread sd has df degrees of
+// freedom.
+func tHalfWidth(sd float64, n, df int, level float64) float64 {
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(1 - (1-level)/2)
+	return t * sd / math.Sqrt(float64(n))
 }
 
 // aaMargin is the equivalence margin from an A/A control's per-pair
