@@ -228,6 +228,7 @@ func (e *Executor) newFrac(b budget.Budget) *fracPacer {
 	p := newFracPacer(b, e.quota == QuotaStrict, e.setExtraOpen)
 	if p != nil {
 		p.stuck = e.g.overCommitted
+		p.occupied, p.onCapacity = e.g.occupied, e.g.setPacedCapacity
 	}
 	return p
 }

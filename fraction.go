@@ -118,6 +118,14 @@ type fracPacer struct {
 	// those that left it.
 	closedTotal   int64
 	lowered, held uint64
+	// occupancy is the slots held on average while a task queued, a
+	// moving average over about one period (occupancySample): the door's
+	// divisor of the work queued (capacity). occupied reads the slots
+	// held now and whether a task is queued; onCapacity hands each new
+	// capacity to the granter. nil: not measured (the quota's cores).
+	occupancy  float64
+	occupied   func() (held int64, queued bool)
+	onCapacity func(float64)
 
 	lastT, lastU       int64 // at the last step
 	periodT            int64 // start of the current feedback period
@@ -174,6 +182,7 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 		return false
 	}
 	p.n, p.frac, p.period = int(n), frac, l.Period
+	p.occupancy = n + frac
 	p.tickNs.Store(int64(l.Period / fracTicks))
 	if p.closeUsage != nil {
 		p.closeUsage()
@@ -193,15 +202,49 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 // slots is the slot count under this policy: n+1.
 func (p *fracPacer) slots() int { return p.n + 1 }
 
-// capacity is the slots the quota gives on average while the extra slot
-// is paced (n + frac), 0 when nothing is paced.
+// capacity is the slots that serve the queue on average while the extra
+// slot is paced, 0 when nothing is paced: the slots held on average while
+// a task queued (occupancy), between n and n+1; n + frac until that was
+// measured.
+//
+// The door divides the expected run time of the work queued by it. By
+// Little's law the slots complete held/W tasks per second, W being a
+// task's time on its slot, which is what the run times are measured as.
+// Where tasks give the extra slot back at a Checkpoint when it closes,
+// the slots held average about n + frac and W is the task's CPU time;
+// where they cannot (cgo, a third-party library's loop), the extra slot
+// stays held through its closes and the kernel throttles the cgroup, so
+// W counts the frozen time too and the held slots are near n+1. Dividing
+// by the quota's cores there overstated the queue wait by up to a third,
+// and the door shed requests the slots would have served in time.
 func (p *fracPacer) capacity() float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.capacityLocked()
+}
+
+func (p *fracPacer) capacityLocked() float64 {
 	if p.frac == 0 {
 		return 0
 	}
-	return float64(p.n) + p.frac
+	return min(max(p.occupancy, float64(p.n)), float64(p.n+1))
+}
+
+// occupancySample folds the slots held now into occupancy when a task is
+// queued, weighted by dt (ns since the last step) over one period.
+func (p *fracPacer) occupancySample(dt float64) {
+	if p.occupied == nil {
+		return
+	}
+	held, queued := p.occupied()
+	if !queued {
+		return
+	}
+	a := min(1, dt/float64(p.period))
+	p.occupancy += (float64(held) - p.occupancy) * a
+	if p.onCapacity != nil {
+		p.onCapacity(p.capacityLocked())
+	}
 }
 
 // capNs is the bucket's cap.
@@ -240,6 +283,7 @@ func (p *fracPacer) step(t int64) {
 	case du > (float64(p.n)+p.frac)*dt:
 		p.closedOver = true
 	}
+	p.occupancySample(dt)
 	p.lastT, p.lastU = t, int64(u)
 	p.tokens += p.target*(float64(p.n)+p.frac)*dt - du
 	p.tokens = min(p.tokens, p.capNs())

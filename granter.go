@@ -73,10 +73,11 @@ type granter struct {
 	// slots, less the fractional slot while it is closed; release).
 	doubleReleases atomic.Uint64
 	// pacedCap is, while a fractional quota's extra slot is paced, the
-	// slots the quota gives on average (its cores: 1.5 for 1.5 CPUs), in
-	// math.Float64bits; 0: not paced. The door divides the work ahead by
-	// it, not by the slot count: the extra slot is closed part of the
-	// time.
+	// slots that serve the queue on average (fracPacer.capacity: the
+	// slots held while a task queued, 1.5 for 1.5 CPUs before it is
+	// measured), in math.Float64bits; 0: not paced. The door divides
+	// the work ahead by it, not by the slot count: the extra slot is
+	// closed part of the time.
 	pacedCap atomic.Uint64
 
 	// stats is the executor's per-class counters: a grant counts the
@@ -151,6 +152,14 @@ func (g *granter) freeNow() bool { return g.free.freeSlots() > 0 && g.waiting.Lo
 // allows (it shrank, or the fractional slot closed): a running task
 // should hand its slot back.
 func (g *granter) overCommitted() bool { return g.free.freeSlots() < 0 }
+
+// occupied reports the slots held now (the capacity less the free count,
+// so a task over the count while the extra slot is closed counts) and
+// whether a task is queued: the fractional pacer's occupancy sample.
+func (g *granter) occupied() (held int64, queued bool) {
+	free, capacity := unpackSlots(g.free.v.Load())
+	return capacity - free, g.waiting.Load() > 0
+}
 
 // isClosed reports whether the door is closed (Close).
 func (g *granter) isClosed() bool { return g.closed.Load() }
@@ -265,12 +274,13 @@ func (g *granter) snapshotLocked() (slots, free int, closed bool, queued [NumCla
 	return g.slots, int(g.free.freeSlots()), g.closed.Load(), queued
 }
 
-// setPacedCapacity records the average slots of a paced fractional
-// quota (0: none), for the door's estimate.
+// setPacedCapacity records the slots that serve the queue on average
+// under a paced fractional quota (fracPacer.capacity; 0: none), for the
+// door's estimate.
 func (g *granter) setPacedCapacity(c float64) { g.pacedCap.Store(math.Float64bits(c)) }
 
 // serviceSlots is what the door divides the work ahead by: the slots, or
-// the paced quota's average when it is below them.
+// the paced quota's measured average when it is below them.
 func (g *granter) serviceSlots() float64 {
 	n := float64(max(g.slots, 1))
 	if c := math.Float64frombits(g.pacedCap.Load()); c > 0 && c < n {

@@ -41,8 +41,9 @@ import (
 //  5. Refusing what would be late. A task with a target that must queue is
 //     refused at the door when its estimated completion (the work queued
 //     ahead of its place, a For loop's on every slot it will hold,
-//     divided by the slots (by the quota's cores while a fractional slot
-//     is paced), plus twice the spread of that sum, plus its own expected
+//     divided by the slots (while a fractional slot is paced, by the
+//     slots held on average while a task queued: fracPacer.capacity),
+//     plus twice the spread of that sum, plus its own expected
 //     run time) is past its due; and a queued task with a target is taken
 //     out when it reaches the head of its class with less time left than its
 //     expected run time. Both return an error wrapping ErrSaturated and

@@ -716,7 +716,8 @@ func TestTheSpreadOfRunTimesIsMeasured(t *testing.T) {
 }
 
 // Under a fractional quota the extra slot is closed part of the time, so
-// the door divides the work ahead by the quota's cores (1.5), not by the
+// the door divides the work ahead by the slots held on average (the
+// quota's cores, 1.5, until measured: fracPacer.capacity), not by the
 // slots (2): 8 queued tasks of 10 ms and one of its own end 63 ms out, not
 // 50. For an image server in a 1.5-CPU cgroup, the p99 of served requests
 // after a step to 1.4x its capacity went from 1.00x the semaphore's

@@ -16,7 +16,8 @@ import (
 //     of its place (in its own class up to its due, and in more urgent
 //     classes) times the class's recent slot time (an exponentially
 //     weighted moving average, 1/8 per measured task), divided by the
-//     slots (the quota's cores while a fractional slot is paced), plus twice that sum's spread (sqrt of the tasks ahead times
+//     slots (while a fractional slot is paced, the slots held on average
+//     while a task queued: fracPacer.capacity), plus twice that sum's spread (sqrt of the tasks ahead times
 //     how far slot times recently fell from what was expected of them:
 //     doorSpread, order.go), plus its own expected run time, end past its
 //     due, and it

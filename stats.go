@@ -137,6 +137,12 @@ type Stats struct {
 		// its slot back, or the always-open slots over the quota by
 		// themselves).
 		Lowered, Held uint64
+		// Occupancy is the slots held on average while a task queued,
+		// over about the last period (floor(q) to ceil(q); q until a
+		// task queued): the door divides the expected run time of the
+		// work queued by it (Little's law), not by q. Near ceil(q) when
+		// tasks cannot give the extra slot back at a Checkpoint (cgo).
+		Occupancy float64
 	}
 	// NetWatch counts what WatchListener and Checkpoint's network polls
 	// did in this process (process-wide: every executor reports the same
@@ -174,6 +180,7 @@ func (e *Executor) Stats() Stats {
 		st.Pacing.Paced, st.Pacing.Target = p.frac > 0, p.target
 		st.Pacing.Closed = time.Duration(p.closedTotal)
 		st.Pacing.Lowered, st.Pacing.Held = p.lowered, p.held
+		st.Pacing.Occupancy = p.capacityLocked()
 		p.mu.Unlock()
 	}
 	for c := range Class(NumClasses) {

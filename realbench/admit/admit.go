@@ -30,7 +30,7 @@ import (
 // requests of each kind (by path, /small and /large) that app finished
 // after their client had gone (their context done), the work nobody
 // received; the cpuwork variant first writes "pacing paced=0|1
-// target=T closed_s=S lowered=N held=M" (Stats.Pacing). The cpuwork
+// target=T closed_s=S lowered=N held=M occupancy=O" (Stats.Pacing). The cpuwork
 // variant is the lines a user adds to a server to
 // adopt cpuwork: an executor on the CPU budget, the middleware with the
 // latency objective, the listener watched.
@@ -65,8 +65,8 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 		// The fractional slot's pacer over the run (the bench reads it
 		// when it ends the run, before the shutdown below).
 		p := exec.Stats().Pacing
-		fmt.Fprintf(out, "pacing paced=%d target=%.3f closed_s=%.3f lowered=%d held=%d\n",
-			map[bool]int{true: 1}[p.Paced], p.Target, p.Closed.Seconds(), p.Lowered, p.Held)
+		fmt.Fprintf(out, "pacing paced=%d target=%.3f closed_s=%.3f lowered=%d held=%d occupancy=%.3f\n",
+			map[bool]int{true: 1}[p.Paced], p.Target, p.Closed.Seconds(), p.Lowered, p.Held, p.Occupancy)
 	}
 	// Let the handlers still running finish (a client that gave up left
 	// them running), so that their work is counted.

@@ -183,7 +183,7 @@ type realServer struct {
 	// their client had gone, as it reported at its end (stop).
 	abandoned map[string]float64
 	// pacing is the cpuwork variant's Stats.Pacing as it reported it
-	// (paced, target, closed_s, lowered, held).
+	// (paced, target, closed_s, lowered, held, occupancy).
 	pacing map[string]float64
 }
 
@@ -544,11 +544,13 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		// The fractional slot's pacer over the server's life (started
 		// just before the run): its target at the end, the share of the
 		// run its extra slot was closed, the throttled periods that
-		// lowered the target and those that left it.
+		// lowered the target and those that left it, and the slots held
+		// while a request queued at the end (the door's divisor).
 		v.setRepeatExtra("pacer_target", p["target"])
 		v.setRepeatExtra("extra_slot_closed_share", p["closed_s"]/wall.Seconds())
 		v.setRepeatExtra("throttles_lowering_target", p["lowered"])
 		v.setRepeatExtra("throttles_holding_target", p["held"])
+		v.setRepeatExtra("pacer_occupancy", p["occupancy"])
 	}
 	if terr == nil && t1err == nil && len(v.Repeats) > 0 {
 		server := t1.Sub(t0).OnCPU.Seconds()
