@@ -568,3 +568,36 @@ func TestTheDoorDividesTheQueueByTheSlotsHeldWhileTasksQueue(t *testing.T) {
 		t.Errorf("nothing queued for a second: the door divides by %.3f, want the quota's 1.5 cores", cp)
 	}
 }
+
+// The executor feeds its pacer the slots held and whether a task queues,
+// and the door divides by what the pacer measured: both slots of a
+// 1.5-CPU quota held while a task queues make the divisor 2, where it
+// was 1.5 before anything queued.
+func TestThePacersOccupancyReachesTheDoor(t *testing.T) {
+	dir := t.TempDir()
+	detect := func() (budget.Budget, error) {
+		return budget.Budget{Cores: 1.5, GOMAXPROCS: 2, Affinity: 2, Source: budget.SourceCgroupV1,
+			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
+	}
+	e := newExec(t, Options{WatchInterval: -1, detect: detect})
+	defer e.Close(context.Background())
+	if got, occ := e.g.serviceSlots(), e.Stats().Pacing.Occupancy; got != 1.5 || occ != 1.5 {
+		t.Fatalf("nothing queued yet: the door divides by %v, Stats.Pacing.Occupancy %v; want the quota's 1.5", got, occ)
+	}
+	release := hold(t, e, 2)
+	done := make(chan error, 1)
+	go func() { done <- e.Do(context.Background(), Interactive, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Interactive, 1)
+	p := e.frac.Load()
+	p.mu.Lock()
+	p.occupancySample(float64(p.period)) // a whole period's weight
+	p.mu.Unlock()
+	got, occ := e.g.serviceSlots(), e.Stats().Pacing.Occupancy
+	release()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got != 2 || occ != 2 {
+		t.Errorf("both slots held while a task queued: the door divides by %v, Stats.Pacing.Occupancy %v; want 2", got, occ)
+	}
+}
