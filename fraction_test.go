@@ -432,12 +432,7 @@ func TestThrottlingFromFanOutInTheOpenSlotsKeepsTheTarget(t *testing.T) {
 // Stats.Pacing reports the pacer's target, the time its extra slot was
 // closed and what the throttle feedback did.
 func TestStatsReportThePacing(t *testing.T) {
-	dir := t.TempDir()
-	detect := func() (budget.Budget, error) {
-		return budget.Budget{Cores: 1.5, GOMAXPROCS: 2, Affinity: 2, Source: budget.SourceCgroupV1,
-			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
-	}
-	e := newExec(t, Options{WatchInterval: -1, detect: detect})
+	e := newExec(t, Options{WatchInterval: -1, detect: quota15(t)})
 	defer e.Close(context.Background())
 	if st := e.Stats(); !st.Pacing.Paced || st.Pacing.Target != fracTargetMax {
 		t.Fatalf("a 1.5-CPU quota: pacing %+v, want paced at target %v", st.Pacing, fracTargetMax)
@@ -574,12 +569,7 @@ func TestTheDoorDividesTheQueueByTheSlotsHeldWhileTasksQueue(t *testing.T) {
 // 1.5-CPU quota held while a task queues make the divisor 2, where it
 // was 1.5 before anything queued.
 func TestThePacersOccupancyReachesTheDoor(t *testing.T) {
-	dir := t.TempDir()
-	detect := func() (budget.Budget, error) {
-		return budget.Budget{Cores: 1.5, GOMAXPROCS: 2, Affinity: 2, Source: budget.SourceCgroupV1,
-			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
-	}
-	e := newExec(t, Options{WatchInterval: -1, detect: detect})
+	e := newExec(t, Options{WatchInterval: -1, detect: quota15(t)})
 	defer e.Close(context.Background())
 	if got, occ := e.g.serviceSlots(), e.Stats().Pacing.Occupancy; got != 1.5 || occ != 1.5 {
 		t.Fatalf("nothing queued yet: the door divides by %v, Stats.Pacing.Occupancy %v; want the quota's 1.5", got, occ)
@@ -599,5 +589,16 @@ func TestThePacersOccupancyReachesTheDoor(t *testing.T) {
 	}
 	if got != 2 || occ != 2 {
 		t.Errorf("both slots held while a task queued: the door divides by %v, Stats.Pacing.Occupancy %v; want 2", got, occ)
+	}
+}
+
+// quota15 is a budget detector that reports a 1.5-CPU cgroup v1 quota
+// (100 ms period) in a directory of its own, for executors whose pacer a
+// test drives.
+func quota15(t *testing.T) func() (budget.Budget, error) {
+	dir := t.TempDir()
+	return func() (budget.Budget, error) {
+		return budget.Budget{Cores: 1.5, GOMAXPROCS: 2, Affinity: 2, Source: budget.SourceCgroupV1,
+			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
 	}
 }
