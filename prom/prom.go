@@ -91,6 +91,7 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	d("cpuwork_netwatch_descriptors_total", "Listeners and connections WatchListener registered (watched=true) or could not (watched=false).", "watched")
 	d("cpuwork_pacing_target_ratio", "The fractional slot's pacer (cpuwork.Stats.Pacing, only under a fractional CPU quota): the share of the quota it lets the cgroup use (0.5 to 0.97).")
 	d("cpuwork_pacing_closed_seconds_total", "Time the fractional quota's extra slot was closed by its pacer.")
+	d("cpuwork_pacing_slots_held", "Slots held on average while a task queued, over about the last CFS period (cpuwork.Stats.Pacing.Occupancy): what the door divides the queued work by; near ceil(quota) when tasks cannot give the extra slot back.")
 	d("cpuwork_pacing_throttled_periods_total", "Throttled CFS periods the pacer saw: effect=lowered lowered its target, effect=held left it (not the extra slot's doing).", "effect")
 	d("cpuwork_go_sched_latency_seconds", "Time goroutines spent runnable before running (runtime/metrics /sched/latencies:seconds), at DefaultBuckets resolution.")
 	return c
@@ -124,6 +125,7 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 	if p := st.Pacing; p.Paced {
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_target_ratio"], prometheus.GaugeValue, p.Target)
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_closed_seconds_total"], prometheus.CounterValue, p.Closed.Seconds())
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_slots_held"], prometheus.GaugeValue, p.Occupancy)
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Lowered), "lowered")
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Held), "held")
 	}
