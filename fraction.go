@@ -214,9 +214,8 @@ func (p *fracPacer) slots() int { return p.n + 1 }
 // the slots held average about n + frac and W is the task's CPU time;
 // where they cannot (cgo, a third-party library's loop), the extra slot
 // stays held through its closes and the kernel throttles the cgroup, so
-// W counts the frozen time too and the held slots are near n+1. Dividing
-// by the quota's cores there overstated the queue wait by up to a third,
-// and the door shed requests the slots would have served in time.
+// W counts the frozen time too and the held slots are near n+1
+// (docs/architecture.md, "The door's divisor under a paced quota").
 func (p *fracPacer) capacity() float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
