@@ -437,12 +437,13 @@ func (g *granter) refuseWithLocked(w *waiter, err *shedError) {
 // the margin are near 0.
 const doorSpread = 2
 
-// meanWaitLocked is the door's mean estimate of w's queue wait, ns: the
-// expected run time of the work queued ahead of its place (in its own
-// class up to its due, and in every more urgent class) plus half of the
-// running tasks' expected run time, divided by the slots; and the number
-// of tasks queued ahead of it.
-func (g *granter) meanWaitLocked(w *waiter) (wait int64, ahead int) {
+// meanWaitLocked is the door's mean estimate of the queue wait of w,
+// arriving at t, ns: the expected run time of the work queued ahead of
+// its place (in its own class up to its due, and in every more urgent
+// class) plus half of the running tasks' expected run time, divided by
+// the slots (times coldWaitScale, shed.go); and the number of tasks
+// queued ahead of it.
+func (g *granter) meanWaitLocked(w *waiter, t int64) (wait int64, ahead int) {
 	_, ahead, work := g.queues[w.class].place(w.due)
 	for k := Critical; k < w.class; k++ {
 		ahead += g.queues[k].n
@@ -452,7 +453,7 @@ func (g *granter) meanWaitLocked(w *waiter) (wait int64, ahead int) {
 	for k := range g.share.inflight {
 		running += g.share.inflight[k].Load()
 	}
-	return int64(float64(work+running/2) / g.serviceSlots()), ahead
+	return int64(float64(work+running/2) / g.serviceSlots() * g.coldWaitScale(w, t)), ahead
 }
 
 // doorLocked is the door's target check for w, a task not yet queued
@@ -469,7 +470,7 @@ func (g *granter) doorLocked(ctx context.Context, w *waiter, t int64, peek bool)
 	if w.target == targetNone || g.slots <= 0 {
 		return nil
 	}
-	wait, ahead := g.meanWaitLocked(w)
+	wait, ahead := g.meanWaitLocked(w, t)
 	slots := g.serviceSlots()
 	if dev := g.stats[w.class].devSlotNs.Load(); dev > 0 {
 		// The spread of the estimate: n run times that each miss their

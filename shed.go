@@ -106,6 +106,18 @@ type shedState struct {
 	// slots) of a shedding class.
 	calmArrivals uint64
 	calmFor      int64
+	// perDone is the class's slot time per completion over the intervals
+	// whose queue stood above the target (ns; a 1/4 moving average over
+	// such intervals, 0 before one), taken at perDoneAt: the slot time
+	// the class held in the interval (what the slots could do, less what
+	// the other classes were charged) over its completions. It counts the
+	// tasks still running, which the average of completed slot times
+	// (avgSlotNs) cannot: a server that has just started learns that
+	// average from its short requests first (coldWaitScale). usedAt is
+	// each class's charged slot time when the interval began.
+	perDone   int64
+	perDoneAt int64
+	usedAt    [NumClasses]int64
 }
 
 // shedCalmArrivals, shedCalmTime: a shedding class stops once its calm
@@ -177,7 +189,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 		g.codelTickLocked(c, t)
 		var wait int64 // the arrival's mean estimated queue wait, read only while shedding
 		if st.shedding {
-			wait, _ = g.meanWaitLocked(w)
+			wait, _ = g.meanWaitLocked(w, t)
 		}
 		if st.shedding && wait > st.target {
 			st.refused++
@@ -321,8 +333,65 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		st.calmArrivals, st.calmFor = 0, 0
 	}
 	st.severe = st.shedding && severe
+	if st.minWait != math.MaxInt64 && st.minWait > st.target && done > 0 {
+		// The queue stood above the target through the interval: every
+		// slot the class could hold was busy.
+		busy := capacity
+		for k := range Class(NumClasses) {
+			if k != c {
+				busy -= float64(g.stats[k].used.Load() - st.usedAt[k])
+			}
+		}
+		if x := int64(busy / float64(done)); x > 0 {
+			if st.perDone == 0 {
+				st.perDone = x
+			} else {
+				st.perDone += (x - st.perDone) / 4
+			}
+			st.perDoneAt = t
+		}
+	}
+	for k := range Class(NumClasses) {
+		st.usedAt[k] = g.stats[k].used.Load()
+	}
 	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
 	st.arrivals, st.completedAt, st.guessed = 0, completed, false
+}
+
+// coldScaleAbove, coldScaleMax: the door's queue-wait estimate for an
+// arrival without a given run time is scaled by the class's slot time per
+// completion over its average completed slot time (coldWaitScale) when the
+// first is more than coldScaleAbove times the second, by at most
+// coldScaleMax.
+const (
+	coldScaleAbove = 1.5
+	coldScaleMax   = 4
+)
+
+// coldWaitScale is the factor by which the door's mean queue-wait
+// estimate for w, an arrival at t, is raised while its class's average
+// completed slot time runs well under the slot time per completion of
+// its recent standing intervals (perDone, measured within the last two
+// intervals): 1 otherwise, and for an arrival whose run time was given.
+//
+// The average of completed slot times is biased short while the long
+// tasks are still running: an image server that had just started
+// averaged 11-16 ms for 450 ms, with its large requests taking 180 ms
+// (docs/raw/realserver-imageproxy-2x-onset-trace-seed2581.txt), so at
+// twice its capacity the door held a queue of 15-18 at an estimated
+// 126-150 ms where each waited 2-3 times that. The completions per slot
+// time a standing queue shows count the running tasks' time as well.
+// Where both agree (a server past its start), the factor is 1.
+func (g *granter) coldWaitScale(w *waiter, t int64) float64 {
+	st := &g.shed[w.class]
+	avg := g.stats[w.class].avgSlotNs.Load()
+	if w.declared != 0 || st.perDone == 0 || avg <= 0 || t-st.perDoneAt > 2*max(int64(codelInterval), 2*avg) {
+		return 1
+	}
+	if r := float64(st.perDone) / float64(avg); r > coldScaleAbove {
+		return min(r, coldScaleMax)
+	}
+	return 1
 }
 
 // backlogWaits, backlogOutrun: a class shedding while its arrivals
