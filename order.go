@@ -441,19 +441,23 @@ const doorSpread = 2
 // arriving at t, ns: the expected run time of the work queued ahead of
 // its place (in its own class up to its due, and in every more urgent
 // class) plus half of the running tasks' expected run time, divided by
-// the slots (times coldWaitScale, shed.go); and the number of tasks
-// queued ahead of it.
+// the slots (while the queue stands, for an arrival without a given run
+// time, standingWait: shed.go); and the number of tasks queued ahead of
+// it.
 func (g *granter) meanWaitLocked(w *waiter, t int64) (wait int64, ahead int) {
 	_, ahead, work := g.queues[w.class].place(w.due)
 	for k := Critical; k < w.class; k++ {
 		ahead += g.queues[k].n
 		work += g.queues[k].work
 	}
+	if x, ok := g.standingWait(w, t, ahead); ok {
+		return x, ahead
+	}
 	var running int64
 	for k := range g.share.inflight {
 		running += g.share.inflight[k].Load()
 	}
-	return int64(float64(work+running/2) / g.serviceSlots() * g.coldWaitScale(w, t)), ahead
+	return int64(float64(work+running/2) / g.serviceSlots()), ahead
 }
 
 // doorLocked is the door's target check for w, a task not yet queued

@@ -113,7 +113,7 @@ type shedState struct {
 	// the other classes were charged) over its completions. It counts the
 	// tasks still running, which the average of completed slot times
 	// (avgSlotNs) cannot: a server that has just started learns that
-	// average from its short requests first (coldWaitScale). usedAt is
+	// average from its short requests first (standingWait). usedAt is
 	// each class's charged slot time when the interval began.
 	perDone   int64
 	perDoneAt int64
@@ -358,40 +358,36 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 	st.arrivals, st.completedAt, st.guessed = 0, completed, false
 }
 
-// coldScaleAbove, coldScaleMax: the door's queue-wait estimate for an
-// arrival without a given run time is scaled by the class's slot time per
-// completion over its average completed slot time (coldWaitScale) when the
-// first is more than coldScaleAbove times the second, by at most
-// coldScaleMax.
-const (
-	coldScaleAbove = 1.5
-	coldScaleMax   = 4
-)
-
-// coldWaitScale is the factor by which the door's mean queue-wait
-// estimate for w, an arrival at t, is raised while its class's average
-// completed slot time runs well under the slot time per completion of
-// its recent standing intervals (perDone, measured within the last two
-// intervals): 1 otherwise, and for an arrival whose run time was given.
+// standingWait is the door's mean queue-wait estimate for w, arriving at
+// t with ahead tasks queued ahead of its place, while its class's queue
+// stands: the tasks ahead plus half of the slots' running ones, each at
+// the class's slot time per completion of its recent standing intervals
+// (perDone, measured within the last two intervals), over the slots. ok
+// is false — the door then sums the expected run times — for an arrival
+// whose run time was given, and when none of the last two intervals
+// stood.
 //
-// The average of completed slot times is biased short while the long
-// tasks are still running: an image server that had just started
-// averaged 11-16 ms for 450 ms, with its large requests taking 180 ms
-// (docs/raw/realserver-imageproxy-2x-onset-trace-seed2581.txt), so at
-// twice its capacity the door held a queue of 15-18 at an estimated
-// 126-150 ms where each waited 2-3 times that. The completions per slot
-// time a standing queue shows count the running tasks' time as well.
-// Where both agree (a server past its start), the factor is 1.
-func (g *granter) coldWaitScale(w *waiter, t int64) float64 {
+// The average of completed slot times (avgSlotNs), which prices a task
+// without a given run time, is short-biased and noisy where run times
+// are mixed. At a cold start it is learnt from the short requests first
+// while the long ones still run: an image server averaged 11-16 ms for
+// 450 ms with its large requests taking 180 ms, and at twice its
+// capacity the door held a queue of 15-18 at an estimated 126-150 ms
+// where each waited 2-3 times that
+// (docs/raw/realserver-imageproxy-2x-onset-trace-seed2581.txt). Past the
+// start, a 1/8 average of a 90/10 mix of 18 and 248 ms requests jumps by
+// a quarter of the mean with each large one, and the queue the door held
+// near the target swung with it (docs/architecture.md, "The door's
+// estimate while the queue stands"). The slot time per completion
+// counts the running tasks' time and averages several intervals of
+// completions.
+func (g *granter) standingWait(w *waiter, t int64, ahead int) (int64, bool) {
 	st := &g.shed[w.class]
-	avg := g.stats[w.class].avgSlotNs.Load()
-	if w.declared != 0 || st.perDone == 0 || avg <= 0 || t-st.perDoneAt > 2*max(int64(codelInterval), 2*avg) {
-		return 1
+	if w.declared != 0 || st.perDone == 0 || t-st.perDoneAt > 2*max(int64(codelInterval), 2*g.stats[w.class].avgSlotNs.Load()) {
+		return 0, false
 	}
-	if r := float64(st.perDone) / float64(avg); r > coldScaleAbove {
-		return min(r, coldScaleMax)
-	}
-	return 1
+	slots := g.serviceSlots()
+	return int64((float64(ahead) + slots/2) * float64(st.perDone) / slots), true
 }
 
 // backlogWaits, backlogOutrun: a class shedding while its arrivals

@@ -636,17 +636,20 @@ func TestSevereOutrunIsMoreThanTwiceTheSlotsWork(t *testing.T) {
 	}
 }
 
-// A server that has just started learns its class's average slot time
-// from the requests that finish first, the short ones, while its long
-// ones still run: an image server averaged 11-16 ms for 450 ms with its
-// large requests taking 180 ms, and at twice its capacity the door held a
-// queue of 15-18 at an estimated 126-150 ms where each waited 2-3 times
-// that (docs/raw/realserver-imageproxy-2x-onset-trace-seed2581.txt). The
-// slot time per completion of an interval whose queue stood counts the
-// running tasks too: where it is well above the average, the door's
-// estimate for arrivals without a given run time is raised by their
-// ratio (at most 4x), for two intervals after the last standing one.
-func TestTheDoorCountsTheTasksStillRunningAfterAColdStart(t *testing.T) {
+// While a class's queue stands, the door prices the tasks ahead of an
+// arrival without a given run time at the slot time per completion of
+// the class's standing intervals, not at its average completed slot
+// time: at a cold start that average is learnt from the short requests
+// first while the long ones still run (an image server averaged 11-16 ms
+// for 450 ms with its large requests taking 180 ms, and at twice its
+// capacity the door held a queue of 15-18 at an estimated 126-150 ms
+// where each waited 2-3 times that:
+// docs/raw/realserver-imageproxy-2x-onset-trace-seed2581.txt), and past
+// it the average swings with each long request. The slot time per
+// completion counts the running tasks' time; it is used for two
+// intervals after the last standing one, and never for an arrival whose
+// run time was given.
+func TestTheDoorPricesAStandingQueueAtItsSlotTimePerCompletion(t *testing.T) {
 	e, st := codelAtZero(t, 2)
 	iv := int64(codelInterval) // 2 slots: 200 ms of slot time an interval
 	avg := int64(10 * time.Millisecond)
@@ -660,38 +663,36 @@ func TestTheDoorCountsTheTasksStillRunningAfterAColdStart(t *testing.T) {
 		e.g.codelGrantLocked(Interactive, int64(wait), at)
 	}
 	guessed, given := &waiter{class: Interactive}, &waiter{class: Interactive, declared: avg}
-	scale := func(w *waiter, at int64) float64 {
+	// estimate is the door's mean wait estimate for w at `at`, in ms.
+	estimate := func(w *waiter, at int64) float64 {
 		x, _ := e.g.meanWaitLocked(w, at)
-		return float64(x) / float64(avg)
+		return float64(x) / float64(time.Millisecond)
 	}
-	if got := scale(guessed, 1); got != 1 {
-		t.Fatalf("before any standing interval the estimated wait is %.2fx the class average, want 1x", got)
+	near := func(got, want float64) bool { return math.Abs(got-want) < 0.01 }
+	if got := estimate(guessed, 1); !near(got, 10) {
+		t.Fatalf("before any standing interval the estimate is %.2f ms, want 10 (half the running tasks' 40 ms over 2 slots)", got)
 	}
-	interval(iv+1, 30*time.Millisecond, 16) // 12.5 ms per completion: 1.25x the average
-	if got := scale(guessed, iv+2); got != 1 {
-		t.Errorf("slot time per completion 1.25x the class average: estimated wait %.2fx, want 1x", got)
+	interval(iv+1, 30*time.Millisecond, 16) // 200 ms of slot time, 16 completions: 12.5 ms each
+	if got := estimate(guessed, iv+2); !near(got, 6.25) {
+		t.Errorf("after a standing interval of 16 completions: %.2f ms, want 6.25 (the 2 running at 12.5 ms, halved, over 2 slots)", got)
 	}
-	interval(2*iv+2, 30*time.Millisecond, 2) // 100 ms per completion: perDone 12.5 + (100-12.5)/4 = 34.4 ms
-	if got := scale(guessed, 2*iv+3); math.Abs(got-3.4375) > 0.01 {
-		t.Errorf("after a standing interval of 2 completions in 200 ms of slot time: estimated wait %.2fx the 10 ms average, want 3.44x", got)
+	interval(2*iv+2, 30*time.Millisecond, 2) // 100 ms each: 12.5 + (100-12.5)/4 = 34.375 ms
+	if got := estimate(guessed, 2*iv+3); !near(got, 17.1875) {
+		t.Errorf("after a standing interval of 2 completions: %.2f ms, want 17.19", got)
 	}
-	if got := scale(given, 2*iv+3); got != 1 {
-		t.Errorf("an arrival with a given run time: estimated wait %.2fx, want 1x", got)
+	if got := estimate(given, 2*iv+3); !near(got, 10) {
+		t.Errorf("an arrival with a given run time: %.2f ms, want the expected run times' 10", got)
 	}
-	interval(3*iv+3, time.Millisecond, 1) // under the target: the queue did not stand, perDone unchanged
-	if got := scale(guessed, 3*iv+4); math.Abs(got-3.4375) > 0.01 {
-		t.Errorf("an interval under the target changed the scale to %.2fx, want 3.44x", got)
+	interval(3*iv+3, time.Millisecond, 1) // under the target: the queue did not stand, nothing measured
+	if got := estimate(guessed, 3*iv+4); !near(got, 17.1875) {
+		t.Errorf("an interval under the target changed the estimate to %.2f ms, want 17.19", got)
 	}
-	if got := scale(guessed, 2*iv+2+2*iv+1); got != 1 {
-		t.Errorf("two intervals after the last standing one: estimated wait %.2fx, want 1x", got)
+	if got := estimate(guessed, 4*iv+3); !near(got, 10) {
+		t.Errorf("two intervals after the last standing one: %.2f ms, want the expected run times' 10", got)
 	}
 	e.g.stats[Critical].used.Add(150 * int64(time.Millisecond)) // another class held 150 ms of the interval's 200
-	interval(4*iv+4, 30*time.Millisecond, 1)                    // 50 ms per completion: perDone 34.4 + (50-34.4)/4 = 38.3 ms
-	if got := scale(guessed, 4*iv+5); math.Abs(got-3.828) > 0.01 {
-		t.Errorf("with 150 ms of the interval charged to another class: estimated wait %.2fx, want 3.83x", got)
-	}
-	interval(5*iv+5, 30*time.Millisecond, 1) // 200 ms per completion: 20x the average
-	if got := scale(guessed, 5*iv+6); got != coldScaleMax {
-		t.Errorf("slot time per completion far above the average: estimated wait %.2fx, want the cap %vx", got, float64(coldScaleMax))
+	interval(4*iv+4, 30*time.Millisecond, 1)                    // 50 ms each: 34.375 + (50-34.375)/4 = 38.28 ms
+	if got := estimate(guessed, 4*iv+5); !near(got, 19.140625) {
+		t.Errorf("with 150 ms of the interval charged to another class: %.2f ms, want 19.14", got)
 	}
 }
