@@ -13,8 +13,7 @@ import (
 //   - A comparison (a check with alternatives) compares the judged
 //     variant — the one the docs tell a user to use for that workload —
 //     with the best alternative a user would pick instead: the one with
-//     the best geometric mean over the check's pairs (each pair against
-//     the best over the other pairs: bestAlternative). Its per-pair ratios
+//     the best geometric mean over the check's pairs. Its per-pair ratios
 //     judged/best, from repeats that ran alternated in the same round,
 //     give an estimate and a 95 % interval (compare.go); the A/A control
 //     of the same case gives the equivalence margin; the verdict is
@@ -128,9 +127,8 @@ type CheckResult struct {
 	Goal      float64 `json:"goal,omitempty"`
 	Floor     float64 `json:"floor,omitempty"`
 	FloorName string  `json:"floor_variant,omitempty"`
-	// Per pair: the judged variant's value, its comparator's (the best
-	// alternative over the other pairs), and their ratio (a figure: its
-	// value).
+	// Per pair: the judged variant's value, the best alternative's, and
+	// their ratio (a figure: its value).
 	JudgedValues []float64 `json:"judged_values,omitempty"`
 	BestValues   []float64 `json:"best_values,omitempty"`
 	Values       []float64 `json:"values,omitempty"`
@@ -426,32 +424,22 @@ func evaluate(s *Scenario, c check) CheckResult {
 		}
 		return r
 	}
-	// The best alternative: the best geometric mean over the pairs. Each
-	// pair's comparator is the best over the other pairs (bestAlternative).
-	best := bestAlternative(c.against, vals, c.higher, -1)
-	r.BestAlternative = best
-	picked := map[string]int{}
-	for k, jv := range r.JudgedValues {
-		cmp := best
-		if len(idx) > 1 {
-			cmp = bestAlternative(c.against, vals, c.higher, k)
+	// The best alternative: the best geometric mean over the pairs.
+	best, bestG := "", math.NaN()
+	for _, a := range c.against {
+		g := geomean(vals[a])
+		if math.IsNaN(bestG) || (c.higher && g > bestG) || (!c.higher && g < bestG) {
+			best, bestG = a, g
 		}
-		picked[cmp]++
-		bv := vals[cmp][k]
-		if bv <= 0 || jv <= 0 {
-			return notJudged("pair %d: %s %v against %s %v, no ratio", idx[k]+1, c.judged, jv, cmp, bv)
-		}
-		r.BestValues = append(r.BestValues, bv)
-		r.Values = append(r.Values, jv/bv)
 	}
-	if picked[best] != len(idx) {
-		var ps []string
-		for _, a := range c.against {
-			if picked[a] > 0 {
-				ps = append(ps, fmt.Sprintf("%s in %d", a, picked[a]))
-			}
+	r.BestAlternative = best
+	r.BestValues = vals[best]
+	for k, jv := range r.JudgedValues {
+		bv := r.BestValues[k]
+		if bv <= 0 || jv <= 0 {
+			return notJudged("pair %d: %s %v against %s %v, no ratio", idx[k]+1, c.judged, jv, best, bv)
 		}
-		r.Notes = append(r.Notes, "each pair against the best alternative over the other pairs: "+strings.Join(ps, ", "))
+		r.Values = append(r.Values, jv/bv)
 	}
 	if c.figure() {
 		r.Estimate = geomean(r.Values)
@@ -552,35 +540,6 @@ func boundedVerdict(r *CheckResult, c check) {
 		r.Notes = append(r.Notes, fmt.Sprintf("%s not supported: a bound stands for a value, so the ratio is a bound too", r.Verdict))
 		r.Verdict = keep
 	}
-}
-
-// bestAlternative is the alternative with the best geometric mean of
-// vals over the pairs, leaving out pair skip (-1: none).
-//
-// A pair is compared with the best alternative over the other pairs
-// (leave-one-out), never with the best chosen on its own values: when
-// several alternatives are tied, the one whose noise happened to run
-// lowest over the same pairs is the best by chance, and the judged
-// variant's ratio to it was biased against it — by about 2 % for five
-// alternatives tied within 7 % per pair over 12 pairs, the "winner's
-// curse" (TestTheBestOfTiedAlternativesBiasesNoVerdict). Chosen on the
-// other pairs, the comparator of a pair is independent of that pair's
-// noise; where one alternative is clearly the best it is every pair's.
-func bestAlternative(against []string, vals map[string][]float64, higher bool, skip int) string {
-	best, bestG := "", math.NaN()
-	for _, a := range against {
-		var sum float64
-		for k, x := range vals[a] {
-			if k != skip {
-				sum += math.Log(x)
-			}
-		}
-		g := sum
-		if math.IsNaN(bestG) || (higher && g > bestG) || (!higher && g < bestG) {
-			best, bestG = a, g
-		}
-	}
-	return best
 }
 
 // variantValid reports whether s has a valid variant name.
