@@ -20,7 +20,10 @@ import (
 //     while a task queued: fracPacer.capacity), plus twice that sum's spread (sqrt of the tasks ahead times
 //     how far slot times recently fell from what was expected of them:
 //     doorSpread, order.go), plus its own expected run time, end past its
-//     due, and it
+//     due (while its class's queue stands and its run time was not given,
+//     the queue wait is the tasks ahead, plus half the slots, times the
+//     class's slot time per completion of its standing intervals, over
+//     the slots: standingWait), and it
 //     has a ctx deadline or its class's late budget is spent (order.go;
 //     the error also wraps ErrDeadline);
 //   - its class has a queue-wait target (ClassOptions.MaxQueueWait; without
@@ -376,7 +379,7 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 // where each waited 2-3 times that
 // (docs/raw/realserver-imageproxy-2x-onset-trace-seed2581.txt). Past the
 // start, a 1/8 average of a 90/10 mix of 18 and 248 ms requests jumps by
-// a quarter of the mean with each large one, and the queue the door held
+// over half the mean with each large one, and the queue the door held
 // near the target swung with it (docs/architecture.md, "The door's
 // estimate while the queue stands"). The slot time per completion
 // counts the running tasks' time and averages several intervals of
