@@ -282,7 +282,7 @@ func (g *granter) codelGrantLocked(c Class, wait, t int64) {
 // packet's sojourn, not only the queued ones'.
 func (g *granter) codelTickLocked(c Class, t int64) {
 	st := &g.shed[c]
-	interval := max(int64(codelInterval), 2*g.stats[c].avgSlotNs.Load())
+	interval := g.codelIntervalOf(c)
 	if t-st.intervalStart < interval {
 		return
 	}
@@ -368,29 +368,23 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 // (perDone, measured within the last two intervals), over the slots. ok
 // is false — the door then sums the expected run times — for an arrival
 // whose run time was given, and when none of the last two intervals
-// stood.
-//
-// The average of completed slot times (avgSlotNs), which prices a task
-// without a given run time, is short-biased and noisy where run times
-// are mixed. At a cold start it is learnt from the short requests first
-// while the long ones still run: an image server averaged 11-16 ms for
-// 450 ms with its large requests taking 180 ms, and at twice its
-// capacity the door held a queue of 15-18 at an estimated 126-150 ms
-// where each waited 2-3 times that
-// (docs/raw/realserver-imageproxy-2x-onset-trace-seed2581.txt). Past the
-// start, a 1/8 average of a 90/10 mix of 18 and 248 ms requests jumps by
-// over half the mean with each large one, and the queue the door held
-// near the target swung with it (docs/architecture.md, "The door's
-// estimate while the queue stands"). The slot time per completion
-// counts the running tasks' time and averages several intervals of
-// completions.
+// stood. The slot time per completion counts the running tasks' time,
+// which the average of completed slot times (avgSlotNs) cannot, and
+// averages several intervals of completions: why, and what it measured,
+// in docs/architecture.md, "The door's estimate while the queue stands".
 func (g *granter) standingWait(w *waiter, t int64, ahead int) (int64, bool) {
 	st := &g.shed[w.class]
-	if w.declared != 0 || st.perDone == 0 || t-st.perDoneAt > 2*max(int64(codelInterval), 2*g.stats[w.class].avgSlotNs.Load()) {
+	if w.declared != 0 || st.perDone == 0 || t-st.perDoneAt > 2*g.codelIntervalOf(w.class) {
 		return 0, false
 	}
 	slots := g.serviceSlots()
 	return int64((float64(ahead) + slots/2) * float64(st.perDone) / slots), true
+}
+
+// codelIntervalOf is class c's shedding interval, ns: codelInterval, or
+// two of its average slot times if longer.
+func (g *granter) codelIntervalOf(c Class) int64 {
+	return max(int64(codelInterval), 2*g.stats[c].avgSlotNs.Load())
 }
 
 // backlogWaits, backlogOutrun: a class shedding while its arrivals
