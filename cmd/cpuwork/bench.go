@@ -264,6 +264,7 @@ func loadgenCmd() *cobra.Command {
 	var onlySmall bool
 	var duration, stepAt, timeout time.Duration
 	var fromRate float64
+	var mixSeed uint64
 	cmd := &cobra.Command{
 		Use:    "loadgen",
 		Short:  "open-loop HTTP load for bench's service scenario (internal)",
@@ -285,14 +286,15 @@ func loadgenCmd() *cobra.Command {
 				bodies[i] = b
 			}
 			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1], workers, onlySmall,
-				bench.StepLoad{From: fromRate, At: stepAt}, timeout)
+				bench.StepLoad{From: fromRate, At: stepAt}, timeout, mixSeed)
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "", "base URL on loopback, e.g. http://127.0.0.1:8080")
 	cmd.Flags().StringVar(&smallBody, "small-body", "", "file whose bytes every small request POSTs (default: GET)")
 	cmd.Flags().StringVar(&largeBody, "large-body", "", "file whose bytes every large request POSTs (default: GET)")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "requests per second (constant pacer); 0 with --workers: closed loop")
-	cmd.Flags().BoolVar(&onlySmall, "only-small", false, "send every request to /small (default: 9 small to 1 large)")
+	cmd.Flags().BoolVar(&onlySmall, "only-small", false, "send every request to /small (default: 90 % small, 10 % large, drawn at random)")
+	cmd.Flags().Uint64Var(&mixSeed, "mix-seed", 0, "seed of the random small/large mix (the same seed sends the same sequence of kinds)")
 	cmd.Flags().IntVar(&workers, "workers", 0, "closed loop: this many clients, each sending its next request when the last is answered (needs --rate 0)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "attack duration")
 	cmd.Flags().Float64Var(&fromRate, "from-rate", 0, "with --step-at: requests per second before the step (--rate after it)")

@@ -8,12 +8,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/workload"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
@@ -108,6 +110,69 @@ func TestReportFilesFromARealShortRun(t *testing.T) {
 	}
 }
 
+// The generator's mix is drawn, not a pattern: a fixed 9:1 round-robin
+// puts every large request ten places after the last one, which lines it
+// up with a server's queue (a FIFO of four holds at most four small ones
+// ahead of it).
+func TestTheMixIsDrawnAtRandomFromItsSeed(t *testing.T) {
+	kinds := [2]vegeta.Target{{URL: "small"}, {URL: "large"}}
+	draw := func(seed uint64, n int) []string {
+		tr := mixTargeter(kinds, smallShare, seed)
+		out := make([]string, n)
+		for i := range out {
+			var tg vegeta.Target
+			if err := tr(&tg); err != nil {
+				t.Fatal(err)
+			}
+			out[i] = tg.URL
+		}
+		return out
+	}
+	const n = 100_000
+	a := draw(7, n)
+	if !slices.Equal(a, draw(7, n)) {
+		t.Error("the same seed drew another sequence")
+	}
+	if slices.Equal(a, draw(8, n)) {
+		t.Error("another seed drew the same sequence")
+	}
+	large, gaps, last := 0, map[int]int{}, -1
+	for i, k := range a {
+		if k == "large" {
+			large++
+			if last >= 0 {
+				gaps[i-last]++
+			}
+			last = i
+		}
+	}
+	if share := float64(large) / n; share < 0.095 || share > 0.105 { // 10 %, ±5 standard deviations
+		t.Errorf("%.4f large, want 0.10", share)
+	}
+	// Geometric gaps: two large in a row about one time in ten, and gaps
+	// past 30 (0.9^29 ≈ 5 %) as well.
+	long := 0
+	for g, c := range gaps {
+		if g > 30 {
+			long += c
+		}
+	}
+	if gaps[1] < large/20 || long < large/40 || gaps[10] > large/5 {
+		t.Errorf("gaps between large requests: 1: %d, 10: %d, >30: %d of %d", gaps[1], gaps[10], long, large)
+	}
+	tr := mixTargeter(kinds, 1, 7)
+	for range 1000 {
+		var tg vegeta.Target
+		tr(&tg)
+		if tg.URL != "small" {
+			t.Fatal("share 1 (--only-small) sent a large request")
+		}
+	}
+	if err := tr(nil); err == nil {
+		t.Error("a nil target accepted")
+	}
+}
+
 func TestFileNamesAreSafe(t *testing.T) {
 	for in, want := range map[string]string{"service-naive@95%.json": "service-naive_95pct.json", "cpuwork+nice0": "cpuwork-with-nice0", "quota-P=1@0.25": "quota-P_1_0.25"} {
 		if got := fileName(in); got != want {
@@ -136,7 +201,7 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond, nil, []byte("large body"), 0, false, StepLoad{}, 0); err != nil {
+	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond, nil, []byte("large body"), 0, false, StepLoad{}, 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(&out)
@@ -155,13 +220,22 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	if n < 25 || n > 35 { // 100/s for 0.3 s
 		t.Errorf("%d requests, want about 30", n)
 	}
-	if kinds["large"] == 0 || kinds["small"] < 8*kinds["large"] {
-		t.Errorf("mix %v, want 9 small per large", kinds)
+	// Every request asks the targeter once: the kinds sent are the first n
+	// of the seed's sequence, whatever order the answers come back in.
+	tr := mixTargeter([2]vegeta.Target{{URL: "small"}, {URL: "large"}}, smallShare, 1)
+	want := map[string]int{}
+	for range n {
+		var tg vegeta.Target
+		tr(&tg)
+		want[tg.URL]++
+	}
+	if kinds["small"] != want["small"] || kinds["large"] != want["large"] {
+		t.Errorf("mix %v, want the seed's first %d kinds %v", kinds, n, want)
 	}
 	if codes[503] != kinds["large"] || codes[200] != kinds["small"] {
 		t.Errorf("codes %v for kinds %v", codes, kinds)
 	}
-	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, 0, false, StepLoad{}, 0); err == nil {
+	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, 0, false, StepLoad{}, 0, 1); err == nil {
 		t.Error("rate 0 accepted")
 	}
 }
@@ -199,7 +273,7 @@ func TestRaisedVariantsLeaveTheMainThreadAlone(t *testing.T) {
 // scenarios offer whole rates.
 func TestLoadGenRefusesAFractionalRate(t *testing.T) {
 	var out bytes.Buffer
-	if err := LoadGen(&out, "http://127.0.0.1:1", 65.8, time.Millisecond, nil, nil, 0, false, StepLoad{}, 0); err == nil {
+	if err := LoadGen(&out, "http://127.0.0.1:1", 65.8, time.Millisecond, nil, nil, 0, false, StepLoad{}, 0, 1); err == nil {
 		t.Error("a rate of 65.8/s was accepted; the pacer would send 65/s")
 	}
 	if got := wholeRate(65.8); got != 65 {
@@ -229,7 +303,7 @@ func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 0, 300*time.Millisecond, nil, nil, 3, false, StepLoad{}, 0); err != nil {
+	if err := LoadGen(&out, srv.URL, 0, 300*time.Millisecond, nil, nil, 3, false, StepLoad{}, 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	n := strings.Count(out.String(), "\n")
@@ -239,7 +313,7 @@ func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
 	if peak.Load() > 3 || n <= 3 {
 		t.Errorf("peak %d in flight, %d requests; want <= 3 in flight and more than 3 requests", peak.Load(), n)
 	}
-	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, -1, false, StepLoad{}, 0); err == nil {
+	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, -1, false, StepLoad{}, 0, 1); err == nil {
 		t.Error("negative workers accepted")
 	}
 }

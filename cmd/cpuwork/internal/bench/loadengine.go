@@ -10,9 +10,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"maps"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -20,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
@@ -53,14 +56,18 @@ type LoadResult struct {
 // when the last one is answered (the capacity measurement: the generator's
 // cost then follows what the server serves, not an offered rate above it).
 //
+// Each request is small with probability smallShare, else large, drawn
+// independently from a PCG seeded with mixSeed: the same seed sends the
+// same sequence of kinds (the variants of one pair see the same mix), and
+// no fixed pattern lines the large requests up with a server's queue.
 // onlySmall sends every request to /small (the priority scenario's
-// critical requests) instead of the 9:1 mix.
+// critical requests) instead.
 //
 // step, when its at is positive, sends step.from requests/s until step.at
 // and rate after it (the step response). timeout is how long a client
 // waits for an answer before it gives up and closes its connection (0:
 // 30 s).
-func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte, workers int, onlySmall bool, step StepLoad, timeout time.Duration) error {
+func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte, workers int, onlySmall bool, step StepLoad, timeout time.Duration, mixSeed uint64) error {
 	closed := rate == 0 && workers > 0
 	if (rate <= 0 && !closed) || d <= 0 || workers < 0 {
 		return fmt.Errorf("loadgen: rate %v (or 0 with workers > 0, not %d) and duration %v must be positive", rate, workers, d)
@@ -77,18 +84,17 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
-	// 9 small, 1 large, round-robin: the 90/10 mix at a fixed pattern.
-	var targets []vegeta.Target
-	for i := 0; i < 10; i++ {
-		kind := "small"
-		if i == 9 && !onlySmall {
-			kind = "large"
-		}
+	var kinds [2]vegeta.Target // small, large
+	for i, kind := range []string{"small", "large"} {
 		t := vegeta.Target{Method: "GET", URL: base + "/" + kind}
-		if body := map[string][]byte{"small": smallBody, "large": largeBody}[kind]; body != nil {
+		if body := [2][]byte{smallBody, largeBody}[i]; body != nil {
 			t.Method, t.Body = "POST", body
 		}
-		targets = append(targets, t)
+		kinds[i] = t
+	}
+	share := smallShare
+	if onlySmall {
+		share = 1
 	}
 	opts := []func(*vegeta.Attacker){vegeta.Timeout(timeout), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000)}
 	var pacer vegeta.Pacer = &precisePacer{Pacer: vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}}
@@ -103,7 +109,7 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 	atk := vegeta.NewAttacker(opts...)
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
-	for res := range atk.Attack(vegeta.NewStaticTargeter(targets...), pacer, d, "service") {
+	for res := range atk.Attack(mixTargeter(kinds, share, mixSeed), pacer, d, "service") {
 		kind := "small"
 		if res.URL == base+"/large" {
 			kind = "large"
@@ -114,6 +120,28 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 		}
 	}
 	return bw.Flush()
+}
+
+// mixTargeter returns a vegeta targeter that gives each request kinds[0]
+// (small) with probability share, else kinds[1], in the order the
+// attack's workers ask (they ask concurrently, hence the lock).
+func mixTargeter(kinds [2]vegeta.Target, share float64, seed uint64) vegeta.Targeter {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, 0x6d6978)) // "mix"
+	return func(t *vegeta.Target) error {
+		if t == nil {
+			return vegeta.ErrNilTarget
+		}
+		mu.Lock()
+		small := rng.Float64() < share
+		mu.Unlock()
+		if small {
+			*t = kinds[0]
+		} else {
+			*t = kinds[1]
+		}
+		return nil
+	}
 }
 
 // The service scenario's second latency check (the team's rule: every
@@ -515,6 +543,7 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	if r.clientTimeout > 0 {
 		args = append(args, "--timeout", r.clientTimeout.String())
 	}
+	args = append(args, "--mix-seed", strconv.FormatUint(r.mixSeed, 10))
 	args = append(args, extra...)
 	cmd := exec.Command(loadgen[0], args...)
 	cmd.Stderr = os.Stderr
@@ -765,6 +794,7 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 	var cals []calibration
 	search := r.search && slices.Contains(loads, searchSteps[0])
 	round := func(round int) {
+		r.mixSeed = mixSeedOf(r.cfg.Seed, s.Name, round)
 		cal := calibrate(round)
 		cals = append(cals, cal)
 		// One shuffled order of the variants per round, run in ABBA
@@ -817,6 +847,15 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 		finishLoadVariant(v)
 	}
 	return cals
+}
+
+// mixSeedOf is the seed of the generator's request mix in one round of a
+// scenario: every variant of the round (and its capacity measurement)
+// gets the same sequence of kinds, each round another one.
+func mixSeedOf(seed int64, scenario string, round int) uint64 {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%d/%s/%d", seed, scenario, round)
+	return h.Sum64()
 }
 
 // aaSuffix names a variant's A/A control: the same variant run again in

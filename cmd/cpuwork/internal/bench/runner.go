@@ -321,6 +321,9 @@ type Runner struct {
 	// up (else 30 s).
 	stepLoad      StepLoad
 	clientTimeout time.Duration
+	// mixSeed seeds the generator's request mix in the running round
+	// (mixSeedOf).
+	mixSeed uint64
 	// search makes atLoads run the capacity search (search.go) after each
 	// round's levels, when they include its first step (80 %).
 	search bool
