@@ -56,10 +56,11 @@ type LoadResult struct {
 // when the last one is answered (the capacity measurement: the generator's
 // cost then follows what the server serves, not an offered rate above it).
 //
-// Each request is small with probability smallShare, else large, drawn
-// independently from a PCG seeded with mixSeed: the same seed sends the
-// same sequence of kinds (the variants of one pair see the same mix), and
-// no fixed pattern lines the large requests up with a server's queue.
+// The requests are smallShare small, the rest large, in blocks of a
+// hundred whose order is drawn from a PCG seeded with mixSeed (mixTargeter): the
+// same seed sends the same sequence of kinds (the variants of one pair
+// see the same mix), and no fixed pattern lines the large requests up
+// with a server's queue.
 // onlySmall sends every request to /small (the priority scenario's
 // critical requests) instead.
 //
@@ -122,22 +123,43 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 	return bw.Flush()
 }
 
+// mixBlock is the length of the generator's blocks: each block of this
+// many requests holds the mix's exact share of large ones, at places
+// drawn at random.
+const mixBlock = 100
+
 // mixTargeter returns a vegeta targeter that gives each request kinds[0]
-// (small) with probability share, else kinds[1], in the order the
-// attack's workers ask (they ask concurrently, hence the lock).
+// (small) or kinds[1] (large) in permuted blocks: every mixBlock requests
+// hold round((1-share) × mixBlock) large ones at random places (a shuffle
+// of the block from a PCG seeded with seed), in the order the attack's
+// workers ask (they ask concurrently, hence the lock). A block's exact
+// share keeps a run's work at the mix's share to within one block; within
+// it the large requests fall almost as independent draws would (the gap
+// to the next one is 1 for 9 in 99 of them), never at a fixed spacing
+// (docs/bench.md, "service").
 func mixTargeter(kinds [2]vegeta.Target, share float64, seed uint64) vegeta.Targeter {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 0x6d6978)) // "mix"
+	large := int(math.Round((1 - share) * mixBlock))
+	var block [mixBlock]bool // true: large
+	next := mixBlock
 	return func(t *vegeta.Target) error {
 		if t == nil {
 			return vegeta.ErrNilTarget
 		}
 		mu.Lock()
-		small := rng.Float64() < share
+		if next == mixBlock {
+			for i := range block {
+				block[i] = i < large
+			}
+			rng.Shuffle(mixBlock, func(i, j int) { block[i], block[j] = block[j], block[i] })
+			next = 0
+		}
+		isLarge := block[next]
+		next++
 		mu.Unlock()
-		if small {
-			*t = kinds[0]
-		} else {
+		*t = kinds[0]
+		if isLarge {
 			*t = kinds[1]
 		}
 		return nil
