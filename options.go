@@ -147,8 +147,10 @@ type ClassOptions struct {
 	// far above the target. Pick a target of a few service times of the
 	// class (shed.go). 0 (the default): a tenth of the latency target of the
 	// class's arrivals that carry one (WithTarget, LatencyTarget, a ctx
-	// deadline), and only those are shed by it; none for a class whose
-	// tasks carry no target. Independently of it, a task whose ctx
+	// deadline), and only those are shed by it, while shedding those
+	// whose mean estimated queue wait is above twice that target (the
+	// queue's peak held at twice it, its trough near it); none for a
+	// class whose tasks carry no target. Independently of it, a task whose ctx
 	// deadline is nearer than the estimated queue wait is refused the same
 	// way. Negative values make New fail.
 	MaxQueueWait time.Duration

@@ -194,6 +194,56 @@ func TestAShedClassAdmitsArrivalsUnderTheQueueWaitTarget(t *testing.T) {
 	}
 }
 
+// Without a queue-wait target, a shedding class refuses only arrivals
+// whose estimated wait is above twice its target (a tenth of their
+// latency target): the queue's peak is held there so that its trough
+// stays near the target. Held at the target itself, an image server's
+// queue ran empty between refusals at 1.4x its capacity and its slots
+// idled (docs/realserver.md, "After the 1.4x step: the held queue runs
+// dry").
+func TestAShedClassWithoutAQueueWaitTargetHoldsItsPeakAtTwiceTheTarget(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := sync.OnceFunc(hold(t, e, 1))
+	defer release()
+	e.g.stats[Interactive].avgSlotNs.Store(int64(45 * time.Millisecond)) // each queued task counts 45 ms
+	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
+	noop := func(context.Context) error { return nil }
+	var tasks []*Task
+	task, err := e.Go(obj(), Interactive, noop) // the queue was empty: never shed
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks = append(tasks, task)
+	e.g.mu.Lock()
+	st := &e.g.shed[Interactive]
+	st.shedding, st.intervalStart = true, now()+int64(time.Hour) // no interval ends during the test
+	e.g.mu.Unlock()
+	// Estimated waits 45, 90, 135, 180, 225, 225 ms against a 100 ms
+	// target (a tenth of 1 s): refused above 200 ms.
+	for i, want := range []bool{true, true, true, true, false, false} {
+		task, err := e.Go(obj(), Interactive, noop)
+		if got := err == nil; got != want {
+			t.Fatalf("arrival %d behind %d queued tasks of 45 ms, shedding at a 100 ms target: err %v, want admitted %v", i+2, len(tasks), err, want)
+		}
+		if err != nil {
+			if !errors.Is(err, ErrSaturated) || errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "queue-wait target") {
+				t.Fatalf("the refusal: %v, want a standing-queue one", err)
+			}
+			continue
+		}
+		tasks = append(tasks, task)
+	}
+	release()
+	for _, task := range tasks {
+		if err := task.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if st := e.Stats().Classes[Interactive]; st.Shed != 2 || st.Completed != 6 {
+		t.Errorf("Shed %d, Completed %d; want 2, and 6 (the five admitted and the hold's)", st.Shed, st.Completed)
+	}
+}
+
 // codelAtZero returns an executor of the given slots whose Interactive
 // class has a 10 ms queue-wait target, and that class's controller with
 // an interval begun at time 0 and no grant in it yet; the executor's
