@@ -159,36 +159,8 @@ func TestAShedClassAdmitsArrivalsUnderTheQueueWaitTarget(t *testing.T) {
 	release := sync.OnceFunc(hold(t, e, 1))
 	defer release()
 	e.g.stats[Interactive].avgSlotNs.Store(int64(20 * time.Millisecond)) // each queued task counts 20 ms
-	noop := func(context.Context) error { return nil }
-	var tasks []*Task
-	task, err := e.Go(context.Background(), Interactive, noop) // the queue was empty: never shed
-	if err != nil {
-		t.Fatal(err)
-	}
-	tasks = append(tasks, task)
-	e.g.mu.Lock()
-	st := &e.g.shed[Interactive]
-	st.shedding, st.intervalStart = true, now()+int64(time.Hour) // no interval ends during the test
-	e.g.mu.Unlock()
-	for i, want := range []bool{true, true, false, false} { // estimated waits 20, 40, 60, 60 ms
-		task, err := e.Go(context.Background(), Interactive, noop)
-		if got := err == nil; got != want {
-			t.Fatalf("arrival %d behind %d queued tasks of 20 ms, shedding at a 50 ms target: err %v, want admitted %v", i+2, len(tasks), err, want)
-		}
-		if err != nil {
-			if !errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "queue-wait target") {
-				t.Fatalf("the refusal: %v, want a standing-queue one", err)
-			}
-			continue
-		}
-		tasks = append(tasks, task)
-	}
-	release()
-	for _, task := range tasks {
-		if err := task.Wait(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
+	// Estimated waits 20, 40, 60, 60 ms against the 50 ms target.
+	shedInTurn(t, e, release, context.Background, []bool{true, true, false, false}, "queued tasks of 20 ms, shedding at a 50 ms target")
 	if st := e.Stats().Classes[Interactive]; st.Shed != 2 || st.Completed != 4 {
 		t.Errorf("Shed %d, Completed %d; want 2, and 4 (the three admitted and the hold's)", st.Shed, st.Completed)
 	}
@@ -207,23 +179,35 @@ func TestAShedClassWithoutAQueueWaitTargetHoldsItsPeakAtTwiceTheTarget(t *testin
 	defer release()
 	e.g.stats[Interactive].avgSlotNs.Store(int64(45 * time.Millisecond)) // each queued task counts 45 ms
 	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
+	// Estimated waits 45, 90, 135, 180, 225, 225 ms against a 100 ms
+	// target (a tenth of 1 s): refused above 200 ms.
+	shedInTurn(t, e, release, obj, []bool{true, true, true, true, false, false}, "queued tasks of 45 ms, shedding at a 100 ms target")
+	if st := e.Stats().Classes[Interactive]; st.Shed != 2 || st.Completed != 6 {
+		t.Errorf("Shed %d, Completed %d; want 2, and 6 (the five admitted and the hold's)", st.Shed, st.Completed)
+	}
+}
+
+// shedInTurn queues one task of e's Interactive class with ctx() (the
+// queue is empty: never shed), sets the class shedding with no interval
+// ending during the test, then submits one task after another with ctx(),
+// each admitted or refused with a standing-queue error as want says;
+// then it releases e's held slot and waits for every admitted task.
+func shedInTurn(t *testing.T, e *Executor, release func(), ctx func() context.Context, want []bool, what string) {
+	t.Helper()
 	noop := func(context.Context) error { return nil }
-	var tasks []*Task
-	task, err := e.Go(obj(), Interactive, noop) // the queue was empty: never shed
+	task, err := e.Go(ctx(), Interactive, noop)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tasks = append(tasks, task)
+	tasks := []*Task{task}
 	e.g.mu.Lock()
 	st := &e.g.shed[Interactive]
-	st.shedding, st.intervalStart = true, now()+int64(time.Hour) // no interval ends during the test
+	st.shedding, st.intervalStart = true, now()+int64(time.Hour)
 	e.g.mu.Unlock()
-	// Estimated waits 45, 90, 135, 180, 225, 225 ms against a 100 ms
-	// target (a tenth of 1 s): refused above 200 ms.
-	for i, want := range []bool{true, true, true, true, false, false} {
-		task, err := e.Go(obj(), Interactive, noop)
-		if got := err == nil; got != want {
-			t.Fatalf("arrival %d behind %d queued tasks of 45 ms, shedding at a 100 ms target: err %v, want admitted %v", i+2, len(tasks), err, want)
+	for i, w := range want {
+		task, err := e.Go(ctx(), Interactive, noop)
+		if got := err == nil; got != w {
+			t.Fatalf("arrival %d behind %d %s: err %v, want admitted %v", i+2, len(tasks), what, err, w)
 		}
 		if err != nil {
 			if !errors.Is(err, ErrSaturated) || errors.Is(err, ErrDeadline) || !strings.Contains(err.Error(), "queue-wait target") {
@@ -238,9 +222,6 @@ func TestAShedClassWithoutAQueueWaitTargetHoldsItsPeakAtTwiceTheTarget(t *testin
 		if err := task.Wait(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-	}
-	if st := e.Stats().Classes[Interactive]; st.Shed != 2 || st.Completed != 6 {
-		t.Errorf("Shed %d, Completed %d; want 2, and 6 (the five admitted and the hold's)", st.Shed, st.Completed)
 	}
 }
 
