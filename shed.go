@@ -77,12 +77,10 @@ const standingShare = 10
 // above the target itself. The test that starts the shedding still asks
 // whether the smallest wait of an interval stood above the target; the
 // refusals hold the queue's peak at twice it, so that its trough stays
-// near the target, as CoDel's test holds it, instead of empty. Holding
-// the peak at the target emptied an image server's queue between the
-// refusals at 1.4x its capacity, a slot free in a fifth of the samples
-// and 4 % less CPU used than a semaphore's queue of four
-// (docs/realserver.md, "After the 1.4x step: the held queue runs dry").
-// A class with ClassOptions.MaxQueueWait is held at that target, as set.
+// near the target, as CoDel's test holds it, instead of empty (why, and
+// what it measured: docs/realserver.md, "After the 1.4x step: the held
+// queue runs dry"). A class with ClassOptions.MaxQueueWait is held at
+// that target, as set.
 const standingPeak = 2
 
 // shedState is one class's queue-wait controller. Guarded by the granter's mu.

@@ -60,8 +60,7 @@ type LoadResult struct {
 // hundred whose order is drawn from a PCG seeded with mixSeed (mixTargeter): the
 // same seed sends the same sequence of kinds (the variants of one pair
 // see the same mix), and no fixed pattern lines the large requests up
-// with a server's queue.
-// onlySmall sends every request to /small (the priority scenario's
+// with a server's queue. onlySmall sends every request to /small (the priority scenario's
 // critical requests) instead.
 //
 // step, when its at is positive, sends step.from requests/s until step.at
