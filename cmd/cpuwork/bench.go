@@ -285,8 +285,9 @@ func loadgenCmd() *cobra.Command {
 				}
 				bodies[i] = b
 			}
-			return bench.LoadGen(cmd.OutOrStdout(), target, rate, duration, bodies[0], bodies[1], workers, onlySmall,
-				bench.StepLoad{From: fromRate, At: stepAt}, timeout, mixSeed)
+			return bench.LoadGen(cmd.OutOrStdout(), bench.LoadSpec{Base: target, Rate: rate, Duration: duration,
+				SmallBody: bodies[0], LargeBody: bodies[1], Workers: workers, OnlySmall: onlySmall,
+				Step: bench.StepLoad{From: fromRate, At: stepAt}, Timeout: timeout, MixSeed: mixSeed})
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "", "base URL on loopback, e.g. http://127.0.0.1:8080")

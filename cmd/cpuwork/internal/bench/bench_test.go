@@ -210,7 +210,7 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 100, 300*time.Millisecond, nil, []byte("large body"), 0, false, StepLoad{}, 0, 1); err != nil {
+	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Rate: 100, Duration: 300 * time.Millisecond, LargeBody: []byte("large body"), MixSeed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(&out)
@@ -244,7 +244,7 @@ func TestLoadGenSendsOpenLoopRequestsAndReportsEachOne(t *testing.T) {
 	if codes[503] != kinds["large"] || codes[200] != kinds["small"] {
 		t.Errorf("codes %v for kinds %v", codes, kinds)
 	}
-	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, 0, false, StepLoad{}, 0, 1); err == nil {
+	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Duration: time.Second, MixSeed: 1}); err == nil {
 		t.Error("rate 0 accepted")
 	}
 }
@@ -282,7 +282,7 @@ func TestRaisedVariantsLeaveTheMainThreadAlone(t *testing.T) {
 // scenarios offer whole rates.
 func TestLoadGenRefusesAFractionalRate(t *testing.T) {
 	var out bytes.Buffer
-	if err := LoadGen(&out, "http://127.0.0.1:1", 65.8, time.Millisecond, nil, nil, 0, false, StepLoad{}, 0, 1); err == nil {
+	if err := LoadGen(&out, LoadSpec{Base: "http://127.0.0.1:1", Rate: 65.8, Duration: time.Millisecond, MixSeed: 1}); err == nil {
 		t.Error("a rate of 65.8/s was accepted; the pacer would send 65/s")
 	}
 	if got := wholeRate(65.8); got != 65 {
@@ -312,7 +312,7 @@ func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
 	}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 0, 300*time.Millisecond, nil, nil, 3, false, StepLoad{}, 0, 1); err != nil {
+	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Duration: 300 * time.Millisecond, Workers: 3, MixSeed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	n := strings.Count(out.String(), "\n")
@@ -322,7 +322,7 @@ func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
 	if peak.Load() > 3 || n <= 3 {
 		t.Errorf("peak %d in flight, %d requests; want <= 3 in flight and more than 3 requests", peak.Load(), n)
 	}
-	if err := LoadGen(&out, srv.URL, 0, time.Second, nil, nil, -1, false, StepLoad{}, 0, 1); err == nil {
+	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Duration: time.Second, Workers: -1, MixSeed: 1}); err == nil {
 		t.Error("negative workers accepted")
 	}
 }

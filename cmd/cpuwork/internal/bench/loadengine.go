@@ -47,27 +47,50 @@ type LoadResult struct {
 	Error     string    `json:"err,omitempty"`
 }
 
+// LoadSpec is one run of the load generator (LoadGen).
+type LoadSpec struct {
+	// Base is the server's base URL (loopback); requests go to Base+"/small"
+	// and Base+"/large".
+	Base string
+	// Rate is the open loop's requests/s (vegeta's constant pacer, a whole
+	// number); 0 with Workers > 0 is a closed loop.
+	Rate float64
+	// Duration is how long the attack sends; positive.
+	Duration time.Duration
+	// SmallBody, LargeBody: a kind with a body is a POST of it, else a GET.
+	SmallBody, LargeBody []byte
+	// Workers is the closed loop's clients (Rate 0), each sending its next
+	// request when the last one is answered.
+	Workers int
+	// OnlySmall sends every request to /small (the priority scenario's
+	// critical requests).
+	OnlySmall bool
+	// Step, when its At is positive, sends Step.From requests/s until
+	// Step.At and Rate after it (the step response).
+	Step StepLoad
+	// Timeout is how long a client waits for an answer before it gives up
+	// and closes its connection (0: 30 s).
+	Timeout time.Duration
+	// MixSeed seeds the order of the small/large mix (mixTargeter).
+	MixSeed uint64
+}
+
 // LoadGen is the hidden `cpuwork loadgen` subcommand: an open-loop vegeta
-// attack (constant pacer) at rate requests/s for d against base, writing
-// one LoadResult per line to w. It runs in its own process so that the
-// generator never competes with the server for its Ps. A request kind
-// with a body is a POST of it, else a GET. With rate 0 and workers > 0 it
-// is a closed loop instead: workers clients each send their next request
-// when the last one is answered (the capacity measurement: the generator's
-// cost then follows what the server serves, not an offered rate above it).
+// attack (constant pacer) at s.Rate requests/s for s.Duration against
+// s.Base, writing one LoadResult per line to w. It runs in its own process
+// so that the generator never competes with the server for its Ps. With
+// Rate 0 and Workers > 0 it is a closed loop instead (the capacity
+// measurement: the generator's cost then follows what the server serves,
+// not an offered rate above it). It returns an error for a spec out of
+// range, or the first write error.
 //
 // The requests are smallShare small, the rest large, in blocks of a
-// hundred whose order is drawn from a PCG seeded with mixSeed (mixTargeter): the
-// same seed sends the same sequence of kinds (the variants of one pair
-// see the same mix), and no fixed pattern lines the large requests up
-// with a server's queue. onlySmall sends every request to /small (the priority scenario's
-// critical requests) instead.
-//
-// step, when its at is positive, sends step.from requests/s until step.at
-// and rate after it (the step response). timeout is how long a client
-// waits for an answer before it gives up and closes its connection (0:
-// 30 s).
-func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody, largeBody []byte, workers int, onlySmall bool, step StepLoad, timeout time.Duration, mixSeed uint64) error {
+// hundred whose order is drawn from a PCG seeded with s.MixSeed
+// (mixTargeter): the same seed sends the same sequence of kinds (the
+// variants of one pair see the same mix), and no fixed pattern lines the
+// large requests up with a server's queue.
+func LoadGen(w io.Writer, s LoadSpec) error {
+	base, rate, d, workers, step, timeout := s.Base, s.Rate, s.Duration, s.Workers, s.Step, s.Timeout
 	closed := rate == 0 && workers > 0
 	if (rate <= 0 && !closed) || d <= 0 || workers < 0 {
 		return fmt.Errorf("loadgen: rate %v (or 0 with workers > 0, not %d) and duration %v must be positive", rate, workers, d)
@@ -87,13 +110,13 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 	var kinds [2]vegeta.Target // small, large
 	for i, kind := range []string{"small", "large"} {
 		t := vegeta.Target{Method: "GET", URL: base + "/" + kind}
-		if body := [2][]byte{smallBody, largeBody}[i]; body != nil {
+		if body := [2][]byte{s.SmallBody, s.LargeBody}[i]; body != nil {
 			t.Method, t.Body = "POST", body
 		}
 		kinds[i] = t
 	}
 	share := smallShare
-	if onlySmall {
+	if s.OnlySmall {
 		share = 1
 	}
 	opts := []func(*vegeta.Attacker){vegeta.Timeout(timeout), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000)}
@@ -109,7 +132,7 @@ func LoadGen(w io.Writer, base string, rate float64, d time.Duration, smallBody,
 	atk := vegeta.NewAttacker(opts...)
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
-	for res := range atk.Attack(mixTargeter(kinds, share, mixSeed), pacer, d, "service") {
+	for res := range atk.Attack(mixTargeter(kinds, share, s.MixSeed), pacer, d, "service") {
 		kind := "small"
 		if res.URL == base+"/large" {
 			kind = "large"

@@ -86,7 +86,7 @@ func TestLoadGenSteps(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
 	defer srv.Close()
 	var out bytes.Buffer
-	if err := LoadGen(&out, srv.URL, 100, 600*time.Millisecond, nil, nil, 0, false, StepLoad{From: 20, At: 300 * time.Millisecond}, time.Second, 1); err != nil {
+	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Rate: 100, Duration: 600 * time.Millisecond, Step: StepLoad{From: 20, At: 300 * time.Millisecond}, Timeout: time.Second, MixSeed: 1}); err != nil {
 		t.Fatal(err)
 	}
 	dec := json.NewDecoder(&out)
@@ -110,7 +110,7 @@ func TestLoadGenSteps(t *testing.T) {
 	if before != 6 || after < 20 || after > 31 {
 		t.Errorf("%d hits before the step and %d after; want 6 and about 30", before, after)
 	}
-	if err := LoadGen(&out, srv.URL, 100, 600*time.Millisecond, nil, nil, 0, false, StepLoad{From: 20, At: time.Second}, 0, 1); err == nil {
+	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Rate: 100, Duration: 600 * time.Millisecond, Step: StepLoad{From: 20, At: time.Second}, MixSeed: 1}); err == nil {
 		t.Error("a step after the run's end was accepted")
 	}
 }
