@@ -642,10 +642,9 @@ const inferenceCalibration = 21
 // timePerInference is one inference's time on one thread: the median of
 // inferenceCalibration timed inferences after one warm-up
 // (workload.Calibrate). The scenario's latency objective is three times
-// a large request's, so a single disturbed inference must not move it:
-// the mean of five, which it was, gave 4.20 ms in one run and 5.99 ms in
-// another on the same machine, a 43 % larger objective
-// (docs/raw/inference-quota1.5-2x-12pairs-seed2853.txt).
+// a large request's, so a few disturbed inferences must not move it (the
+// mean of five, which it was, put two runs' objectives 43 % apart:
+// docs/bench.md, "inference").
 func timePerInference(s inferer, in []float32) (time.Duration, error) {
 	d, err := workload.Calibrate(inferOnce{s, in}, inferenceCalibration)
 	if err != nil {
