@@ -401,6 +401,57 @@ func TestThrottlingFromTasksThatCannotYieldKeepsTheTarget(t *testing.T) {
 	}
 }
 
+// After a throttled period the pacer could not have prevented (a task
+// that cannot give its slot back overshot), the next period is paced at
+// the whole quota: the margin below it buys nothing while the kernel
+// throttles anyway, and only left the quota idle (97.7 % of a 1.5-CPU
+// quota used by a saturated image server against a semaphore's 98.5 %,
+// docs/results.md). A period that the whole pace itself gets throttled
+// goes back to the target without lowering it.
+func TestAfterAThrottleThePacerCouldNotStopItPacesTheWholeQuota(t *testing.T) {
+	const q = 1.5
+	period := 100 * time.Millisecond
+	s := newSim(q, period, 60*time.Millisecond)
+	s.p.stuck = func() bool { return s.open && !s.p.open }
+	// Run in 1 ms steps, counting a throttle for each window of one
+	// period over the quota (as runPeriods does), and stop at the
+	// pacer's period boundary that holds its target.
+	u, start := s.u, s.t
+	for s.p.held == 0 && s.t < int64(2*time.Second) {
+		s.run(time.Millisecond)
+		if s.t-start >= int64(period) {
+			if float64(s.u-u) > q*float64(period) {
+				s.throttle++
+			}
+			u, start = s.u, s.t
+		}
+	}
+	if s.p.held == 0 {
+		t.Fatalf("%d periods throttled by closes 60 ms late, none held: the case is not what it says", s.throttle)
+	}
+	// From here the tasks give the slot back at once: the pacer alone
+	// decides the usage until its next period boundary.
+	s.lag = 0
+	if s.closeAt != 0 { // the task over the count ends now
+		s.open, s.closeAt = false, 0
+	}
+	u = s.u
+	s.run(period - 2*time.Millisecond)
+	if used := float64(s.u-u) / float64(period-2*time.Millisecond); used < 0.95*q {
+		t.Errorf("the period after a held throttle used %.3f cores of a %.1f-CPU quota, want the whole quota's pace (>= %.3f), not target %.2f of it",
+			used, q, 0.95*q, s.p.target)
+	}
+	// The kernel throttled that period (the whole pace and the bucket's
+	// cap): the next goes back to the target, without lowering it.
+	lowered := s.p.lowered
+	s.throttle++
+	s.run(4 * time.Millisecond)
+	if s.p.lowered != lowered || s.p.target != fracTargetMax || s.p.whole {
+		t.Errorf("the whole pace throttled: lowered %d more, target %.3f, whole %v; want the target %.2f kept and paced at it again",
+			s.p.lowered-lowered, s.p.target, s.p.whole, fracTargetMax)
+	}
+}
+
 // Tasks that fan out over several threads (an image library's parallel
 // resize) can take the process over its quota with the extra slot
 // closed: here the always-open slot's task uses two cores two thirds of

@@ -127,7 +127,8 @@ type Stats struct {
 		Paced bool // a fractional quota's extra slot is paced now
 		// Target is the share of the quota the pacer lets the cgroup use
 		// (0.5 to 0.97): lowered 5 % by each throttled period it could
-		// have prevented, raised 0.005 by each clean one.
+		// have prevented, raised 0.005 by each clean one. The period
+		// after a Held one is paced at the whole quota instead.
 		Target float64
 		// Closed is the total time the extra slot was closed.
 		Closed time.Duration
