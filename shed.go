@@ -219,10 +219,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 			s.shed.Add(1)
 			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
-				why = fmt.Sprintf("1/%d of the latency target", standingShare)
-			}
-			if st.auto {
-				why += fmt.Sprintf("; refused above %d times it", standingPeak)
+				why = fmt.Sprintf("1/%d of the latency target; refused above %d times it", standingShare, standingPeak)
 			}
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(st.target), why, time.Duration(wait).Round(time.Microsecond))}
 		}

@@ -40,14 +40,14 @@ func TestEveryInferenceServerStartsWithoutASplit(t *testing.T) {
 }
 
 // slowOnce is an inferer that takes 2 ms per inference, except its
-// third, which a noisy neighbour stretched to 60 ms.
+// third, which a noisy neighbour stretched to 200 ms.
 type slowOnce struct{ n int }
 
 func (s *slowOnce) Infer([]float32) ([]float32, error) {
 	s.n++
 	d := 2 * time.Millisecond
 	if s.n == 3 {
-		d = 60 * time.Millisecond
+		d = 200 * time.Millisecond
 	}
 	time.Sleep(d)
 	return nil, nil
@@ -55,14 +55,15 @@ func (s *slowOnce) Infer([]float32) ([]float32, error) {
 
 // The scenario's latency objective is three times a large request's
 // inference time, so one disturbed inference must not move it: the mean
-// of five after one warm-up (what the time per inference was) gives
-// 13.6 ms here, the median of inferenceCalibration about 2.
+// of five after one warm-up (what the time per inference was) gives at
+// least 41.6 ms here, the median of inferenceCalibration about 2 (the
+// bound between them leaves a loaded machine's sleeps 15x their length).
 func TestOneDisturbedInferenceDoesNotMoveTheTimePerInference(t *testing.T) {
 	d, err := timePerInference(&slowOnce{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d < 2*time.Millisecond || d > 8*time.Millisecond {
-		t.Errorf("time per inference %v with one of the calls at 60 ms and the rest at 2 ms, want about 2 ms", d)
+	if d < 2*time.Millisecond || d >= 30*time.Millisecond {
+		t.Errorf("time per inference %v with one of the calls at 200 ms and the rest at 2 ms, want the median (about 2 ms), not a mean (>= 41.6 ms)", d)
 	}
 }
