@@ -35,19 +35,26 @@ func cgroupDirs(t *testing.T) []string {
 	return out
 }
 
-// noNewDirs reports cgroup directories that `cpuwork run` made (its
-// default parent "cpuwork" with run-PID-START groups, and the tests'
-// cpuwork-test-* parents and run-test-* names) and that were not there
-// before. Other packages' tests run at the same time and make groups of
-// their own under other names; those are theirs to check.
+// runParents are the cgroup parents of this package's tests: `cpuwork
+// run`'s default and the ones the tests pass to it or create.
+var runParents = []string{"cpuwork", "cpuwork-test-escape", "cpuwork-test-shared", "cpuwork-test-sweep", "cpuwork-test-execin"}
+
+// ranHere reports whether the cgroup directory d is one this package's
+// tests make: a parent of runParents, or a run's group (run-PID-START,
+// run-test-*). Other packages' tests run at the same time and make
+// groups of their own (the root package's cpuwork-test-fraction, ...);
+// those are theirs to check.
+func ranHere(d string) bool {
+	b := filepath.Base(d)
+	return strings.HasPrefix(b, "run-") || slices.Contains(runParents, b)
+}
+
+// noNewDirs reports the cgroup directories this package's tests make
+// (ranHere) that were not there before.
 func noNewDirs(t *testing.T, before []string) {
 	t.Helper()
-	ours := func(d string) bool {
-		b := filepath.Base(d)
-		return strings.HasPrefix(b, "run-") || strings.HasPrefix(b, "cpuwork-test") || b == "cpuwork"
-	}
 	for _, d := range cgroupDirs(t) {
-		if ours(d) && !slices.Contains(before, d) {
+		if ranHere(d) && !slices.Contains(before, d) {
 			t.Errorf("left behind: %s", d)
 		}
 	}
@@ -415,5 +422,25 @@ func TestExecInThreadCarriesTheParentDeathSignal(t *testing.T) {
 	}
 	if err := lockForExec(os.Getppid() + 100000); err == nil {
 		t.Error("lockForExec accepted a parent that is not ours")
+	}
+}
+
+// Other packages' tests make cgroups beside this package's, at the same
+// time under `go test ./...`: the check for groups left behind must not
+// take theirs for ours (it took the root package's cpuwork-test-fraction
+// for a group the SIGKILL test left).
+func TestOnlyThisPackagesCgroupsCountAsLeftBehind(t *testing.T) {
+	for d, want := range map[string]bool{
+		"/sys/fs/cgroup/cpu/cpuwork-test-fraction":                   false,
+		"/sys/fs/cgroup/cpu/cpuwork-test-account":                    false,
+		"/sys/fs/cgroup/cpu/cpuwork-test-fraction/fraction-test-1-2": false,
+		"/sys/fs/cgroup/cpu/cpuwork-test-sweep":                      true,
+		"/sys/fs/cgroup/cpu/cpuwork-test-escape/run-123-456":         true,
+		"/sys/fs/cgroup/cpu/cpuwork/run-test-dup":                    true,
+		"/sys/fs/cgroup/cpu/cpuwork":                                 true,
+	} {
+		if got := ranHere(d); got != want {
+			t.Errorf("ranHere(%s) = %v, want %v", d, got, want)
+		}
 	}
 }
