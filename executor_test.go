@@ -45,6 +45,12 @@ func newExec(t testing.TB, o Options) *Executor {
 // release function is called.
 func hold(t *testing.T, e *Executor, n int) (release func()) {
 	t.Helper()
+	return holdAs(t, e, n, Interactive)
+}
+
+// holdAs is hold with tasks of class c.
+func holdAs(t *testing.T, e *Executor, n int, c Class) (release func()) {
+	t.Helper()
 	gate := make(chan struct{})
 	var started sync.WaitGroup
 	started.Add(n)
@@ -53,7 +59,7 @@ func hold(t *testing.T, e *Executor, n int) (release func()) {
 	for range n {
 		go func() {
 			defer done.Done()
-			e.Do(context.Background(), Interactive, func(context.Context) error {
+			e.Do(context.Background(), c, func(context.Context) error {
 				started.Done()
 				<-gate
 				return nil
