@@ -209,9 +209,11 @@ func (r *Runner) besideCase(loads []float64) (competition, bool) {
 // measured again beside it (by calibrating, the best alternative, as
 // alone), the variants run in a shuffled order under their base names,
 // and the competitor stops (on every path). A variant whose competitor
-// died during its run is invalid; a capacity that could not be measured
-// beside it leaves that case's variants not measured (invalid); the alone
-// levels' verdict does not use these calibrations.
+// died during its run, or could not start, is invalid; a capacity that
+// could not be measured beside it leaves that repeat not judged (its
+// variants ran at fractions of an estimate), and the case's variants not
+// measured (invalid) when fewer than two repeats (one of one) remain; the
+// alone levels' verdict does not use these calibrations.
 func (r *Runner) besideAt(s *Scenario, variants []struct{ name, desc string }, calibrating string, cc competition, estimate float64, once func(v *Variant, variant string, rate float64) error) {
 	var vs []struct{ name, desc string }
 	for _, v := range variants {
@@ -249,11 +251,7 @@ func (r *Runner) besideAt(s *Scenario, variants []struct{ name, desc string }, c
 			return calibration{capacity: estimate, failure: failed, note: failed}
 		}
 		failed = ""
-		cal := r.measureCapacity(s, calibrating+cc.suffix(), round, estimate, beside)
-		if cal.failure != "" {
-			failed = "not measured: the capacity beside " + cc.Name + " was not: " + cal.note
-		}
-		return cal
+		return r.measureCapacity(s, calibrating+cc.suffix(), round, estimate, beside)
 	}
 	control := ""
 	if slices.ContainsFunc(variants, func(v struct{ name, desc string }) bool { return v.name == aaOf(s.Name) }) {
@@ -265,6 +263,36 @@ func (r *Runner) besideAt(s *Scenario, variants []struct{ name, desc string }, c
 	r.search = false
 	cals := r.atLoads(s, vs, []float64{besideLevel}, control, nil, calibrate, beside)
 	s.Notes = append(s.Notes, fmt.Sprintf("%s at %.0f%%, %s: %s", cc.Name, besideLevel*100, cc.Desc, capacityNote(calibrating+cc.suffix(), r.slots, cals)))
+	var lost []int // the repeats whose capacity beside cc was not measured
+	for i, cal := range cals {
+		if cal.failure != "" {
+			lost = append(lost, i)
+		}
+	}
+	if len(lost) == 0 {
+		return
+	}
+	at := fmt.Sprintf("@%.0f%%", besideLevel*100)
+	enough := len(cals)-len(lost) >= min(2, len(cals))
+	for _, v := range s.Variants {
+		if !strings.Contains(v.Name, cc.suffix()) || !strings.HasSuffix(v.Name, at) || !v.Valid {
+			continue
+		}
+		if !enough {
+			v.Valid, v.Invalid = false, "not measured: the capacity beside "+cc.Name+" was not: "+cals[lost[0]].note
+			continue
+		}
+		for _, i := range lost {
+			if i < len(v.Repeats) {
+				v.Repeats[i].NotJudged = fmt.Sprintf("the capacity beside %s was not measured before repeat %d: %s", cc.Name, i+1, cals[i].note)
+			}
+		}
+	}
+	if enough {
+		for _, i := range lost {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s at %.0f%%: repeat %d is not judged: the capacity beside it was not measured (%s)", cc.Name, besideLevel*100, i+1, cals[i].note))
+		}
+	}
 }
 
 // loadChecks are a load scenario's checks at each of loads: cpuwork
@@ -492,24 +520,23 @@ func medianCapacity(cals []calibration) float64 {
 // offered within the run (a queue is drained after it, so not 100 %);
 // above (>= 110 %) it does not, serving under 97 % of the offer or
 // shedding. A capacity half the real one (no overload at "150 %") or twice
-// it (every level an overload) fails it. A repeat that fails it is not
-// judged (Repeat.NotJudged on every load-level variant: its levels are
-// not what they say, by this machine's drift within a repeat); the
+// it (every level an overload) fails it. A repeat that fails it, or
+// whose capacity run failed (its levels are fractions of an estimate), is
+// not judged (Repeat.NotJudged on every load-level variant: its levels
+// are not what they say, by this machine's drift within a repeat); the
 // scenario is judged on the others while at least two remain (one of
-// one), else it is not judged at all (s.Calibration), as it is when a
-// capacity run failed (the first calibration's failure). The CPU share of
+// one), else it is not judged at all (s.Calibration). The CPU share of
 // each level is reported, not judged: a Go server spends more CPU per
 // request at light load (idle Ps spin for work, every request wakes a
 // thread) than in the closed loop, so it is not the load's share.
 func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cals []calibration) {
-	for _, cal := range cals {
-		if cal.failure != "" {
-			s.Calibration = cal.failure
-			return
-		}
-	}
 	var shares []string
 	bad := map[int]string{} // repeat index -> why its levels are not what they say
+	for i, cal := range cals {
+		if cal.failure != "" {
+			bad[i] = fmt.Sprintf("before repeat %d %s", i+1, cal.failure)
+		}
+	}
 	for _, l := range loads {
 		v := s.variant(fmt.Sprintf("%s@%.0f%%", variant, l*100))
 		if v == nil || !v.Valid {

@@ -440,8 +440,9 @@ func busyLoops(t *testing.T) int {
 // calibrating pool): every repeat measures the
 // capacity again with the competitor running and runs each variant under
 // its base name at 95 % of it with the competitor running; the competitor
-// is gone afterwards. A capacity that cannot be measured beside it leaves
-// those variants not measured and the alone levels' verdict untouched.
+// is gone afterwards. A capacity that cannot be measured beside it in one
+// repeat of three leaves that repeat not judged; in every repeat, the
+// variants not measured; the alone levels' verdict untouched either way.
 func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 	if _, err := exec.LookPath("sh"); err != nil {
 		t.Skip("no sh to run the competitor with")
@@ -451,9 +452,14 @@ func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 		name, calibrating string
 		variants          []struct{ name, desc string }
 	}{{"service", "pool-capacity", serviceVariants}, {"inference", "pool", inferenceVariants}} {
-		for _, failCapacity := range []bool{false, true} {
-			r := &Runner{rounds: 2}
-			s := &Scenario{Name: sc.name, Pairs: 2} // the alone levels ran 2 pairs
+		for _, failCapacity := range []string{"none", "every", "first"} {
+			pairs := 2
+			if failCapacity == "first" {
+				pairs = 3
+			}
+			r := &Runner{rounds: pairs}
+			s := &Scenario{Name: sc.name, Pairs: pairs} // the alone levels ran as many pairs
+			calibrations := 0
 			var ran []string
 			var calibrated []string
 			once := func(v *Variant, variant string, rate float64) error {
@@ -462,7 +468,10 @@ func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 				}
 				if v.Name == "calibration" {
 					calibrated = append(calibrated, variant)
-					if failCapacity {
+					if rate == 0 {
+						calibrations++
+					}
+					if failCapacity == "every" || (failCapacity == "first" && calibrations == 1) {
 						return errors.New("planted failure")
 					}
 					v.addRun(newHist(), nil, usage{})
@@ -495,9 +504,15 @@ func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 			if v == nil {
 				t.Fatalf("%s: no cpuwork+nice0@80%% among %d variants", sc.name, len(s.Variants))
 			}
-			if failCapacity {
-				if v.Valid || !strings.Contains(v.Invalid, "not measured") || len(ran) != 0 {
-					t.Errorf("capacity failed beside the competitor: valid %v (%q), runs %v", v.Valid, v.Invalid, ran)
+			switch failCapacity {
+			case "every":
+				if v.Valid || !strings.Contains(v.Invalid, "not measured") {
+					t.Errorf("capacity failed beside the competitor in every repeat: valid %v (%q)", v.Valid, v.Invalid)
+				}
+				continue
+			case "first":
+				if !v.Valid || len(v.Repeats) != 3 || !strings.Contains(v.Repeats[0].NotJudged, "not measured before repeat 1") || v.Repeats[1].NotJudged != "" || v.Repeats[2].NotJudged != "" {
+					t.Errorf("capacity failed beside the competitor in repeat 1 of 3: valid %v (%q), %d repeats, not judged %q", v.Valid, v.Invalid, len(v.Repeats), v.Repeats[0].NotJudged)
 				}
 				continue
 			}
@@ -542,16 +557,49 @@ func TestTheBesideCaseRunsWithItsCompetitionAndLevel(t *testing.T) {
 	}
 }
 
-// A repeat whose capacity runs failed leaves the scenario not judged,
-// naming the failure, whatever its levels served.
-func TestAFailedCapacityRunLeavesTheScenarioNotJudged(t *testing.T) {
-	s := &Scenario{Name: "load"}
-	cals := []calibration{{capacity: 100}, {capacity: 80, failure: "the capacity runs of pool failed (planted)", note: "ESTIMATED 80/s"}}
-	(&Runner{}).checkLoads(s, "pool", []float64{0.8, 1.1}, cals)
-	if s.Calibration != "the capacity runs of pool failed (planted)" {
+// A repeat whose capacity runs failed is not judged, whatever its levels
+// served (they are fractions of an estimate); the scenario is judged on
+// the other repeats while two remain, and is not judged, naming the
+// failure, when fewer do. (One failed capacity run of twelve left the
+// whole scenario not judged: docs/raw/realserver-imageproxy-80-nice0-seed2858.txt.)
+func TestAFailedCapacityRunLeavesItsRepeatNotJudged(t *testing.T) {
+	mk := func(n int) *Scenario {
+		s := &Scenario{Name: "load"}
+		for _, name := range []string{"pool", "cpuwork"} {
+			v := &Variant{Name: name + "@80%", Valid: true}
+			for range n {
+				p99 := 0.1
+				if name == "cpuwork" {
+					p99 = 0.05
+				}
+				v.Repeats = append(v.Repeats, Repeat{Latency: Latency{P99: p99}, Extra: map[string]float64{"goodput_per_s": 79, "capacity_per_s": 100}})
+			}
+			s.Variants = append(s.Variants, v)
+		}
+		return s
+	}
+	failed := calibration{capacity: 80, failure: "the capacity runs of pool failed (planted)", note: "ESTIMATED 80/s"}
+	checks := []check{{label: "p99", judged: "cpuwork@80%", against: []string{"pool@80%"}, metric: "p99"}}
+	s := mk(3)
+	(&Runner{}).checkLoads(s, "pool", []float64{0.8}, []calibration{{capacity: 100}, failed, {capacity: 100}})
+	if s.Calibration != "" {
+		t.Fatalf("one failed capacity run of three voided the scenario: %s", s.Calibration)
+	}
+	for _, v := range s.Variants {
+		if !strings.Contains(v.Repeats[1].NotJudged, "before repeat 2 the capacity runs of pool failed") || v.Repeats[0].NotJudged != "" || v.Repeats[2].NotJudged != "" {
+			t.Errorf("%s: repeats marked %q %q %q, want only repeat 2", v.Name, v.Repeats[0].NotJudged, v.Repeats[1].NotJudged, v.Repeats[2].NotJudged)
+		}
+	}
+	judge(s, checks)
+	if s.Checks[0].Pairs != 2 {
+		t.Errorf("judged on %d pairs, want 2 (repeat 2 left out): %s", s.Checks[0].Pairs, s.Verdict)
+	}
+	s = mk(2)
+	(&Runner{}).checkLoads(s, "pool", []float64{0.8}, []calibration{{capacity: 100}, failed})
+	if !strings.Contains(s.Calibration, "the capacity runs of pool failed (planted)") {
 		t.Errorf("calibration %q, want the failed run's", s.Calibration)
 	}
-	judge(s, []check{{label: "p99", judged: "cpuwork@80%", against: []string{"pool@80%"}, metric: "p99", limit: 1}})
+	judge(s, checks)
 	if s.Status != StatusNotJudged {
 		t.Errorf("status %v, want not judged", s.Status)
 	}
