@@ -522,8 +522,9 @@ func medianCapacity(cals []calibration) float64 {
 // shedding. A capacity half the real one (no overload at "150 %") or twice
 // it (every level an overload) fails it. A repeat that fails it, or
 // whose capacity run failed (its levels are fractions of an estimate), is
-// not judged (Repeat.NotJudged on every load-level variant: its levels
-// are not what they say, by this machine's drift within a repeat); the
+// not judged (Repeat.NotJudged on every load-level variant of variant's
+// case: its levels are not what they say, by this machine's drift within
+// a repeat; another case has a calibration of its own); the
 // scenario is judged on the others while at least two remain (one of
 // one), else it is not judged at all (s.Calibration). The CPU share of
 // each level is reported, not judged: a Go server spends more CPU per
@@ -572,6 +573,9 @@ func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cals [
 		return
 	}
 	for _, v := range s.Variants {
+		if caseOf(v.Name) != caseOf(variant) { // another case: its own calibration
+			continue
+		}
 		for _, i := range idx {
 			if i < len(v.Repeats) && v.Repeats[i].Extra["capacity_per_s"] > 0 {
 				v.Repeats[i].NotJudged = bad[i]
@@ -954,6 +958,15 @@ func mixSeedOf(seed int64, scenario string, round int) uint64 {
 // aaSuffix names a variant's A/A control: the same variant run again in
 // the same rounds.
 const aaSuffix = "-aa"
+
+// caseOf is the case a load variant belongs to, by its name: "" alone,
+// else its case's suffix ("+quota1.5" for "sem+quota1.5-aa@80%"). The
+// variants of a case share its calibration.
+func caseOf(name string) string {
+	name, _, _ = strings.Cut(name, "@")
+	_, suf := baseName(name)
+	return strings.TrimSuffix(suf, aaSuffix)
+}
 
 // aaDesc describes control's A/A control (--list).
 func aaDesc(control string) string {
