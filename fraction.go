@@ -69,9 +69,9 @@ import (
 //     held one is paced at the whole quota instead of target·q: the
 //     margin below the quota is there to keep the kernel from throttling,
 //     and while the throttle comes from what the pacer cannot stop it
-//     only leaves the quota idle (a saturated image server whose requests
-//     fan out and never yield used 97.7 % of a 1.5-CPU quota against a
-//     semaphore's 98.5 %, docs/results.md). A period throttled while
+//     only leaves the quota idle (measured on a saturated image server
+//     whose requests fan out and never yield: docs/results.md, "What a
+//     feature costs"). A period throttled while
 //     paced at the whole quota with nothing stuck, or a clean one,
 //     returns to target·q (the first leaves the target as it is: the
 //     whole pace, not the target, was throttled).

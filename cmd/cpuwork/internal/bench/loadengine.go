@@ -263,35 +263,43 @@ func (r *Runner) besideAt(s *Scenario, variants []struct{ name, desc string }, c
 	r.search = false
 	cals := r.atLoads(s, vs, []float64{besideLevel}, control, nil, calibrate, beside)
 	s.Notes = append(s.Notes, fmt.Sprintf("%s at %.0f%%, %s: %s", cc.Name, besideLevel*100, cc.Desc, capacityNote(calibrating+cc.suffix(), r.slots, cals)))
-	var lost []int // the repeats whose capacity beside cc was not measured
+	lost := map[int]string{} // repeat index -> why its capacity beside cc is not known
 	for i, cal := range cals {
 		if cal.failure != "" {
-			lost = append(lost, i)
+			lost[i] = fmt.Sprintf("the capacity beside %s was not measured before repeat %d: %s", cc.Name, i+1, cal.note)
 		}
 	}
 	if len(lost) == 0 {
 		return
 	}
-	at := fmt.Sprintf("@%.0f%%", besideLevel*100)
-	enough := len(cals)-len(lost) >= min(2, len(cals))
+	if len(cals)-len(lost) < min(2, len(cals)) {
+		for _, v := range s.Variants {
+			if caseOf(v.Name) == cc.suffix() && v.Valid {
+				v.Valid, v.Invalid = false, "not measured: "+lost[slices.Min(slices.Collect(maps.Keys(lost)))]
+			}
+		}
+		return
+	}
+	leaveOut(s, cc.suffix(), lost)
+}
+
+// leaveOut marks the repeats in bad (index -> reason) not judged on every
+// load-level variant of the case named by its suffix ("" alone; caseOf),
+// with a note each: another case has a calibration of its own.
+func leaveOut(s *Scenario, suffix string, bad map[int]string) {
+	idx := slices.Sorted(maps.Keys(bad))
 	for _, v := range s.Variants {
-		if !strings.Contains(v.Name, cc.suffix()) || !strings.HasSuffix(v.Name, at) || !v.Valid {
+		if caseOf(v.Name) != suffix {
 			continue
 		}
-		if !enough {
-			v.Valid, v.Invalid = false, "not measured: the capacity beside "+cc.Name+" was not: "+cals[lost[0]].note
-			continue
-		}
-		for _, i := range lost {
-			if i < len(v.Repeats) {
-				v.Repeats[i].NotJudged = fmt.Sprintf("the capacity beside %s was not measured before repeat %d: %s", cc.Name, i+1, cals[i].note)
+		for _, i := range idx {
+			if i < len(v.Repeats) && v.Repeats[i].Extra["capacity_per_s"] > 0 {
+				v.Repeats[i].NotJudged = bad[i]
 			}
 		}
 	}
-	if enough {
-		for _, i := range lost {
-			s.Notes = append(s.Notes, fmt.Sprintf("%s at %.0f%%: repeat %d is not judged: the capacity beside it was not measured (%s)", cc.Name, besideLevel*100, i+1, cals[i].note))
-		}
+	for _, i := range idx {
+		s.Notes = append(s.Notes, fmt.Sprintf("repeat %d is not judged: %s", i+1, bad[i]))
 	}
 }
 
@@ -572,19 +580,7 @@ func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cals [
 		s.Calibration = strings.Join(reasons, "; ")
 		return
 	}
-	for _, v := range s.Variants {
-		if caseOf(v.Name) != caseOf(variant) { // another case: its own calibration
-			continue
-		}
-		for _, i := range idx {
-			if i < len(v.Repeats) && v.Repeats[i].Extra["capacity_per_s"] > 0 {
-				v.Repeats[i].NotJudged = bad[i]
-			}
-		}
-	}
-	for _, i := range idx {
-		s.Notes = append(s.Notes, fmt.Sprintf("repeat %d is not judged: %s", i+1, bad[i]))
-	}
+	leaveOut(s, caseOf(variant), bad)
 }
 
 // closedLoop is the generator's extra flags for rate 0 (a closed loop of 4
