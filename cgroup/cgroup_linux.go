@@ -21,6 +21,7 @@ import (
 	"github.com/opencontainers/cgroups"
 	cgfs "github.com/opencontainers/cgroups/fs"
 	"github.com/opencontainers/cgroups/fs2"
+	"golang.org/x/sys/unix"
 )
 
 // Group is a cgroup created by New. It exists in the hierarchies it
@@ -178,17 +179,21 @@ func New(c Config) (*Group, error) {
 		// The parents and the group under the registry's lock: another
 		// process removing an empty parent waits, or has removed it
 		// before mkParents makes it again.
-		err = withParentsLock(func(registry string) error {
+		err = withParentsLock(func(r registries) error {
 			n := len(g.created)
 			if err := g.mkParents(h.mount, parent); err != nil {
 				return err
 			}
-			recordParents(registry, g.created[:len(g.created)-n])
+			addTo(r.dir, r.parents, g.created[:len(g.created)-n]...)
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				if errors.Is(err, fs.ErrExist) {
 					return fmt.Errorf("%w: %s (another group of that name, or a leftover: New never adopts a group it did not create; remove it with rmdir once it is empty)", ErrExist, dir)
 				}
 				return explain("create "+dir, err)
+			}
+			g.dirs[key] = dir
+			if ownName(c.Name) {
+				addTo(r.dir, r.owned, dir)
 			}
 			return nil
 		})
@@ -273,10 +278,11 @@ func (g *Group) removeDirs() {
 		os.Remove(d)
 		below = append(below, d)
 	}
-	withParentsLock(func(registry string) error {
+	withParentsLock(func(r registries) error {
+		dropFrom(r.dir, r.owned, below...)
 		var made []string
 		madeParents.Range(func(k, _ any) bool { made = append(made, k.(string)); return true })
-		for _, d := range removeEmptyParents(registry, made, below) {
+		for _, d := range removeEmptyParents(r, made, below) {
 			madeParents.Delete(d)
 		}
 		return nil
@@ -429,7 +435,7 @@ func (g *Group) Remove() error {
 				g.evictOwnThreads()
 				continue
 			}
-			syscall.Kill(p, syscall.SIGKILL)
+			killIn(p, g.path)
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("cgroup: %s still holds pids %v after SIGKILL", g.path, pids)
@@ -481,26 +487,71 @@ func parseStartTime(b []byte) int64 {
 	return v
 }
 
-// Swept is a group SweepOwned removed: its directory and the processes
-// it killed there (descendants of a command whose owner died: Pdeathsig
-// reaches the command only, never what it forked).
+// ownName reports whether name is OwnedName(prefix) of the calling
+// process for some prefix: the process it names is this one. New records
+// such groups as owned; a name of that form naming another process is
+// never recorded, so a sweep never takes it for a dead run's group.
+func ownName(name string) bool {
+	prefix, pid, start, ok := splitOwnedName(name)
+	return ok && prefix != "" && pid == os.Getpid() && start == startTime(pid)
+}
+
+// splitOwnedName splits prefix-PID-START.
+func splitOwnedName(name string) (prefix string, pid int, start int64, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 {
+		return "", 0, 0, false
+	}
+	j := strings.LastIndexByte(name[:i], '-')
+	if j < 0 {
+		return "", 0, 0, false
+	}
+	p, err1 := strconv.Atoi(name[j+1 : i])
+	st, err2 := strconv.ParseInt(name[i+1:], 10, 64)
+	if err1 != nil || err2 != nil || p <= 0 || st < 0 || name != fmt.Sprintf("%s-%d-%d", name[:j], p, st) {
+		return "", 0, 0, false
+	}
+	return name[:j], p, st, true
+}
+
+// IsOwnedName reports whether name has the form OwnedName(prefix) makes.
+// A command-line tool that sweeps such groups should refuse a user-chosen
+// name of that form.
+func IsOwnedName(prefix, name string) bool {
+	p, _, _, ok := splitOwnedName(name)
+	return ok && p == prefix
+}
+
+// Swept is a group SweepOwned removed: its directory, the owner it was
+// recorded with (PID and start time, in clock ticks since boot), and the
+// processes it killed there (descendants of a command whose owner died:
+// Pdeathsig reaches the command only, never what it forked).
 type Swept struct {
-	Dir    string
-	Killed []int
+	Dir        string
+	OwnerPID   int
+	OwnerStart int64
+	Killed     []int
 }
 
 // SweepOwned removes the groups named by OwnedName(prefix) under parent
 // (resolved as New resolves Config.Parent, in the cpu and cpuset
-// hierarchies on v1, the unified one on v2) whose owner process is gone:
-// it kills every process left in such a group (cgroup.kill on v2 where the
-// kernel has it, Linux >= 5.14; else SIGKILL to every PID in cgroup.procs,
-// again until it is empty, for up to 5 s, so processes forked meanwhile
-// die too), removes the group, and then every parent this package created
-// that the removal leaves empty. It never touches a group with a live
-// owner, nor one whose name it did not make. It returns what it removed.
+// hierarchies on v1, the unified one on v2) that New recorded as created
+// by the process they name, once that process is gone: it kills every
+// process left in such a group (cgroup.kill on v2 where the kernel has
+// it, Linux >= 5.14; else SIGKILL through a pidfd to each process that
+// /proc still shows in the group, again until it is empty, for up to
+// 5 s, so processes forked meanwhile die too and a reused PID is never
+// signalled), removes the group, and then every parent this package
+// created that the removal leaves empty. It never touches a group with a
+// live owner, nor one New did not record (a name of the same form chosen
+// by hand). It returns what it removed.
 func SweepOwned(parent, prefix string) []Swept {
 	if parent == "" {
 		parent = "cpuwork"
+	}
+	var owned []string
+	if withParentsLock(func(r registries) error { owned = readList(r.owned); return nil }) != nil {
+		return nil
 	}
 	var out []Swept
 	for _, ctl := range []string{"cpu", "cpuset"} {
@@ -519,28 +570,24 @@ func SweepOwned(parent, prefix string) []Swept {
 		}
 		var below []string
 		for _, e := range entries {
-			var pid int
-			var start int64
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix+"-") {
+			p, pid, start, ok := splitOwnedName(e.Name())
+			if !e.IsDir() || !ok || p != prefix {
 				continue
-			}
-			if n, err := fmt.Sscanf(strings.TrimPrefix(e.Name(), prefix+"-"), "%d-%d", &pid, &start); n != 2 || err != nil ||
-				e.Name() != fmt.Sprintf("%s-%d-%d", prefix, pid, start) {
-				continue
-			}
-			if startTime(pid) == start {
-				continue // its owner is alive
 			}
 			d := filepath.Join(dir, e.Name())
-			killed := killAll(d)
+			if !slices.Contains(owned, d) || startTime(pid) == start {
+				continue // not recorded by its owner, or its owner is alive
+			}
+			killed := killAll(h.mount, d)
 			if os.Remove(d) == nil {
-				out = append(out, Swept{Dir: d, Killed: killed})
+				out = append(out, Swept{Dir: d, OwnerPID: pid, OwnerStart: start, Killed: killed})
 				below = append(below, d)
 			}
 		}
 		if len(below) > 0 {
-			withParentsLock(func(registry string) error {
-				removeEmptyParents(registry, nil, below)
+			withParentsLock(func(r registries) error {
+				dropFrom(r.dir, r.owned, below...)
+				removeEmptyParents(r, nil, below)
 				return nil
 			})
 		}
@@ -551,9 +598,10 @@ func SweepOwned(parent, prefix string) []Swept {
 	return out
 }
 
-// killAll kills every process in the cgroup directory d and waits until
-// cgroup.procs is empty (5 s at most). It returns the PIDs it signalled.
-func killAll(d string) []int {
+// killAll kills every process in the cgroup directory d (below the
+// hierarchy mounted at mount) and waits until cgroup.procs is empty (5 s
+// at most). It returns the PIDs it signalled.
+func killAll(mount, d string) []int {
 	var killed []int
 	procs := func() []int {
 		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
@@ -562,7 +610,7 @@ func killAll(d string) []int {
 		}
 		var pids []int
 		for _, f := range strings.Fields(string(b)) {
-			if p, err := strconv.Atoi(f); err == nil && p > 0 {
+			if p, err := strconv.Atoi(f); err == nil && p > 0 && p != os.Getpid() {
 				pids = append(pids, p)
 			}
 		}
@@ -574,13 +622,11 @@ func killAll(d string) []int {
 	}
 	// v2: one write kills the whole group, forks in flight included.
 	os.WriteFile(filepath.Join(d, "cgroup.kill"), []byte("1"), 0)
+	rel := "/" + strings.TrimPrefix(strings.TrimPrefix(d, mount), "/")
 	deadline := time.Now().Add(5 * time.Second)
 	for len(pids) > 0 && time.Now().Before(deadline) {
 		for _, p := range pids {
-			if p == os.Getpid() {
-				continue
-			}
-			if syscall.Kill(p, syscall.SIGKILL) == nil && !slices.Contains(killed, p) {
+			if killIn(p, rel) && !slices.Contains(killed, p) {
 				killed = append(killed, p)
 			}
 		}
@@ -589,6 +635,38 @@ func killAll(d string) []int {
 	}
 	slices.Sort(killed)
 	return killed
+}
+
+// killIn sends SIGKILL to the process pid only while it is in the group
+// at path rel (as /proc/PID/cgroup names it): through a pidfd opened
+// before the check, so a PID that was reused after cgroup.procs was read
+// is never signalled. Without pidfds (Linux < 5.3) it kills by PID after
+// the same check.
+func killIn(pid int, rel string) bool {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		if !errors.Is(err, unix.ENOSYS) {
+			return false // gone
+		}
+		return inGroup(pid, rel) && syscall.Kill(pid, syscall.SIGKILL) == nil
+	}
+	defer unix.Close(fd)
+	return inGroup(pid, rel) && unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil
+}
+
+// inGroup reports whether /proc/PID/cgroup puts pid in the group at rel
+// in some hierarchy.
+func inGroup(pid int, rel string) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.SplitN(l, ":", 3); len(f) == 3 && f[2] == rel {
+			return true
+		}
+	}
+	return false
 }
 
 // OpenProcs opens the group's cgroup.procs files (ProcsFiles) for

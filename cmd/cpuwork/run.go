@@ -103,7 +103,7 @@ cores (1.5 = 1500m).`,
 	f.Uint64Var(&cfg.Shares, "shares", 0, "cgroup v1 cpu.shares 2..262144 (default 1024; converted to weight on v2)")
 	f.StringVar(&cfg.Cpuset, "cpuset", "", "CPUs the command may use, e.g. 0-1 or 0,2; each must be online (default: inherit)")
 	f.BoolVar(&cfg.Idle, "idle", false, "set cpu.idle: the group runs only when other groups leave CPU idle (Linux >= 5.15)")
-	f.StringVar(&cfg.Name, "name", "", "group name (default run-PID-START); refused if it exists; no '/' or '..'")
+	f.StringVar(&cfg.Name, "name", "", "group name (default run-PID-START); refused if it exists, if it has the default's form, or holds '/' or '..'")
 	f.StringVar(&cfg.Parent, "parent", "", "parent of the group: relative to cpuwork's own cgroup (default cpuwork), or from the hierarchy root when it starts with '/'")
 	f.BoolVar(asJSON, "json", false, "print the exit report as JSON on stderr")
 	f.BoolVar(forceCPUs, "force-cpus", false, "accept a --cpus above the host's CPU count (otherwise refused: such a quota limits nothing)")
@@ -114,6 +114,9 @@ cores (1.5 = 1500m).`,
 // cgroup Config (cgroup.Config.Validate) and a --cpus above the host's
 // hostCPUs, which limits nothing and is refused unless forced.
 func checkRunConfig(cfg cgroup.Config, force bool, hostCPUs int) error {
+	if cgroup.IsOwnedName(runPrefix, cfg.Name) {
+		return fmt.Errorf("run: --name %s has the form of the names run gives its own groups (%s-PID-START): refused, so that no run takes it for a dead run's group; choose another name", cfg.Name, runPrefix)
+	}
 	if cfg.Name == "" {
 		cfg.Name = runPrefix + "-0-0" // the default name is made later; its form is valid
 	}
@@ -148,7 +151,7 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 		if len(sw.Killed) > 0 {
 			killed = fmt.Sprintf(", killing %d processes left in it %v", len(sw.Killed), sw.Killed)
 		}
-		fmt.Fprintf(report, "cpuwork run: removed %s, left by a run that is gone%s\n", sw.Dir, killed)
+		fmt.Fprintf(report, "cpuwork run: removed %s, left by run PID %d (started at tick %d), which is gone%s\n", sw.Dir, sw.OwnerPID, sw.OwnerStart, killed)
 	}
 	if cfg.Name == "" {
 		cfg.Name = cgroup.OwnedName(runPrefix)

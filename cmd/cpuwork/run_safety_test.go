@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/cpuwork/cpuwork/cgroup"
 	"golang.org/x/sys/unix"
 )
 
@@ -190,7 +191,7 @@ func TestSIGKILLOfRunKillsTheCommandAndTheNextRunSweeps(t *testing.T) {
 	if err != nil {
 		t.Fatalf("next run: %v: %s", err, out)
 	}
-	if !strings.Contains(string(out), "left by a run that is gone") {
+	if !regexp.MustCompile(`left by run PID \d+ \(started at tick \d+\), which is gone`).Match(out) {
 		t.Errorf("the next run did not report the sweep: %s", out)
 	}
 	for _, d := range left {
@@ -356,6 +357,23 @@ func TestRunValidatesTheCpusetFirst(t *testing.T) {
 		t.Errorf("--cpuset 977: err %v, output %s", err, out)
 	}
 	noNewDirs(t, before)
+}
+
+// A --name of the form run gives its own groups (run-PID-START) is
+// refused: the next run would take the group for a dead run's, sweep it
+// and kill the command in it.
+func TestRunRefusesANameOfTheOwnedForm(t *testing.T) {
+	for _, n := range []string{"run-1-2", fmt.Sprintf("run-%d-%d", os.Getpid(), 12345)} {
+		err := checkRunConfig(cgroup.Config{Name: n}, false, 2)
+		if err == nil || !strings.Contains(err.Error(), "has the form") {
+			t.Errorf("--name %s: %v, want a refusal", n, err)
+		}
+	}
+	for _, n := range []string{"run-test-x", "batch", "run-1", "runner-1-2"} {
+		if err := checkRunConfig(cgroup.Config{Name: n}, false, 2); err != nil {
+			t.Errorf("--name %s refused: %v", n, err)
+		}
+	}
 }
 
 // Defect 8: a non-positive bench duration is an error.
