@@ -418,15 +418,24 @@ func fetch(ctx context.Context, base string) (*schedstat.Sample, *ExecutorView, 
 	if resp.StatusCode != http.StatusOK {
 		return nil, nil, fmt.Errorf("%s: %s (mount schedstat.Handler there)", u, resp.Status)
 	}
+	s, ex, err := readDebug(resp.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", u, err)
+	}
+	return s, ex, nil
+}
+
+// readDebug parses a /debug/cpuwork body, at most maxDebugBody bytes.
+func readDebug(r io.Reader) (*schedstat.Sample, *ExecutorView, error) {
 	var rep struct {
 		Sample   schedstat.Sample `json:"sample"`
 		Executor json.RawMessage  `json:"executor"`
 	}
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<22)).Decode(&rep); err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", u, err)
+	if err := json.NewDecoder(capped(r, maxDebugBody, "/debug/cpuwork")).Decode(&rep); err != nil {
+		return nil, nil, err
 	}
 	if rep.Sample.Interval == 0 {
-		return nil, nil, fmt.Errorf("%s: no sample yet (the sampler takes its first one interval after it starts)", u)
+		return nil, nil, fmt.Errorf("no sample yet (the sampler takes its first one interval after it starts)")
 	}
 	return &rep.Sample, parseExecutorView(rep.Executor), nil
 }

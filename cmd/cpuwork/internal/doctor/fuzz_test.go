@@ -68,3 +68,16 @@ func FuzzReadProfile(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadDebug: the body of a target's /debug/cpuwork.
+func FuzzReadDebug(f *testing.F) {
+	f.Add([]byte(`{"sample":{"interval_ns":1000000000,"threads":3},"executor":{"classes":[{"class":"interactive"}],"slow_tasks":[]}}`))
+	f.Add([]byte(`{"sample":{"interval_ns":0}}`))
+	f.Add([]byte(`{"sample":`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s, _, err := readDebug(bytes.NewReader(b))
+		if err == nil && (s == nil || s.Interval == 0) {
+			t.Errorf("no error and sample %+v", s)
+		}
+	})
+}

@@ -40,8 +40,14 @@ func fetchProfile(ctx context.Context, base string, d time.Duration) (*ProfileVi
 	return v, nil
 }
 
+// readProfile parses a CPU profile (gzip-compressed or not), reading at
+// most maxProfileBody bytes of it and maxProfileData decompressed.
 func readProfile(r io.Reader) (*ProfileView, error) {
-	p, err := profile.Parse(r)
+	data, err := readProfileData(r)
+	if err != nil {
+		return nil, err
+	}
+	p, err := profile.ParseData(data)
 	if err != nil {
 		return nil, err
 	}

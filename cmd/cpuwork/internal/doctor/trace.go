@@ -49,10 +49,11 @@ func fetchTrace(ctx context.Context, base string, d time.Duration) (*TraceView, 
 	return v, nil
 }
 
-// readTrace parses an execution trace (golang.org/x/exp/trace) and
-// measures every goroutine's wait from runnable to running.
+// readTrace parses an execution trace (golang.org/x/exp/trace), at most
+// maxTraceBody bytes of it, and measures every goroutine's wait from
+// runnable to running.
 func readTrace(r io.Reader) (*TraceView, error) {
-	tr, err := trace.NewReader(r)
+	tr, err := trace.NewReader(capped(r, maxTraceBody, "the trace"))
 	if err != nil {
 		return nil, err
 	}
