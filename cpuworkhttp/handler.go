@@ -18,9 +18,11 @@
 package cpuworkhttp
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
@@ -29,6 +31,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/felixge/httpsnoop"
 )
 
 // Options configures Handler. The zero value runs every request as
@@ -57,12 +60,17 @@ type Options struct {
 
 	// TimeoutHeader names a request header carrying the client's own
 	// timeout, relative to the request's arrival, as a Go duration
-	// ("250ms", "1.5s") or whole seconds ("2"). The request's context
-	// then ends at that deadline, and a request the executor expects to
-	// finish after it is refused at once instead of served too late.
-	// Malformed or non-positive values are ignored (the request is
-	// served without one). "": no header is read.
+	// ("250ms", "1.5s") or a whole number of TimeoutUnit ("2"). The
+	// request's context then ends at that deadline, and a request the
+	// executor expects to finish after it is refused at once instead of
+	// served too late. Malformed or non-positive values are ignored (the
+	// request is served without one). "": no header is read.
 	TimeoutHeader string
+
+	// TimeoutUnit is the unit of a bare number in TimeoutHeader; 0: a
+	// second. Set time.Millisecond for Envoy's
+	// x-envoy-expected-rq-timeout-ms.
+	TimeoutUnit time.Duration
 
 	// ShedStatus is the status of a refused request; 0:
 	// http.StatusServiceUnavailable (503). 429 suits a server that
@@ -102,6 +110,14 @@ type Options struct {
 // retry). After Executor.Close began, requests are answered 503 with
 // "Connection: close".
 //
+// The ResponseWriter h sees has every optional interface the server's has
+// (http.Flusher, http.Hijacker, io.ReaderFrom, io.StringWriter,
+// http.Pusher) and unwraps to it for http.ResponseController. A request
+// holds its slot until h returns, hijacked or not: a handler that
+// hijacks the connection for a long-lived protocol (a WebSocket) should
+// hand it to a goroutine of its own and return, or be routed around the
+// middleware.
+//
 // It panics if e or h is nil (programming errors).
 func Handler(e *cpuwork.Executor, h http.Handler, o Options) http.Handler {
 	if e == nil {
@@ -138,7 +154,7 @@ type handler struct {
 func (m *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	if m.o.TimeoutHeader != "" {
-		if d, ok := parseTimeout(r.Header.Get(m.o.TimeoutHeader)); ok {
+		if d, ok := parseTimeout(r.Header.Get(m.o.TimeoutHeader), m.o.TimeoutUnit); ok {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
 			defer cancel()
@@ -160,7 +176,7 @@ func (m *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.refused(w, r, c, err)
 		return
 	}
-	rw := &responseWriter{ResponseWriter: w}
+	rw, wrote := wrap(w)
 	err := m.e.Do(ctx, c, func(ctx context.Context) error {
 		m.h.ServeHTTP(rw, r.WithContext(ctx))
 		return nil
@@ -174,12 +190,12 @@ func (m *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}
 		m.log.Error("cpuworkhttp: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
-		if !rw.wrote {
+		if !*wrote {
 			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 		}
 		return
 	}
-	if rw.wrote {
+	if *wrote {
 		return // the handler answered (a Goexit after writing, say)
 	}
 	m.refused(w, r, c, err)
@@ -204,17 +220,20 @@ func (m *handler) refused(w http.ResponseWriter, r *http.Request, c cpuwork.Clas
 	}
 }
 
-// parseTimeout reads a client timeout header: a Go duration or whole
-// seconds, positive.
-func parseTimeout(v string) (time.Duration, bool) {
+// parseTimeout reads a client timeout header: a Go duration or a whole
+// number of unit (0: a second), positive.
+func parseTimeout(v string, unit time.Duration) (time.Duration, bool) {
 	if v == "" {
 		return 0, false
 	}
+	if unit <= 0 {
+		unit = time.Second
+	}
 	if s, err := strconv.ParseInt(v, 10, 64); err == nil {
-		if s <= 0 || s > math.MaxInt64/int64(time.Second) {
+		if s <= 0 || s > math.MaxInt64/int64(unit) {
 			return 0, false
 		}
-		return time.Duration(s) * time.Second, true
+		return time.Duration(s) * unit, true
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil || d <= 0 {
@@ -223,37 +242,49 @@ func parseTimeout(v string) (time.Duration, bool) {
 	return d, true
 }
 
-// responseWriter records whether the handler wrote anything, so a panic
-// after the header went out is not answered twice. Unwrap lets
-// http.ResponseController reach the server's writer (deadlines, Hijack).
-type responseWriter struct {
-	http.ResponseWriter
-	wrote bool
+// wrap returns w with every optional interface it has (http.Flusher,
+// http.Hijacker, io.ReaderFrom, io.StringWriter, http.Pusher, and Unwrap
+// for http.ResponseController) and a flag set once the handler has
+// answered: written a header or a byte, flushed, or hijacked the
+// connection, so that a panic after that is not answered twice.
+func wrap(w http.ResponseWriter) (http.ResponseWriter, *bool) {
+	wrote := new(bool)
+	rw := httpsnoop.Wrap(w, httpsnoop.Hooks{
+		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
+			return func(code int) {
+				if code >= 200 || code == http.StatusSwitchingProtocols {
+					*wrote = true
+				}
+				next(code)
+			}
+		},
+		Write: func(next httpsnoop.WriteFunc) httpsnoop.WriteFunc {
+			return func(b []byte) (int, error) { *wrote = true; return next(b) }
+		},
+		WriteString: func(next httpsnoop.WriteStringFunc) httpsnoop.WriteStringFunc {
+			return func(s string) (int, error) { *wrote = true; return next(s) }
+		},
+		ReadFrom: func(next httpsnoop.ReadFromFunc) httpsnoop.ReadFromFunc {
+			return func(r io.Reader) (int64, error) { *wrote = true; return next(r) }
+		},
+		Flush: func(next httpsnoop.FlushFunc) httpsnoop.FlushFunc {
+			return func() { *wrote = true; next() }
+		},
+		FlushError: func(next httpsnoop.FlushErrorFunc) httpsnoop.FlushErrorFunc {
+			return func() error { *wrote = true; return next() }
+		},
+		Hijack: func(next httpsnoop.HijackFunc) httpsnoop.HijackFunc {
+			return func() (net.Conn, *bufio.ReadWriter, error) {
+				c, rw, err := next()
+				if err == nil {
+					*wrote = true
+				}
+				return c, rw, err
+			}
+		},
+	})
+	return rw, wrote
 }
-
-func (w *responseWriter) WriteHeader(code int) {
-	if code >= 200 || code == http.StatusSwitchingProtocols {
-		w.wrote = true
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *responseWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// Flush passes http.Flusher through (a streaming handler's type assertion
-// still finds it).
-func (w *responseWriter) Flush() {
-	w.wrote = true
-	if f, ok := w.ResponseWriter.(http.Flusher); ok {
-		f.Flush()
-	}
-}
-
-// Unwrap returns the server's ResponseWriter, for http.ResponseController.
-func (w *responseWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // Serve serves srv on ln through cpuwork.WatchListener, so a request that
 // arrives while every P runs tasks calling Checkpoint is read within

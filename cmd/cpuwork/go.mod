@@ -25,6 +25,7 @@ require (
 	golang.org/x/sync v0.24.0
 	golang.org/x/sys v0.47.0
 	golang.org/x/term v0.45.0
+	gonum.org/v1/gonum v0.16.0
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/protobuf v1.34.2
 )
@@ -55,5 +56,4 @@ require (
 	go.uber.org/multierr v1.9.0 // indirect
 	golang.org/x/net v0.27.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
-	gonum.org/v1/gonum v0.16.0 // indirect
 )
