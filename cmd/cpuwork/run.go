@@ -71,8 +71,9 @@ refused (--name given twice never adopts the other run's group).
 
 Signals: CMD runs in a process group of its own; with a terminal, that
 group is the terminal's foreground group, so Ctrl-C reaches CMD once, from
-the terminal. SIGINT, SIGTERM, SIGHUP and SIGQUIT sent to cpuwork itself are
-forwarded to CMD. cpuwork exits with CMD's exit status (128+N when CMD was
+the terminal. Every catchable signal sent to cpuwork itself is forwarded to
+CMD (SIGTERM, SIGHUP, SIGUSR1 for a reload, ...), except SIGCHLD, SIGPIPE,
+SIGTTIN, SIGTTOU, SIGURG and SIGPROF (cpuwork's own, or the Go runtime's). cpuwork exits with CMD's exit status (128+N when CMD was
 killed by signal N; 127 when CMD is not found, 126 when it cannot be
 executed) and removes the group on every path it controls, killing
 processes CMD left in it. If cpuwork itself is killed (SIGKILL), CMD is
@@ -195,8 +196,8 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 		// terminal's SIGINT/SIGQUIT/SIGTSTP reach CMD, once, and not cpuwork.
 		child.SysProcAttr.Foreground, child.SysProcAttr.Ctty = true, 0
 	}
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwarded()...)
 	defer signal.Stop(sigs)
 	start := time.Now()
 	if err := child.Start(); err != nil {
@@ -254,6 +255,28 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 		return exitCode(rep.ExitStatus)
 	}
 	return rmErr
+}
+
+// notForwarded are the catchable signals cpuwork keeps: SIGCHLD (its
+// own child's), SIGURG and SIGPROF (the Go runtime's preemption and
+// profiling), SIGPIPE (a closed output), SIGTTIN and SIGTTOU (job
+// control of cpuwork itself), and the synchronous faults.
+var notForwarded = []syscall.Signal{syscall.SIGCHLD, syscall.SIGURG, syscall.SIGPROF, syscall.SIGPIPE,
+	syscall.SIGTTIN, syscall.SIGTTOU, syscall.SIGSEGV, syscall.SIGBUS, syscall.SIGFPE, syscall.SIGILL,
+	syscall.SIGTRAP, syscall.SIGSYS, syscall.SIGKILL, syscall.SIGSTOP}
+
+// forwarded lists the signals cpuwork run forwards to CMD: every signal
+// from 1 to SIGRTMAX but notForwarded and the two the C library keeps
+// for its threads (32 and 33).
+func forwarded() []os.Signal {
+	var out []os.Signal
+	for s := syscall.Signal(1); s <= 64; s++ {
+		if s == 32 || s == 33 || slices.Contains(notForwarded, s) {
+			continue
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 // foregroundTTY reports whether standard input is a terminal whose

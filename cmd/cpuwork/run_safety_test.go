@@ -462,3 +462,43 @@ func TestOnlyThisPackagesCgroupsCountAsLeftBehind(t *testing.T) {
 		}
 	}
 }
+
+// Every catchable signal sent to cpuwork reaches CMD (a systemd
+// ExecReload=kill -USR1 $MAINPID, a SIGUSR2 for log rotation, SIGWINCH),
+// and cpuwork goes on supervising it.
+func TestRunForwardsEveryCatchableSignal(t *testing.T) {
+	needRoot(t)
+	before := cgroupDirs(t)
+	dir := t.TempDir()
+	ready, got := filepath.Join(dir, "ready"), filepath.Join(dir, "got")
+	script := `for s in USR1 USR2 WINCH ALRM; do trap "echo $s >> ` + got + `" $s; done; touch ` + ready + `; n=0; while [ $n -lt 200 ] && [ "$(wc -l < ` + got + ` 2>/dev/null || echo 0)" -lt 4 ]; do sleep 0.05; n=$((n+1)); done`
+	cmd := cpuworkCmd(t, "signals", "--", "sh", "-c", script)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(ready); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the command never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for _, s := range []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2, syscall.SIGWINCH, syscall.SIGALRM} {
+		cmd.Process.Signal(s)
+		time.Sleep(100 * time.Millisecond) // sh runs one trap at a time
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("cpuwork run: %v (stderr %s)", err, stderr.String())
+	}
+	b, _ := os.ReadFile(got)
+	if lines := strings.Fields(string(b)); !slices.Equal(lines, []string{"USR1", "USR2", "WINCH", "ALRM"}) {
+		t.Errorf("the command received %v, want USR1 USR2 WINCH ALRM", lines)
+	}
+	noNewDirs(t, before)
+}
