@@ -65,8 +65,19 @@ func (e *Executor) shutdown() {
 	close(e.shutDown)
 }
 
-// idle reports whether no task is queued or running.
+// idle reports whether no task is queued or running. The queue and the
+// admissions are read under the granter's lock: a grant takes a waiter
+// out of the queue and counts its admission in one section of it, so
+// idle sees both or neither (read apart, an empty queue and an
+// admission not yet counted made a task about to run look drained).
+// Admissions on the fast path are counted without the lock, before
+// their own check of Close (admitFast).
 func (e *Executor) idle() bool {
+	if e.g.hasWaiters() {
+		return false
+	}
+	e.g.lock()
+	defer e.g.unlock()
 	if e.g.hasWaiters() {
 		return false
 	}
@@ -75,9 +86,7 @@ func (e *Executor) idle() bool {
 			return false
 		}
 	}
-	e.g.lock()
-	defer e.g.unlock()
-	return !e.g.hasWaiters()
+	return true
 }
 
 // failQueued fails every queued waiter with ErrClosed.

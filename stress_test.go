@@ -50,7 +50,7 @@ func TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError(t *testing.T) {
 	}
 	t.Logf("seed %d (CPUWORK_STRESS_SEED=%d reproduces), %d runs", seed, seed, runs)
 	for i := range runs {
-		stress(t, seed+uint64(i))
+		stress(t, seed+uint64(i), false)
 		if t.Failed() {
 			t.Fatalf("run with seed %d failed", seed+uint64(i))
 		}
@@ -66,7 +66,36 @@ type outcome struct {
 	goexits  bool
 }
 
-func stress(t *testing.T, seed uint64) {
+// TestStressCloseWithAFlippingBudget is the stress test with the
+// options of a run in which Close returned drained while a task ran: no
+// fixed slot count (slots from a budget that flips between 2 cores and
+// a fractional quota, watched every 200 µs), accounting off, and For
+// loops bound to one slot; the rest random. CPUWORK_STRESS_RUNS sets
+// the number of runs here too (default 300; 50 with -short).
+func TestStressCloseWithAFlippingBudget(t *testing.T) {
+	runs := 300
+	if testing.Short() {
+		runs = 50
+	}
+	if s := os.Getenv("CPUWORK_STRESS_RUNS"); s != "" {
+		runs, _ = strconv.Atoi(s)
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("CPUWORK_STRESS_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (CPUWORK_STRESS_SEED=%d reproduces), %d runs", seed, seed, runs)
+	for i := range runs {
+		stress(t, seed+uint64(i), true)
+		if t.Failed() {
+			t.Fatalf("run with seed %d failed", seed+uint64(i))
+		}
+	}
+}
+
+// stress runs one executor lifetime with options drawn from seed;
+// flipping forces the case of TestStressCloseWithAFlippingBudget.
+func stress(t *testing.T, seed uint64, flipping bool) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	o := Options{
 		Slots: 1 + r.IntN(4),
@@ -87,12 +116,15 @@ func stress(t *testing.T, seed uint64) {
 	}
 	o.forMaxSlots = r.IntN(4)
 	o.Account.Every = []int{-1, 0, 1}[r.IntN(3)] // off, sampled, every task (hand-overs and Goscheds of accounted tasks)
+	if flipping {
+		o.forMaxSlots, o.Account.Every = 1, -1
+	}
 	if r.IntN(2) == 0 {
 		// Slow tasks accounted up to a per-second bound (its window's
 		// reset races with concurrent takes).
 		o.Account.SlowWait, o.Account.SlowLimit = time.Duration(r.IntN(500))*time.Microsecond, []int{-1, 0, 3}[r.IntN(3)]
 	}
-	if r.IntN(4) == 0 {
+	if r.IntN(4) == 0 || flipping {
 		// Slots from a budget that flips between none and a fractional
 		// quota: the watcher makes the fractional pacer while tasks run
 		// (a quota applied after New), reconfigures it, and Close stops
