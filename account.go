@@ -622,6 +622,7 @@ func (s *slowest) get(t int64) []TaskAccount {
 // debug endpoint (schedstat.Handler) or a log. Empty when accounting is
 // off (Options.Account.Every < 0) or nothing was accounted yet.
 func (e *Executor) SlowTasks() []TaskAccount {
+	mustExec(e)
 	if e.acct == nil {
 		return nil
 	}
@@ -632,6 +633,7 @@ func (e *Executor) SlowTasks() []TaskAccount {
 // accounted tasks (for a Prometheus collector); the zero Histogram when
 // accounting is off, nothing of c was accounted, or c or p is invalid.
 func (e *Executor) PartHistogram(c Class, p Part) Histogram {
+	mustExec(e)
 	if e.acct == nil || !c.valid() || p >= NumParts {
 		return Histogram{}
 	}

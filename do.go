@@ -184,6 +184,9 @@ func mustExec(e *Executor) {
 	if e == nil {
 		panic("cpuwork: method called on a nil *Executor (create one with New)")
 	}
+	if e.shutDown == nil {
+		panic("cpuwork: method called on a zero Executor (create one with New)")
+	}
 }
 
 func invalidClass(c Class) error {

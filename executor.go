@@ -249,6 +249,7 @@ func (e *Executor) slotCount() int64 { return e.g.slotCount() }
 
 // Slots returns the current number of slots.
 func (e *Executor) Slots() int {
+	mustExec(e)
 	e.g.lock()
 	defer e.g.unlock()
 	return e.g.slotsLocked()
@@ -260,6 +261,7 @@ func (e *Executor) Slots() int {
 // created with Options.Slots 0 also calls this when the budget changes, so
 // a manual value lasts until the next budget change.
 func (e *Executor) SetSlots(n int) error {
+	mustExec(e)
 	if n < 1 || n > MaxSlots {
 		return fmt.Errorf("cpuwork: SetSlots(%d): out of range 1..%d", n, MaxSlots)
 	}

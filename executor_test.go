@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -180,4 +181,38 @@ func queueCritical(t *testing.T, e *Executor) (gate chan struct{}, done chan err
 	}()
 	waitQueued(t, e, Critical, 1)
 	return gate, done
+}
+
+// A zero Executor (not made by New) is a programming error: every method
+// panics with a message that says to call New, never a nil dereference.
+func TestAZeroExecutorPanicsWithAMessage(t *testing.T) {
+	var e Executor
+	ctx := context.Background()
+	fn := func(context.Context) error { return nil }
+	for name, call := range map[string]func(){
+		"Do":                 func() { e.Do(ctx, Interactive, fn) },
+		"Go":                 func() { e.Go(ctx, Batch, fn) },
+		"TryGo":              func() { e.TryGo(ctx, Batch, fn) },
+		"For":                func() { e.For(ctx, Batch, 2, func(int, int) error { return nil }) },
+		"Allow":              func() { e.Allow(ctx, Interactive) },
+		"Close":              func() { e.Close(ctx) },
+		"Stats":              func() { e.Stats() },
+		"Slots":              func() { e.Slots() },
+		"SetSlots":           func() { e.SetSlots(2) },
+		"SlowTasks":          func() { e.SlowTasks() },
+		"Debug":              func() { e.Debug() },
+		"QueueWaitHistogram": func() { e.QueueWaitHistogram(Interactive) },
+		"SlotTimeHistogram":  func() { e.SlotTimeHistogram(Interactive) },
+		"PartHistogram":      func() { e.PartHistogram(Interactive, 0) },
+	} {
+		func() {
+			defer func() {
+				r := recover()
+				if s, ok := r.(string); !ok || !strings.Contains(s, "zero Executor (create one with New)") {
+					t.Errorf("%s on a zero Executor: panic %v", name, r)
+				}
+			}()
+			call()
+		}()
+	}
 }

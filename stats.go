@@ -164,6 +164,7 @@ type Stats struct {
 // queue-wait and slot-time distributions. It costs a few microseconds
 // (it reads every histogram bucket); do not call it per task.
 func (e *Executor) Stats() Stats {
+	mustExec(e)
 	e.g.lock()
 	var st Stats
 	var queued [NumClasses]int
@@ -224,6 +225,7 @@ type Histogram struct {
 // end left out. An invalid class returns the zero Histogram (never another
 // class's data).
 func (e *Executor) QueueWaitHistogram(c Class) Histogram {
+	mustExec(e)
 	if !c.valid() {
 		return Histogram{}
 	}
@@ -232,6 +234,7 @@ func (e *Executor) QueueWaitHistogram(c Class) Histogram {
 
 // SlotTimeHistogram: see QueueWaitHistogram.
 func (e *Executor) SlotTimeHistogram(c Class) Histogram {
+	mustExec(e)
 	if !c.valid() {
 		return Histogram{}
 	}
