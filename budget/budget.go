@@ -92,6 +92,12 @@ type Budget struct {
 	// shares per KEP-2254); 0 when they are at their defaults or absent.
 	RequestCores float64 `json:"request_cores"`
 
+	// QuotaUnknown, when not empty, says why a quota could not be read
+	// (a cgroup not visible in the mount namespace, a file that could
+	// not be read): Limits may then miss one, and Cores is an upper
+	// bound.
+	QuotaUnknown string `json:"quota_unknown,omitempty"`
+
 	// Notes lists what could not be read and was ignored (for example a
 	// cgroup not visible in the mount namespace).
 	Notes []string `json:"notes"`
@@ -222,6 +228,8 @@ type detector struct {
 	numCPU     int
 	gomaxprocs int
 	env        func(string) (string, error)
+	// readFile replaces os.ReadFile in tests.
+	readFile func(string) ([]byte, error)
 }
 
 func selfDetector() *detector {
@@ -235,6 +243,9 @@ func selfDetector() *detector {
 }
 
 func (d *detector) read(p string) ([]byte, error) {
+	if d.readFile != nil {
+		return d.readFile(filepath.Join(d.root, p))
+	}
 	return os.ReadFile(filepath.Join(d.root, p))
 }
 
@@ -317,6 +328,7 @@ func (d *detector) readCgroup(b *Budget) error {
 	case errors.Is(err, cgroupfs.ErrNotVisible):
 		b.CgroupVersion, b.CgroupPath = h.Version, h.Path
 		b.Notes = append(b.Notes, err.Error()+": quota not read")
+		b.QuotaUnknown = err.Error()
 		return nil
 	case err != nil:
 		return fmt.Errorf("budget: %w", err)
@@ -332,6 +344,13 @@ func (d *detector) readCgroup(b *Budget) error {
 			// The Go runtime ignores a limit it cannot parse
 			// (runtime/cgroup_linux.go, adjustCgroupGOMAXPROCS): so do we.
 			b.Notes = append(b.Notes, err.Error()+": limit ignored, as the Go runtime ignores it")
+			continue
+		}
+		if errors.Is(err, fs.ErrPermission) {
+			// Listed but not readable (another user's cgroup seen
+			// through /proc/PID/root): not "no quota".
+			b.QuotaUnknown = err.Error()
+			b.Notes = append(b.Notes, err.Error()+": quota unknown")
 			continue
 		}
 		if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -350,5 +351,24 @@ func TestAnUnreadableEnvironIsUnknownNotUnset(t *testing.T) {
 	}
 	if b.GOMAXPROCSEnvUnknown == "" || b.GOMAXPROCSEnv != "" {
 		t.Errorf("env %q unknown %q: want unknown with the reason", b.GOMAXPROCSEnv, b.GOMAXPROCSEnvUnknown)
+	}
+}
+
+// A quota file that is listed but cannot be read is an unknown quota,
+// never "no quota".
+func TestAnUnreadableQuotaIsUnknown(t *testing.T) {
+	d := fixture("v2", 4, "")
+	d.readFile = func(p string) ([]byte, error) {
+		if filepath.Base(p) == "cpu.max" {
+			return nil, &fs.PathError{Op: "open", Path: p, Err: fs.ErrPermission}
+		}
+		return os.ReadFile(p)
+	}
+	b, err := d.detect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.QuotaUnknown == "" || len(b.Limits) != 0 {
+		t.Errorf("QuotaUnknown %q, Limits %v: want the quota unknown", b.QuotaUnknown, b.Limits)
 	}
 }

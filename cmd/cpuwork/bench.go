@@ -114,7 +114,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			// anything runs (a full run takes minutes).
 			if out != "" {
 				if err := checkWritable(out); err != nil {
-					return fmt.Errorf("bench: --out %s: %w", out, err)
+					return usageError(fmt.Errorf("bench: --out %s: %w", out, err))
 				}
 			}
 			// Ctrl-C or SIGTERM: remove the cgroups of the scenario that

@@ -112,7 +112,10 @@ func printBudget(w io.Writer, r budgetReport, self bool) {
 	default:
 		fmt.Fprintf(tw, "cgroup\tv%d %s\t%s\n", b.CgroupVersion, b.CgroupPath, b.CgroupDir)
 	}
-	if len(b.Limits) == 0 {
+	switch {
+	case b.QuotaUnknown != "":
+		fmt.Fprintf(tw, "quota\tunknown (%s)\n", b.QuotaUnknown)
+	case len(b.Limits) == 0:
 		fmt.Fprintf(tw, "quota\tnone\n")
 	}
 	for _, l := range b.Limits {

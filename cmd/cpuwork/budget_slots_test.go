@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -35,5 +36,13 @@ func TestBudgetReportsTheExecutorsSlots(t *testing.T) {
 		if n, paced := executorSlots(tc.b); n != tc.n || paced != tc.paced {
 			t.Errorf("%s: %d slots, paced %v; want %d, %v", tc.name, n, paced, tc.n, tc.paced)
 		}
+	}
+}
+
+func TestBudgetSaysAnUnreadableQuotaIsUnknown(t *testing.T) {
+	var out strings.Builder
+	printBudget(&out, budgetReport{Budget: budget.Budget{QuotaUnknown: "read cpu.max: permission denied"}}, false)
+	if !strings.Contains(out.String(), "unknown (read cpu.max: permission denied)") || strings.Contains(out.String(), "quota  none") {
+		t.Errorf("budget table:\n%s", out.String())
 	}
 }

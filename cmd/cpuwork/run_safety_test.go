@@ -385,6 +385,25 @@ func TestBenchRejectsNonPositiveDurations(t *testing.T) {
 	}
 }
 
+// Flags the bench refuses exit 2 before anything runs: an unknown
+// variant (it once ran every variant), an --out that cannot be written
+// (it once exited 1).
+func TestBenchRefusesBadFlagsWithStatus2(t *testing.T) {
+	for _, args := range [][]string{
+		{"bench", "--no-setup", "--scenario", "timers", "--variants", "nosuch", "--out", ""},
+		{"bench", "--no-setup", "--scenario", "timers", "--out", "/proc/version/report"},
+	} {
+		var stderr bytes.Buffer
+		if code := execute(args, &stderr); code != 2 {
+			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
+		}
+	}
+	var stderr bytes.Buffer
+	if code := execute([]string{"bench", "--no-setup", "--scenario", "service", "--variants", "pool-503,cpuwork,pool-503-aa", "--repeat", "-1"}, &stderr); code != 2 || strings.Contains(stderr.String(), "--variants") {
+		t.Errorf("known variants refused: exit %d: %s", code, stderr.String())
+	}
+}
+
 var jsonKeyRE = regexp.MustCompile(`"([^"]+)":`)
 
 // Defect 9: budget --json uses snake_case keys only and [] for empty lists.

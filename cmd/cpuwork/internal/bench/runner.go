@@ -365,6 +365,24 @@ func wanted(cfg Config) ([]string, error) {
 			return nil, configErr("bench: --scenario %q: unknown (have %s)", w, strings.Join(known, ", "))
 		}
 	}
+	if len(cfg.Variants) > 0 {
+		var names []string
+		for _, d := range scenarioTable {
+			if d.variants == nil {
+				continue
+			}
+			for _, v := range d.variants() {
+				if n, _, _ := strings.Cut(v, ":"); !slices.Contains(names, n) {
+					names = append(names, n)
+				}
+			}
+		}
+		for _, v := range cfg.Variants {
+			if base, _ := baseName(v); !slices.Contains(names, v) && !slices.Contains(names, base) {
+				return nil, configErr("bench: --variants %q: unknown (have %s; see --list)", v, strings.Join(names, ", "))
+			}
+		}
+	}
 	for _, c := range cfg.Compete {
 		if !slices.Contains(CompetitionNames(), c) {
 			return nil, configErr("bench: --compete %q: unknown (have %s)", c, strings.Join(CompetitionNames(), ", "))
