@@ -14,7 +14,9 @@
 // inside it yields to more urgent work and returns the task's error when
 // it should stop. Handlers that mostly wait (on a database, a downstream
 // service) hold a slot while they wait; route them around the middleware
-// or wrap only their CPU-bound part with Executor.Do.
+// or wrap only their CPU-bound part with Executor.Do. Route /debug/
+// (net/http/pprof, schedstat.Handler) around it too, so that a
+// diagnosis's requests never wait for a slot.
 package cpuworkhttp
 
 import (

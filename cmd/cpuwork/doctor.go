@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/url"
 	"time"
 
@@ -12,9 +13,11 @@ import (
 
 func doctorCmd() *cobra.Command {
 	var cfg doctor.Config
-	var asJSON bool
+	var asJSON, prove bool
+	var load string
+	var pairs int
 	cmd := &cobra.Command{
-		Use:   "doctor --pid N [--url http://127.0.0.1:PORT] [--duration 5s] [--json]",
+		Use:   "doctor --pid N [--url http://127.0.0.1:PORT] [--duration 5s] [--json] | doctor --prove [--load CMD] [--pairs 5] -- CMD [ARGS]",
 		Short: "Diagnose the CPU scheduling of a running process: findings, evidence and the fix",
 		Long: `Observe process N from outside for --duration and report what loses it CPU
 or latency, each finding with its evidence and the exact change that fixes it:
@@ -46,7 +49,9 @@ execution trace of up to 5 s from its net/http/pprof (/debug/pprof/trace,
 parsed with golang.org/x/exp/trace: every goroutine's wait from runnable to
 running), a CPU profile of the same length (/debug/pprof/profile: the
 scheduler's share, runtime.asyncPreempt apart) and, when it mounts schedstat.Handler at /debug/cpuwork (package
-github.com/cpuwork/cpuwork/schedstat), the sampler's last interval.
+github.com/cpuwork/cpuwork/schedstat), the sampler's last interval. A
+verdict needs Go's view (the trace or /debug/cpuwork); a source the
+program does not serve (404) is listed as "not served", not as unread.
 Exit status: 0 healthy (nothing found, with the Go view for a Go program);
 5 nothing found in the OS view, the Go view not asked for (no --url); 3
 something at warning or above; 4 inconclusive (a source the diagnosis
@@ -54,9 +59,31 @@ needs could not be read); 2 a usage error (no or a bad --pid, a malformed
 --url, a --duration that is not positive); 1 the doctor itself failed
 (the process is gone, or its PID was reused during the window). A quantity
 that could not be read is "unknown (why)", never 0. --json prints {"findings": [{"id",
-"severity", "summary", "evidence", "fix"}], "window": {...}, "unread": [...]}.`,
-		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+"severity", "summary", "evidence", "fix"}], "window": {...}, "unread": [...],
+"not_served": [...]}.
+
+--prove -- CMD [ARGS] starts CMD (the program itself, or a command that
+execs it) and diagnoses it; where the top finding's fix can be applied
+from outside (today: GOMAXPROCS from the CPU budget, added to CMD's
+environment), it runs CMD --pairs times as is, as is again (the A/A
+control) and fixed, in a shuffled order per round, each for --duration
+(default 3s here) after 1 s to settle, and prints each figure the
+finding rests on (run delay per second, the throttled share and time,
+with --url the Go scheduling latency p99 from the trace, with --load the
+load command's p99, read from hey's or vegeta's summary or a JSON line
+with "p99_ms") with the bench's three-way verdict. A fix that needs code
+(admission, Checkpoint) is named with the guide, not proved. Exit
+status: 0 the fix proved better, or nothing to prove (a healthy
+program); 3 a finding whose fix needs code; 4 the proof did not decide;
+2 no CMD; 1 CMD exited at once or could not start.`,
+		Args: cobra.ArbitraryArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if prove {
+				return runProve(cmd, cfg, args, load, pairs, asJSON)
+			}
+			if len(args) > 0 {
+				return usageError(fmt.Errorf("doctor: unexpected arguments %q (a command to prove goes after --prove --)", args))
+			}
 			if err := checkDoctorFlags(cfg); err != nil {
 				return usageError(fmt.Errorf("doctor: %w", err))
 			}
@@ -64,15 +91,8 @@ that could not be read is "unknown (why)", never 0. --json prints {"findings": [
 			if err != nil {
 				return err
 			}
-			out := cmd.OutOrStdout()
-			if asJSON {
-				enc := json.NewEncoder(out)
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(res); err != nil {
-					return err
-				}
-			} else {
-				res.Text(out)
+			if err := printResult(cmd.OutOrStdout(), res, asJSON); err != nil {
+				return err
 			}
 			switch res.Worst() {
 			case doctor.Info:
@@ -90,8 +110,53 @@ that could not be read is "unknown (why)", never 0. --json prints {"findings": [
 	f.StringVar(&cfg.URL, "url", "", "base URL of the target's HTTP server (http://HOST:PORT): probed with trivial requests; its net/http/pprof and /debug/cpuwork (schedstat.Handler) are read when served")
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "observation window (positive); sources get 5 s more to answer")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	cmd.MarkFlagRequired("pid")
+	f.BoolVar(&prove, "prove", false, "start CMD (after --), diagnose it, and prove the top fix that applies from outside by running CMD as is and fixed, alternated")
+	f.StringVar(&load, "load", "", "with --prove: a shell command run during each window; its p99 latency (hey, vegeta, or a JSON line with p99_ms) is a figure")
+	f.IntVar(&pairs, "pairs", 5, "with --prove: rounds of as is, as is again and fixed")
 	return cmd
+}
+
+// runProve is doctor --prove.
+func runProve(cmd *cobra.Command, cfg doctor.Config, args []string, load string, pairs int, asJSON bool) error {
+	if len(args) == 0 {
+		return usageError(fmt.Errorf("doctor: --prove needs a command: cpuwork doctor --prove -- CMD [ARGS]"))
+	}
+	if cfg.PID != 0 {
+		return usageError(fmt.Errorf("doctor: --prove starts its own process: give a command, not --pid"))
+	}
+	if pairs < 2 {
+		return usageError(fmt.Errorf("doctor: --pairs %d: at least 2 (an interval needs two)", pairs))
+	}
+	if cfg.URL != "" {
+		if err := checkDoctorFlags(doctor.Config{PID: 1, URL: cfg.URL, Duration: time.Second}); err != nil {
+			return usageError(fmt.Errorf("doctor: %w", err))
+		}
+	}
+	d := cfg.Duration
+	if !cmd.Flags().Changed("duration") {
+		d = 3 * time.Second
+	}
+	if d <= 0 {
+		return usageError(fmt.Errorf("doctor: --duration %v: must be positive", d))
+	}
+	p, err := doctor.Prove(doctor.ProveConfig{Cmd: args, URL: cfg.URL, Load: load, Duration: d, Pairs: pairs, Progress: cmd.ErrOrStderr()})
+	if err != nil {
+		return err
+	}
+	if err := printResult(cmd.OutOrStdout(), p, asJSON); err != nil {
+		return err
+	}
+	switch {
+	case p.Fix == nil && (p.Diagnosis.Worst() == doctor.Info || p.Diagnosis.Worst() == doctor.Partial):
+		return nil
+	case p.Fix == nil && p.Diagnosis.Worst() == doctor.Inconclusive:
+		return exitCode(4)
+	case p.Fix == nil:
+		return exitCode(3)
+	case p.Verdict == "better":
+		return nil
+	}
+	return exitCode(4)
 }
 
 // checkDoctorFlags refuses what would otherwise be read as health: a
@@ -114,4 +179,15 @@ func checkDoctorFlags(cfg doctor.Config) error {
 		}
 	}
 	return nil
+}
+
+// printResult writes r as indented JSON or as its text.
+func printResult(out io.Writer, r interface{ Text(io.Writer) }, asJSON bool) error {
+	if !asJSON {
+		r.Text(out)
+		return nil
+	}
+	enc := json.NewEncoder(out)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
 }

@@ -521,3 +521,23 @@ func TestRunForwardsEveryCatchableSignal(t *testing.T) {
 	}
 	noNewDirs(t, before)
 }
+
+// doctor --prove's refusals, as exit statuses: no command (2), a --pid
+// beside it (2), a command that exits at once (1).
+func TestDoctorProveRefusals(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"doctor", "--prove"}, 2, "needs a command"},
+		{[]string{"doctor", "--prove", "--pid", "1", "--", "sleep", "9"}, 2, "not --pid"},
+		{[]string{"doctor", "--", "sleep", "9"}, 2, "unexpected arguments"},
+		{[]string{"doctor", "--prove", "--", "true"}, 1, "exited before it could be diagnosed"},
+	} {
+		var stderr bytes.Buffer
+		if code := execute(c.args, &stderr); code != c.code || !strings.Contains(stderr.String(), c.msg) {
+			t.Errorf("%v: exit %d (%s), want %d and %q", c.args, code, stderr.String(), c.code, c.msg)
+		}
+	}
+}

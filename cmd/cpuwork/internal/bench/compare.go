@@ -214,3 +214,16 @@ func runMean(mean, x float64, n int) float64 {
 	}
 	return mean + (x-mean)/float64(n)
 }
+
+// JudgeOnce judges a comparison of a fixed number of pairs, looked at
+// once: ratios are judged/comparator per pair (> 0), aa the A/A
+// control's per-pair ratios (the comparator against a second copy of
+// itself, alternated the same way), higher says a higher value is
+// better. It returns the geometric-mean ratio, its 95 % interval (widened
+// by the control as comparisonInterval does), the equivalence margin and
+// the three-way verdict.
+func JudgeOnce(ratios, aa []float64, higher bool) (est, lo, hi, margin float64, v Verdict) {
+	est, lo, hi, _ = comparisonInterval(ratios, aa, confidence)
+	margin = aaMargin(aa)
+	return est, lo, hi, margin, threeWay(lo, hi, margin, higher)
+}

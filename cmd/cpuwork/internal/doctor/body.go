@@ -3,8 +3,10 @@ package doctor
 import (
 	"bytes"
 	"compress/gzip"
+	"errors"
 	"fmt"
 	"io"
+	"net/http"
 )
 
 // What the doctor reads from a target's --url is bounded: a target the
@@ -81,4 +83,31 @@ func readProfileData(r io.Reader) ([]byte, error) {
 		return nil, err
 	}
 	return io.ReadAll(capped(gz, maxProfileData, "the decompressed profile"))
+}
+
+// statusError is a source's answer other than 200 OK.
+type statusError struct {
+	url, status string
+	code        int
+	retryAfter  bool   // a Retry-After header came with it
+	hint        string // what serves the source
+}
+
+func (e *statusError) Error() string {
+	if e.code == http.StatusServiceUnavailable && e.retryAfter {
+		return fmt.Sprintf("%s: %s with Retry-After: shed by the target's admission (serve /debug/ outside its admission middleware: docs/guide.md)", e.url, e.status)
+	}
+	return fmt.Sprintf("%s: %s (%s)", e.url, e.status, e.hint)
+}
+
+func newStatusError(u string, resp *http.Response, hint string) *statusError {
+	return &statusError{url: u, status: resp.Status, code: resp.StatusCode, retryAfter: resp.Header.Get("Retry-After") != "", hint: hint}
+}
+
+// notServed reports whether err is a 404: the target does not serve the
+// source at all (a program without net/http/pprof, or without a cpuwork
+// executor), which is not a failure to read it.
+func notServed(err error) bool {
+	var se *statusError
+	return errors.As(err, &se) && se.code == http.StatusNotFound
 }

@@ -107,6 +107,10 @@ type Result struct {
 	Findings []Finding `json:"findings"`
 	// Unread lists what could not be read and why.
 	Unread []string `json:"unread"`
+	// NotServed lists the optional sources the target does not serve
+	// (404): a program without net/http/pprof's profile, or without a
+	// cpuwork executor. They take nothing from the verdict.
+	NotServed []string `json:"not_served"`
 }
 
 // Worst returns the highest severity among the findings: critical, then
@@ -125,7 +129,7 @@ func (r *Result) Worst() Severity {
 // margin is how long the doctor waits past the window for its sources
 // (trace, profile, /debug/cpuwork, probes): a target that has not answered
 // by then is reported as not answering, never waited for in turn.
-const margin = 5 * time.Second
+var margin = 5 * time.Second
 
 // Run observes cfg.PID for cfg.Duration and diagnoses it. It fails only
 // when the process cannot be observed at all (gone, /proc unreadable) or
@@ -144,7 +148,7 @@ func Run(cfg Config) (*Result, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = time.Sleep
 	}
-	res := &Result{PID: cfg.PID, Findings: []Finding{}, Unread: []string{}}
+	res := &Result{PID: cfg.PID, Findings: []Finding{}, Unread: []string{}, NotServed: []string{}}
 	start0, cpu0, err := procStat(cfg.PID)
 	if err != nil {
 		return nil, fmt.Errorf("doctor: pid %d: %w", cfg.PID, err)
@@ -236,7 +240,7 @@ func Run(cfg Config) (*Result, error) {
 		d := min(cfg.Duration, 5*time.Second)
 		profDone = make(chan profiled, 1)
 		go func() {
-			v, err := fetchProfile(ctx, cfg.URL, d)
+			v, err := fetchProfile(ctx, cfg.URL, w.Go.MainModule, d)
 			profDone <- profiled{v, err}
 		}()
 		// An execution trace over (most of) the window, from the target's
@@ -290,65 +294,93 @@ func Run(cfg Config) (*Result, error) {
 		go func() { s, ex, err := fetch(ctx, cfg.URL); sampleDone <- sampled{s, ex, err} }()
 	}
 	w.RunnableThreads = <-runnableDone
-	var fromURL int // sources read from the target's server
+	// With --url the diagnosis needs Go's own view: the execution trace
+	// or the sampler's scheduler metrics (goView). The CPU profile and
+	// the executor's view are extras: a 404 there means the program does
+	// not serve them (NotServed), and their other failures are listed
+	// but take nothing from the verdict (extras).
+	var goView bool
+	var extras, goViewErrs []string
+	failed := func(err error, extra bool, absent string) {
+		switch {
+		case notServed(err):
+			var se *statusError
+			errors.As(err, &se)
+			res.NotServed = append(res.NotServed, se.url+": "+absent+" (404)")
+			return
+		case extra:
+			extras = append(extras, err.Error())
+		default:
+			goViewErrs = append(goViewErrs, err.Error())
+		}
+		res.Unread = append(res.Unread, err.Error())
+	}
 	if cfg.URL != "" {
 		w.Probes = <-probeDone
-		if w.Probes.Answered > 0 {
-			fromURL++
-		}
 		if w.Probes.Refused == w.Probes.Sent {
 			res.Unread = append(res.Unread, fmt.Sprintf("%s: connection refused: nothing listens there", cfg.URL))
 		}
 	}
 	if profDone != nil {
 		if p := <-profDone; p.err != nil {
-			res.Unread = append(res.Unread, p.err.Error())
+			failed(p.err, true, "no CPU profile served (net/http/pprof)")
 		} else {
 			w.Profile = p.v
-			fromURL++
 		}
 	}
 	if traceDone != nil {
 		if t := <-traceDone; t.err != nil {
-			res.Unread = append(res.Unread, t.err.Error())
+			failed(t.err, false, "no execution trace served (net/http/pprof)")
 		} else {
-			w.Trace = t.v
-			fromURL++
+			w.Trace, goView = t.v, true
 		}
 	}
 	if sampleDone != nil {
 		got := <-sampleDone
 		smp, err := got.s, got.err
 		if err != nil {
-			res.Unread = append(res.Unread, err.Error())
+			// Go's view when the trace is missing; an extra beside it.
+			failed(err, false, "no cpuwork executor or schedstat.Handler in this program")
 		} else {
-			w.Runtime, w.Executor = smp, got.ex
-			fromURL++
+			w.Runtime, w.Executor, goView = smp, got.ex, true
 			if smp.GOMAXPROCS > 0 {
 				w.GOMAXPROCS, w.GOMAXPROCSSource = smp.GOMAXPROCS, "the target's /debug/cpuwork"
 			}
 		}
 	}
+	if goView {
+		// One of the two gave Go's view: the other's failure is an extra's.
+		extras = append(extras, goViewErrs...)
+	}
 	res.Findings = diagnose(w)
-	settle(res, cfg.URL, terr == nil, fromURL)
+	settle(res, cfg.URL, terr == nil, goView, extras)
 	return res, nil
 }
 
 // settle turns a "healthy" that rests on half a view into what it is:
-// inconclusive when a source the diagnosis needs (the threads' run delay;
-// with url, anything from it) or any other source could not be read;
-// nothing-found-os-view for a Go program (or a binary that could not be
-// read) diagnosed without url. kernelRead says whether the threads'
-// schedstat was read; fromURL counts the sources read from url.
-func settle(res *Result, url string, kernelRead bool, fromURL int) {
+// inconclusive when a source the diagnosis needs could not be read (the
+// threads' run delay; with url, Go's own view: the execution trace or
+// /debug/cpuwork's sample; the binary or environment of a Go program),
+// naming it; nothing-found-os-view for a Go program (or a binary that
+// could not be read) diagnosed without url. kernelRead says whether the
+// threads' schedstat was read, goView whether Go's view was; extras are
+// the entries of res.Unread from optional sources (a profile, the
+// executor's view beside the trace), listed but not needed.
+func settle(res *Result, url string, kernelRead, goView bool, extras []string) {
 	w := &res.Window
 	if res.Findings[0].ID == "healthy" {
 		var missing []string
 		if !kernelRead {
 			missing = append(missing, "the threads' run delay (/proc/PID/task/*/schedstat)")
 		}
-		if url != "" && fromURL == 0 {
-			missing = append(missing, "anything from "+url+" (probes, trace, profile, /debug/cpuwork)")
+		if url != "" && !goView {
+			missing = append(missing, "Go's own view from "+url+" (an execution trace at /debug/pprof/trace, or schedstat.Handler at /debug/cpuwork)")
+		}
+		var needed []string
+		for _, u := range res.Unread {
+			if !slices.Contains(extras, u) {
+				needed = append(needed, u)
+			}
 		}
 		switch {
 		case len(missing) > 0:
@@ -356,7 +388,7 @@ func settle(res *Result, url string, kernelRead bool, fromURL int) {
 				Summary:  "nothing found, but the diagnosis lacks " + strings.Join(missing, " and ") + ": not healthy, not judged",
 				Evidence: append([]string{}, res.Unread...),
 				Fix:      "make the missing source readable (run as the target's user or root; give a --url where the target serves net/http/pprof) and run again"}
-		case len(res.Unread) > 0:
+		case len(needed) > 0:
 			// Never healthy from half a view: what was not read is named.
 			res.Findings[0] = Finding{ID: "inconclusive", Severity: Inconclusive,
 				Summary:  "nothing found in what could be read, but some sources could not be (see \"not read\"): not healthy, not judged",
@@ -372,6 +404,39 @@ func settle(res *Result, url string, kernelRead bool, fromURL int) {
 			f.Fix = "to check the Go side, serve net/http/pprof (and schedstat.Handler at /debug/cpuwork) on a loopback port and run again with --url http://127.0.0.1:PORT"
 		}
 	}
+}
+
+// fewEvents is how many events a percentile or a mean rests on before the
+// evidence calls it rough: a p99 of 50 is its largest value or close to it.
+const fewEvents = 50
+
+// rough says so when a figure rests on fewer than fewEvents events.
+func rough(n int64, what string) string {
+	if n >= fewEvents {
+		return ""
+	}
+	return fmt.Sprintf("; only %d %s: a rough figure (fewer than %d)", n, what, fewEvents)
+}
+
+// loopFix is the fix for work that holds every P without yielding:
+// checkpoint (Checkpoint in the program's loops) when the CPU profile
+// shows the time in the program's own code or was not read; when it
+// shows the time mostly inside a library or in C through cgo, where no
+// Checkpoint can be put, admission and smaller units of work instead.
+func loopFix(w *Window, checkpoint string) string {
+	p := w.Profile
+	if p == nil || p.Samples == 0 {
+		return checkpoint
+	}
+	const most = 0.5
+	admit := "admit the work through a cpuwork.Executor with a class (slots = the budget: requests queue and shed instead of sharing every P) and make each unit smaller where the library allows (a smaller input, Executor.For over its parts)"
+	switch {
+	case p.Cgo >= most:
+		return fmt.Sprintf("%.0f%% of the CPU samples are in C called through cgo, where Checkpoint cannot reach: %s", 100*p.Cgo, admit)
+	case p.Library >= most:
+		return fmt.Sprintf("%.0f%% of the CPU samples are inside libraries (most in %s), not in the program's own loops, so Checkpoint can only go between their calls: %s", 100*p.Library, p.TopLibrary, admit)
+	}
+	return fmt.Sprintf("%s (%.0f%% of the CPU samples are in the program's own code)", checkpoint, 100*p.Own)
 }
 
 // siblings counts the cgroup directories below limitDir (the ancestor
@@ -416,7 +481,7 @@ func fetch(ctx context.Context, base string) (*schedstat.Sample, *ExecutorView, 
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, nil, fmt.Errorf("%s: %s (mount schedstat.Handler there)", u, resp.Status)
+		return nil, nil, newStatusError(u, resp, "mount schedstat.Handler there")
 	}
 	s, ex, err := readDebug(resp.Body)
 	if err != nil {
@@ -596,6 +661,9 @@ func diagnose(w *Window) []Finding {
 	if !judgeThrottling && thr.Periods > 0 {
 		thrEvidence += fmt.Sprintf("; too few periods to judge a share (fewer than %d had runnable threads)", minPeriods)
 	}
+	if l, ok := b.Limiting(); ok && l.Period > 0 && w.Duration < l.Period {
+		thrEvidence += fmt.Sprintf("; the window is shorter than one quota period (%v): throttling may not show in it", l.Period)
+	}
 	quotaWhere := ""
 	if l, ok := b.Limiting(); ok && !l.Leaf {
 		quotaWhere = fmt.Sprintf("the quota is set on the ancestor cgroup %s, not the process's own (%s)", l.Dir, b.CgroupDir)
@@ -689,7 +757,7 @@ func diagnose(w *Window) []Finding {
 				sev = Critical
 			}
 			kev := fmt.Sprintf("run delay %v and on-CPU %v over %d threads and %d wake-ups in %v: %.2f s per second, %.0f%% of the %.2f-core budget, %v per wake-up (/proc/PID/task/*/schedstat)",
-				w.Kernel.RunDelay.Round(time.Millisecond), w.Kernel.OnCPU.Round(time.Millisecond), w.Kernel.Count, w.Kernel.Timeslices, w.Duration.Round(time.Millisecond), perSec, 100*lost, b.Cores, short(perSlice))
+				w.Kernel.RunDelay.Round(time.Millisecond), w.Kernel.OnCPU.Round(time.Millisecond), w.Kernel.Count, w.Kernel.Timeslices, w.Duration.Round(time.Millisecond), perSec, 100*lost, b.Cores, short(perSlice)) + rough(int64(w.Kernel.Timeslices), "wake-ups")
 			// Its own threads outnumber its cores: while it uses its whole
 			// budget, or by twice over (then others may compete too, but
 			// the process would wait for itself without them).
@@ -735,7 +803,7 @@ func diagnose(w *Window) []Finding {
 			out = append(out, Finding{ID: "slow-to-answer", Severity: Warning,
 				Summary:  fmt.Sprintf("a trivial request takes %v (median) to answer: requests wait for a P behind CPU-bound work", short(p.median())),
 				Evidence: []string{ev},
-				Fix:      "bound CPU-bound concurrency (a cpuwork.Executor), call cpuwork.Checkpoint in long loops and serve the listener through cpuwork.WatchListener: with every P busy Go polls the network only every 10 ms, and Checkpoint then wakes the netpoller when a request arrives",
+				Fix:      loopFix(w, "bound CPU-bound concurrency (a cpuwork.Executor), call cpuwork.Checkpoint in long loops and serve the listener through cpuwork.WatchListener: with every P busy Go polls the network only every 10 ms, and Checkpoint then wakes the netpoller when a request arrives"),
 			})
 		}
 	}
@@ -747,7 +815,7 @@ func diagnose(w *Window) []Finding {
 					Summary: fmt.Sprintf("%.0f runnable goroutines per P wait in Go's run queues: every CPU-bound task is time-sliced with the others and finishes late", perP),
 					Evidence: []string{
 						fmt.Sprintf("%d runnable goroutines on %d Ps (/sched/goroutines/runnable)", s.Runnable, s.GOMAXPROCS),
-						fmt.Sprintf("scheduling latency p99 %v, p50 %v over %d events in %v (/sched/latencies)", short(s.SchedLatency.P99), short(s.SchedLatency.P50), s.SchedLatency.Count, short(s.Interval)),
+						fmt.Sprintf("scheduling latency p99 %v, p50 %v over %d events in %v (/sched/latencies)", short(s.SchedLatency.P99), short(s.SchedLatency.P50), s.SchedLatency.Count, short(s.Interval)) + rough(int64(s.SchedLatency.Count), "events"),
 					},
 					Fix: "bound CPU-bound concurrency to the budget: run the work through a cpuwork.Executor (Do/Go with a class; slots = floor(quota)) so excess requests queue, with priorities, instead of sharing the Ps",
 				})
@@ -756,8 +824,8 @@ func diagnose(w *Window) []Finding {
 		if q := s.TimerLateness; q.Count > 0 && q.P99 >= timerP99Warn {
 			out = append(out, Finding{ID: "timer-starvation", Severity: Warning,
 				Summary:  fmt.Sprintf("a timer fires %v late at p99: busy Ps do not run timers and the netpoller until a goroutine yields", short(q.P99)),
-				Evidence: []string{fmt.Sprintf("timer canary lateness p50 %v, p99 %v, max %v over %d wake-ups in %v", short(q.P50), short(q.P99), short(q.Max), q.Count, short(s.Interval)), "Go issue 38860 (timers wait behind non-yielding goroutines); /sched/latencies does not show it (Go issue 45632)"},
-				Fix:      "call cpuwork.Checkpoint(ctx) inside long CPU loops (it yields for due timers every ~40 µs when every P is busy, ~4 ns a call otherwise), or runtime.Gosched() every ~100 µs of work",
+				Evidence: []string{fmt.Sprintf("timer canary lateness p50 %v, p99 %v, max %v over %d wake-ups in %v", short(q.P50), short(q.P99), short(q.Max), q.Count, short(s.Interval)) + rough(int64(q.Count), "wake-ups"), "Go issue 38860 (timers wait behind non-yielding goroutines); /sched/latencies does not show it (Go issue 45632)"},
+				Fix:      loopFix(w, "call cpuwork.Checkpoint(ctx) inside long CPU loops (it yields for due timers every ~40 µs when every P is busy, ~4 ns a call otherwise), or runtime.Gosched() every ~100 µs of work"),
 			})
 		}
 		if s.CPU > 0 {
@@ -765,7 +833,7 @@ func diagnose(w *Window) []Finding {
 			if share >= gcShareWarn || s.GCPause.P99 >= gcPauseP99Warn {
 				out = append(out, Finding{ID: "gc-pressure", Severity: Warning,
 					Summary:  fmt.Sprintf("the GC took %.0f%% of the process's CPU", 100*share),
-					Evidence: []string{fmt.Sprintf("GC CPU %v of %v CPU in %v (/cpu/classes/gc/total)", s.GCCPU.Round(time.Millisecond), s.CPU.Round(time.Millisecond), s.Interval), fmt.Sprintf("stop-the-world GC pauses p99 %v over %d (/sched/pauses/total/gc)", s.GCPause.P99, s.GCPause.Count)},
+					Evidence: []string{fmt.Sprintf("GC CPU %v of %v CPU in %v (/cpu/classes/gc/total)", s.GCCPU.Round(time.Millisecond), s.CPU.Round(time.Millisecond), s.Interval), fmt.Sprintf("stop-the-world GC pauses p99 %v over %d (/sched/pauses/total/gc)", s.GCPause.P99, s.GCPause.Count) + rough(int64(s.GCPause.Count), "pauses")},
 					Fix:      "allocate less on the hot path (pool buffers), or trade memory for CPU: raise GOGC, or set GOMEMLIMIT near the container's memory limit with a higher GOGC",
 				})
 			}
@@ -777,7 +845,7 @@ func diagnose(w *Window) []Finding {
 	if tv := w.Trace; tv != nil && tv.Procs > 0 {
 		perP := tv.MeanRunnable / float64(tv.Procs)
 		ev := fmt.Sprintf("execution trace (/debug/pprof/trace, %v): %d runnable→running waits, p50 %v, p99 %v, max %v; on average %.1f goroutines runnable per P (%d Ps ran)",
-			short(tv.Duration), tv.Waits, short(tv.WaitP50), short(tv.WaitP99), short(tv.WaitMax), perP, tv.Procs)
+			short(tv.Duration), tv.Waits, short(tv.WaitP50), short(tv.WaitP99), short(tv.WaitMax), perP, tv.Procs) + rough(int64(tv.Waits), "waits")
 		if pv := w.Profile; pv != nil && pv.Samples > 0 {
 			ev += fmt.Sprintf("; CPU profile: %.0f%% of %d samples in the scheduler (runtime.schedule/findRunnable), %.0f%% in runtime.asyncPreempt (preempted work, not counted as scheduler)", 100*pv.SchedulerShare, pv.Samples, 100*pv.PreemptShare)
 		}
@@ -918,6 +986,9 @@ func (r *Result) Text(out io.Writer) {
 	}
 	for _, u := range r.Unread {
 		fmt.Fprintf(out, "\nnot read: %s\n", u)
+	}
+	for _, u := range r.NotServed {
+		fmt.Fprintf(out, "\nnot served: %s\n", u)
 	}
 }
 

@@ -143,6 +143,9 @@ type GoInfo struct {
 	// NotGo: the binary was read and is not a Go program (as opposed to a
 	// binary that could not be read, which may be one).
 	NotGo bool `json:"not_go,omitempty"`
+	// MainModule is the main module's path ("" when unknown): the
+	// program's own code, as opposed to its libraries.
+	MainModule string `json:"main_module,omitempty"`
 }
 
 // goInfo reads the build information of /proc/PID/exe.
@@ -151,7 +154,7 @@ func goInfo(pid int) GoInfo {
 	if err != nil {
 		return GoInfo{Unreadable: err.Error(), NotGo: strings.Contains(err.Error(), "not a Go executable")}
 	}
-	g := GoInfo{GoVersion: bi.GoVersion, QuotaAware: goAtLeast(bi.GoVersion, 25)}
+	g := GoInfo{GoVersion: bi.GoVersion, QuotaAware: goAtLeast(bi.GoVersion, 25), MainModule: bi.Main.Path}
 	for _, s := range bi.Settings {
 		if s.Key == "DefaultGODEBUG" && hasSetting(s.Value, "containermaxprocs=0") {
 			g.QuotaAware = false

@@ -417,20 +417,25 @@ func TestHealthyOnlyFromAWholeView(t *testing.T) {
 		r          *Result
 		url        string
 		kernelRead bool
-		fromURL    int
+		goView     bool
 		want       string
 		sev        Severity
 	}{
-		{"Go program, both views read", healthy(goProgram), "http://x", true, 3, "healthy", Info},
-		{"Go program, no --url", healthy(goProgram), "", true, 0, "nothing-found-os-view", Partial},
-		{"not a Go program, no --url", healthy(GoInfo{NotGo: true}), "", true, 0, "healthy", Info},
-		{"a binary that could not be read, no --url", healthy(GoInfo{Unreadable: "permission denied"}, "/proc/1/exe: permission denied"), "", true, 0, "inconclusive", Inconclusive},
-		{"environ unreadable, with --url", healthy(goProgram, "/proc/9/environ: permission denied"), "http://x", true, 3, "inconclusive", Inconclusive},
-		{"schedstat unreadable", healthy(goProgram, "schedstat: permission denied"), "http://x", false, 3, "inconclusive", Inconclusive},
-		{"nothing from --url", healthy(goProgram), "http://x", true, 0, "inconclusive", Inconclusive},
+		{"Go program, both views read", healthy(goProgram), "http://x", true, true, "healthy", Info},
+		{"Go program, no --url", healthy(goProgram), "", true, false, "nothing-found-os-view", Partial},
+		{"not a Go program, no --url", healthy(GoInfo{NotGo: true}), "", true, false, "healthy", Info},
+		{"a binary that could not be read, no --url", healthy(GoInfo{Unreadable: "permission denied"}, "/proc/1/exe: permission denied"), "", true, false, "inconclusive", Inconclusive},
+		{"environ unreadable, with --url", healthy(goProgram, "/proc/9/environ: permission denied"), "http://x", true, true, "inconclusive", Inconclusive},
+		{"schedstat unreadable", healthy(goProgram, "schedstat: permission denied"), "http://x", false, true, "inconclusive", Inconclusive},
+		{"nothing from --url", healthy(goProgram), "http://x", true, false, "inconclusive", Inconclusive},
+		{"a profile that timed out beside the trace", healthy(goProgram, "profile: timeout"), "http://x", true, true, "healthy", Info},
 	}
 	for _, c := range cases {
-		settle(c.r, c.url, c.kernelRead, c.fromURL)
+		var extras []string
+		if len(c.r.Unread) > 0 && strings.HasPrefix(c.r.Unread[0], "profile") {
+			extras = c.r.Unread
+		}
+		settle(c.r, c.url, c.kernelRead, c.goView, extras)
 		if f := c.r.Findings[0]; f.ID != c.want || f.Severity != c.sev || c.r.Worst() != c.sev {
 			t.Errorf("%s: %s %s (worst %s), want %s %s", c.name, f.ID, f.Severity, c.r.Worst(), c.want, c.sev)
 		}
@@ -454,5 +459,65 @@ func TestThrottledTimeOfAFifthOfTheBudgetIsAFinding(t *testing.T) {
 		case c.want != "" && (!ok || f.Severity != c.want):
 			t.Errorf("%v frozen: cpu-throttled %v %s, want %s", c.frozen, ok, f.Severity, c.want)
 		}
+	}
+}
+
+// The fix for loops that hold the Ps names Checkpoint only where the
+// profile shows the time in the program's own code: inside image/jpeg or
+// a cgo library it names admission and smaller units.
+func TestTheLoopFixFollowsWhereTheTimeIs(t *testing.T) {
+	for _, c := range []struct {
+		p    *ProfileView
+		want string
+	}{
+		{nil, "Checkpoint"},
+		{&ProfileView{Samples: 100, Own: 0.8, Library: 0.1}, "80% of the CPU samples are in the program's own code"},
+		{&ProfileView{Samples: 100, Own: 0.1, Library: 0.8, TopLibrary: "image/jpeg"}, "most in image/jpeg"},
+		{&ProfileView{Samples: 100, Cgo: 0.9}, "through cgo"},
+	} {
+		got := loopFix(&Window{Profile: c.p}, "call cpuwork.Checkpoint(ctx)")
+		if !strings.Contains(got, c.want) {
+			t.Errorf("profile %+v: fix %q, want %q", c.p, got, c.want)
+		}
+		if c.p != nil && (c.p.Library >= 0.5 || c.p.Cgo >= 0.5) && strings.Contains(got, "Checkpoint(ctx)") {
+			t.Errorf("profile %+v: fix %q names Checkpoint", c.p, got)
+		}
+	}
+	for _, c := range []struct {
+		stack []string
+		kind  string
+	}{
+		{[]string{"main.spin", "runtime.goexit"}, "own"},
+		{[]string{"example.com/app/work.Hash", "main.main"}, "own"},
+		{[]string{"image/jpeg.(*decoder).idct", "example.com/app/img.Thumb"}, "lib"},
+		{[]string{"golang.org/x/image/draw.(*Kernel).Scale"}, "lib"},
+		{[]string{"_Cfunc_vips_resize", "example.com/app/img.Thumb"}, "cgo"},
+		{[]string{"runtime.mallocgc", "main.main"}, "runtime"},
+		{nil, "cgo"},
+	} {
+		if k, _ := kind(c.stack, "example.com/app"); k != c.kind {
+			t.Errorf("%v: %s, want %s", c.stack, k, c.kind)
+		}
+	}
+}
+
+// A figure resting on fewer than 50 events, or throttling measured in a
+// window shorter than a quota period, says so in its evidence.
+func TestEvidenceSaysWhenItRestsOnFewEvents(t *testing.T) {
+	if got := rough(12, "wake-ups"); !strings.Contains(got, "only 12 wake-ups: a rough figure") {
+		t.Errorf("rough(12) = %q", got)
+	}
+	if got := rough(50, "wake-ups"); got != "" {
+		t.Errorf("rough(50) = %q, want nothing", got)
+	}
+}
+
+func TestThrottlingInAWindowShorterThanAPeriodSaysSo(t *testing.T) {
+	w := quotaWindow(1, 1)
+	w.Duration = 50 * time.Millisecond
+	w.Throttling = budget.Stat{Periods: 1, ThrottledPeriods: 1, ThrottledTime: 40 * time.Millisecond}
+	f, ok := find(diagnose(w), "cpu-throttled")
+	if !ok || !strings.Contains(strings.Join(f.Evidence, " "), "shorter than one quota period (100ms)") {
+		t.Errorf("cpu-throttled %v, evidence %q", ok, f.Evidence)
 	}
 }

@@ -140,7 +140,7 @@ func pprofGet(ctx context.Context, base, what string, d time.Duration) (string, 
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
-		return u, nil, fmt.Errorf("%s: %s (import _ \"net/http/pprof\" in the target)", u, resp.Status)
+		return u, nil, newStatusError(u, resp, `import _ "net/http/pprof" in the target`)
 	}
 	return u, resp.Body, nil
 }

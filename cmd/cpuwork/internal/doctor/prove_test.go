@@ -1,0 +1,127 @@
+package doctor
+
+import (
+	"errors"
+	"math"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/cgroup"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/bench"
+)
+
+// The refusals of --prove: no command, a command that exits at once, a
+// healthy program (nothing to prove), a fix that needs code.
+func TestProveRefusals(t *testing.T) {
+	if _, err := Prove(ProveConfig{}); err == nil || !strings.Contains(err.Error(), "needs a command") {
+		t.Errorf("no command: %v", err)
+	}
+	if _, err := Prove(ProveConfig{Cmd: []string{"no-such-command-here"}}); err == nil {
+		t.Error("a command that does not exist: no error")
+	}
+	_, err := Prove(ProveConfig{Cmd: []string{"true"}, Settle: 200 * time.Millisecond})
+	if !errors.Is(err, ErrExitedAtOnce) {
+		t.Errorf("a command that exits at once: %v, want ErrExitedAtOnce", err)
+	}
+	for _, c := range []struct {
+		res  *Result
+		want string
+	}{
+		{&Result{Findings: []Finding{{ID: "healthy", Severity: Info}}}, "nothing to prove"},
+		{&Result{Findings: []Finding{{ID: "nothing-found-os-view", Severity: Partial}}}, "nothing to prove"},
+		{&Result{Findings: []Finding{{ID: "inconclusive", Severity: Inconclusive}}}, "inconclusive"},
+		{&Result{Findings: []Finding{{ID: "timer-starvation", Severity: Warning, Fix: "call cpuwork.Checkpoint"}}}, "needs a change in the code"},
+		{func() *Result {
+			r := &Result{Findings: []Finding{{ID: "cpu-throttled", Severity: Warning}}}
+			r.Window.Budget, r.Window.GOMAXPROCS, r.Window.Go.GoVersion = budget.Budget{Cores: 2}, 2, "go1.26"
+			return r
+		}(), "no setting from outside"},
+	} {
+		if fix, why := fixFor(c.res); fix != nil || !strings.Contains(why, c.want) {
+			t.Errorf("%s: fix %v, refusal %q; want none and %q", c.res.Findings[0].ID, fix, why, c.want)
+		}
+	}
+	r := &Result{Findings: []Finding{{ID: "gomaxprocs-above-quota", Severity: Critical}}}
+	r.Window.Budget, r.Window.GOMAXPROCS, r.Window.Go.GoVersion = budget.Budget{Cores: 1.5}, 4, "go1.26"
+	if fix, _ := fixFor(r); fix == nil || len(fix.Env) != 1 || fix.Env[0] != "GOMAXPROCS=1" {
+		t.Errorf("GOMAXPROCS 4 under a 1.5-core quota: fix %+v, want GOMAXPROCS=1", fix)
+	}
+}
+
+// A healthy program: nothing to prove, after one diagnosis.
+func TestProveOnAHealthyProgramHasNothingToProve(t *testing.T) {
+	t.Setenv("DOCTOR_ILL", "light")
+	p, err := Prove(ProveConfig{Cmd: []string{os.Args[0], "-test.run=^$"}, Settle: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Fix != nil || !strings.Contains(p.Refusal, "nothing to prove") {
+		t.Errorf("fix %+v, refusal %q", p.Fix, p.Refusal)
+	}
+}
+
+// GOMAXPROCS 4 in a 1-CPU cgroup: the fix (GOMAXPROCS=1 in the
+// environment) removes the throttling and lowers the run delay, and the
+// proof says better.
+func TestProveGOMAXPROCSAboveAQuota(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to create a cgroup with a CPU quota")
+	}
+	g, err := cgroup.New(cgroup.Config{Name: cgroup.OwnedName("doctor-prove"), Parent: "cpuwork-doctor-test", CPUs: 1})
+	if err != nil {
+		t.Skipf("cannot create a CPU cgroup here: %v", err)
+	}
+	defer func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	t.Setenv("DOCTOR_ILL", "busy:4")
+	t.Setenv("GOMAXPROCS", "4")
+	p, err := Prove(ProveConfig{Cmd: []string{os.Args[0], "-test.run=^$"}, Pairs: 3, Duration: time.Second,
+		Settle: 300 * time.Millisecond, started: g.Add})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	p.Text(&b)
+	t.Log("\n" + b.String())
+	if p.Fix == nil || p.Fix.Env[0] != "GOMAXPROCS=1" {
+		t.Fatalf("fix %+v (refusal %q), want GOMAXPROCS=1", p.Fix, p.Refusal)
+	}
+	for _, f := range p.Figures {
+		if f.Verdict != bench.Better {
+			t.Errorf("%s: %s, want better", f.Name, f.Verdict)
+		}
+		// A busy loop at exactly its quota still overruns a period's
+		// edge now and then: the frozen time is what goes.
+		if f.Name == "throttled time" && f.Fixed > f.AsIs/10 {
+			t.Errorf("throttled time fixed %.3f s/s, as is %.3f: want a tenth or less", f.Fixed, f.AsIs)
+		}
+	}
+	if p.Verdict != bench.Better {
+		t.Errorf("verdict %s, want better", p.Verdict)
+	}
+}
+
+func TestParseLoadP99(t *testing.T) {
+	for _, c := range []struct {
+		out  string
+		want float64
+	}{
+		{"Latency distribution:\n  10% in 0.0011 secs\n  99% in 0.0123 secs\n", 12.3},
+		{"Requests      [total, rate, throughput]  150, 50.33, 50.30\nLatencies     [min, mean, 50, 90, 95, 99, max]  1.1ms, 2ms, 1.9ms, 3ms, 3.5ms, 5.5ms, 9ms\n", 5.5},
+		{`{"latencies":{"total":1,"mean":2,"50th":3,"90th":4,"95th":5,"99th":7000000,"max":8}}` + "\n", 7},
+		{"warming up\n{\"p99_ms\": 42.5}\n", 42.5},
+	} {
+		if got := parseLoadP99(c.out); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%q: %v, want %v", c.out, got, c.want)
+		}
+	}
+	if got := parseLoadP99("no latency here"); !math.IsNaN(got) {
+		t.Errorf("no latency: %v, want NaN", got)
+	}
+}
