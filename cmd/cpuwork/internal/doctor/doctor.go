@@ -863,7 +863,9 @@ func diagnose(w *Window) []Finding {
 			})
 		}
 	}
-	if len(out) == 0 {
+	// Nothing at warning or above is healthy; notes (info findings, such
+	// as Go's own GOMAXPROCS above a fractional quota) follow it.
+	if !slices.ContainsFunc(out, func(f Finding) bool { return f.Severity != Info }) {
 		gmp := strconv.Itoa(w.GOMAXPROCS)
 		if w.GOMAXPROCSUnknown != "" {
 			gmp = "unknown (" + w.GOMAXPROCSUnknown + ")"
@@ -875,7 +877,8 @@ func diagnose(w *Window) []Finding {
 		if thr.Periods > 0 {
 			ev = append(ev, thrEvidence)
 		}
-		out = append(out, Finding{ID: "healthy", Severity: Info, Summary: "nothing found that loses CPU or latency in this window", Evidence: ev, Fix: "none"})
+		rank(out)
+		return append([]Finding{{ID: "healthy", Severity: Info, Summary: "nothing found that loses CPU or latency in this window", Evidence: ev, Fix: "none"}}, out...)
 	}
 	rank(out)
 	return out

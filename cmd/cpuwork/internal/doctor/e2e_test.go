@@ -50,19 +50,33 @@ func startIn(t testing.TB, g *cgroup.Group, cmd *exec.Cmd) {
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() }) // before the group's removal (LIFO)
 }
 
-// An idle Go >= 1.25 process under a 1.5-CPU quota: Go's GOMAXPROCS is
-// max(2, ceil(1.5)) = 2 by design; nothing is throttled; no warning.
+// An idle Go >= 1.25 service under a 1.5-CPU quota, serving
+// net/http/pprof: Go's GOMAXPROCS is max(2, ceil(1.5)) = 2 by design;
+// nothing is throttled. With --url it is healthy, Go's GOMAXPROCS a note
+// after it; without, nothing found in the OS view (the Go view not
+// asked for).
 func TestAnIdleGoProcessUnderAFractionalQuotaGetsNoWarning(t *testing.T) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "DOCTOR_ILL=light", "GOMAXPROCS=")
+	cmd.Env = append(os.Environ(), "DOCTOR_ILL=pprof:0", "GOMAXPROCS=")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	inQuota(t, 1.5, cmd)
+	sc := bufio.NewScanner(out)
+	sc.Scan()
+	addr := sc.Text()
 	time.Sleep(200 * time.Millisecond)
-	r := diagnoseT(t, Config{PID: cmd.Process.Pid})
-	if r.Worst() != Info {
-		t.Errorf("an idle process under 1.5 CPUs: worst %s, findings %v", r.Worst(), ids(r))
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://" + addr})
+	if r.Worst() != Info || r.Findings[0].ID != "healthy" {
+		t.Errorf("an idle service under 1.5 CPUs, with --url: worst %s, findings %v; want healthy first", r.Worst(), ids(r))
 	}
 	if f, ok := find(r.Findings, "gomaxprocs-above-quota"); ok && f.Severity != Info {
 		t.Errorf("gomaxprocs-above-quota at %s", f.Severity)
+	}
+	r = diagnoseT(t, Config{PID: cmd.Process.Pid, Duration: time.Second})
+	if r.Worst() != Partial || r.Findings[0].ID != "nothing-found-os-view" {
+		t.Errorf("without --url: worst %s, findings %v; want nothing-found-os-view", r.Worst(), ids(r))
 	}
 }
 
