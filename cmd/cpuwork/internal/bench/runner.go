@@ -553,11 +553,30 @@ func (r *Runner) pairsRule() string {
 	case r.cfg.Quick:
 		return "smoke test: one pair, no verdicts"
 	case r.rounds == r.maxRounds:
-		return fmt.Sprintf("%d pairs per scenario (--repeat)", r.rounds)
+		return fmt.Sprintf("%d pairs per scenario (--repeat), judged once; %s", r.rounds, r.levelWords())
 	case r.cfg.Thorough:
-		return fmt.Sprintf("%d to %d pairs per scenario (--thorough): judged after %v pairs, stopping when every comparison is decided", r.rounds, r.maxRounds, looks)
+		return fmt.Sprintf("%d to %d pairs per scenario (--thorough): judged after %v pairs, stopping when every comparison is decided; %s", r.rounds, r.maxRounds, looks, r.levelWords())
 	}
-	return fmt.Sprintf("%d to %d pairs per scenario within its share of the run's time: judged after %v pairs, stopping when every comparison is decided", r.rounds, r.maxRounds, looksTo(r.maxRounds))
+	return fmt.Sprintf("%d to %d pairs per scenario within its share of the run's time: judged after %v pairs, stopping when every comparison is decided; %s", r.rounds, r.maxRounds, looksTo(r.maxRounds), r.levelWords())
+}
+
+// lookLevel is the level of each look's interval in this run: a run of
+// a fixed number of pairs (--repeat) looks once, at the end, at 95 %;
+// otherwise Pocock's per-look level for the looks up to its cap.
+func (r *Runner) lookLevel() float64 {
+	if r.rounds == r.maxRounds {
+		return confidence
+	}
+	return lookLevel(r.maxRounds)
+}
+
+// levelWords says at which level the run's intervals are computed.
+func (r *Runner) levelWords() string {
+	if r.rounds == r.maxRounds {
+		return "each interval at 95 %, looked at once"
+	}
+	k := len(looksTo(r.maxRounds))
+	return fmt.Sprintf("each look's interval at %.1f %% (95 %% over the %d looks together: Pocock)", 100*r.lookLevel(), k)
 }
 
 // looksTo lists the looks up to max.
@@ -582,7 +601,7 @@ func looksTo(max int) []int {
 func (r *Runner) pairs(s *Scenario, checks func() []check, round func(i int)) {
 	s.smoke = r.cfg.Quick
 	s.decidedAt = map[string]int{}
-	s.level = lookLevel(r.maxRounds)
+	s.level = r.lookLevel()
 	start := time.Now()
 	for i := 0; ; i++ {
 		if i >= r.rounds && !r.more(s, i, checks, time.Since(start)) {

@@ -377,3 +377,28 @@ func TestABoundSupportsAVerdictOneWayOnly(t *testing.T) {
 		t.Errorf("a lower bound above the pool: %s, want better", r.Verdict)
 	}
 }
+
+// A run of a fixed number of pairs (--repeat) looks once, at the end:
+// its intervals are at 95 %, not at the per-look level of looks it never
+// takes (24 pairs were charged for four looks: 98.2 %). A run that looks
+// at 3, 6 and 12 pairs computes each look at Pocock's 97.8 % and says so.
+func TestTheLevelPrintedIsTheLevelUsed(t *testing.T) {
+	for _, c := range []struct {
+		rounds, max int
+		level       float64
+		words       string
+	}{
+		{24, 24, 0.95, "each interval at 95 %, looked at once"},
+		{48, 48, 0.95, "each interval at 95 %, looked at once"},
+		{3, 12, 1 - 0.0221, "each look's interval at 97.8 % (95 % over the 3 looks together: Pocock)"},
+		{3, 24, 1 - 0.0182, "each look's interval at 98.2 % (95 % over the 4 looks together: Pocock)"},
+	} {
+		r := &Runner{rounds: c.rounds, maxRounds: c.max}
+		if got := r.lookLevel(); math.Abs(got-c.level) > 1e-9 {
+			t.Errorf("%d to %d pairs: level %.4f, want %.4f", c.rounds, c.max, got, c.level)
+		}
+		if !strings.Contains(r.pairsRule(), c.words) {
+			t.Errorf("%d to %d pairs: %q, want it to say %q", c.rounds, c.max, r.pairsRule(), c.words)
+		}
+	}
+}
