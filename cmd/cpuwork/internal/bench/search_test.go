@@ -167,3 +167,30 @@ func TestCapacityDrift(t *testing.T) {
 		t.Errorf("with a failed calibration: %v, want 0", got)
 	}
 }
+
+// Only the best alternative's upper bound restricts a verdict: another
+// alternative's true value is below its bound, below the best's, and
+// changes nothing (naive@80% an upper bound made a synthetic 0.72x
+// [0.71-0.72] inconclusive). Any alternative's lower bound still does:
+// its true value may be above the best's.
+func TestOnlyTheBestAlternativesUpperBoundRestricts(t *testing.T) {
+	mk := func(naiveBound float64) *Scenario {
+		return synth(map[string]map[string][]float64{
+			"cpuwork@80%": {capacityMetric: jitter(72, 4)},
+			"pool@80%":    {capacityMetric: jitter(100, 4)},
+			"naive@80%":   {capacityMetric: jitter(60, 4), capacityBoundKey: {naiveBound}},
+			"pool-aa@80%": {capacityMetric: jitter(100, 4)},
+		})
+	}
+	c := capacityCheck("", "", 0.1, []string{"pool", "naive"}, "pool")
+	s := mk(-1) // naive at most 60: the best is the pool whatever naive's true value
+	judge(s, []check{c})
+	if got := s.Checks[0]; got.Verdict != Worse || got.BestAlternative != "pool@80%" {
+		t.Errorf("a non-best alternative's upper bound: %s", got.line())
+	}
+	s = mk(1) // naive at least 60: it may be above the pool, so worse is not supported... but better would be
+	judge(s, []check{c})
+	if got := s.Checks[0]; got.Verdict != Worse {
+		t.Errorf("a non-best alternative's lower bound with the judged variant below the best: %s, want worse (a lower bound supports worse)", got.line())
+	}
+}

@@ -502,30 +502,39 @@ func evaluate(s *Scenario, c check) CheckResult {
 }
 
 // boundedVerdict keeps only the verdict a bound supports. A derived value
-// (capacityCheck) that is a bound makes the ratio one too: the
-// judged variant's lower bound or an alternative's upper bound leaves the
-// true ratio at least the one measured, which supports "better" only; an
-// alternative's lower bound or the judged variant's upper bound leaves it
-// at most that, which supports "worse" only. Any other verdict becomes
-// inconclusive, with a note. (For a lower-is-better metric the two swap.)
-// The A/A control's bounds are not in the ratio and change nothing.
+// (capacityCheck) that is a bound makes the ratio one too. A bound on the
+// side of better (a lower bound when higher is better, an upper bound
+// when lower is) says the true value may be better than measured; one on
+// the side of worse, that it may be worse. The judged variant's bound on
+// the side of better leaves the true ratio at least as good as measured,
+// which supports "better" only; on the side of worse, "worse" only. Any
+// alternative's bound on the side of better may make it the true best,
+// above the best measured: "worse" only. A bound on the side of worse
+// matters for the best alternative alone (it may be worse than measured:
+// "better" only); another alternative's true value is then below the
+// best's already and changes nothing. Any other verdict becomes
+// inconclusive, with a note. The A/A control's bounds are not in the
+// ratio and change nothing.
 func boundedVerdict(r *CheckResult, c check) {
-	var atLeast, atMost bool
+	betterSide, worseSide := "a lower bound", "an upper bound"
+	if !c.higher {
+		betterSide, worseSide = worseSide, betterSide
+	}
+	var atLeast, atMost bool // the true ratio is at least (at most) as good as measured
 	for _, n := range r.Notes {
 		base, _, _ := strings.Cut(n, " ")
 		judged, alt := base == c.judged, slices.Contains(c.against, base)
 		switch {
 		case !judged && !alt: // the A/A control's bound: not in the ratio
-		case strings.HasSuffix(n, "a lower bound") && judged:
+		case judged && strings.HasSuffix(n, betterSide):
 			atLeast = true
-		case strings.HasSuffix(n, "an upper bound") && alt:
+		case judged && strings.HasSuffix(n, worseSide):
+			atMost = true
+		case strings.HasSuffix(n, betterSide): // an alternative that may be the true best
+			atMost = true
+		case strings.HasSuffix(n, worseSide) && base == r.BestAlternative:
 			atLeast = true
-		case strings.HasSuffix(n, "a lower bound"), strings.HasSuffix(n, "an upper bound"):
-			atMost = true // an alternative's lower bound, the judged variant's upper bound
 		}
-	}
-	if !c.higher {
-		atLeast, atMost = atMost, atLeast
 	}
 	keep := r.Verdict
 	switch {
