@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -117,6 +118,54 @@ func tHalfWidth(sd float64, n, df int, level float64) float64 {
 	return t * sd / math.Sqrt(float64(n))
 }
 
+// unstableControl says why an A/A control cannot give a margin, or "":
+// its interval at level (the comparison's own) lies wholly beyond the
+// margin floor (two identical arms
+// differ by more than 5 %: a bias the run cannot tell from an effect,
+// which would otherwise widen the margin until a real 10 % difference
+// reads equivalent), or, over 6 or more pairs, its per-pair ratios drift
+// (the slope of their logs over the pairs is nonzero at 95 % and adds up
+// to more than the floor across the run).
+func unstableControl(aa []float64, level float64) string {
+	if len(aa) < 2 {
+		return ""
+	}
+	est, lo, hi := pairedInterval(aa, level)
+	if lo > 1+marginFloor || hi < 1/(1+marginFloor) {
+		return fmt.Sprintf("unstable control: the A/A control differs from itself by %.2fx [%.2f-%.2f], beyond the %.0f %% floor", est, lo, hi, 100*marginFloor)
+	}
+	n := len(aa)
+	if n < 6 {
+		return ""
+	}
+	// Least squares of log ratio on the pair's index.
+	var mx, my float64
+	for i, x := range aa {
+		mx += float64(i)
+		my += math.Log(x)
+	}
+	mx /= float64(n)
+	my /= float64(n)
+	var sxx, sxy float64
+	for i, x := range aa {
+		dx := float64(i) - mx
+		sxx += dx * dx
+		sxy += dx * (math.Log(x) - my)
+	}
+	slope := sxy / sxx
+	var sse float64
+	for i, x := range aa {
+		r := math.Log(x) - my - slope*(float64(i)-mx)
+		sse += r * r
+	}
+	se := math.Sqrt(sse / float64(n-2) / sxx)
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 2)}.Quantile(1 - (1-level)/2)
+	if math.Abs(slope) > t*se && math.Abs(slope)*float64(n-1) > math.Log(1+marginFloor) {
+		return fmt.Sprintf("unstable control: the A/A control drifts by %.2fx over the %d pairs", math.Exp(slope*float64(n-1)), n)
+	}
+	return ""
+}
+
 // aaMargin is the equivalence margin from an A/A control's per-pair
 // ratios: the part of the control's difference from 1 that its own 95 %
 // interval establishes (the interval's edge nearest 1, when the interval
@@ -185,6 +234,9 @@ var loadNoise = map[string]bool{"service": true, "inference": true, "timers": tr
 // margin from the A/A control's per-pair ratios aa, in a run whose cap of
 // pairs is maxPairs.
 func decide(ratios, aa []float64, higher bool, maxPairs int) Verdict {
+	if unstableControl(aa, lookLevel(maxPairs)) != "" {
+		return Inconclusive // not judged: never a verdict
+	}
 	_, lo, hi, _ := comparisonInterval(ratios, aa, lookLevel(maxPairs))
 	return threeWay(lo, hi, aaMargin(aa), higher)
 }
@@ -225,5 +277,8 @@ func runMean(mean, x float64, n int) float64 {
 func JudgeOnce(ratios, aa []float64, higher bool) (est, lo, hi, margin float64, v Verdict) {
 	est, lo, hi, _ = comparisonInterval(ratios, aa, confidence)
 	margin = aaMargin(aa)
+	if unstableControl(aa, confidence) != "" {
+		return est, lo, hi, margin, Inconclusive
+	}
 	return est, lo, hi, margin, threeWay(lo, hi, margin, higher)
 }

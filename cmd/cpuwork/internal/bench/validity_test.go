@@ -400,10 +400,10 @@ func TestTheAAControlRunsTheControlAgainAtEveryLevel(t *testing.T) {
 	if math.Abs(c.Margin-0.5) > 1e-9 || c.AAPairs != 2 || math.Abs(c.AAEstimate-1.5) > 1e-9 {
 		t.Errorf("margin %v from A/A %v on %d pairs, want 0.5 from 1.5 on 2", c.Margin, c.AAEstimate, c.AAPairs)
 	}
-	// cpuwork is 1.2x the pool in both pairs: outside 5 %, inside the
-	// A/A control's 50 %: equivalent.
-	if c.Verdict != Equivalent {
-		t.Errorf("verdict %s, want equivalent inside the A/A margin: %s", c.Verdict, c.line())
+	// The pool against itself 1.5x in both pairs: an unstable control,
+	// whose comparisons are not judged (it no longer widens the margin).
+	if c.Verdict != "" || !strings.Contains(c.NotJudged, "unstable control") {
+		t.Errorf("verdict %s, want not judged (unstable control): %s", c.Verdict, c.line())
 	}
 }
 

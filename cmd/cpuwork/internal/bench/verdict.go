@@ -493,6 +493,11 @@ func evaluate(s *Scenario, c check) CheckResult {
 		r.Notes = append(r.Notes, "interval at the A/A control's per-pair spread, wider than the comparison's own")
 	}
 	r.Margin = aaMargin(aa)
+	if why := unstableControl(aa, level); why != "" {
+		r.Verdict = ""
+		r.NotJudged = why
+		return r
+	}
 	r.Verdict = Inconclusive
 	if len(r.Values) >= 2 {
 		r.Verdict = threeWay(r.CILow, r.CIHigh, r.Margin, c.higher)
