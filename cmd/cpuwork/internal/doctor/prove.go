@@ -127,6 +127,11 @@ func Prove(cfg ProveConfig) (*Proof, error) {
 	}
 	p.Diagnosis = first.res
 	p.Fix, p.Refusal = fixFor(first.res)
+	if p.Fix != nil {
+		if k := setsItself(cfg.Cmd, p.Fix.Env); k != "" {
+			p.Fix, p.Refusal = nil, fmt.Sprintf("the fix is %s in the command's environment, but the command sets %s itself (%s): set it in the doctor's environment instead (%s=... cpuwork doctor --prove -- PROGRAM)", p.Fix.What, k, strings.Join(cfg.Cmd, " "), k)
+		}
+	}
 	if p.Fix == nil {
 		p.Elapsed = time.Since(begin)
 		return p, nil
@@ -199,6 +204,24 @@ func fixFor(res *Result) (*Fix, string) {
 		return nil, f.ID + ": the process runs no more goroutines at once than its budget's cores, so no setting from outside removes it: a larger budget, or admission in the code (a cpuwork.Executor: docs/guide.md)"
 	}
 	return nil, f.ID + ": its fix needs a change in the code (" + f.Fix + "): docs/guide.md shows how; --prove proves only what it can apply from outside"
+}
+
+// setsItself returns the name of a variable of env that cmd sets for
+// its program itself (env NAME=VALUE PROGRAM), which would override the
+// fix; "" when none.
+func setsItself(cmd, env []string) string {
+	if len(cmd) == 0 || !strings.HasSuffix(cmd[0], "env") {
+		return ""
+	}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		for _, a := range cmd[1:] {
+			if strings.HasPrefix(a, k+"=") {
+				return k
+			}
+		}
+	}
+	return ""
 }
 
 // figuresFor lists the figures a proof measures for res's top finding.

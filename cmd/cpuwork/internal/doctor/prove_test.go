@@ -108,6 +108,16 @@ func TestProveGOMAXPROCSAboveAQuota(t *testing.T) {
 	}
 }
 
+// A command that sets the fix's variable itself would override it.
+func TestAFixTheCommandOverridesIsNotProved(t *testing.T) {
+	if k := setsItself([]string{"env", "GOMAXPROCS=4", "./server"}, []string{"GOMAXPROCS=1"}); k != "GOMAXPROCS" {
+		t.Errorf("env GOMAXPROCS=4 ./server: %q", k)
+	}
+	if k := setsItself([]string{"./server", "GOMAXPROCS=4"}, []string{"GOMAXPROCS=1"}); k != "" {
+		t.Errorf("an argument of the program: %q", k)
+	}
+}
+
 func TestParseLoadP99(t *testing.T) {
 	for _, c := range []struct {
 		out  string
