@@ -11,67 +11,17 @@ import (
 	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
 
-// Checkpoint marks a safe point inside a long CPU-bound loop of a task. Call
+// Checkpoint marks a safe point in a long CPU-bound loop of a task: call
 // it every few microseconds to a millisecond of work, on the goroutine
-// that runs the task's fn:
-//
-//	for i := range items {
-//		if err := cpuwork.Checkpoint(ctx); err != nil {
-//			return err
-//		}
-//		process(items[i])
-//	}
-//
-// It does four things, cheapest first:
-//
-//  1. When a task of a more urgent class waits for a slot, or a task of
-//     its own class that is due earlier (latency targets, order.go), or
-//     (Batch and Background) quota pacing has paused its class, it hands
-//     its slot over and queues again at its own due's place in its class
-//     (it keeps its place in line), returning when it gets a slot back.
-//     Critical work therefore waits for at most one Checkpoint interval of
-//     lower-class work, not for whole tasks. Without targets nobody of its
-//     own class is due earlier than a running task.
-//  2. At most every ~100 µs it reads the number of runnable goroutines
-//     (runtime/metrics /sched/goroutines/runnable:goroutines, Go >= 1.26)
-//     and calls runtime.Gosched when some wait for a P; goroutines outside
-//     the executor (handlers, the netpoller's readers) then run within
-//     ~100 µs instead of waiting for async preemption (10 ms,
-//     forcePreemptNS in runtime/proc.go). Where the metric does not exist
-//     it yields every 100 µs instead.
-//  3. Every 40 µs on average it calls
-//     runtime.Gosched so the P runs its due timers: timers are only run
-//     when a P enters the scheduler, so busy workers delay every timer on
-//     their Ps (Go issue 38860). A due timer does not count as a runnable
-//     goroutine until a P runs it, so step 2 cannot see it. A task's
-//     first clock read yields at once, since the P's last yield (by the
-//     goroutine's previous task) is not known. (~140 ns per Gosched:
-//     0.35 % of the task's time at 40 µs.)
-//  4. With a listener served through WatchListener, when every P is busy
-//     and no goroutine is runnable, one task of the process per
-//     netPollInterval asks the watched connections whether a request
-//     arrived (~0.4 µs) and, if one did, gives its slot up and parks
-//     ~30 µs so its P polls the network at once, instead of the request
-//     waiting for sysmon's 10 ms poll (see WatchListener); the request's
-//     task can take the slot meanwhile. After the park it takes a slot
-//     again, queuing at its own due's place in its class if none is free.
-//
-// Cost: a few nanoseconds when nobody waits (docs/performance.md): the
-// goroutine's task looked up in a table, one atomic load and a counter;
-// the clock is read only every so many calls, a stride adapted to keep
-// clock reads a quarter to half of CheckpointYield apart (at most
-// 100 µs).
-//
-// The task is the one the calling goroutine runs (the innermost, in a
-// task of another executor); ctx is the one whose end stops the task,
-// normally the ctx fn received. On a goroutine that runs no task (one
-// that fn started, say), and on the caller's goroutine while
-// [Executor.For] runs chunks of the task on helpers, Checkpoint only
-// yields the P (steps 2 to 4 without the slot). A nil ctx panics.
-//
-// It returns ctx's error once ctx has ended (checked when the clock is
-// read, and while re-queued), or ErrClosed when the executor closed while
-// the task was re-queued; the task should then return.
+// that runs fn, with the ctx fn received. When a more urgent task (or one
+// of its class due earlier) waits for a slot, the task hands its slot over
+// and queues again at its own place; when goroutines wait for a P, timers
+// are due, or a request arrived on a WatchListener, it yields the P. It
+// costs a few nanoseconds when nobody waits. On a goroutine that runs no
+// task, and while For runs the task's chunks on helpers, it only yields
+// the P. It returns ctx's error once ctx has ended, or ErrClosed when the
+// executor closed while the task waited for its slot back: the task should
+// then return. A nil ctx panics.
 func Checkpoint(ctx context.Context) error {
 	// The fast path (a task that holds its slot alone, nobody to hand
 	// the slot to, not yet time to read the clock): the table lookup, a

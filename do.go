@@ -562,9 +562,10 @@ func (e *Executor) inline(ctx context.Context, t *task, fn func(context.Context)
 	return fn(ctx)
 }
 
-// recoverTask is the one place a task's panic becomes a *PanicError: run,
-// inline and For's chunks defer it. It must be the deferred function itself
-// for recover to see the panic. panicked, if not nil, counts it.
+// recoverTask turns a task's panic into a *PanicError for the calls that
+// defer it, inline and For's chunks; run's deferred end does the same for
+// the tasks run runs. It must be the deferred function itself for recover
+// to see the panic. panicked, if not nil, counts it.
 func recoverTask(class Class, err *error, panicked *atomic.Uint64) {
 	if r := recover(); r != nil {
 		if panicked != nil {

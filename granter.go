@@ -346,7 +346,7 @@ func (g *granter) dispatchLocked() {
 			return
 		}
 		w := g.pickLocked()
-		if w == nil { // cannot happen while waiting > 0; keep the slot free
+		if w == nil { // none eligible now (SpareP's slot with only Batch queued, say): keep the slot free
 			g.free.add(1)
 			return
 		}

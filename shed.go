@@ -250,10 +250,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 // refusal is counted as a submission's would be (Rejected, Shed), so the
 // shed rate an autoscaler reads stays whole; an allowed call counts
 // nothing, a done ctx neither. It panics on a nil ctx or executor and
-// returns an error for an invalid class. Cost: two atomic loads when a
-// slot is free and nobody waits; else the door's estimate under the
-// executor's lock, 116-146 ns, no allocation (BenchmarkAllowSaturated;
-// docs/performance.md, "The late budget and Executor.Allow").
+// returns an error for an invalid class. It allocates nothing.
 func (e *Executor) Allow(ctx context.Context, c Class) error {
 	mustCtx(ctx)
 	mustExec(e)

@@ -17,6 +17,7 @@ import (
 	"unsafe"
 
 	"github.com/cpuwork/cpuwork/cgroup"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/bench"
 	"golang.org/x/sys/unix"
 )
 
@@ -538,6 +539,42 @@ func TestDoctorProveRefusals(t *testing.T) {
 		var stderr bytes.Buffer
 		if code := execute(c.args, &stderr); code != c.code || !strings.Contains(stderr.String(), c.msg) {
 			t.Errorf("%v: exit %d (%s), want %d and %q", c.args, code, stderr.String(), c.code, c.msg)
+		}
+	}
+}
+
+// bench.md's flag table says what the flags' definitions say: the
+// --duration defaults and the pairs of --repeat and --thorough come from
+// the bench's constants (they once disagreed: 20 vs 24 pairs, 3 to 10 vs
+// 3 to 12, and two different duration defaults).
+func TestBenchDocsTableMatchesTheFlags(t *testing.T) {
+	b, err := os.ReadFile("../../docs/bench.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(flag string) string {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "| `"+flag+"` |") {
+				return l
+			}
+		}
+		t.Fatalf("bench.md has no row for %s", flag)
+		return ""
+	}
+	asNeeded, upTo := bench.PairsDefaults()
+	for flag, want := range map[string]string{"--duration": bench.DurationDefaults(), "--repeat": asNeeded, "--thorough": upTo} {
+		if r := row(flag); !strings.Contains(r, want) {
+			t.Errorf("bench.md's %s row %q does not say %q", flag, r, want)
+		}
+	}
+	cmd := rootCmd()
+	bc, _, err := cmd.Find([]string{"bench"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for flag, want := range map[string]string{"duration": bench.DurationDefaults(), "repeat": asNeeded, "thorough": upTo} {
+		if u := bc.Flags().Lookup(flag).Usage; !strings.Contains(u, want) {
+			t.Errorf("--%s's help %q does not say %q", flag, u, want)
 		}
 	}
 }

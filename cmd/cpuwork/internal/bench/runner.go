@@ -429,12 +429,12 @@ func Run(cfg Config) (*Report, error) {
 		r.rounds, r.maxRounds = minPairs, defaultMaxPairs
 	}
 	if r.duration <= 0 {
-		r.duration = time.Second
+		r.duration = defaultDuration
 		switch {
 		case cfg.Quick:
-			r.duration = 600 * time.Millisecond
+			r.duration = quickDuration
 		case cfg.Thorough:
-			r.duration = 2 * time.Second
+			r.duration = thoroughDuration
 		}
 	}
 	// The load scenarios' runs: 2 s by default (a p99 of 200-1000
@@ -442,12 +442,12 @@ func Run(cfg Config) (*Report, error) {
 	// --thorough.
 	r.loadDur = cfg.Duration
 	if r.loadDur <= 0 {
-		r.loadDur = 2 * time.Second
+		r.loadDur = defaultLoadDuration
 		switch {
 		case cfg.Quick:
-			r.loadDur = 600 * time.Millisecond
+			r.loadDur = quickDuration
 		case cfg.Thorough:
-			r.loadDur = 5 * time.Second
+			r.loadDur = thoroughLoadDuration
 		}
 	}
 	b, err := budget.Detect()
@@ -558,6 +558,28 @@ func (r *Runner) pairsRule() string {
 		return fmt.Sprintf("%d to %d pairs per scenario (--thorough): judged after %v pairs, stopping when every comparison is decided; %s", r.rounds, r.maxRounds, looks, r.levelWords())
 	}
 	return fmt.Sprintf("%d to %d pairs per scenario within its share of the run's time: judged after %v pairs, stopping when every comparison is decided; %s", r.rounds, r.maxRounds, looksTo(r.maxRounds), r.levelWords())
+}
+
+// The time per variant per pair when --duration is 0: the time-based
+// scenarios' and the load scenarios' (service, inference), by default,
+// with --thorough and with --quick.
+const (
+	defaultDuration      = time.Second
+	thoroughDuration     = 2 * time.Second
+	defaultLoadDuration  = 2 * time.Second
+	thoroughLoadDuration = 5 * time.Second
+	quickDuration        = 600 * time.Millisecond
+)
+
+// DurationDefaults says in words what --duration 0 means.
+func DurationDefaults() string {
+	return fmt.Sprintf("0 = %v (%v for service and inference); with --thorough %v (%v); with --quick %v",
+		defaultDuration, defaultLoadDuration, thoroughDuration, thoroughLoadDuration, quickDuration)
+}
+
+// PairsDefaults says in words how many pairs a run takes.
+func PairsDefaults() (asNeeded, thorough string) {
+	return fmt.Sprintf("%d to %d as needed", minPairs, defaultMaxPairs), fmt.Sprintf("up to %d", thoroughMaxPairs)
 }
 
 // lookLevel is the level of each look's interval in this run: a run of

@@ -1,6 +1,8 @@
 package doctor
 
 import (
+	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -519,5 +521,36 @@ func TestThrottlingInAWindowShorterThanAPeriodSaysSo(t *testing.T) {
 	f, ok := find(diagnose(w), "cpu-throttled")
 	if !ok || !strings.Contains(strings.Join(f.Evidence, " "), "shorter than one quota period (100ms)") {
 		t.Errorf("cpu-throttled %v, evidence %q", ok, f.Evidence)
+	}
+}
+
+// doctor.md's findings table states the thresholds the code uses.
+func TestDoctorDocsStateTheCodesThresholds(t *testing.T) {
+	b, err := os.ReadFile("../../../../docs/doctor.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	row := func(id string) string {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "| `"+id+"` |") {
+				return l
+			}
+		}
+		t.Fatalf("doctor.md has no row for %s", id)
+		return ""
+	}
+	ms := func(d time.Duration) string { return fmt.Sprintf("%d ms", d/time.Millisecond) }
+	for id, wants := range map[string][]string{
+		"slow-to-answer":   {"≥ " + ms(slowAnswer)},
+		"oversubscribed":   {fmt.Sprintf("≥ %g runnable goroutines per P", runnablePerPWarn), "p99 ≥ " + ms(schedP99Warn)},
+		"timer-starvation": {"≥ " + ms(timerP99Warn)},
+		"gc-pressure":      {fmt.Sprintf("GC ≥ %g %%", 100*gcShareWarn), "p99 ≥ " + ms(gcPauseP99Warn)},
+	} {
+		r := row(id)
+		for _, w := range wants {
+			if !strings.Contains(r, w) {
+				t.Errorf("doctor.md's %s row does not say %q: %s", id, w, r)
+			}
+		}
 	}
 }
