@@ -111,6 +111,10 @@ type Result struct {
 	// (404): a program without net/http/pprof's profile, or without a
 	// cpuwork executor. They take nothing from the verdict.
 	NotServed []string `json:"not_served"`
+	// Lacks lists what a verdict needs and could not have: the sources
+	// whose absence makes nothing-found inconclusive. Empty: the view was
+	// whole.
+	Lacks []string `json:"lacks"`
 }
 
 // Worst returns the highest severity among the findings: critical, then
@@ -148,7 +152,7 @@ func Run(cfg Config) (*Result, error) {
 	if cfg.Sleep == nil {
 		cfg.Sleep = time.Sleep
 	}
-	res := &Result{PID: cfg.PID, Findings: []Finding{}, Unread: []string{}, NotServed: []string{}}
+	res := &Result{PID: cfg.PID, Findings: []Finding{}, Unread: []string{}, NotServed: []string{}, Lacks: []string{}}
 	start0, cpu0, err := procStat(cfg.PID)
 	if err != nil {
 		return nil, fmt.Errorf("doctor: pid %d: %w", cfg.PID, err)
@@ -368,20 +372,21 @@ func Run(cfg Config) (*Result, error) {
 // executor's view beside the trace), listed but not needed.
 func settle(res *Result, url string, kernelRead, goView bool, extras []string) {
 	w := &res.Window
+	var missing []string
+	if !kernelRead {
+		missing = append(missing, "the threads' run delay (/proc/PID/task/*/schedstat)")
+	}
+	if url != "" && !goView {
+		missing = append(missing, "Go's own view from "+url+" (an execution trace at /debug/pprof/trace, or schedstat.Handler at /debug/cpuwork)")
+	}
+	var needed []string
+	for _, u := range res.Unread {
+		if !slices.Contains(extras, u) {
+			needed = append(needed, u)
+		}
+	}
+	res.Lacks = append(append([]string{}, missing...), needed...)
 	if res.Findings[0].ID == "healthy" {
-		var missing []string
-		if !kernelRead {
-			missing = append(missing, "the threads' run delay (/proc/PID/task/*/schedstat)")
-		}
-		if url != "" && !goView {
-			missing = append(missing, "Go's own view from "+url+" (an execution trace at /debug/pprof/trace, or schedstat.Handler at /debug/cpuwork)")
-		}
-		var needed []string
-		for _, u := range res.Unread {
-			if !slices.Contains(extras, u) {
-				needed = append(needed, u)
-			}
-		}
 		switch {
 		case len(missing) > 0:
 			res.Findings[0] = Finding{ID: "inconclusive", Severity: Inconclusive,

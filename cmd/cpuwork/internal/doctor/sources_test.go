@@ -100,11 +100,20 @@ func TestEverySourceStatus(t *testing.T) {
 			}
 			var text strings.Builder
 			r.Text(&text)
-			if got := r.Findings[0].ID; got != c.want.verdict {
-				t.Errorf("verdict %s, want %s:\n%s", got, c.want.verdict, text.String())
+			// What the sources decide (Lacks) does not depend on the
+			// machine; the verdict does when another rule fires (a loaded
+			// machine can make the probes slow): it is checked only
+			// where no rule did.
+			if lacks := len(r.Lacks) > 0; lacks != (c.want.verdict == "inconclusive") {
+				t.Errorf("lacks %q, want a needed source lacking: %v:\n%s", r.Lacks, c.want.verdict == "inconclusive", text.String())
 			}
-			if c.want.verdict == "inconclusive" && !strings.Contains(strings.Join(r.Findings[0].Evidence, " ")+r.Findings[0].Summary, "/debug/") {
-				t.Errorf("inconclusive without naming the source:\n%s", text.String())
+			if got := r.Findings[0].ID; (got == "healthy" || got == "inconclusive") && got != c.want.verdict {
+				t.Errorf("verdict %s, want %s:\n%s", got, c.want.verdict, text.String())
+			} else if got != "healthy" && got != "inconclusive" {
+				t.Logf("a rule fired on this machine (%s): the verdict is not checked", got)
+			}
+			if c.want.verdict == "inconclusive" && !strings.Contains(strings.Join(r.Lacks, " "), "/debug/") {
+				t.Errorf("lacking without naming the source: %q", r.Lacks)
 			}
 			has := func(list []string, sub string) bool {
 				return slices.ContainsFunc(list, func(l string) bool { return strings.Contains(l, sub) })
@@ -139,10 +148,14 @@ func TestAProgramServingOnlyPprofIsHealthy(t *testing.T) {
 func healthyWithPprof(t *testing.T, ill string) {
 	cmd, addr := start(t, ill)
 	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://" + addr, Duration: 2 * time.Second})
-	if got := ids(r); !slices.Equal(got, []string{"healthy"}) || r.Worst() != Info {
-		t.Errorf("findings %v (worst %s), want healthy", got, r.Worst())
+	if len(r.Lacks) > 0 || len(r.Unread) > 0 || len(r.NotServed) != 1 || !strings.Contains(r.NotServed[0], "/debug/cpuwork: no cpuwork executor") {
+		t.Errorf("lacks %q, not read %q, not served %q: want a whole view, only /debug/cpuwork not served", r.Lacks, r.Unread, r.NotServed)
 	}
-	if len(r.Unread) > 0 || len(r.NotServed) != 1 || !strings.Contains(r.NotServed[0], "/debug/cpuwork: no cpuwork executor") {
-		t.Errorf("not read %q, not served %q: want only /debug/cpuwork not served", r.Unread, r.NotServed)
+	// healthy unless a rule fires on a loaded machine (slow probes):
+	// never inconclusive.
+	if got := ids(r); got[0] == "inconclusive" || got[0] != "healthy" && r.Worst() == Info {
+		t.Errorf("findings %v (worst %s), want healthy", got, r.Worst())
+	} else if got[0] != "healthy" {
+		t.Logf("a rule fired on this machine: %v", got)
 	}
 }
