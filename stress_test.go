@@ -33,9 +33,15 @@ import (
 // CPUWORK_STRESS_RUNS sets the number of runs (default 2000; 200 with
 // -short) for a longer campaign.
 func TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError(t *testing.T) {
-	runs := 2000
+	campaign(t, 2000, 200, false)
+}
+
+// campaign runs stress for runs seeds from a random base (short with
+// -short; CPUWORK_STRESS_RUNS and CPUWORK_STRESS_SEED override both),
+// flipping as stress takes it, and stops at the first failing seed.
+func campaign(t *testing.T, runs, short int, flipping bool) {
 	if testing.Short() {
-		runs = 200
+		runs = short
 	}
 	if s := os.Getenv("CPUWORK_STRESS_RUNS"); s != "" {
 		n, err := strconv.Atoi(s)
@@ -50,7 +56,7 @@ func TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError(t *testing.T) {
 	}
 	t.Logf("seed %d (CPUWORK_STRESS_SEED=%d reproduces), %d runs", seed, seed, runs)
 	for i := range runs {
-		stress(t, seed+uint64(i), false)
+		stress(t, seed+uint64(i), flipping)
 		if t.Failed() {
 			t.Fatalf("run with seed %d failed", seed+uint64(i))
 		}
@@ -73,24 +79,7 @@ type outcome struct {
 // loops bound to one slot; the rest random. CPUWORK_STRESS_RUNS sets
 // the number of runs here too (default 300; 50 with -short).
 func TestStressCloseWithAFlippingBudget(t *testing.T) {
-	runs := 300
-	if testing.Short() {
-		runs = 50
-	}
-	if s := os.Getenv("CPUWORK_STRESS_RUNS"); s != "" {
-		runs, _ = strconv.Atoi(s)
-	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("CPUWORK_STRESS_SEED"); s != "" {
-		seed, _ = strconv.ParseUint(s, 10, 64)
-	}
-	t.Logf("seed %d (CPUWORK_STRESS_SEED=%d reproduces), %d runs", seed, seed, runs)
-	for i := range runs {
-		stress(t, seed+uint64(i), true)
-		if t.Failed() {
-			t.Fatalf("run with seed %d failed", seed+uint64(i))
-		}
-	}
+	campaign(t, 300, 50, true)
 }
 
 // stress runs one executor lifetime with options drawn from seed;

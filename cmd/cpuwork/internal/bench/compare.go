@@ -267,18 +267,28 @@ func runMean(mean, x float64, n int) float64 {
 	return mean + (x-mean)/float64(n)
 }
 
+// Judgement is JudgeOnce's outcome: the geometric-mean ratio and its
+// 95 % interval (widened by the control as comparisonInterval does), the
+// A/A control's own geometric mean, the equivalence margin and the
+// three-way verdict.
+type Judgement struct {
+	Ratio, Lo, Hi, AA, Margin float64
+	Verdict                   Verdict
+}
+
 // JudgeOnce judges a comparison of a fixed number of pairs, looked at
 // once: ratios are judged/comparator per pair (> 0), aa the A/A
 // control's per-pair ratios (the comparator against a second copy of
 // itself, alternated the same way), higher says a higher value is
-// better. It returns the geometric-mean ratio, its 95 % interval (widened
-// by the control as comparisonInterval does), the equivalence margin and
-// the three-way verdict.
-func JudgeOnce(ratios, aa []float64, higher bool) (est, lo, hi, margin float64, v Verdict) {
-	est, lo, hi, _ = comparisonInterval(ratios, aa, confidence)
-	margin = aaMargin(aa)
-	if unstableControl(aa, confidence) != "" {
-		return est, lo, hi, margin, Inconclusive
+// better. An unstable control gives no verdict (Inconclusive).
+func JudgeOnce(ratios, aa []float64, higher bool) Judgement {
+	var j Judgement
+	j.Ratio, j.Lo, j.Hi, _ = comparisonInterval(ratios, aa, confidence)
+	j.AA, _, _ = pairedInterval(aa, confidence)
+	j.Margin = aaMargin(aa)
+	j.Verdict = Inconclusive
+	if unstableControl(aa, confidence) == "" {
+		j.Verdict = threeWay(j.Lo, j.Hi, j.Margin, higher)
 	}
-	return est, lo, hi, margin, threeWay(lo, hi, margin, higher)
+	return j
 }

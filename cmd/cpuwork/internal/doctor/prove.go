@@ -172,8 +172,8 @@ func Prove(cfg ProveConfig) (*Proof, error) {
 			aa = append(aa, (f.aa[k]+f.floor)/(f.asIs[k]+f.floor))
 		}
 		f.AsIs, f.Fixed = median(f.asIs), median(f.fixed)
-		f.Ratio, f.Lo, f.Hi, f.Margin, f.Verdict = bench.JudgeOnce(ratios, aa, false)
-		f.AA = geoMean(aa)
+		j := bench.JudgeOnce(ratios, aa, false)
+		f.Ratio, f.Lo, f.Hi, f.AA, f.Margin, f.Verdict = j.Ratio, j.Lo, j.Hi, j.AA, j.Margin, j.Verdict
 		if f.finding {
 			p.Verdict = f.Verdict
 		}
@@ -387,14 +387,6 @@ func median(xs []float64) float64 {
 		return math.NaN()
 	}
 	return s[len(s)/2]
-}
-
-func geoMean(xs []float64) float64 {
-	var sum float64
-	for _, x := range xs {
-		sum += math.Log(x)
-	}
-	return math.Exp(sum / float64(len(xs)))
 }
 
 // Text writes the proof for a reader: the diagnosis, the fix and a line
