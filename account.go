@@ -61,7 +61,7 @@ import (
 //
 // Cost per accounted task: two or more reads of a per-thread schedstat
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
-// reads: ~13 µs (BenchmarkAccountedTask, docs/performance.md). Tasks are
+// reads: ~13 µs (BenchmarkAccountedTask, docs/results.md, "Per-task costs"). Tasks are
 // accounted one in AccountOptions.Every (1024 by default), chosen at
 // random (at the default Every, fewer where tasks are so short that this
 // would cost more than 1 % of their slot time: under ~1.3 µs), and every
@@ -109,11 +109,9 @@ const defaultAccountSlowLimit = 100
 type AccountOptions struct {
 	// Every accounts one task in Every, chosen at random. 0 means
 	// one in 1024; negative turns accounting off (SlowWait and
-	// OnTask then do nothing). At the default, where a class's tasks are
-	// so short that one in 1024 would cost more than 1 % of their slot
-	// time (~13 µs per accounted task against the class's average slot
-	// time: tasks under ~1.3 µs), fewer are chosen; a value set here is
-	// kept exactly.
+	// OnTask then do nothing). At the default, fewer are chosen of a class
+	// whose tasks are so short that one in 1024 would cost more than 1 %
+	// of their slot time; a value set here is kept exactly.
 	Every int
 	// SlowWait, when positive, also accounts every task whose wait for
 	// its first slot was at least this long (known when it gets the slot),
@@ -291,7 +289,7 @@ func (a *accountant) pickAdmitted(n uint64, avgSlot int64) bool {
 }
 
 // accountCost is the CPU one accounted task costs, ns
-// (BenchmarkAccountedTask minus BenchmarkAccountOff, docs/performance.md),
+// (BenchmarkAccountedTask minus BenchmarkAccountOff, docs/results.md, "Per-task costs"),
 // and accountShare the most of a class's slot time the random one in Every
 // may cost: for tasks shorter than accountCost/accountShare/Every (~1.3 µs
 // at the defaults) fewer are accounted.

@@ -19,7 +19,7 @@ const (
 	// Background work gets the slots that no other class waits for, with
 	// a starvation guard: a queued Background task is admitted after
 	// backgroundEvery (64) grants to other classes or once it has waited
-	// backgroundMaxWait (1 s), whichever comes first (shed.go).
+	// backgroundMaxWait (1 s), whichever comes first.
 	Background
 
 	// NumClasses is the number of classes, for arrays indexed by Class.

@@ -122,7 +122,7 @@ type task struct {
 // ctx that does not use a running-table entry's own: a task that
 // queues, a nested one, one run on the critical lane. It is allocated:
 // a sync.Pool of records measured 10-22 % slower for tasks that queue
-// (docs/performance.md), and a task that queues pays far more for its
+// (docs/results.md, "Per-task costs"), and a task that queues pays far more for its
 // park and wake-up than for the allocation.
 func newRecord(ctx context.Context, e *Executor, c Class) *task {
 	t := &task{ctx: ctx, e: e, class: c}
@@ -219,11 +219,10 @@ func invalidClass(c Class) error {
 // cannot meet); ctx's error when ctx ends while the task is queued (fn
 // then never runs); a *PanicError when fn panics; otherwise fn's error.
 //
-// Cost: no allocation and a few tens of nanoseconds for a Critical or
-// Interactive task when a slot is free and nobody waits, unless the
-// calling goroutine has profiler labels (then ctx's labels with the
-// class's added are allocated, labels.go); measured by
-// BenchmarkDoUncontended, figures in docs/performance.md.
+// Cost: no allocation for a Critical or Interactive task when a slot is
+// free and nobody waits, unless the calling goroutine has profiler labels
+// (then ctx's labels with the class's added are allocated); a task that
+// queues allocates its record.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
 	return e.do(ctx, c, 1, fn)
 }

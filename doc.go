@@ -7,7 +7,7 @@
 //
 // A Go program runs goroutines (G) on OS threads (M) holding one of
 // GOMAXPROCS processors (P). Thousands of runnable CPU-bound goroutines are
-// time-sliced every 10 ms (forcePreemptNS, runtime/proc.go), so long tasks
+// time-sliced every 10 ms (the runtime's preemption interval), so long tasks
 // behave like processor sharing and all finish late; under a CFS quota,
 // more parallelism than the quota gets the whole process throttled for the
 // rest of each 100 ms period; tight loops that never block hold their P and
@@ -52,8 +52,7 @@
 //     objective tasks being let through late (a p99 target's share), so
 //     that below capacity a burst is answered late rather than refused.
 //     Executor.Allow gives the door's verdict without submitting, for a
-//     handler to refuse before it reads a large request body. The rule
-//     and its sources: order.go.
+//     handler to refuse before it reads a large request body.
 //   - Where tasks run. Do runs Critical and Interactive tasks on the
 //     caller's goroutine once admitted: no hand-off, the caller's stack,
 //     profiler labels and (for cgo) thread stay. Batch and Background tasks,
@@ -90,11 +89,11 @@
 //     submitted task either runs exactly once or its submitter gets an
 //     error.
 //   - Observability. Tasks run under the pprof label cpuwork.class=<class>
-//     (added to the labels of their submission, labels.go) and, while an
+//     (added to the labels of their submission) and, while an
 //     execution trace is recording, inside a runtime/trace region named
 //     after the class. Stats reports per-class counters and
 //     queue-wait and slot-time percentiles.
 //
-// See docs/architecture.md for the measurements behind these choices and
-// docs/performance.md for the costs.
+// The repository's docs describe the design, the evidence behind each
+// choice and what each part costs.
 package cpuwork

@@ -29,8 +29,8 @@ const (
 // at least 100 µs, and smaller only to give every slot several chunks).
 // Helper goroutines run chunks beside it: on slots that are free now and
 // that nobody waits for, and, up to max(2, ceil(slots/2)) slots with
-// the caller's, waiting in line for a slot at the loop's due (its task's:
-// order.go), so a large request split into parts gets the slots that free
+// the caller's, waiting in line for a slot at the loop's due (its task's),
+// so a large request split into parts gets the slots that free
 // up before later arrivals do, as the pool of a channel-fed worker pool
 // would. The caller never waits for a second slot, so a For nested in a
 // Do (or in another For) cannot deadlock. At chunk boundaries the caller

@@ -28,7 +28,7 @@ import (
 // process over it, so the q-th slot is the paced one. Its cost: the slots
 // get target·q minus what the rest of the process uses, where unpaced
 // they share the whole quota and the kernel freezes everyone once it is
-// spent (measured in docs/architecture.md, "Whole quotas"):
+// spent (measured in docs/architecture.md, "Slots"):
 //
 //   - every tick (period/50: 2 ms for the default 100 ms period), and at a
 //     task's end when the tick is late (a ticker goroutine waits for a P
@@ -54,7 +54,7 @@ import (
 //     fraction_test.go checks every phase with tasks that run on up to
 //     2 ms past a close), so the kernel's period
 //     (whose phase can be read from nr_periods but is not needed here,
-//     docs/architecture.md "Whole quotas") stays under the quota too;
+//     docs/architecture.md "Slots") stays under the quota too;
 //   - once per period nr_throttled of cpu.stat is read: a newly throttled
 //     period lowers target by 5 % (to 0.5 at least), a clean one raises it
 //     by 0.005 (to 0.97 at most); a throttled period in which a close
@@ -227,7 +227,7 @@ func (p *fracPacer) slots() int { return p.n + 1 }
 // where they cannot (cgo, a third-party library's loop), the extra slot
 // stays held through its closes and the kernel throttles the cgroup, so
 // W counts the frozen time too and the held slots are near n+1
-// (docs/architecture.md, "The door's divisor under a paced quota").
+// (docs/architecture.md, "Slots").
 func (p *fracPacer) capacity() float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()

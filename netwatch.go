@@ -38,7 +38,7 @@ import (
 // which then takes a slot again or queues for one at its due's place.
 // (A task that held its slot through the park left the handler waiting
 // for the park's end and a hand-over, its P idle meanwhile: measured in
-// docs/architecture.md, "Network wake-ups".)
+// docs/architecture.md, "Checkpoint and the Go scheduler".)
 // Cost: nothing without a watched listener; with one, one zero-timeout
 // epoll_wait per netPollInterval per process, and per arrival that finds
 // every P busy one park of the task (~60-220 µs with the kernel's 50 µs

@@ -58,7 +58,7 @@ import (
 // a task with a shorter target walks past the waiters it overtakes. A
 // Checkpoint compares its due with the head of its class only while that
 // class has waiters (one more atomic load). Measured per operation in
-// BenchmarkDoSaturated and BenchmarkDoTargets (docs/performance.md).
+// BenchmarkDoSaturated and BenchmarkDoTargets (docs/results.md, "Per-task costs").
 
 // Target is a request's latency target, for WithTarget.
 type Target struct {
@@ -89,12 +89,11 @@ type targetVal struct {
 // time now + t.Latency, and refused with an error wrapping ErrSaturated
 // and ErrDeadline once they can no longer meet it, beyond the class's
 // late budget (t is an objective such as a p99 target: about 1 % of the
-// class's queued objective tasks are let through late instead; see
-// "The late budget" in order.go and the package documentation's
-// "Latency targets"). Call it when the request arrives, so that its
-// target counts from there. The ctx deadline, if earlier, still wins, and
-// is binding: no task is let through expected past it. It reads the
-// clock once (~25 ns) and allocates once.
+// class's queued objective tasks are let through late instead; see the
+// package documentation's "Latency targets"). Call it when the request
+// arrives, so that its target counts from there. The ctx deadline, if
+// earlier, still wins, and is binding: no task is let through expected
+// past it. It reads the clock once and allocates once.
 func WithTarget(ctx context.Context, t Target) context.Context {
 	mustCtx(ctx)
 	return context.WithValue(ctx, targetKey{}, &targetVal{arrival: now(), Target: t})

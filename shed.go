@@ -69,7 +69,7 @@ const (
 // end late whenever their run times come out above the class's average,
 // and the longer queue serves nothing more, since the slots are busy
 // either way. A tenth kept every served request within a 0.59 s objective
-// at twice an image server's capacity (docs/realserver.md).
+// at twice an image server's capacity (docs/results.md).
 const standingShare = 10
 
 // standingPeak: while such a class sheds, it refuses an arrival whose
@@ -78,8 +78,8 @@ const standingShare = 10
 // whether the smallest wait of an interval stood above the target; the
 // refusals hold the queue's peak at twice it, so that its trough stays
 // near the target, as CoDel's test holds it, instead of empty (why, and
-// what it measured: docs/realserver.md, "After the 1.4x step: the held
-// queue runs dry"). A class with ClassOptions.MaxQueueWait is held at
+// what it measured: docs/results.md, "imageproxy, a
+// server nobody here wrote"). A class with ClassOptions.MaxQueueWait is held at
 // that target, as set.
 const standingPeak = 2
 
@@ -241,7 +241,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 // ctx's error, ErrSaturated (its queue is full), an error wrapping
 // ErrSaturated (its queue stood above ClassOptions.MaxQueueWait), or one also
 // wrapping ErrDeadline (its latency target cannot be met, beyond its
-// class's late budget; order.go). It reserves nothing. Call it before the
+// class's late budget). It reserves nothing. Call it before the
 // work a refused request should not cost — reading and decoding a large
 // request body — with the ctx that carries the request's target
 // (WithTarget, made when it arrives, with the Service it will need), then
@@ -331,8 +331,8 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		// an image server at 1.4x its capacity, 7 arrivals an interval,
 		// stop after one in five intervals by chance and grow its queue
 		// to twice the held depth before the test saw it stand again:
-		// docs/architecture.md, "Shedding stops after enough calm
-		// arrivals".)
+		// docs/architecture.md, "The
+		// door".)
 		if st.refused == 0 || !outrun {
 			st.calmArrivals += st.arrivals
 			st.calmFor += t - st.intervalStart
@@ -343,8 +343,8 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 	case st.minWait != math.MaxInt64:
 		// A queue standing while the arrivals fall behind the slots
 		// drains by itself: shedding it refuses work the slots would do
-		// in time (docs/architecture.md, "Shedding starts only while the
-		// arrivals outrun the slots").
+		// in time (docs/architecture.md, "The
+		// door").
 		st.shedding = st.minWait > st.target && outrun
 		st.calmArrivals, st.calmFor = 0, 0
 	}
@@ -384,7 +384,7 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 // stood. The slot time per completion counts the running tasks' time,
 // which the average of completed slot times (avgSlotNs) cannot, and
 // averages several intervals of completions: why, and what it measured,
-// in docs/architecture.md, "The door's estimate while the queue stands".
+// in docs/architecture.md, "The door".
 func (g *granter) standingWait(w *waiter, t int64, ahead int) (int64, bool) {
 	st := &g.shed[w.class]
 	if w.declared != 0 || st.perDone == 0 || t-st.perDoneAt > 2*g.codelIntervalOf(w.class) {

@@ -151,7 +151,7 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 // not drained to empty and then let grow to the objective again (which
 // served an image server's standing queue at up to 4x the target: a p99
 // of served 1.6x a four-deep queue's at twice its capacity,
-// docs/realserver.md).
+// docs/results.md).
 func TestAShedClassAdmitsArrivalsUnderTheQueueWaitTarget(t *testing.T) {
 	var mqw [NumClasses]ClassOptions
 	mqw[Interactive].MaxQueueWait = 50 * time.Millisecond
@@ -171,8 +171,8 @@ func TestAShedClassAdmitsArrivalsUnderTheQueueWaitTarget(t *testing.T) {
 // latency target): the queue's peak is held there so that its trough
 // stays near the target. Held at the target itself, an image server's
 // queue ran empty between refusals at 1.4x its capacity and its slots
-// idled (docs/realserver.md, "After the 1.4x step: the held queue runs
-// dry").
+// idled (docs/results.md, "imageproxy, a server nobody
+// here wrote").
 func TestAShedClassWithoutAQueueWaitTargetHoldsItsPeakAtTwiceTheTarget(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := sync.OnceFunc(hold(t, e, 1))
@@ -284,8 +284,8 @@ func TestSheddingEndsOnlyWhenTheArrivalsNoLongerOutrunTheSlots(t *testing.T) {
 // capacity, 7 arrivals an interval, refused nobody in one shedding
 // interval in five; stopping there let its queue grow to twice the held
 // depth before the test saw it stand again, and its served p99 was 1.15x
-// a four-deep queue's (docs/architecture.md, "Shedding stops after
-// enough calm arrivals").
+// a four-deep queue's (docs/architecture.md, "The
+// door").
 func TestSheddingStopsAfterEnoughCalmArrivalsNotOneCalmInterval(t *testing.T) {
 	e, st := codelAtZero(t, 2)
 	iv := int64(codelInterval)
@@ -572,7 +572,7 @@ func TestTheScaleOfGivenRunTimesIsBoundedAndPerClass(t *testing.T) {
 // the fresher ones, and the last task of the class is always served.
 // (Served, that backlog made the p99 of served requests after a step to
 // 3x an image server's capacity 1.5x a four-deep semaphore's:
-// docs/realserver.md.) Shedding in a milder overload, the backlog is
+// docs/results.md.) Shedding in a milder overload, the backlog is
 // served: the slots catch up with it in time.
 func TestASeverelyOutrunClassRefusesItsBacklogAtTheHead(t *testing.T) {
 	var mqw [NumClasses]ClassOptions

@@ -53,11 +53,11 @@ type ClassStats struct {
 	Admitted  uint64 // tasks that got a slot
 	Completed uint64 // tasks that finished running, whatever their result
 	Rejected  uint64 // submissions refused with ErrSaturated or ErrClosed
-	Shed      uint64 // of Rejected: refused because a latency target could not be met (order.go) or the class's queue stood above ClassOptions.MaxQueueWait
+	Shed      uint64 // of Rejected: refused because a latency target could not be met or the class's queue stood above ClassOptions.MaxQueueWait
 	// AdmittedLate counts tasks with a latency objective (WithTarget,
 	// ClassOptions.LatencyTarget) that were let into the queue, or through its
 	// head, though expected to miss it: the late budget of about 1 % of
-	// the class's queued objective tasks (order.go). They are also in
+	// the class's queued objective tasks. They are also in
 	// Admitted once they get their slot.
 	AdmittedLate uint64
 	// EndedLate counts tasks with a latency target (WithTarget,
@@ -108,7 +108,7 @@ type Stats struct {
 		// while it ran a task, runnable but not running for 4 ms over
 		// consecutive 5 ms windows in each of which it ran less than half
 		// the time, and suspended demotion (for 10 s, doubling on repeats
-		// up to 10 min: guardCooldown, guardMaxCooldown in guard.go).
+		// up to 10 min).
 		Suspensions uint64
 		// Promotions counts starved threads promoted in place (needs
 		// CAP_SYS_NICE); Retired counts worker threads replaced by fresh,

@@ -50,7 +50,7 @@ func (t *Task) Class() Class { return t.tc.class }
 // ErrClosed after Close; ErrSaturated when c's queue is full; an error
 // wrapping ErrSaturated when c's queue stands above ClassOptions.MaxQueueWait,
 // or wrapping ErrSaturated and ErrDeadline when its latency target cannot
-// be met (order.go); ctx's error if ctx has already ended; an error for an
+// be met; ctx's error if ctx has already ended; an error for an
 // invalid class or a nil fn. A nil ctx panics. If ctx ends while the task
 // is queued, the task is removed and finishes with ctx's error without
 // running.

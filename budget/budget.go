@@ -108,9 +108,8 @@ type Budget struct {
 //
 // Floor rather than ceil: with 1.25 cores, running 2 CPU-bound tasks spends
 // the quota in 62.5 ms of each 100 ms period and the kernel then freezes
-// every thread of the cgroup for the rest of it (measured here: p99 11-14x
-// worse than 1 task, docs/architecture.md). The 0.25 core left over serves
-// the runtime, the GC and non-admitted goroutines.
+// every thread of the cgroup for the rest of it. The 0.25 core left over
+// serves the runtime, the GC and non-admitted goroutines.
 func (b Budget) Slots() int {
 	n := Whole(b.Cores, false)
 	if b.GOMAXPROCS > 0 {

@@ -48,7 +48,7 @@ type Options struct {
 	// Objective is the latency objective of every request, counted from
 	// its arrival at the middleware: the executor orders its queue by it,
 	// refuses a request it expects to miss it (cpuwork.WithTarget; the
-	// class's late budget lets a few through, order.go) and, unless the
+	// class's late budget lets a few through) and, unless the
 	// executor's ClassOptions.MaxQueueWait sets the class's own, sheds while
 	// its queue stands above a tenth of it. 0: none.
 	Objective time.Duration

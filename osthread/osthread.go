@@ -8,14 +8,13 @@
 //
 // A goroutine needs a P to run Go code. When every P is held by CPU-bound
 // goroutines, raising an urgent thread's priority does nothing: the urgent
-// goroutine waits in a run queue for async preemption (10 ms,
-// forcePreemptNS in runtime/proc.go), whatever its thread's priority.
+// goroutine waits in a run queue for async preemption (10 ms),
+// whatever its thread's priority.
 // What works, without privileges, is the reverse: run batch work on threads
 // demoted to SCHED_IDLE (or nice 19) and keep one P more than batch threads,
 // so latency-sensitive goroutines always find a P, and the kernel preempts
 // the idle-class batch thread the instant their thread wants the CPU
-// (sched(7); measured in this project: critical p99 ~20 ms -> 0.26-0.56 ms,
-// batch keeping ~1.9 of 2 CPUs).
+// (sched(7)).
 //
 // # Rules this package keeps
 //

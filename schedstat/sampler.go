@@ -38,10 +38,9 @@ type Options struct {
 	// and records how late it wakes (Sample.TimerLateness).
 	TimerCanary bool
 	// CanaryPeriod is the canary's sleep; 0 means 50 ms, at least 100 µs.
-	// Each wake-up of an otherwise idle process wakes a thread: measured on
-	// a 2-CPU VM, the sampler at a 1 s interval costs 0.10 % of one core
-	// alone, 0.39 % with the canary at 50 ms, 1.0 % at 10 ms and 3.3 % at
-	// 1 ms (docs/performance.md). Lateness from busy Ps shows at any period.
+	// Each wake-up of an otherwise idle process wakes a thread, so a
+	// shorter period costs more CPU; the lateness busy Ps cause (tens of
+	// ms) shows at any period.
 	CanaryPeriod time.Duration
 }
 

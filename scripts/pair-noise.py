@@ -10,17 +10,19 @@ on a mean of n shrinks the spread by that much). The residuals are grouped
 by scenario; TestSequentialVerdictErrorRates draws simulated pairs from
 them.
 
-Usage: scripts/pair-noise.py docs/raw/bench-{full,inference,load,priority,service}-seed*.json
+Usage: scripts/pair-noise.py docs/raw/bench-{full,inference,load,priority,service}-seed*.json.xz
+(the runs are kept xz-compressed; plain .json files are read as they are)
 """
 import collections
 import json
+import lzma
 import math
 import statistics
 import sys
 
 res = collections.defaultdict(list)
 for f in sorted(sys.argv[1:]):
-    d = json.load(open(f))
+    d = json.load(lzma.open(f) if f.endswith(".xz") else open(f))
     for s in d["scenarios"]:
         for c in s.get("checks") or []:
             vals = [v for v in (c.get("values") or []) if v > 0]

@@ -3,7 +3,7 @@
 #   scripts/quota-child-run.py BIN MODE QUOTA ROUNDS ITERS [ENV=VALUE ...]
 # prints the rounds' mean/p50/p99/max, the child's CPU per round, the quota
 # used over the rounds and over the whole run, and throttled/total periods.
-# Used for the A/B runs cited in docs/architecture.md (docs/raw/quota-*).
+# Used for the A/B runs behind the pacer's bucket cap (docs/raw/quota-cap-2026-11-24.txt).
 import subprocess, json, os, sys, time, resource, statistics
 # usage: qexp.py BIN MODE QUOTA ROUNDS ITERS [ENV=..]
 binp, mode, q, rounds, iters = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], sys.argv[5]

@@ -4,7 +4,7 @@ results.json (realserver, realserver-opa or realserver-step): the verdicts
 against the best peer, then every variant's figures per case (medians
 over the pairs).
 
-Usage: scripts/realserver-table.py docs/raw/realserver-imageproxy-seed-N.json
+Usage: scripts/realserver-table.py docs/raw/<realserver-run>.json
 """
 import json
 import statistics

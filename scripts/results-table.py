@@ -3,7 +3,7 @@
 per comparison (claim and case) with its verdict, estimate, 95 % interval,
 margin, pairs and the best alternative by name.
 
-Usage: scripts/results-table.py docs/raw/bench-default-seedN.json
+Usage: scripts/results-table.py docs/raw/<bench-default-run>.json
 """
 import json
 import sys

@@ -1,6 +1,6 @@
 #!/bin/bash
 # before/after for issue 24 items 1, 2, 5 with a given cpuwork binary
-# usage: scripts/run-escape-demo.sh PATH-TO-CPUWORK (root); raw outputs in docs/raw/issue24-*.txt
+# usage: scripts/run-escape-demo.sh PATH-TO-CPUWORK (root); prints each probe's outcome
 B=$1; P=cpuwork-demo-escape
 rm -f /tmp/pids
 $B run --parent $P -- sh -c 'sleep 100 & echo $! >> /tmp/pids; sleep 100 & echo $! >> /tmp/pids; wait' 2>/dev/null &

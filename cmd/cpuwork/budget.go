@@ -82,7 +82,7 @@ All CPU amounts are in cores (1.25 = 1250m).`,
 			r := budgetReport{PID: p, Budget: b, Warning: b.Warning()}
 			r.Slots, r.PacedSlot = executorSlots(b)
 			if r.Limits == nil {
-				r.Limits = []budget.Limit{} // [] rather than null: docs/bench.md, "budget --json"
+				r.Limits = []budget.Limit{} // [] rather than null: docs/bench.md, "results.json"
 			}
 			if r.Notes == nil {
 				r.Notes = []string{}

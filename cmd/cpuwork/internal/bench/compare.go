@@ -8,7 +8,7 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
-// The statistics of a comparison (docs/bench.md#verdicts).
+// The statistics of a comparison (docs/bench.md#how-to-read-a-verdict).
 //
 // A comparison has n paired repeats: in pair i the judged variant and its
 // comparator ran in the same round, alternated, so drift between rounds

@@ -644,7 +644,7 @@ const inferenceCalibration = 21
 // (workload.Calibrate). The scenario's latency objective is three times
 // a large request's, so a few disturbed inferences must not move it (the
 // mean of five, which it was, put two runs' objectives 43 % apart:
-// docs/bench.md, "inference").
+// docs/bench.md, "Scenarios").
 func timePerInference(s inferer, in []float32) (time.Duration, error) {
 	d, err := workload.Calibrate(inferOnce{s, in}, inferenceCalibration)
 	if err != nil {

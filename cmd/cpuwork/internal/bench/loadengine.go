@@ -158,7 +158,7 @@ const mixBlock = 100
 // share keeps a run's work at the mix's share to within one block; within
 // it the large requests fall almost as independent draws would (the gap
 // to the next one is 1 for 9 in 99 of them), never at a fixed spacing
-// (docs/bench.md, "service").
+// (docs/bench.md, "Scenarios").
 func mixTargeter(kinds [2]vegeta.Target, share float64, seed uint64) vegeta.Targeter {
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 0x6d6978)) // "mix"
@@ -403,7 +403,7 @@ type capacityProbe struct {
 // kept up with lies 0-5 % of the start below the rate the server keeps
 // up with, 2.5 % on average, and a capacity taken low makes "110 %" an
 // offer the server keeps up with (the level check then leaves the repeat
-// not judged: docs/bench.md, "Load levels"). ok is false when none kept
+// not judged: docs/bench.md, "Load levels and capacity"). ok is false when none kept
 // up or a step failed (err).
 func descendToCapacity(start float64, try func(rate float64) (served, cpuShare float64, err error)) (at capacityProbe, tried []capacityProbe, ok bool, err error) {
 	probe := func(rate float64) (capacityProbe, error) {

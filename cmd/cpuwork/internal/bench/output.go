@@ -73,7 +73,7 @@ func writeHeader(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "SMOKE TEST (--quick): one pair per variant, no verdicts; run without --quick for verdicts (seed %d)\n", rep.Seed)
 		return
 	}
-	fmt.Fprintf(w, "pairs: every variant runs once per round, alternated in a shuffled order (seed %d); %s; verdicts from the interval of the per-pair ratios against the best alternative and the A/A control's margin (docs/bench.md#verdicts)\n", rep.Seed, rep.PairsRule)
+	fmt.Fprintf(w, "pairs: every variant runs once per round, alternated in a shuffled order (seed %d); %s; verdicts from the interval of the per-pair ratios against the best alternative and the A/A control's margin (docs/bench.md#how-to-read-a-verdict)\n", rep.Seed, rep.PairsRule)
 }
 
 // WriteScenario prints one scenario: its table, notes and verdict with

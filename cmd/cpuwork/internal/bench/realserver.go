@@ -47,7 +47,7 @@ var realserverPeers = []struct{ name, desc string }{
 
 // realserverVariants are the peers and cpuwork.
 var realserverVariants = append(slices.Clone(realserverPeers),
-	struct{ name, desc string }{"cpuwork", "the cpuworkhttp middleware with the objective, served through WatchListener (7 added lines: docs/realserver.md)"})
+	struct{ name, desc string }{"cpuwork", "the cpuworkhttp middleware with the objective, served through WatchListener (7 added lines: realbench/admit)"})
 
 // realserverNames lists the realserver scenarios' variants (--list).
 func realserverNames() []string {

@@ -6,8 +6,8 @@ import (
 	"strings"
 )
 
-// The capacity at the objective (docs/bench.md, "Capacity at the
-// objective"): for each variant of a load scenario, the highest offered
+// The capacity at the objective (docs/bench.md, "Load levels
+// and capacity"): for each variant of a load scenario, the highest offered
 // rate at which its p99 of all requests (a refused one counted as never
 // answered) stays within the scenario's latency objective, found in every
 // round by a stepped search whose steps alternate between the variants.

@@ -8,7 +8,7 @@ import (
 )
 
 // The verdict engine. Every scenario declares its claim as checks; one
-// function, judge, turns them into verdicts (docs/bench.md#verdicts):
+// function, judge, turns them into verdicts (docs/bench.md#how-to-read-a-verdict):
 //
 //   - A comparison (a check with alternatives) compares the judged
 //     variant — the one the docs tell a user to use for that workload —
