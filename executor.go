@@ -58,6 +58,10 @@ type Executor struct {
 	classLabels [NumClasses]unsafe.Pointer
 	noLabels    bool
 	log         *slog.Logger
+	logSet      bool // Options.Logger was set (else capacity warnings go to slog.Default)
+	// capWarning is Stats.Warning: why the slots cannot use the whole
+	// CPU budget (nil: they can).
+	capWarning atomic.Pointer[string]
 
 	watchStop context.CancelFunc
 	watchDone chan struct{}
@@ -81,6 +85,7 @@ func New(o Options) (*Executor, error) {
 	e := &Executor{
 		noLabels: o.noLabels,
 		log:      o.Logger,
+		logSet:   o.Logger != nil,
 	}
 	if err := e.g.init(o, &e.stats, e); err != nil {
 		return nil, err
@@ -164,7 +169,7 @@ func New(o Options) (*Executor, error) {
 	if o.Slots == 0 && o.WatchInterval >= 0 {
 		ctx, cancel := context.WithCancel(context.Background())
 		e.watchStop, e.watchDone = cancel, make(chan struct{})
-		go e.follow(ctx, o.WatchInterval, detect)
+		go e.follow(ctx, o.WatchInterval, detect, b)
 	}
 	return e, nil
 }
@@ -178,57 +183,119 @@ func (e *Executor) warnOnce(msg string, args ...any) {
 	e.warned.Do(func() { e.log.Warn(msg, args...) })
 }
 
-// follow re-reads the budget and resizes the slot count when it changes.
-func (e *Executor) follow(ctx context.Context, interval time.Duration, detect func() (budget.Budget, error)) {
+// follow re-reads the budget and resizes the slot count when it changes;
+// while GOMAXPROCS caps the slots below the budget (b0 is the budget New
+// read) it also measures whether the tasks run outside Ps (outside.go)
+// and lifts the cap when they do.
+func (e *Executor) follow(ctx context.Context, interval time.Duration, detect func() (budget.Budget, error), b0 budget.Budget) {
 	defer close(e.watchDone)
-	for c := range budget.WatchFunc(ctx, interval, detect) {
-		if c.Err != nil {
-			e.log.Warn("cpuwork: re-read CPU budget", "err", c.Err)
-			continue
+	changes := budget.WatchFunc(ctx, interval, detect)
+	cur := b0
+	var out outsidePs
+	var ticker *time.Ticker
+	var tick <-chan time.Time
+	sampling := func() {
+		want := capped(cur)
+		switch {
+		case want && ticker == nil:
+			ticker = time.NewTicker(outsideTick)
+			tick = ticker.C
+		case !want && ticker != nil:
+			ticker.Stop()
+			ticker, tick = nil, nil
+			out = outsidePs{}
 		}
-		b := c.Budget
-		e.acct.reconfigure(b)
-		n := b.Slots()
-		if p := e.frac.Load(); p != nil {
-			p.reconfigure(b)
-			e.g.setPacedCapacity(p.capacity())
-			if p.frac > 0 {
-				n = p.slots()
-			}
-		} else {
-			// A quota that appeared after New gets its fractional
-			// slot as one present then does.
-			if p := e.newFrac(b); p != nil {
-				e.startFrac(p)
-				n = p.slots()
-			}
+	}
+	defer func() {
+		if ticker != nil {
+			ticker.Stop()
 		}
-		if n != e.Slots() {
-			e.log.Info("cpuwork: CPU budget changed", "cores", b.Cores, "source", string(b.Source), "slots", n)
-			e.SetSlots(n)
+	}()
+	sampling()
+	for {
+		select {
+		case c, ok := <-changes:
+			if !ok {
+				return
+			}
+			if c.Err != nil {
+				e.log.Warn("cpuwork: re-read CPU budget", "err", c.Err)
+				continue
+			}
+			cur = c.Budget
+			e.acct.reconfigure(cur)
+			sampling()
+			e.applyBudget(out.effective(cur), "cpuwork: CPU budget changed")
+		case <-tick:
+			held, _ := e.g.occupied()
+			if out.step(held) {
+				msg := "cpuwork: the tasks run outside Go's Ps (cgo or system calls): slots follow the CPU budget, not GOMAXPROCS"
+				if !out.on {
+					msg = "cpuwork: the tasks run Go code again: slots are capped at GOMAXPROCS"
+				}
+				e.applyBudget(out.effective(cur), msg)
+			}
+			if out.decided && !out.on {
+				e.capacityWarning(cur)
+			}
 		}
 	}
 }
 
+// applyBudget sets the slot count and the fractional pacer from b, and
+// logs msg when the slot count changes.
+func (e *Executor) applyBudget(b budget.Budget, msg string) {
+	n := b.Slots()
+	if p := e.frac.Load(); p != nil {
+		p.reconfigure(b)
+		e.g.setPacedCapacity(p.capacity())
+		if p.frac > 0 {
+			n = p.slots()
+		}
+	} else if p := e.newFrac(b); p != nil {
+		// A quota that appeared after New gets its fractional slot as
+		// one present then does.
+		e.startFrac(p)
+		n = p.slots()
+	}
+	if n != e.Slots() {
+		e.log.Info(msg, "cores", b.Cores, "source", string(b.Source), "gomaxprocs", runtime.GOMAXPROCS(0), "slots", n)
+		e.SetSlots(n)
+	}
+}
+
+// capacityWarning records, and logs once (to slog.Default without a
+// Logger), that GOMAXPROCS caps the slots below b's CPU budget while the
+// tasks run Go code: the rest of the budget goes unused by them.
+func (e *Executor) capacityWarning(b budget.Budget) {
+	if e.capWarning.Load() != nil {
+		return
+	}
+	w := fmt.Sprintf("GOMAXPROCS %d caps the slots below the %.4g-core CPU budget (%s): Go code cannot use the rest; leave GOMAXPROCS to the Go runtime or set it to %d",
+		b.GOMAXPROCS, b.Cores, b.Source, int(math.Ceil(b.Cores-0.01)))
+	if !e.capWarning.CompareAndSwap(nil, &w) {
+		return
+	}
+	log := e.log
+	if !e.logSet {
+		log = slog.Default()
+	}
+	log.Warn("cpuwork: "+w, "gomaxprocs", b.GOMAXPROCS, "budget_cores", b.Cores)
+}
+
 // newFrac returns the fractional pacer of b under e's quota policy, or nil
-// (no fractional quota, a policy without one, or no P for the extra slot,
-// which it logs: GOMAXPROCS below ceil(quota) leaves part of the quota to
-// goroutines outside the executor, silently otherwise).
+// (no fractional quota, a policy without one, or no P for the extra slot:
+// the budget watcher then says so once the tasks are seen to run Go code,
+// capacityWarning).
 func (e *Executor) newFrac(b budget.Budget) *fracPacer {
 	if e.quota != QuotaFraction && e.quota != QuotaStrict {
 		return nil
-	}
-	if l, ok := b.Limiting(); ok && l.Period > 0 && b.GOMAXPROCS > 0 {
-		if whole := math.Floor(b.Cores); b.Cores-whole >= 0.01 && whole >= 1 && int(whole)+1 > b.GOMAXPROCS {
-			e.log.Warn(fmt.Sprintf("cpuwork: GOMAXPROCS %d leaves no P for the fractional slot of the %.4g-CPU quota: %d slots run and %.2f CPU of the quota goes unused by them; leave GOMAXPROCS to the Go runtime (1.25 and later round a quota up) or set it to %d",
-				b.GOMAXPROCS, b.Cores, int(whole), b.Cores-whole, int(whole)+1),
-				"gomaxprocs", b.GOMAXPROCS, "quota_cores", b.Cores)
-		}
 	}
 	p := newFracPacer(b, e.quota == QuotaStrict, e.setExtraOpen)
 	if p != nil {
 		p.stuck = e.g.overCommitted
 		p.occupied, p.onCapacity = e.g.occupied, e.g.setPacedCapacity
+		p.setSlots = func(n int) { e.SetSlots(n) }
 	}
 	return p
 }

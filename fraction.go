@@ -96,6 +96,12 @@ const (
 	// of the time, 81-87 % of the quota used against a semaphore's 87-91 %,
 	// docs/raw/realserver-step-imageproxy-pacing-seed2422.txt).
 	fracDebtCaps = 2
+	// fracBusyMargin: a period whose CPU use stayed more than this under
+	// the pace while tasks queued most of it opens one more slot
+	// (fracPacer.extra): the slots hold tasks that are not on a CPU
+	// (reading a body, fetching a source, waiting for a P) and leave the
+	// quota idle. A throttled period closes one again.
+	fracBusyMargin = 0.07
 )
 
 // fracPacer opens and closes the extra slot. Its clock and counters are
@@ -149,6 +155,17 @@ type fracPacer struct {
 	// stopped: run returned (Close) and opened the extra slot for good;
 	// a later step (maybeStep, at a task's end) changes nothing.
 	stopped bool
+
+	// extra is the slots opened beyond n+1 while the quota stays
+	// under-used with tasks queued (fracBusyMargin), at most n+1; setSlots
+	// hands each new count (n+1+extra) to the executor (nil: not
+	// followed). periodU is the usage at the current period's start;
+	// queuedTicks and ticks count the period's steps with a task queued
+	// and in all.
+	extra              int
+	setSlots           func(int)
+	periodU            int64
+	queuedTicks, ticks int
 }
 
 // newFracPacer returns the pacer of b's quota, or nil when b has no
@@ -212,7 +229,7 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 }
 
 // slots is the slot count under this policy: n+1.
-func (p *fracPacer) slots() int { return p.n + 1 }
+func (p *fracPacer) slots() int { return p.n + 1 + p.extra }
 
 // capacity is the slots that serve the queue on average while the extra
 // slot is paced, 0 when nothing is paced: the slots held on average while
@@ -238,7 +255,7 @@ func (p *fracPacer) capacityLocked() float64 {
 	if p.frac == 0 {
 		return 0
 	}
-	return min(max(p.occupancy, float64(p.n)), float64(p.n+1))
+	return min(max(p.occupancy, float64(p.n)), float64(p.n+1+p.extra))
 }
 
 // occupancySample folds the slots held now into occupancy when a task is
@@ -279,7 +296,7 @@ func (p *fracPacer) step(t int64) {
 		return // keep the state: the next readable tick decides
 	}
 	if !p.started {
-		p.started, p.lastT, p.lastU, p.periodT = true, t, int64(u), t
+		p.started, p.lastT, p.lastU, p.periodT, p.periodU = true, t, int64(u), t, int64(u)
 		p.tokens = p.capNs() / 2
 		return
 	}
@@ -295,6 +312,12 @@ func (p *fracPacer) step(t int64) {
 		p.closedOver = true
 	}
 	p.occupancySample(dt)
+	if p.occupied != nil {
+		p.ticks++
+		if _, queued := p.occupied(); queued {
+			p.queuedTicks++
+		}
+	}
 	p.lastT, p.lastU = t, int64(u)
 	pace := p.target
 	if p.whole {
@@ -304,8 +327,11 @@ func (p *fracPacer) step(t int64) {
 	p.tokens = min(p.tokens, p.capNs())
 	p.tokens = max(p.tokens, -fracDebtCaps*p.capNs()) // a bounded debt (fracDebtCaps)
 	if t-p.periodT >= int64(p.period) {
-		p.periodT = t
+		use := float64(int64(u)-p.periodU) / ((float64(p.n) + p.frac) * float64(t-p.periodT))
+		p.periodT, p.periodU = t, int64(u)
+		throttledNow := false
 		if n, ok := p.throttled(); ok {
+			throttledNow = p.haveThrot && n > p.lastThrot
 			switch {
 			case p.haveThrot && n > p.lastThrot && p.stuckNs > 2*p.tickNs.Load():
 				// Throttled while a close took more than two ticks to
@@ -338,9 +364,35 @@ func (p *fracPacer) step(t int64) {
 			}
 			p.lastThrot, p.haveThrot = n, true
 		}
+		p.busyLocked(use, throttledNow)
 		p.stuckNs, p.closedOver = 0, false
 	}
 	p.setOpenLocked(p.tokens > 0)
+}
+
+// busyLocked opens one more slot after a period whose CPU use (use, a
+// share of the quota) stayed fracBusyMargin under the pace while tasks
+// queued at least half of it, and closes one after a throttled period or
+// one in which tasks seldom queued: admission follows the CPU the slots
+// really use, not only how many are held.
+func (p *fracPacer) busyLocked(use float64, throttled bool) {
+	if p.setSlots == nil || p.frac >= 1 {
+		// QuotaStrict's paced whole slot keeps the process under a whole
+		// quota: no slot beyond it.
+		return
+	}
+	extra := p.extra
+	switch {
+	case throttled || (p.queuedTicks*4 < p.ticks && use >= p.target-fracBusyMargin):
+		extra = max(0, extra-1)
+	case use < p.target-fracBusyMargin && p.queuedTicks*2 >= p.ticks && p.ticks > 0:
+		extra = min(p.n+1, extra+1)
+	}
+	p.queuedTicks, p.ticks = 0, 0
+	if extra != p.extra {
+		p.extra = extra
+		p.setSlots(p.n + 1 + extra)
+	}
 }
 
 func (p *fracPacer) setOpenLocked(open bool) {
@@ -365,7 +417,7 @@ func (p *fracPacer) reconfigure(b budget.Budget) {
 	p.mu.Lock()
 	ok := p.configure(b)
 	if !ok {
-		p.frac = 0
+		p.frac, p.extra = 0, 0
 		p.setOpenLocked(true)
 	}
 	p.mu.Unlock()

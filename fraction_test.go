@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -332,9 +333,10 @@ func TestFractionalQuotaAppliedAfterNewGetsItsExtraSlot(t *testing.T) {
 	}
 }
 
-// A GOMAXPROCS below ceil(quota) leaves the fractional slot without a P:
-// New says so in the log, with the fix, instead of running floor(quota)
-// slots silently.
+// A GOMAXPROCS below ceil(quota) leaves the fractional slot without a P
+// for tasks that run Go code: once the executor has seen its tasks run Go
+// code, it says so in the log and in Stats, with the fix, instead of
+// running floor(quota) slots silently.
 func TestGOMAXPROCSBelowTheQuotaIsLogged(t *testing.T) {
 	dir := t.TempDir()
 	detect := func() (budget.Budget, error) {
@@ -342,12 +344,23 @@ func TestGOMAXPROCSBelowTheQuotaIsLogged(t *testing.T) {
 			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
 	}
 	var buf syncBuffer
-	e := newExec(t, Options{WatchInterval: -1, detect: detect, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	e := newExec(t, Options{WatchInterval: time.Hour, detect: detect, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	if e.Slots() != 1 {
 		t.Errorf("%d slots, want 1 (one P)", e.Slots())
 	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.Stats().Warning == "" && time.Now().Before(deadline) {
+		e.Do(context.Background(), Interactive, func(ctx context.Context) error {
+			for t0 := time.Now(); time.Since(t0) < time.Millisecond; {
+			}
+			return nil
+		})
+	}
 	if s := buf.String(); !strings.Contains(s, "GOMAXPROCS 1") || !strings.Contains(s, "1.5") {
 		t.Errorf("log %q: want a warning naming GOMAXPROCS 1 and the 1.5-CPU quota", s)
+	}
+	if e.Slots() != 1 {
+		t.Errorf("%d slots after Go-code tasks, want 1", e.Slots())
 	}
 }
 
@@ -652,4 +665,47 @@ func quota15(t *testing.T) func() (budget.Budget, error) {
 		return budget.Budget{Cores: 1.5, GOMAXPROCS: 2, Affinity: 2, Source: budget.SourceCgroupV1,
 			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
 	}
+}
+
+// Slots that hold tasks not on a CPU (reading a body, fetching a source,
+// waiting for a P) leave the quota idle while work queues: a period whose
+// CPU use stayed well under the pace while tasks queued opens one more
+// slot, up to doubling ceil(quota); a throttled period, or one that used
+// the quota with the queue mostly empty, closes one again. QuotaStrict's
+// paced whole slot never gets one.
+func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
+	var got []int
+	p := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, setSlots: func(n int) { got = append(got, n) }}
+	period := func(use float64, queued, ticks int, throttled bool) int {
+		p.queuedTicks, p.ticks = queued, ticks
+		p.busyLocked(use, throttled)
+		return p.slots()
+	}
+	if n := period(0.75, 40, 50, false); n != 3 {
+		t.Fatalf("under-used with a queue: %d slots, want 3", n)
+	}
+	if n := period(0.80, 50, 50, false); n != 4 {
+		t.Fatalf("still under-used: %d slots, want 4", n)
+	}
+	if n := period(0.50, 50, 50, false); n != 4 {
+		t.Fatalf("at most ceil(quota) more: %d slots, want 4", n)
+	}
+	if n := period(0.95, 50, 50, false); n != 4 {
+		t.Fatalf("using the quota with a queue: %d slots, want 4 kept", n)
+	}
+	if n := period(0.99, 50, 50, true); n != 3 {
+		t.Fatalf("throttled: %d slots, want 3", n)
+	}
+	if n := period(0.96, 5, 50, false); n != 2 {
+		t.Fatalf("quota used, queue mostly empty: %d slots, want 2", n)
+	}
+	if n := period(0.30, 10, 50, false); n != 2 {
+		t.Fatalf("under-used without a queue: %d slots, want 2", n)
+	}
+	if want := []int{3, 4, 3, 2}; !slices.Equal(got, want) {
+		t.Errorf("slot counts handed to the executor %v, want %v", got, want)
+	}
+	strict := &fracPacer{n: 0, frac: 1, target: fracTargetMax, setSlots: func(n int) { t.Errorf("QuotaStrict's paced slot got %d slots", n) }}
+	strict.queuedTicks, strict.ticks = 50, 50
+	strict.busyLocked(0.5, false)
 }

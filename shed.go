@@ -27,8 +27,8 @@ import (
 //     has a ctx deadline or its class's late budget is spent (order.go;
 //     the error also wraps ErrDeadline);
 //   - its class has a queue-wait target (ClassOptions.MaxQueueWait; without
-//     one, for an arrival with a latency target, a tenth of that target:
-//     standingShare) and is shedding: CoDel's test (Nichols and Jacobson,
+//     one, for an arrival with a latency target, two of the class's slot
+//     times, at most half that target: autoQueueTarget) and is shedding: CoDel's test (Nichols and Jacobson,
 //     "Controlling Queue Delay", ACM Queue 2012), applied at the door
 //     instead of at the head: when the smallest queue wait of the tasks
 //     granted a slot during an interval (100 ms, or 2 of the class's slot
@@ -71,6 +71,25 @@ const (
 // either way. A tenth kept every served request within a 0.59 s objective
 // at twice an image server's capacity (docs/results.md).
 const standingShare = 10
+
+// serviceQueue is the queue-wait target of a class without
+// ClassOptions.MaxQueueWait, in slot times of the class: the wait of a
+// bounded queue twice the slots deep, as servers size theirs (imgproxy's
+// 2x GOMAXPROCS). With standingPeak, the queue peaks at twice that.
+const serviceQueue = 2
+
+// autoQueueTarget is the queue-wait target of a class without
+// ClassOptions.MaxQueueWait for an arrival with left ns to its due, its
+// class's slot time being slot ns (0: not measured yet): serviceQueue
+// slot times — what a short bounded queue holds, whatever the objective —
+// at most half the time left (the objective still bounds it); until a
+// slot time is measured, 1/standingShare of the time left.
+func autoQueueTarget(left, slot int64) int64 {
+	if slot <= 0 {
+		return left / standingShare
+	}
+	return min(serviceQueue*slot, left/2)
+}
 
 // standingPeak: while such a class sheds, it refuses an arrival whose
 // mean estimated queue wait is above standingPeak times its target, not
@@ -198,7 +217,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 		st.offer(g, w) // Allow's call counts when it refuses: an allowed one is submitted next
 	}
 	if (st.target == 0 || st.auto) && w.target != targetNone && w.due > t {
-		st.target, st.auto = (w.due-t)/standingShare, true
+		st.target, st.auto = autoQueueTarget(w.due-t, g.stats[c].avgSlotNs.Load()), true
 	}
 	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
@@ -219,7 +238,7 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 			s.shed.Add(1)
 			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
-				why = fmt.Sprintf("1/%d of the latency target; refused above %d times it", standingShare, standingPeak)
+				why = fmt.Sprintf("%d slot times of the class, at most half the latency target; refused above %d times it", serviceQueue, standingPeak)
 			}
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(st.target), why, time.Duration(wait).Round(time.Microsecond))}
 		}

@@ -95,9 +95,14 @@ type ClassStats struct {
 
 // Stats is a snapshot of an executor.
 type Stats struct {
-	Slots   int                    // current slot count
-	Free    int                    // slots free now (negative while shrinking)
-	Closed  bool                   // Close has been called
+	Slots  int  // current slot count
+	Free   int  // slots free now (negative while shrinking)
+	Closed bool // Close has been called
+	// Warning, when not empty, says why the slots cannot use the whole
+	// CPU budget (GOMAXPROCS below it while the tasks run Go code) and
+	// what to set; it is also logged once, to slog.Default without
+	// Options.Logger.
+	Warning string
 	Classes [NumClasses]ClassStats // indexed by Class
 	// Demotion reports the demotion of Batch and Background worker
 	// threads (Options.Batch.Demote) and what its starvation guard did.
@@ -169,6 +174,9 @@ func (e *Executor) Stats() Stats {
 	var st Stats
 	var queued [NumClasses]int
 	st.Slots, st.Free, st.Closed, queued = e.g.snapshotLocked()
+	if w := e.capWarning.Load(); w != nil {
+		st.Warning = *w
+	}
 	st.NetWatch.Watched, st.NetWatch.Unwatched = netStats.watched.Load(), netStats.unwatched.Load()
 	st.NetWatch.Polls, st.NetWatch.Wakes = netStats.polls.Load(), netStats.wakes.Load()
 	if g := e.guard; g != nil {

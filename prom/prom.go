@@ -93,6 +93,7 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	d("cpuwork_pacing_closed_seconds_total", "Time the fractional quota's extra slot was closed by its pacer.")
 	d("cpuwork_pacing_slots_held", "Slots held on average while a task queued, over about the last CFS period (cpuwork.Stats.Pacing.Occupancy): what the door divides the queued work by; near ceil(quota) when tasks cannot give the extra slot back.")
 	d("cpuwork_pacing_throttled_periods_total", "Throttled CFS periods the pacer saw: effect=lowered lowered its target, effect=held left it (not the extra slot's doing).", "effect")
+	d("cpuwork_slots_below_budget", "1 while GOMAXPROCS caps the executor's slots below the CPU budget and its tasks run Go code, so part of the budget goes unused (cpuwork.Stats.Warning says what to set); else 0.")
 	d("cpuwork_go_sched_latency_seconds", "Time goroutines spent runnable before running (runtime/metrics /sched/latencies:seconds), at DefaultBuckets resolution.")
 	return c
 }
@@ -122,6 +123,11 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_descriptors_total"], prometheus.CounterValue, float64(nw.Watched), "true")
 	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_netwatch_descriptors_total"], prometheus.CounterValue, float64(nw.Unwatched), "false")
 	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_slots"], prometheus.GaugeValue, float64(st.Slots))
+	below := 0.0
+	if st.Warning != "" {
+		below = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_slots_below_budget"], prometheus.GaugeValue, below)
 	if p := st.Pacing; p.Paced {
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_target_ratio"], prometheus.GaugeValue, p.Target)
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_closed_seconds_total"], prometheus.CounterValue, p.Closed.Seconds())

@@ -7,8 +7,10 @@ replace github.com/cpuwork/cpuwork => ..
 require (
 	github.com/cpuwork/cpuwork v0.0.0-00010101000000-000000000000
 	github.com/failsafe-go/failsafe-go v0.9.8
+	github.com/h2non/bimg v1.1.9
 	github.com/open-policy-agent/opa v1.22.3
 	github.com/platinummonkey/go-concurrency-limits v0.8.0
+	go.uber.org/automaxprocs v1.6.0
 	golang.org/x/sync v0.25.0
 	willnorris.com/go/imageproxy v0.13.0
 )

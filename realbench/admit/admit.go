@@ -100,6 +100,9 @@ func counted(app http.Handler, abandoned *[2]atomic.Int64) http.Handler {
 //	           a queue of 2x that, 503 when the queue is full
 //	sem2x      the same with 2x gmp workers (imgproxy's default) and a
 //	           queue of 4x gmp
+//	shipped    the admitter cgo image servers such as imaginary ship: an
+//	           x/sync semaphore of 2x gmp workers, no queue
+//	shipped-queue  the same with a queue of 8
 //	failsafe   failsafe-go's adaptive limiter with its queue (limit x 2 to
 //	           x 3, waiting at most slo), through failsafehttp (its 429
 //	           answered 503)
@@ -114,6 +117,10 @@ func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Ha
 		return semaphored(app, gmp, 2*gmp), nil
 	case "sem2x":
 		return semaphored(app, 2*gmp, 4*gmp), nil
+	case "shipped":
+		return semaphored(app, 2*gmp, 0), nil
+	case "shipped-queue":
+		return semaphored(app, 2*gmp, 8), nil
 	case "failsafe":
 		lim := adaptivelimiter.NewBuilder[*http.Response]().WithQueueing(2, 3).WithMaxWaitTime(slo).Build()
 		return status503(failsafehttp.NewHandler(app, lim)), nil

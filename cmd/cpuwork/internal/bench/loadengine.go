@@ -996,6 +996,8 @@ func aaOf(scenario string) string {
 	switch {
 	case scenario == "inference":
 		return "pool"
+	case strings.HasPrefix(scenario, "realserver-vips"):
+		return vipsControl
 	case strings.HasPrefix(scenario, "realserver"):
 		return realserverControl
 	}

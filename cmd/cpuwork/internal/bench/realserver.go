@@ -49,10 +49,20 @@ var realserverPeers = []struct{ name, desc string }{
 var realserverVariants = append(slices.Clone(realserverPeers),
 	struct{ name, desc string }{"cpuwork", "the cpuworkhttp middleware with the objective, served through WatchListener (7 added lines: realbench/admit)"})
 
-// realserverNames lists the realserver scenarios' variants (--list).
-func realserverNames() []string {
-	return append(describe(realserverVariants), realserverControl+aaSuffix+": "+aaDesc(realserverControl))
+// vipsPeers are the admitters of the cgo image server (realbench/vips):
+// the one such servers ship, with and without its queue, and failsafe-go.
+var vipsPeers = []struct{ name, desc string }{
+	{"stock", "the server with every request run at once"},
+	{"shipped", "the admitter cgo image servers such as imaginary ship: an x/sync semaphore of 2x GOMAXPROCS workers, no queue, 503 when all are busy"},
+	{"shipped-queue", "the same with a queue of 8, 503 when full"},
+	{"failsafe", "failsafe-go v0.9.8 adaptivelimiter with its queue (x2 to x3 the limit, waiting at most the objective), through failsafehttp"},
 }
+
+// vipsControl is the cgo image server's A/A control: its own admitter.
+const vipsControl = "shipped-queue"
+
+// realserverNames lists the realserver scenarios' variants (--list).
+func realserverNames() []string { return imageproxyTarget.names() }
 
 // realserverLoads are the default load levels (fractions of the stock
 // server's capacity); --thorough runs thoroughLoads.
@@ -93,6 +103,47 @@ type realTarget struct {
 	desc, claim   string // for --list; the scenario's claim
 	small, large  string // what each request kind does, for the notes
 	origin        bool   // the server fetches from the bench's origin of JPEGs
+	// peers are the admitters cpuwork is judged against and control the
+	// A/A control among them; nil and "": realserverPeers and
+	// realserverControl.
+	peers   []struct{ name, desc string }
+	control string
+	// args are the command's extra flags; procs says what GOMAXPROCS it
+	// runs with in the quota case, for the notes.
+	args  []string
+	procs string
+}
+
+func (tg realTarget) peerList() []struct{ name, desc string } {
+	if tg.peers != nil {
+		return tg.peers
+	}
+	return realserverPeers
+}
+
+func (tg realTarget) controlName() string {
+	if tg.control != "" {
+		return tg.control
+	}
+	return realserverControl
+}
+
+// variants are tg's peers and cpuwork.
+func (tg realTarget) variants() []struct{ name, desc string } {
+	return append(slices.Clone(tg.peerList()), realserverVariants[len(realserverVariants)-1])
+}
+
+// names lists tg's variants and its A/A control (--list).
+func (tg realTarget) names() []string {
+	return append(describe(tg.variants()), tg.controlName()+aaSuffix+": "+aaDesc(tg.controlName()))
+}
+
+// quotaProcs is what GOMAXPROCS tg runs with in the quota case.
+func (tg realTarget) quotaProcs() string {
+	if tg.procs != "" {
+		return tg.procs
+	}
+	return "GOMAXPROCS from Go's default for it: 2"
 }
 
 var (
@@ -104,13 +155,22 @@ var (
 		desc:  "Open Policy Agent's REST server (github.com/open-policy-agent/opa, built by the realbench module from the Go module proxy) over an in-memory store, as realserver",
 		claim: "Open Policy Agent's REST server with cpuwork's middleware added in 7 lines against the admitters a Go team would pick: p99 below capacity and goodput within the objective in overload, unconstrained and in a 1.5-CPU cgroup",
 		small: "a policy query over 500 resources (a comprehension)", large: "a policy query over 20,000 resources (glob.match and a join with their groups)"}
+	vipsTarget = realTarget{scenario: "realserver-vips", cmd: "vips", origin: true, peers: vipsPeers, control: vipsControl,
+		desc:  "a cgo image server (libvips through h2non/bimg, Debian's libvips, built by the realbench module) whose work runs outside the Go scheduler's Ps, with GOMAXPROCS from Go's default, under open-loop load at 80% and 2x its capacity, unconstrained and in a 1.5-CPU cgroup: stock, the semaphore such servers ship (2x GOMAXPROCS workers, with and without a queue of 8), failsafe-go's adaptive limiter, cpuwork's middleware",
+		claim: "a cgo image server (libvips) with cpuwork's middleware added in 7 lines against the admitter such servers ship and failsafe-go: never worse, unconstrained and in a 1.5-CPU cgroup",
+		small: "a 300 px wide JPEG of an 800x600 one (libvips)", large: "a 1024 px wide JPEG of a 3000x2000 one (libvips)"}
+	vipsFloorTarget = realTarget{scenario: "realserver-vips-floor", cmd: "vips", origin: true, peers: vipsPeers, control: vipsControl,
+		args: []string{"-procs", "automaxprocs"}, procs: "GOMAXPROCS from automaxprocs: the quota rounded down, 1",
+		desc:  "the cgo image server of realserver-vips with GOMAXPROCS set by go.uber.org/automaxprocs (the quota rounded down: 1 in the 1.5-CPU cgroup)",
+		claim: vipsTarget.claim + ", with GOMAXPROCS below the quota",
+		small: vipsTarget.small, large: vipsTarget.large}
 )
 
 // realserverDef is tg's scenario, not in the default set.
 func realserverDef(tg realTarget) scenarioDef {
 	return scenarioDef{name: tg.scenario, extra: true,
 		desc:     fmt.Sprintf("%s (not in the default set: `cpuwork bench --scenario %s`)", tg.desc, tg.scenario),
-		variants: realserverNames,
+		variants: tg.names,
 		steps:    func(r *Runner, vs []string) int { return 2*loadSteps(r, vs, realserverLoads) + 1 },
 		run:      func(r *Runner) (*Scenario, error) { return r.realserver(tg) },
 		// The generator's pacing and start-up, as the other load scenarios.
@@ -189,8 +249,8 @@ type realServer struct {
 
 // startReal starts bin's variant, in g when g is not nil, and waits for
 // its address.
-func startReal(self, bin string, g *cgroup.Group, variant, origin string, slo time.Duration) (*realServer, error) {
-	args := []string{"-variant", variant, "-origin", origin, "-slo", slo.String()}
+func startReal(self, bin string, g *cgroup.Group, variant, origin string, slo time.Duration, extra ...string) (*realServer, error) {
+	args := append([]string{"-variant", variant, "-origin", origin, "-slo", slo.String()}, extra...)
 	var cmd *exec.Cmd
 	done := func() {}
 	if g != nil {
@@ -272,8 +332,8 @@ func keyValues(s string) map[string]float64 {
 // requestCosts measures each request kind's CPU on the stock server,
 // alone: the server's threads' on-CPU time over n serial requests of the
 // kind, after one to warm up. It is the kind's weight in the goodput.
-func requestCosts(bin, origin string, n int) (map[string]float64, error) {
-	s, err := startReal("", bin, nil, "stock", origin, time.Minute)
+func requestCosts(bin, origin string, n int, extra ...string) (map[string]float64, error) {
+	s, err := startReal("", bin, nil, "stock", origin, time.Minute, extra...)
 	if err != nil {
 		return nil, err
 	}
@@ -318,6 +378,7 @@ func requestCosts(bin, origin string, n int) (map[string]float64, error) {
 // and the objective (three times a large request's CPU).
 type realRig struct {
 	bin, origin string
+	args        []string // the command's extra flags (realTarget.args)
 	costs       map[string]float64
 	slo         time.Duration
 	perReq      float64 // the mix's CPU per request
@@ -350,7 +411,7 @@ func (r *Runner) setUpReal(s *Scenario, tg realTarget) (rig *realRig, undo func(
 	}
 	undos = append(undos, func() { os.RemoveAll(dir) })
 	r.step(fmt.Sprintf("%s: building realbench/%s (Go module proxy)", s.Name, tg.cmd))
-	rig = &realRig{origin: "none"}
+	rig = &realRig{origin: "none", args: tg.args}
 	if rig.bin, err = buildRealbench(mod, dir, tg.cmd); err != nil {
 		s.Skipped = err.Error()
 		return fail(nil)
@@ -363,7 +424,7 @@ func (r *Runner) setUpReal(s *Scenario, tg realTarget) (rig *realRig, undo func(
 		undos = append(undos, stopOrigin)
 		rig.origin = url
 	}
-	if rig.costs, err = requestCosts(rig.bin, rig.origin, 5); err != nil {
+	if rig.costs, err = requestCosts(rig.bin, rig.origin, 5, rig.args...); err != nil {
 		return fail(fmt.Errorf("%s: measure request costs: %w", s.Name, err))
 	}
 	rig.slo = time.Duration(3 * rig.costs["large"] * float64(time.Second)).Round(10 * time.Millisecond)
@@ -378,7 +439,7 @@ func (r *Runner) setUpReal(s *Scenario, tg realTarget) (rig *realRig, undo func(
 // scenario's run function finds it) and calls run with the variants
 // renamed for the case; the cgroup is removed after. A case that cannot
 // run is a note of s.
-func (r *Runner) inQuotaCase(s *Scenario, use func(*cgroup.Group), run func(qv []struct{ name, desc string })) {
+func (r *Runner) inQuotaCase(s *Scenario, variants []struct{ name, desc string }, use func(*cgroup.Group), run func(qv []struct{ name, desc string })) {
 	switch {
 	case os.Geteuid() != 0:
 		s.Notes = append(s.Notes, fmt.Sprintf("%.1f-CPU quota case not measured: creating a cgroup needs root", realserverQuota))
@@ -395,7 +456,7 @@ func (r *Runner) inQuotaCase(s *Scenario, use func(*cgroup.Group), run func(qv [
 	defer removeGroup(group)
 	use(group)
 	var qv []struct{ name, desc string }
-	for _, v := range realserverVariants {
+	for _, v := range variants {
 		qv = append(qv, struct{ name, desc string }{v.name + quotaSuffix(), v.desc + fmt.Sprintf(", in a %.1f-CPU cgroup", realserverQuota)})
 	}
 	run(qv)
@@ -409,7 +470,7 @@ func (r *Runner) realVariantOnce(s *Scenario, rig *realRig, group **cgroup.Group
 		if base, ok := strings.CutSuffix(variant, quotaSuffix()); ok {
 			variant, g = base, *group
 		}
-		return r.realOnce(v, s.Name, rig.bin, g, variant, rig.origin, rig.slo, rate)
+		return r.realOnce(v, s.Name, rig.bin, g, variant, rig.origin, rig.slo, rate, rig.args...)
 	}
 }
 
@@ -424,13 +485,14 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 	loads := r.loadLevels(realserverLoads)
 	var group *cgroup.Group
 	once := r.realVariantOnce(s, rig, &group)
-	checks := func() []check { return realserverChecks(loads, "", slo.Seconds()) }
+	variants, control := tg.variants(), tg.controlName()
+	checks := func() []check { return realserverChecks(tg, loads, "", slo.Seconds()) }
 	estimate := float64(r.slots) / rig.perReq
 	r.search = true
 	defer func() { r.search = false }()
-	r.afterShare = besideShare(r, realserverVariants, loads)
+	r.afterShare = besideShare(r, variants, loads)
 	defer func() { r.afterShare = 0 }()
-	cals := r.atLoads(s, realserverVariants, loads, realserverControl, checks,
+	cals := r.atLoads(s, variants, loads, control, checks,
 		func(round int) calibration { return r.measureCapacity(s, "stock", round, estimate, once) }, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("small = %s (%s of the server's CPU, measured alone), large = %s (%s), 90/10 mix; objective %s (3x a large request's CPU); %s",
 		tg.small, ms(costs["small"]), tg.large, ms(costs["large"]), ms(slo.Seconds()), capacityNote("stock", r.slots, cals)))
@@ -443,15 +505,15 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 		// where the server runs too). The semaphore calibrates it: beside
 		// the busy loop the stock server kept up with none of the
 		// descent's rates (seed 2428), its backlog growing without bound.
-		r.besideAt(s, realserverVariants, realserverControl, cc, estimate, once)
+		r.besideAt(s, variants, control, cc, estimate, once)
 	}
-	r.inQuotaCase(s, func(g *cgroup.Group) { group = g }, func(qv []struct{ name, desc string }) {
-		qchecks := func() []check { return realserverChecks(loads, quotaSuffix(), slo.Seconds()) }
-		qcals := r.atLoads(s, qv, loads, realserverControl+quotaSuffix(), qchecks,
+	r.inQuotaCase(s, variants, func(g *cgroup.Group) { group = g }, func(qv []struct{ name, desc string }) {
+		qchecks := func() []check { return realserverChecks(tg, loads, quotaSuffix(), slo.Seconds()) }
+		qcals := r.atLoads(s, qv, loads, control+quotaSuffix(), qchecks,
 			func(round int) calibration {
 				return r.measureCapacity(s, "stock"+quotaSuffix(), round, estimate*realserverQuota/float64(r.slots), once)
 			}, once)
-		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (GOMAXPROCS from Go's default for it: 2); %s", realserverQuota, capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
+		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (%s); %s", realserverQuota, tg.quotaProcs(), capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
 		r.checkLoads(s, "stock"+quotaSuffix(), loads, qcals)
 	})
 	for _, v := range s.Variants {
@@ -464,9 +526,9 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 			v.Ratio = ratiosTo(v, b)
 		}
 	}
-	cs := append(realserverChecks(loads, "", slo.Seconds()), realserverChecks(loads, quotaSuffix(), slo.Seconds())...)
+	cs := append(realserverChecks(tg, loads, "", slo.Seconds()), realserverChecks(tg, loads, quotaSuffix(), slo.Seconds())...)
 	if beside {
-		cs = append(cs, realserverBesideChecks(cc)...)
+		cs = append(cs, realserverBesideChecks(tg, cc)...)
 	}
 	judge(s, cs)
 	return s, nil
@@ -475,20 +537,21 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 // realPeersAt names the peers of a real-server case (suf: "", the quota
 // case's or the competitor's suffix) at level l, the alternatives of its
 // comparisons, and its A/A control: the semaphore and its second run.
-func realPeersAt(suf string, l float64) (alts []string, aa [2]string) {
+func realPeersAt(tg realTarget, suf string, l float64) (alts []string, aa [2]string) {
 	at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
-	for _, p := range realserverPeers {
+	for _, p := range tg.peerList() {
 		alts = append(alts, p.name+at)
 	}
-	return alts, [2]string{realserverControl + at, realserverControl + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
+	c := tg.controlName()
+	return alts, [2]string{c + at, c + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
 }
 
 // realserverBesideChecks: at besideLevel beside the competitor cc,
 // cpuwork against the best peer on the p99 of all requests, with the
 // share unanswered beside it.
-func realserverBesideChecks(cc competition) []check {
+func realserverBesideChecks(tg realTarget, cc competition) []check {
 	at := fmt.Sprintf("%s@%.0f%%", cc.suffix(), besideLevel*100)
-	alts, aa := realPeersAt(cc.suffix(), besideLevel)
+	alts, aa := realPeersAt(tg, cc.suffix(), besideLevel)
 	lvl := fmt.Sprintf("%.0f%% beside %s", besideLevel*100, cc.Name)
 	return []check{
 		{label: lvl + ": p99 of all requests (a shed one counted as never answered)", judged: "cpuwork" + at, against: alts, metric: "p99_all_s", aa: aa},
@@ -502,8 +565,8 @@ func quotaSuffix() string { return fmt.Sprintf("+quota%.1f", realserverQuota) }
 // realOnce runs one load level against variant's server, started for it
 // (in g when not nil): the CPU it reports is the server's, and in g the
 // share of CFS periods throttled.
-func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, variant, origin string, slo time.Duration, rate float64) error {
-	srv, err := startReal(r.cfg.LoadGen[0], bin, g, variant, origin, slo)
+func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, variant, origin string, slo time.Duration, rate float64, extra ...string) error {
+	srv, err := startReal(r.cfg.LoadGen[0], bin, g, variant, origin, slo, extra...)
 	if err != nil {
 		return err
 	}
@@ -584,7 +647,7 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 // and the work served within the objective; with the figures a user
 // reads beside them (unanswered share, served late, quota used), and the
 // capacity at the objective.
-func realserverChecks(loads []float64, suf string, target float64) []check {
+func realserverChecks(tg realTarget, loads []float64, suf string, target float64) []check {
 	where := ""
 	if suf != "" {
 		where = fmt.Sprintf("%.1f-CPU cgroup, ", realserverQuota)
@@ -592,7 +655,7 @@ func realserverChecks(loads []float64, suf string, target float64) []check {
 	var cs []check
 	for _, l := range loads {
 		at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
-		alts, aa := realPeersAt(suf, l)
+		alts, aa := realPeersAt(tg, suf, l)
 		lvl := fmt.Sprintf("%s%.0f%%", where, l*100)
 		if l <= 1 {
 			cs = append(cs,
@@ -610,10 +673,10 @@ func realserverChecks(loads []float64, suf string, target float64) []check {
 	}
 	if slices.Contains(loads, searchSteps[0]) {
 		var peers []string
-		for _, p := range realserverPeers {
+		for _, p := range tg.peerList() {
 			peers = append(peers, p.name)
 		}
-		cs = append(cs, capacityCheck(where, suf, target, peers, realserverControl))
+		cs = append(cs, capacityCheck(where, suf, target, peers, tg.controlName()))
 	}
 	return cs
 }

@@ -24,7 +24,7 @@ func realserverStepDef(tg realTarget) scenarioDef {
 	return scenarioDef{name: name, extra: true,
 		desc: fmt.Sprintf("%s's step response, unconstrained and in a 1.5-CPU cgroup: offered load steps from %.0f%% of the stock server's capacity to %s of it, clients giving up after twice the objective; time until served p99 is back under the objective, the shed rate's steadiness after, CPU spent on requests whose client had gone (not in the default set: `cpuwork bench --scenario %s`)",
 			tg.cmd, realStepFrom*100, levelsText(realStepLevels), name),
-		variants:    realserverNames,
+		variants:    tg.names,
 		steps:       func(r *Runner, vs []string) int { return 2*loadSteps(r, vs, realStepLevels) + 1 },
 		run:         func(r *Runner) (*Scenario, error) { return r.realserverStep(tg, name) },
 		minDuration: 500 * time.Millisecond,
@@ -68,9 +68,9 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 		return once(v, variant, rate)
 	}
 	goal := 0.02 + 2*costs["large"]
-	checks := func() []check { return realStepChecks(realStepLevels, "", goal) }
+	checks := func() []check { return realStepChecks(tg, realStepLevels, "", goal) }
 	estimate := float64(r.slots) / rig.perReq
-	cals := r.atLoads(s, realserverVariants, realStepLevels, realserverControl, checks,
+	cals := r.atLoads(s, tg.variants(), realStepLevels, tg.controlName(), checks,
 		func(round int) calibration {
 			c := r.measureCapacity(s, "stock", round, estimate, once)
 			capacity = c.capacity
@@ -81,9 +81,9 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 		realStepAt, realStepFrom*100, realStepAfter, stepWindow, capacityNote("stock", r.slots, cals)))
 	s.Notes = append(s.Notes, fmt.Sprintf("step-response goal: served p99 back under the objective within 20 ms plus two of the longest requests' run time (%s); recovery is read to the end of a %s window, so 0 means no window after the step missed the objective", ms(goal), stepWindow))
 	r.checkLoads(s, "stock", realStepLevels, cals)
-	r.inQuotaCase(s, func(g *cgroup.Group) { group = g }, func(qv []struct{ name, desc string }) {
-		qchecks := func() []check { return realStepChecks(realStepLevels, quotaSuffix(), goal) }
-		qcals := r.atLoads(s, qv, realStepLevels, realserverControl+quotaSuffix(), qchecks,
+	r.inQuotaCase(s, tg.variants(), func(g *cgroup.Group) { group = g }, func(qv []struct{ name, desc string }) {
+		qchecks := func() []check { return realStepChecks(tg, realStepLevels, quotaSuffix(), goal) }
+		qcals := r.atLoads(s, qv, realStepLevels, tg.controlName()+quotaSuffix(), qchecks,
 			func(round int) calibration {
 				c := r.measureCapacity(s, "stock"+quotaSuffix(), round, estimate*realserverQuota/float64(r.slots), once)
 				capacity = c.capacity
@@ -92,14 +92,14 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (GOMAXPROCS from Go's default for it: 2); %s", realserverQuota, capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
 		r.checkLoads(s, "stock"+quotaSuffix(), realStepLevels, qcals)
 	})
-	judge(s, append(realStepChecks(realStepLevels, "", goal), realStepChecks(realStepLevels, quotaSuffix(), goal)...))
+	judge(s, append(realStepChecks(tg, realStepLevels, "", goal), realStepChecks(tg, realStepLevels, quotaSuffix(), goal)...))
 	return s, nil
 }
 
 // realStepChecks: cpuwork against the best peer after each step, on the
 // p99 of the requests served after it and the work served within the
 // objective after it; with the figures a user reads beside them.
-func realStepChecks(levels []float64, suf string, goal float64) []check {
+func realStepChecks(tg realTarget, levels []float64, suf string, goal float64) []check {
 	where := ""
 	if suf != "" {
 		where = fmt.Sprintf("%.1f-CPU cgroup, ", realserverQuota)
@@ -107,7 +107,7 @@ func realStepChecks(levels []float64, suf string, goal float64) []check {
 	var cs []check
 	for _, l := range levels {
 		at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
-		alts, aa := realPeersAt(suf, l)
+		alts, aa := realPeersAt(tg, suf, l)
 		lvl := fmt.Sprintf("%sstep %.0f%% to %.0f%%", where, realStepFrom*100, l*100)
 		cs = append(cs,
 			check{label: lvl + ": p99 of served after the step", judged: "cpuwork" + at, against: alts, metric: "p99_after_step_s", aa: aa},

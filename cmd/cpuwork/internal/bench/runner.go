@@ -143,6 +143,8 @@ var scenarioTable = []scenarioDef{
 		budget:      150 * time.Second},
 	realserverDef(imageproxyTarget),
 	realserverDef(opaTarget),
+	realserverDef(vipsTarget),
+	realserverDef(vipsFloorTarget),
 	realserverStepDef(imageproxyTarget),
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
