@@ -24,9 +24,15 @@
 //     cgroup stays under its quota (Options.Quota, QuotaFraction by
 //     default), else budget.Budget.Slots (the whole cores of the budget,
 //     at least 1, at most GOMAXPROCS); re-read every second so the slot
-//     count follows a changed quota or GOMAXPROCS. The executor never calls
-//     runtime.GOMAXPROCS: that would switch off the runtime's own quota
-//     tracking.
+//     count follows a changed quota or GOMAXPROCS. GOMAXPROCS bounds the
+//     slots only while the tasks run Go code: tasks measured to run in cgo
+//     or system calls (which hold no P) get the slots the budget allows.
+//     Slots that hold tasks not on a CPU (reading a body, fetching a
+//     source) while work queues and the budget idles get more slots beside
+//     them, up to twice the budget's, closed again on throttling, on run
+//     delay, or once work no longer queues. The
+//     executor never calls runtime.GOMAXPROCS: that would switch off the
+//     runtime's own quota tracking.
 //   - Classes. Critical is served strictly first. Interactive and Batch
 //     share slots by weight (4:1 by default) on measured slot time: each
 //     class's virtual time is its charged slot time divided by its weight,

@@ -97,7 +97,7 @@ const (
 	// docs/raw/realserver-step-imageproxy-pacing-seed2422.txt).
 	fracDebtCaps = 2
 	// fracBusyMargin: a period whose CPU use stayed more than this under
-	// the pace while tasks queued most of it opens one more slot
+	// the pace while tasks queued nearly all of it opens one more slot
 	// (fracPacer.extra): the slots hold tasks that are not on a CPU
 	// (reading a body, fetching a source, waiting for a P) and leave the
 	// quota idle. A throttled period closes one again.
@@ -228,7 +228,14 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 	return true
 }
 
-// slots is the slot count under this policy: n+1.
+// paced reports whether the extra slot is paced now.
+func (p *fracPacer) paced() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.frac > 0
+}
+
+// slots is the slot count under this policy: n+1 and the busy slots.
 func (p *fracPacer) slots() int { return p.n + 1 + p.extra }
 
 // capacity is the slots that serve the queue on average while the extra
@@ -372,7 +379,8 @@ func (p *fracPacer) step(t int64) {
 
 // busyLocked opens one more slot after a period whose CPU use (use, a
 // share of the quota) stayed fracBusyMargin under the pace while tasks
-// queued at least half of it, and closes one after a throttled period or
+// queued nearly all of it (nine ticks in ten: the slots were held
+// throughout, so the use is theirs), and closes one after a throttled period or
 // one in which tasks seldom queued: admission follows the CPU the slots
 // really use, not only how many are held.
 func (p *fracPacer) busyLocked(use float64, throttled bool) {
@@ -385,7 +393,7 @@ func (p *fracPacer) busyLocked(use float64, throttled bool) {
 	switch {
 	case throttled || (p.queuedTicks*4 < p.ticks && use >= p.target-fracBusyMargin):
 		extra = max(0, extra-1)
-	case use < p.target-fracBusyMargin && p.queuedTicks*2 >= p.ticks && p.ticks > 0:
+	case use < p.target-fracBusyMargin && p.queuedTicks*10 >= p.ticks*9 && p.ticks > 0:
 		extra = min(p.n+1, extra+1)
 	}
 	p.queuedTicks, p.ticks = 0, 0

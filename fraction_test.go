@@ -681,7 +681,10 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 		p.busyLocked(use, throttled)
 		return p.slots()
 	}
-	if n := period(0.75, 40, 50, false); n != 3 {
+	if n := period(0.75, 40, 50, false); n != 2 {
+		t.Fatalf("under-used, queued 80 %% of the period: %d slots, want 2", n)
+	}
+	if n := period(0.75, 46, 50, false); n != 3 {
 		t.Fatalf("under-used with a queue: %d slots, want 3", n)
 	}
 	if n := period(0.80, 50, 50, false); n != 4 {

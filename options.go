@@ -33,7 +33,8 @@ const (
 // Options configures an Executor. The zero value is valid: slots follow the
 // detected CPU budget (under a fractional CPU quota, ceil(quota) slots of
 // which the last is paced: QuotaFraction; else budget.Budget.Slots, the
-// whole cores of the budget, at least 1, at most GOMAXPROCS), each class
+// whole cores of the budget, at least 1, at most GOMAXPROCS while the tasks
+// run Go code), each class
 // queues up to DefaultQueueLimit tasks, Interactive and Batch share slots
 // 4:1, and one task in 1024 is accounted.
 type Options struct {
@@ -94,8 +95,8 @@ type Options struct {
 
 // ClassOptions configures one class (Options.Classes). The zero value is
 // the default: a queue of DefaultQueueLimit tasks, no latency target, a
-// queue-wait target of a tenth of the latency target of the arrivals that
-// carry one, and (Interactive and Batch) the default weight.
+// queue-wait target of two of the class's slot times for the arrivals
+// that carry a latency target, and (Interactive and Batch) the default weight.
 type ClassOptions struct {
 	// QueueLimit bounds the class's queue; a submission to a full queue
 	// returns ErrSaturated at once. 0 means DefaultQueueLimit; negative
@@ -121,9 +122,10 @@ type ClassOptions struct {
 	// target is refused with an error wrapping ErrSaturated, and in an
 	// overload of more than twice the slots so is a queued task that
 	// waited over twice it, until the arrivals calm for 20 of them or a
-	// second. Pick a few service times of the class. 0 (the default): a
-	// tenth of the latency targets of the class's arrivals that carry one,
-	// applied to those only. Negative values make New fail.
+	// second. Pick a few service times of the class. 0 (the default): two
+	// of the class's measured slot times (a queue twice the slots deep),
+	// at most half the arrival's latency target, applied to arrivals that
+	// carry one. Negative values make New fail.
 	MaxQueueWait time.Duration
 
 	// Weight is the class's relative share of measured slot time while

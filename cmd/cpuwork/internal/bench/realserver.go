@@ -103,6 +103,9 @@ type realTarget struct {
 	desc, claim   string // for --list; the scenario's claim
 	small, large  string // what each request kind does, for the notes
 	origin        bool   // the server fetches from the bench's origin of JPEGs
+	// needs names what the build needs beyond the Go module proxy, for
+	// the reason a scenario is skipped ("" nothing).
+	needs string
 	// peers are the admitters cpuwork is judged against and control the
 	// A/A control among them; nil and "": realserverPeers and
 	// realserverControl.
@@ -156,11 +159,13 @@ var (
 		claim: "Open Policy Agent's REST server with cpuwork's middleware added in 7 lines against the admitters a Go team would pick: p99 below capacity and goodput within the objective in overload, unconstrained and in a 1.5-CPU cgroup",
 		small: "a policy query over 500 resources (a comprehension)", large: "a policy query over 20,000 resources (glob.match and a join with their groups)"}
 	vipsTarget = realTarget{scenario: "realserver-vips", cmd: "vips", origin: true, peers: vipsPeers, control: vipsControl,
+		needs: "libvips and pkg-config (Debian: apt-get install libvips-dev)",
 		desc:  "a cgo image server (libvips through h2non/bimg, Debian's libvips, built by the realbench module) whose work runs outside the Go scheduler's Ps, with GOMAXPROCS from Go's default, under open-loop load at 80% and 2x its capacity, unconstrained and in a 1.5-CPU cgroup: stock, the semaphore such servers ship (2x GOMAXPROCS workers, with and without a queue of 8), failsafe-go's adaptive limiter, cpuwork's middleware",
 		claim: "a cgo image server (libvips) with cpuwork's middleware added in 7 lines against the admitter such servers ship and failsafe-go: never worse, unconstrained and in a 1.5-CPU cgroup",
 		small: "a 300 px wide JPEG of an 800x600 one (libvips)", large: "a 1024 px wide JPEG of a 3000x2000 one (libvips)"}
 	vipsFloorTarget = realTarget{scenario: "realserver-vips-floor", cmd: "vips", origin: true, peers: vipsPeers, control: vipsControl,
-		args: []string{"-procs", "automaxprocs"}, procs: "GOMAXPROCS from automaxprocs: the quota rounded down, 1",
+		needs: vipsTarget.needs,
+		args:  []string{"-procs", "automaxprocs"}, procs: "GOMAXPROCS from automaxprocs: the quota rounded down, 1",
 		desc:  "the cgo image server of realserver-vips with GOMAXPROCS set by go.uber.org/automaxprocs (the quota rounded down: 1 in the 1.5-CPU cgroup)",
 		claim: vipsTarget.claim + ", with GOMAXPROCS below the quota",
 		small: vipsTarget.small, large: vipsTarget.large}
@@ -414,6 +419,9 @@ func (r *Runner) setUpReal(s *Scenario, tg realTarget) (rig *realRig, undo func(
 	rig = &realRig{origin: "none", args: tg.args}
 	if rig.bin, err = buildRealbench(mod, dir, tg.cmd); err != nil {
 		s.Skipped = err.Error()
+		if tg.needs != "" {
+			s.Skipped = fmt.Sprintf("it needs %s: %v", tg.needs, err)
+		}
 		return fail(nil)
 	}
 	if tg.origin {
