@@ -27,10 +27,10 @@
 //     count follows a changed quota or GOMAXPROCS. GOMAXPROCS bounds the
 //     slots only while the tasks run Go code: tasks measured to run in cgo
 //     or system calls (which hold no P) get the slots the budget allows.
-//     Slots that hold tasks not on a CPU (reading a body, fetching a
-//     source) while work queues and the budget idles get more slots beside
-//     them, up to twice the budget's, closed again on throttling, on run
-//     delay, or once work no longer queues. The
+//     Under a fractional quota, slots that hold tasks not on a CPU
+//     (reading a body, fetching a source) while work queues and the quota
+//     idles get more slots beside them, up to twice ceil(quota), closed
+//     again on throttling or once work no longer queues. The
 //     executor never calls runtime.GOMAXPROCS: that would switch off the
 //     runtime's own quota tracking.
 //   - Classes. Critical is served strictly first. Interactive and Batch

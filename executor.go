@@ -59,9 +59,6 @@ type Executor struct {
 	noLabels    bool
 	log         *slog.Logger
 	logSet      bool // Options.Logger was set (else capacity warnings go to slog.Default)
-	// busyExtra is the slots the budget watcher runs beside the budget's
-	// (busy.go); owned by its goroutine.
-	busyExtra int
 	// capWarning is Stats.Warning: why the slots cannot use the whole
 	// CPU budget (nil: they can).
 	capWarning atomic.Pointer[string]
@@ -215,24 +212,8 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 		}
 	}()
 	sampling()
-	var busy busySlots
-	busyT := time.NewTicker(busyTick)
-	defer busyT.Stop()
 	for {
 		select {
-		case <-busyT.C:
-			eff := out.effective(cur)
-			if p := e.frac.Load(); p != nil && p.paced() {
-				// The paced quota's own busy slots (fracPacer.busyLocked).
-				busy, e.busyExtra = busySlots{}, 0
-				continue
-			}
-			base := eff.Slots()
-			if extra := busy.step(e, eff, base, e.busyExtra); extra != e.busyExtra {
-				e.busyExtra = extra
-				e.log.Info("cpuwork: slots hold tasks not on a CPU while work queues: slots beside the budget's", "slots", base+extra, "budget_slots", base)
-				e.SetSlots(base + extra)
-			}
 		case c, ok := <-changes:
 			if !ok {
 				return
@@ -264,18 +245,18 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 // applyBudget sets the slot count and the fractional pacer from b, and
 // logs msg when the slot count changes.
 func (e *Executor) applyBudget(b budget.Budget, msg string) {
-	n := b.Slots() + e.busyExtra
+	n := b.Slots()
 	if p := e.frac.Load(); p != nil {
 		p.reconfigure(b)
 		e.g.setPacedCapacity(p.capacity())
 		if p.frac > 0 {
-			n, e.busyExtra = p.slots(), 0
+			n = p.slots()
 		}
 	} else if p := e.newFrac(b); p != nil {
 		// A quota that appeared after New gets its fractional slot as
 		// one present then does.
 		e.startFrac(p)
-		n, e.busyExtra = p.slots(), 0
+		n = p.slots()
 	}
 	if n != e.Slots() {
 		e.log.Info(msg, "cores", b.Cores, "source", string(b.Source), "gomaxprocs", runtime.GOMAXPROCS(0), "slots", n)
@@ -315,6 +296,7 @@ func (e *Executor) newFrac(b budget.Budget) *fracPacer {
 		p.stuck = e.g.overCommitted
 		p.occupied, p.onCapacity = e.g.occupied, e.g.setPacedCapacity
 		p.setSlots = func(n int) { e.SetSlots(n) }
+		p.runDelay = processRunDelay
 	}
 	return p
 }

@@ -102,6 +102,11 @@ const (
 	// (reading a body, fetching a source, waiting for a P) and leave the
 	// quota idle. A throttled period closes one again.
 	fracBusyMargin = 0.07
+	// fracBusyDelay: the process's kernel run delay, as a share of the
+	// quota's cores over a period, above which no slot is added and one is
+	// closed: the quota idles because another process wants the CPUs, not
+	// because the slots hold tasks that are off them.
+	fracBusyDelay = 0.10
 )
 
 // fracPacer opens and closes the extra slot. Its clock and counters are
@@ -166,6 +171,12 @@ type fracPacer struct {
 	setSlots           func(int)
 	periodU            int64
 	queuedTicks, ticks int
+	// runDelay reads the process's cumulative kernel run delay (nil: not
+	// read, as if none); delay and delayT are the last reading.
+	runDelay  func() (time.Duration, bool)
+	delay     time.Duration
+	delayT    int64
+	haveDelay bool
 }
 
 // newFracPacer returns the pacer of b's quota, or nil when b has no
@@ -226,13 +237,6 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 	}
 	p.started, p.whole = false, false
 	return true
-}
-
-// paced reports whether the extra slot is paced now.
-func (p *fracPacer) paced() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.frac > 0
 }
 
 // slots is the slot count under this policy: n+1 and the busy slots.
@@ -371,7 +375,7 @@ func (p *fracPacer) step(t int64) {
 			}
 			p.lastThrot, p.haveThrot = n, true
 		}
-		p.busyLocked(use, throttledNow)
+		p.busyLocked(use, throttledNow, t)
 		p.stuckNs, p.closedOver = 0, false
 	}
 	p.setOpenLocked(p.tokens > 0)
@@ -380,27 +384,57 @@ func (p *fracPacer) step(t int64) {
 // busyLocked opens one more slot after a period whose CPU use (use, a
 // share of the quota) stayed fracBusyMargin under the pace while tasks
 // queued nearly all of it (nine ticks in ten: the slots were held
-// throughout, so the use is theirs), and closes one after a throttled period or
-// one in which tasks seldom queued: admission follows the CPU the slots
-// really use, not only how many are held.
-func (p *fracPacer) busyLocked(use float64, throttled bool) {
+// throughout, so the use is theirs) and the process's run delay stayed
+// under fracBusyDelay, and closes one after a throttled period, one with
+// that run delay, or one that used the quota with the queue mostly empty:
+// admission follows the CPU the slots really use, not only how many are
+// held. t is now().
+func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
 	if p.setSlots == nil || p.frac >= 1 {
 		// QuotaStrict's paced whole slot keeps the process under a whole
 		// quota: no slot beyond it.
 		return
 	}
 	extra := p.extra
+	under := use < p.target-fracBusyMargin && p.queuedTicks*10 >= p.ticks*9 && p.ticks > 0
 	switch {
 	case throttled || (p.queuedTicks*4 < p.ticks && use >= p.target-fracBusyMargin):
 		extra = max(0, extra-1)
-	case use < p.target-fracBusyMargin && p.queuedTicks*10 >= p.ticks*9 && p.ticks > 0:
-		extra = min(p.n+1, extra+1)
+	case under || extra > 0:
+		share, ok := p.delayShareLocked(t)
+		switch {
+		case ok && share > fracBusyDelay:
+			extra = max(0, extra-1)
+		case ok && under:
+			extra = min(p.n+1, extra+1)
+		}
 	}
 	p.queuedTicks, p.ticks = 0, 0
 	if extra != p.extra {
 		p.extra = extra
 		p.setSlots(p.n + 1 + extra)
 	}
+}
+
+// delayShareLocked is the process's run delay since the last reading, as
+// a share of the quota's cores over the time since it; ok is false on the
+// first reading, after a stale one (over three periods old) or when the
+// delay cannot be read. Without a reader it is 0.
+func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
+	if p.runDelay == nil {
+		return 0, true
+	}
+	d, ok := p.runDelay()
+	if !ok {
+		return 0, false
+	}
+	prev, prevT, had := p.delay, p.delayT, p.haveDelay
+	p.delay, p.delayT, p.haveDelay = d, t, true
+	dt := t - prevT
+	if !had || dt <= 0 || dt > 3*int64(p.period) || d < prev {
+		return 0, false
+	}
+	return float64(d-prev) / float64(dt) / (float64(p.n) + p.frac), true
 }
 
 func (p *fracPacer) setOpenLocked(open bool) {

@@ -678,7 +678,7 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 	p := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, setSlots: func(n int) { got = append(got, n) }}
 	period := func(use float64, queued, ticks int, throttled bool) int {
 		p.queuedTicks, p.ticks = queued, ticks
-		p.busyLocked(use, throttled)
+		p.busyLocked(use, throttled, 0)
 		return p.slots()
 	}
 	if n := period(0.75, 40, 50, false); n != 2 {
@@ -710,5 +710,23 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 	}
 	strict := &fracPacer{n: 0, frac: 1, target: fracTargetMax, setSlots: func(n int) { t.Errorf("QuotaStrict's paced slot got %d slots", n) }}
 	strict.queuedTicks, strict.ticks = 50, 50
-	strict.busyLocked(0.5, false)
+	strict.busyLocked(0.5, false, 0)
+	// Run delay over a tenth of the quota's cores: the quota idles because
+	// another process wants the CPUs; no slot is added, and one is closed.
+	delayed := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, period: 100 * time.Millisecond, extra: 1, setSlots: func(int) {}}
+	var d time.Duration
+	delayed.runDelay = func() (time.Duration, bool) { return d, true }
+	ms := int64(time.Millisecond)
+	delayed.queuedTicks, delayed.ticks = 50, 50
+	delayed.busyLocked(0.5, false, 100*ms) // the first reading decides nothing
+	d += 30 * time.Millisecond             // 0.2 of 1.5 cores over 100 ms
+	delayed.queuedTicks, delayed.ticks = 50, 50
+	if delayed.busyLocked(0.5, false, 200*ms); delayed.slots() != 2 {
+		t.Errorf("run delay 0.2 of the cores: %d slots, want 2 (one closed)", delayed.slots())
+	}
+	d += 3 * time.Millisecond
+	delayed.queuedTicks, delayed.ticks = 50, 50
+	if delayed.busyLocked(0.5, false, 300*ms); delayed.slots() != 3 {
+		t.Errorf("run delay 0.02 of the cores: %d slots, want 3", delayed.slots())
+	}
 }

@@ -23,9 +23,6 @@ import (
 // Locking: the hot fields are atomics read without the lock; everything
 // else is guarded by mu. Methods named ...Locked expect mu held.
 type granter struct {
-	// toWaiters counts releases that found a task queued (the busy-slot
-	// watcher's measure of a standing queue, busy.go).
-	toWaiters atomic.Uint64
 	// Hot fields, each touched by the admission fast path.
 	// free holds the free slots (negative while the slot count shrinks)
 	// and the capacity in one word (slotWord): a release compares the
@@ -208,7 +205,6 @@ func (g *granter) release(c Class, est *int64, keep *keepNext) {
 		return
 	}
 	if f > 0 && g.waiting.Load() > 0 {
-		g.toWaiters.Add(1)
 		g.mu.Lock()
 		g.dispatchLocked()
 		g.unlockAndWakeKeep(keep)

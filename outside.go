@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/schedstat"
 )
 
 // Work outside the Go scheduler's Ps.
@@ -110,4 +111,14 @@ func (o *outsidePs) effective(b budget.Budget) budget.Budget {
 		b.GOMAXPROCS = 0
 	}
 	return b
+}
+
+// processRunDelay is the process's cumulative kernel run delay, summed
+// over its threads (false where it cannot be read).
+func processRunDelay() (time.Duration, bool) {
+	th, err := schedstat.ReadThreads(0)
+	if err != nil {
+		return 0, false
+	}
+	return th.RunDelay, true
 }

@@ -253,12 +253,3 @@ func (e *Executor) hist(h *histogram) Histogram {
 	up, cum := h.buckets()
 	return Histogram{UpperSeconds: up, Count: cum, SumSeconds: time.Duration(h.sum.Load()).Seconds()}
 }
-
-// completions is the tasks of every class that finished running.
-func (e *Executor) completions() uint64 {
-	var n uint64
-	for c := range e.stats {
-		n += e.stats[c].completed.Load()
-	}
-	return n
-}
