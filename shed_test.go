@@ -729,18 +729,17 @@ func TestTheDoorPricesAStandingQueueAtItsSlotTimePerCompletion(t *testing.T) {
 }
 
 // The default queue-wait target is what a short bounded queue holds — two
-// of the class's slot times — whatever the objective: a generous objective
-// (1 s for 13 ms requests) no longer lets the queue stand at 100 ms, and a
-// tight one no longer sheds below one large request's run time; the
-// objective still bounds it (half of it), and before a slot time is
-// measured it is a tenth of it.
+// of the class's slot times — so that a tight objective no longer sheds
+// below one large request's run time; never under a tenth of the
+// objective (a mix of very unlike sizes would shed below capacity), at
+// most half of it, and a tenth before a slot time is measured.
 func TestTheDefaultQueueWaitTargetIsTwoSlotTimes(t *testing.T) {
 	ms := int64(time.Millisecond)
 	for _, c := range []struct{ left, slot, want int64 }{
-		{1000 * ms, 13 * ms, 26 * ms}, // a generous objective
-		{140 * ms, 13 * ms, 26 * ms},  // a tenth (14 ms) would shed below a large request's 48 ms
-		{40 * ms, 30 * ms, 20 * ms},   // at most half the time left
-		{1000 * ms, 0, 100 * ms},      // not measured yet: a tenth
+		{84 * ms, 2 * ms, 8400000},   // 60 µs and 28 ms requests: not under a tenth
+		{140 * ms, 13 * ms, 26 * ms}, // a tenth (14 ms) would shed below a large request's 48 ms
+		{40 * ms, 30 * ms, 20 * ms},  // at most half the time left
+		{1000 * ms, 0, 100 * ms},     // not measured yet: a tenth
 	} {
 		if got := autoQueueTarget(c.left, c.slot); got != c.want {
 			t.Errorf("autoQueueTarget(%v, slot %v) = %v, want %v", time.Duration(c.left), time.Duration(c.slot), time.Duration(got), time.Duration(c.want))
