@@ -266,21 +266,22 @@ func (e *Executor) applyBudget(b budget.Budget, msg string) {
 
 // capacityWarning records, and logs once (to slog.Default without a
 // Logger), that GOMAXPROCS caps the slots below b's CPU budget while the
-// tasks run Go code: the rest of the budget goes unused by them.
+// tasks run Go code: the rest of the budget goes unused by them. Called
+// by the budget watcher only.
 func (e *Executor) capacityWarning(b budget.Budget) {
 	if e.capWarning.Load() != nil {
 		return
 	}
 	w := fmt.Sprintf("GOMAXPROCS %d caps the slots below the %.4g-core CPU budget (%s): Go code cannot use the rest; leave GOMAXPROCS to the Go runtime or set it to %d",
 		b.GOMAXPROCS, b.Cores, b.Source, int(math.Ceil(b.Cores-0.01)))
-	if !e.capWarning.CompareAndSwap(nil, &w) {
-		return
-	}
 	log := e.log
 	if !e.logSet {
 		log = slog.Default()
 	}
+	// Logged before Stats shows it: whoever reads it there finds it in
+	// the log too. The budget watcher is the only caller.
 	log.Warn("cpuwork: "+w, "gomaxprocs", b.GOMAXPROCS, "budget_cores", b.Cores)
+	e.capWarning.Store(&w)
 }
 
 // newFrac returns the fractional pacer of b under e's quota policy, or nil

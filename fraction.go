@@ -271,14 +271,18 @@ func (p *fracPacer) capacityLocked() float64 {
 
 // occupancySample folds the slots held now into occupancy when a task is
 // queued, weighted by dt (ns since the last step) over one period.
+// It also counts the period's ticks and those with a task queued, for
+// busyLocked: one read of the slots per step.
 func (p *fracPacer) occupancySample(dt float64) {
 	if p.occupied == nil {
 		return
 	}
 	held, queued := p.occupied()
+	p.ticks++
 	if !queued {
 		return
 	}
+	p.queuedTicks++
 	a := min(1, dt/float64(p.period))
 	p.occupancy += (float64(held) - p.occupancy) * a
 	if p.onCapacity != nil {
@@ -323,12 +327,6 @@ func (p *fracPacer) step(t int64) {
 		p.closedOver = true
 	}
 	p.occupancySample(dt)
-	if p.occupied != nil {
-		p.ticks++
-		if _, queued := p.occupied(); queued {
-			p.queuedTicks++
-		}
-	}
 	p.lastT, p.lastU = t, int64(u)
 	pace := p.target
 	if p.whole {
@@ -342,9 +340,9 @@ func (p *fracPacer) step(t int64) {
 		p.periodT, p.periodU = t, int64(u)
 		throttledNow := false
 		if n, ok := p.throttled(); ok {
-			throttledNow = p.haveThrot && n > p.lastThrot
+			throttledNow = p.haveThrot && n > p.lastThrot // a period newly throttled
 			switch {
-			case p.haveThrot && n > p.lastThrot && p.stuckNs > 2*p.tickNs.Load():
+			case throttledNow && p.stuckNs > 2*p.tickNs.Load():
 				// Throttled while a close took more than two ticks to
 				// take effect: a task that cannot give its slot back
 				// (no Checkpoint: cgo, a library's loop) overshot. A
@@ -352,7 +350,7 @@ func (p *fracPacer) step(t int64) {
 				// the quota idle between such tasks.
 				p.held++
 				p.whole = true
-			case p.haveThrot && n > p.lastThrot && p.closedOver:
+			case throttledNow && p.closedOver:
 				// Throttled, but in a tick with the extra slot closed the
 				// process used more than the quota anyway: the slots that
 				// are always open passed it by themselves (a task that
@@ -361,12 +359,12 @@ func (p *fracPacer) step(t int64) {
 				// target would not have stopped that either.
 				p.held++
 				p.whole = true
-			case p.haveThrot && n > p.lastThrot && p.whole:
+			case throttledNow && p.whole:
 				// Throttled while paced at the whole quota, with nothing
 				// the pacer could not stop: the whole pace did it. Back
 				// to target·q, which had not been tried in this period.
 				p.whole = false
-			case p.haveThrot && n > p.lastThrot:
+			case throttledNow:
 				p.target = max(fracTargetMin, p.target*0.95)
 				p.lowered++
 			case p.haveThrot:

@@ -716,17 +716,19 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 	delayed := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, period: 100 * time.Millisecond, extra: 1, setSlots: func(int) {}}
 	var d time.Duration
 	delayed.runDelay = func() (time.Duration, bool) { return d, true }
-	ms := int64(time.Millisecond)
-	delayed.queuedTicks, delayed.ticks = 50, 50
-	delayed.busyLocked(0.5, false, 100*ms) // the first reading decides nothing
-	d += 30 * time.Millisecond             // 0.2 of 1.5 cores over 100 ms
-	delayed.queuedTicks, delayed.ticks = 50, 50
-	if delayed.busyLocked(0.5, false, 200*ms); delayed.slots() != 2 {
-		t.Errorf("run delay 0.2 of the cores: %d slots, want 2 (one closed)", delayed.slots())
-	}
-	d += 3 * time.Millisecond
-	delayed.queuedTicks, delayed.ticks = 50, 50
-	if delayed.busyLocked(0.5, false, 300*ms); delayed.slots() != 3 {
-		t.Errorf("run delay 0.02 of the cores: %d slots, want 3", delayed.slots())
+	// each period: under-used, queued throughout, run delay grown by add.
+	for i, c := range []struct {
+		add  time.Duration
+		want int
+	}{
+		{0, 3},                     // the first reading decides nothing
+		{30 * time.Millisecond, 2}, // 0.2 of 1.5 cores over 100 ms: one closed
+		{3 * time.Millisecond, 3},  // 0.02 of them: one opened
+	} {
+		d += c.add
+		delayed.queuedTicks, delayed.ticks = 50, 50
+		if delayed.busyLocked(0.5, false, int64(i+1)*int64(100*time.Millisecond)); delayed.slots() != c.want {
+			t.Errorf("period %d, run delay +%v: %d slots, want %d", i+1, c.add, delayed.slots(), c.want)
+		}
 	}
 }
