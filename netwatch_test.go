@@ -195,23 +195,33 @@ func TestANetworkParkGivesTheSlotUp(t *testing.T) {
 	c.SetDeadline(time.Now().Add(30 * time.Second))
 	const n = 40
 	b := []byte{7}
-	for i := range n {
-		if _, err := c.Write(b); err != nil {
-			t.Fatal(err)
+	// One round of n requests; the park's effect is judged on a round,
+	// and a round on a machine whose CPUs other work took (every P is
+	// then not busy when a request arrives, so no park happens) is tried
+	// again, at most three rounds: one round must show it.
+	var crit, yields uint64
+	for round := range 3 {
+		st0 := e.Stats()
+		for i := range n {
+			if _, err := c.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.ReadFull(c, b); err != nil {
+				t.Fatalf("round %d, request %d: %v", round, i, err)
+			}
+			time.Sleep(3 * time.Millisecond)
 		}
-		if _, err := io.ReadFull(c, b); err != nil {
-			t.Fatalf("request %d: %v", i, err)
+		st := e.Stats()
+		crit = st.Classes[Critical].Admitted - st0.Classes[Critical].Admitted
+		yields = st.Classes[Batch].Yields - st0.Classes[Batch].Yields
+		if crit != n {
+			t.Fatalf("%d Critical tasks admitted, want %d", crit, n)
 		}
-		time.Sleep(3 * time.Millisecond)
+		if yields < crit {
+			return
+		}
 	}
-	st := e.Stats()
-	crit, yields := st.Classes[Critical].Admitted, st.Classes[Batch].Yields
-	if crit != n {
-		t.Fatalf("%d Critical tasks admitted, want %d", crit, n)
-	}
-	if yields >= crit {
-		t.Errorf("%d Critical requests took %d Batch hand-overs: none found the slot a network park gave up", crit, yields)
-	}
+	t.Errorf("%d Critical requests took %d Batch hand-overs in each of 3 rounds: none found the slot a network park gave up", crit, yields)
 }
 
 // busyBatch runs n Batch tasks on e that spin and call Checkpoint every
