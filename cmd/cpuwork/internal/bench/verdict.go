@@ -17,7 +17,9 @@ import (
 //     judged/best, from repeats that ran alternated in the same round,
 //     give an estimate and a 95 % interval (compare.go); the A/A control
 //     of the same case gives the equivalence margin; the verdict is
-//     better, equivalent, worse or inconclusive.
+//     better, equivalent, worse or inconclusive. With k alternatives the
+//     end of the interval that decides "worse" is at 1-(1-level)/k: the
+//     choice of the best on the same pairs leans that way (Bonferroni).
 //   - A figure (a check with no alternatives, or marked goal) is a
 //     measurement beside its goal and, where one ran, the floor measured
 //     in the same run: it is reported, never part of a verdict.
@@ -485,6 +487,26 @@ func evaluate(s *Scenario, c check) CheckResult {
 	}
 	var widened bool
 	r.Estimate, r.CILow, r.CIHigh, widened = comparisonInterval(r.Values, spread, level)
+	if k := len(c.against); k > 1 {
+		// The best alternative was chosen on these pairs: the best of k
+		// that tie looks better than each does, so the ratio leans
+		// towards worse. The interval's end that decides "worse" (and
+		// bounds "equivalent" on the side of better) is taken at
+		// 1-(1-level)/k: the chosen one is one of the k, so by the union
+		// bound a tie reads worse at most as often as against one
+		// alternative (Bonferroni). The other end needs no correction:
+		// the choice only makes "better" harder.
+		wide := 1 - (1-level)/float64(k)
+		_, lo, hi, w := comparisonInterval(r.Values, spread, wide)
+		widened = widened || w
+		side := "lower"
+		if c.higher {
+			r.CIHigh, side = hi, "upper"
+		} else {
+			r.CILow = lo
+		}
+		r.Notes = append(r.Notes, fmt.Sprintf("the interval's %s end at %.2f %%: the best of %d alternatives was chosen on these pairs (Bonferroni)", side, 100*wide, k))
+	}
 	if len(r.Values) < 2 { // no interval from one pair (results.json holds no infinity)
 		r.CILow, r.CIHigh = 0, 0
 		r.Notes = append(r.Notes, "one pair: no interval")
