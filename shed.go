@@ -37,8 +37,9 @@ import (
 //     arrivals (admitted or refused, at their expected run time) brought
 //     more work than the slots could do in it — or, when some of them came
 //     without a given run time (Target.Service), more of them arrived than
-//     the class completed in it — the queue is standing and the arrivals
-//     outrun the slots, and the class sheds: new arrivals whose mean
+//     the class completed in it — and the arrivals also outran the slots
+//     over the recent intervals together (shedOnsetHorizon), the queue is
+//     standing and the arrivals outrun the slots, and the class sheds: new arrivals whose mean
 //     estimated queue wait (the door's estimate above without its spread)
 //     is above the target (without MaxQueueWait, above twice it:
 //     standingPeak) are refused, so the queue is held near the
@@ -133,6 +134,11 @@ type shedState struct {
 	completedAt uint64
 	guessed     bool
 	shedding    bool
+	// sustained: the arrivals also outran the slots over the recent
+	// intervals together (sums decayed with shedOnsetHorizon, of the
+	// offered work and what the slots could do, and of the arrivals and
+	// completions): the onset test's second condition.
+	sumOffered, sumCapacity, sumArrivals, sumDone float64
 	// severe: the class sheds and the last interval's arrivals outran the
 	// slots more than backlogOutrun times (backlogLocked).
 	severe bool
@@ -166,6 +172,22 @@ type shedState struct {
 const (
 	shedCalmArrivals = 20
 	shedCalmTime     = time.Second
+)
+
+// shedOnsetHorizon, sustainedCount: a class starts shedding only when
+// its arrivals outran the slots in the interval and also over the recent
+// intervals together, weighted by exp(-age/shedOnsetHorizon): their work
+// above what the slots could do, or, when some came without a given run
+// time, sustainedCount times as many arrivals as completions. One
+// interval of 100 ms outruns the slots by chance at 80 % of capacity —
+// in more completions than arrivals about half the time, in work a third
+// — so the interval alone started shedding below capacity whenever a
+// queue happened to stand for it; over the last half second or so the
+// 80 % load is seen as 80 %, while twice the capacity passes both tests
+// within two intervals, even after a long run at 80 %.
+const (
+	shedOnsetHorizon = 500 * time.Millisecond
+	sustainedCount   = 1.25
 )
 
 // shedError is a refusal that says why, with the numbers it was decided
@@ -335,6 +357,12 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 	capacity := float64(t-st.intervalStart) * g.serviceSlots()
 	done := completed - st.completedAt
 	outrun := float64(st.offered) > capacity || st.guessed && st.arrivals > done
+	decay := math.Exp(-float64(t-st.intervalStart) / float64(shedOnsetHorizon))
+	st.sumOffered = st.sumOffered*decay + float64(st.offered)
+	st.sumCapacity = st.sumCapacity*decay + capacity
+	st.sumArrivals = st.sumArrivals*decay + float64(st.arrivals)
+	st.sumDone = st.sumDone*decay + float64(done)
+	sustained := st.sumOffered > st.sumCapacity || st.guessed && st.sumArrivals > sustainedCount*st.sumDone
 	severe := float64(st.offered) > backlogOutrun*capacity || st.guessed && st.arrivals > backlogOutrun*done
 	switch {
 	case st.shedding:
@@ -365,7 +393,7 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		// drains by itself: shedding it refuses work the slots would do
 		// in time (docs/architecture.md, "The
 		// door").
-		st.shedding = st.minWait > st.target && outrun
+		st.shedding = st.minWait > st.target && outrun && sustained
 		st.calmArrivals, st.calmFor = 0, 0
 	}
 	st.severe = st.shedding && severe

@@ -746,3 +746,47 @@ func TestTheDefaultQueueWaitTargetIsTwoSlotTimes(t *testing.T) {
 		}
 	}
 }
+
+// An interval outruns the slots by chance below capacity: at 80 % load
+// about half the intervals bring more arrivals than completions. A queue
+// that stands through such intervals must not start shedding while the
+// arrivals over the recent intervals together stay under what the slots
+// do (it did, refusing 5-11 % of an image server's requests at 90 % of
+// its capacity); twice the capacity still starts it within two
+// intervals, after a long run at 80 %.
+func TestAnIntervalThatOutrunsTheSlotsByChanceStartsNoShedding(t *testing.T) {
+	e, st := codelAtZero(t, 2)
+	iv := int64(codelInterval)
+	done := &e.g.stats[Interactive].completed
+	at := int64(0)
+	wait := int64(time.Millisecond) // the queue emptied in the interval
+	interval := func(work float64, arrivals, completed uint64) {
+		at += iv + 1
+		st.offered = int64(work * 2 * float64(iv)) // in slots' work of the interval
+		st.arrivals, st.guessed = arrivals, true   // without given run times, as the middleware's requests
+		st.completedAt = done.Load() - completed
+		e.g.codelGrantLocked(Interactive, wait, at)
+	}
+	for range 10 { // a server running at 0.8x
+		interval(0.8, 8, 8)
+	}
+	wait = int64(30 * time.Millisecond) // from here the queue stands at 30 ms, over the 10 ms target
+	// 80 % on average: 1.1x then 0.5x the slots' work, 11 then 5 arrivals, 8 completions each.
+	for i := range 30 {
+		if i%2 == 0 {
+			interval(1.1, 11, 8)
+		} else {
+			interval(0.5, 5, 8)
+		}
+		if st.shedding {
+			t.Fatalf("interval %d of a load at 0.8x the slots' work (each interval alternately 1.1x and 0.5x) started shedding", i+1)
+		}
+	}
+	for range 2 {
+		interval(2, 20, 8)
+		if st.shedding {
+			return
+		}
+	}
+	t.Fatal("two intervals at twice the slots' work after a run at 0.8x did not start shedding")
+}
