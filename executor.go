@@ -62,6 +62,9 @@ type Executor struct {
 	// capWarning is Stats.Warning: why the slots cannot use the whole
 	// CPU budget (nil: they can).
 	capWarning atomic.Pointer[string]
+	// paceWarning is Stats.Pacing.Warning: why the fractional slot's
+	// pacer cannot keep the cgroup under its quota (nil: it can).
+	paceWarning atomic.Pointer[string]
 
 	watchStop context.CancelFunc
 	watchDone chan struct{}
@@ -274,13 +277,9 @@ func (e *Executor) capacityWarning(b budget.Budget) {
 	}
 	w := fmt.Sprintf("GOMAXPROCS %d caps the slots below the %.4g-core CPU budget (%s): Go code cannot use the rest; leave GOMAXPROCS to the Go runtime or set it to %d",
 		b.GOMAXPROCS, b.Cores, b.Source, int(math.Ceil(b.Cores-0.01)))
-	log := e.log
-	if !e.logSet {
-		log = slog.Default()
-	}
 	// Logged before Stats shows it: whoever reads it there finds it in
 	// the log too. The budget watcher is the only caller.
-	log.Warn("cpuwork: "+w, "gomaxprocs", b.GOMAXPROCS, "budget_cores", b.Cores)
+	e.logger().Warn("cpuwork: "+w, "gomaxprocs", b.GOMAXPROCS, "budget_cores", b.Cores)
 	e.capWarning.Store(&w)
 }
 
@@ -298,8 +297,29 @@ func (e *Executor) newFrac(b budget.Budget) *fracPacer {
 		p.occupied, p.onCapacity = e.g.occupied, e.g.setPacedCapacity
 		p.setSlots = func(n int) { e.SetSlots(n) }
 		p.runDelay = processRunDelay
+		p.warn = e.pacingWarning
 	}
 	return p
+}
+
+// pacingWarning records, and logs once (to slog.Default without a
+// Logger), that the fractional slot's pacer could not keep the cgroup
+// under its quota: held of the last periods periods were throttled by
+// tasks it could not stop. Called by the pacer, once.
+func (e *Executor) pacingWarning(held, periods int) {
+	w := fmt.Sprintf("the cgroup was throttled in %d of %d CFS periods by tasks that cannot give the paced slot back (cgo or system calls, or work that fans out over threads): the fractional quota cannot be paced; give the cgroup a whole number of cores, or set Quota: QuotaFloor to run floor(quota) slots",
+		held, periods)
+	e.logger().Warn("cpuwork: "+w, "held_periods", held, "periods", periods)
+	e.paceWarning.Store(&w)
+}
+
+// logger is where warnings the user must see go: Options.Logger, or
+// slog.Default without one.
+func (e *Executor) logger() *slog.Logger {
+	if !e.logSet {
+		return slog.Default()
+	}
+	return e.log
 }
 
 // startFrac starts p's ticker and makes it the executor's pacer. Called by

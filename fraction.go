@@ -177,7 +177,26 @@ type fracPacer struct {
 	delay     time.Duration
 	delayT    int64
 	haveDelay bool
+
+	// winPeriods and winHeld count the periods of the current window of
+	// fracUnpaceableWindow and the held ones among them; unpaceable is
+	// set, for good, when a window held fracUnpaceableShare of them or
+	// more, and warn is then called once, without mu held, with the
+	// window's counts (nil: not called).
+	winPeriods, winHeld int
+	unpaceable, warned  bool
+	warn                func(held, periods int)
 }
+
+// fracUnpaceableWindow, fracUnpaceableShare: a pacer whose window of
+// periods was throttled by what it could not stop (held) in a quarter of
+// them or more cannot keep the cgroup under its quota: its tasks hold
+// the extra slot through the throttle (cgo or system calls, which cannot
+// give a slot back at a Checkpoint, or work that fans out over threads).
+const (
+	fracUnpaceableWindow = 40
+	fracUnpaceableShare  = 0.25
+)
 
 // newFracPacer returns the pacer of b's quota, or nil when b has no
 // fractional quota. setOpen is the executor's callback.
@@ -290,6 +309,28 @@ func (p *fracPacer) occupancySample(dt float64) {
 	}
 }
 
+// unpaceableLocked counts a period (held: throttled by what the pacer
+// could not stop) in the current window and, at the window's end, sets
+// unpaceable when fracUnpaceableShare of it or more was held. The counts
+// of the window that set it are kept for the warning.
+func (p *fracPacer) unpaceableLocked(held bool) {
+	if p.unpaceable {
+		return
+	}
+	p.winPeriods++
+	if held {
+		p.winHeld++
+	}
+	if p.winPeriods < fracUnpaceableWindow {
+		return
+	}
+	if float64(p.winHeld) >= fracUnpaceableShare*float64(p.winPeriods) {
+		p.unpaceable = true
+		return
+	}
+	p.winPeriods, p.winHeld = 0, 0
+}
+
 // capNs is the bucket's cap.
 func (p *fracPacer) capNs() float64 { return float64(p.period) / fracCapDivisor }
 
@@ -297,7 +338,20 @@ func (p *fracPacer) capNs() float64 { return float64(p.period) / fracCapDivisor 
 // extra slot.
 func (p *fracPacer) step(t int64) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
+	p.stepLocked(t)
+	warn := p.unpaceable && !p.warned && p.warn != nil
+	held, periods := p.winHeld, p.winPeriods
+	if warn {
+		p.warned = true
+	}
+	p.mu.Unlock()
+	if warn {
+		p.warn(held, periods)
+	}
+}
+
+// stepLocked is step with mu held.
+func (p *fracPacer) stepLocked(t int64) {
 	p.lastStep.Store(t)
 	if p.stopped {
 		return
@@ -339,6 +393,7 @@ func (p *fracPacer) step(t int64) {
 		use := float64(int64(u)-p.periodU) / ((float64(p.n) + p.frac) * float64(t-p.periodT))
 		p.periodT, p.periodU = t, int64(u)
 		throttledNow := false
+		held := p.held
 		if n, ok := p.throttled(); ok {
 			throttledNow = p.haveThrot && n > p.lastThrot // a period newly throttled
 			switch {
@@ -375,6 +430,7 @@ func (p *fracPacer) step(t int64) {
 		}
 		p.busyLocked(use, throttledNow, t)
 		p.stuckNs, p.closedOver = 0, false
+		p.unpaceableLocked(p.held > held)
 	}
 	p.setOpenLocked(p.tokens > 0)
 }

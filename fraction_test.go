@@ -732,3 +732,44 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 		}
 	}
 }
+
+// A pacer whose periods are throttled by tasks it cannot stop (they hold
+// the extra slot past its close: cgo) cannot keep the cgroup under its
+// quota; once a quarter of a window of periods were, it warns once, with
+// the counts, and the executor shows it in Stats.Pacing.Warning and logs
+// it. A pacer that paces, or is throttled only by its own target, never
+// warns.
+func TestAPacerThatCannotPaceSaysSo(t *testing.T) {
+	var calls, held, periods int
+	s := newSim(1.5, 100*time.Millisecond, 60*time.Millisecond)
+	s.p.stuck = func() bool { return s.open && !s.p.open }
+	s.p.warn = func(h, n int) { calls, held, periods = calls+1, h, n }
+	s.runPeriods(1.5, 100*time.Millisecond, 2*fracUnpaceableWindow+10)
+	if calls != 1 || float64(held) < fracUnpaceableShare*float64(periods) || periods != fracUnpaceableWindow {
+		t.Errorf("closes 60 ms late, %d periods held: warned %d times with %d of %d held; want once, with a quarter or more of %d",
+			s.p.held, calls, held, periods, fracUnpaceableWindow)
+	}
+	for _, lag := range []time.Duration{0, 200 * time.Microsecond} {
+		calls = 0
+		s := newSim(1.5, 100*time.Millisecond, lag)
+		s.p.warn = func(h, n int) { calls++ }
+		s.runPeriods(1.5, 100*time.Millisecond, 3*fracUnpaceableWindow)
+		if calls != 0 || s.p.unpaceable {
+			t.Errorf("closes %v late, %d periods held: warned %d times, want none", lag, s.p.held, calls)
+		}
+	}
+
+	var buf syncBuffer
+	e := newExec(t, Options{WatchInterval: -1, detect: quota15(t), Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	defer e.Close(context.Background())
+	if w := e.Stats().Pacing.Warning; w != "" {
+		t.Fatalf("a new executor's pacing warning %q, want none", w)
+	}
+	e.frac.Load().warn(14, fracUnpaceableWindow)
+	if w := e.Stats().Pacing.Warning; !strings.Contains(w, "14 of 40") || !strings.Contains(w, "QuotaFloor") {
+		t.Errorf("Stats.Pacing.Warning %q: want the counts and what to set", w)
+	}
+	if !strings.Contains(buf.String(), "cannot be paced") {
+		t.Errorf("log %q: want the warning", buf.String())
+	}
+}

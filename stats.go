@@ -149,6 +149,11 @@ type Stats struct {
 		// work queued by it (Little's law), not by q. Near ceil(q) when
 		// tasks cannot give the extra slot back at a Checkpoint (cgo).
 		Occupancy float64
+		// Warning, when not empty, says that the pacer cannot keep the
+		// cgroup under its quota — a quarter or more of a window of
+		// periods were Held — and what to set; it is also logged once,
+		// to slog.Default without Options.Logger.
+		Warning string
 	}
 	// NetWatch counts what WatchListener and Checkpoint's network polls
 	// did in this process (process-wide: every executor reports the same
@@ -192,6 +197,9 @@ func (e *Executor) Stats() Stats {
 		st.Pacing.Lowered, st.Pacing.Held = p.lowered, p.held
 		st.Pacing.Occupancy = p.capacityLocked()
 		p.mu.Unlock()
+	}
+	if w := e.paceWarning.Load(); w != nil {
+		st.Pacing.Warning = *w
 	}
 	for c := range Class(NumClasses) {
 		s := &e.stats[c]

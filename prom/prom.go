@@ -93,6 +93,7 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	d("cpuwork_pacing_closed_seconds_total", "Time the fractional quota's extra slot was closed by its pacer.")
 	d("cpuwork_pacing_slots_held", "Slots held on average while a task queued, over about the last CFS period (cpuwork.Stats.Pacing.Occupancy): what the door divides the queued work by; near ceil(quota) when tasks cannot give the extra slot back.")
 	d("cpuwork_pacing_throttled_periods_total", "Throttled CFS periods the pacer saw: effect=lowered lowered its target, effect=held left it (not the extra slot's doing).", "effect")
+	d("cpuwork_pacing_unpaceable", "1 once the fractional quota's pacer could not keep the cgroup under its quota (a quarter of a window of CFS periods throttled by tasks that cannot give the paced slot back; cpuwork.Stats.Pacing.Warning says what to set); else 0.")
 	d("cpuwork_slots_below_budget", "1 while GOMAXPROCS caps the executor's slots below the CPU budget and its tasks run Go code, so part of the budget goes unused (cpuwork.Stats.Warning says what to set); else 0.")
 	d("cpuwork_go_sched_latency_seconds", "Time goroutines spent runnable before running (runtime/metrics /sched/latencies:seconds), at DefaultBuckets resolution.")
 	return c
@@ -128,6 +129,11 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 		below = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_slots_below_budget"], prometheus.GaugeValue, below)
+	unpaceable := 0.0
+	if st.Pacing.Warning != "" {
+		unpaceable = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_unpaceable"], prometheus.GaugeValue, unpaceable)
 	if p := st.Pacing; p.Paced {
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_target_ratio"], prometheus.GaugeValue, p.Target)
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_closed_seconds_total"], prometheus.CounterValue, p.Closed.Seconds())
