@@ -47,8 +47,7 @@
 //   - Latency targets. Inside a class, the earliest due first: a task's
 //     due is its arrival plus its latency target (WithTarget, its ctx
 //     deadline, ClassOptions.LatencyTarget), its arrival when it has none, so
-//     without targets a class is FIFO; while a class sheds a standing
-//     queue (MaxQueueWait), newest first. A running task hands its slot over
+//     without targets a class is FIFO. A running task hands its slot over
 //     at a Checkpoint to a waiter of its class that is due earlier, and
 //     queues again at its own due: a large request split into parts keeps
 //     its place in line. A task that can no longer meet its target is

@@ -14,8 +14,7 @@ import (
 //  1. Class. Critical first; then Interactive or Batch by weighted fair
 //     queuing on measured slot time (shares below); Background last, with
 //     a starvation guard (shed.go).
-//  2. Inside a class, earliest due first; ties in arrival order (while
-//     the class sheds a standing queue, newest first: popLocked). A task's
+//  2. Inside a class, earliest due first; ties in arrival order. A task's
 //     due is its arrival plus its latency target, the smallest of:
 //     WithTarget's Latency (from the WithTarget call), the ctx deadline
 //     (the deadline itself), and ClassOptions.LatencyTarget of the class (from
@@ -334,8 +333,7 @@ func (g *granter) pickLocked() *waiter {
 		if !ok {
 			return nil
 		}
-		t := now()
-		w, stale := g.popLocked(c, t)
+		w := g.queues[c].popFront()
 		g.dequeuedLocked(c)
 		switch {
 		case c == Background:
@@ -343,10 +341,7 @@ func (g *granter) pickLocked() *waiter {
 		case g.queues[Background].n > 0:
 			g.sinceBackground++
 		}
-		if stale {
-			g.shedBacklogLocked(w, t)
-			continue
-		}
+		t := now()
 		if g.lateLocked(w, t) {
 			g.refuseLocked(w)
 			continue
@@ -357,36 +352,6 @@ func (g *granter) pickLocked() *waiter {
 		}
 		return w
 	}
-}
-
-// popLocked takes the waiter of class c that gets the slot: the head
-// (earliest due) — or, while the class sheds a standing queue and its
-// newest waiter is a fresh submission, that newest one (adaptive LIFO:
-// Maurer, "Fail at Scale", ACM Queue 2015). The door holds the queue's
-// length while it sheds; serving it newest first answers most of the
-// served requests at about their run time instead of after the held
-// wait, with the same slots busy and the same number refused. A fresh
-// head that has already waited more than backlogWaits times the target
-// is returned with stale set, to be refused: newest first, it would
-// otherwise wait until the queue drains. Tasks that ran already (a
-// Checkpoint's re-queue) and For helpers are never passed over: a queue
-// whose newest waiter is one is served in due order.
-func (g *granter) popLocked(c Class, t int64) (w *waiter, stale bool) {
-	q := &g.queues[c]
-	st := &g.shed[c]
-	fresh := func(w *waiter) bool {
-		return w.kind != waitHelper && !w.started && !w.requeued && (!st.auto || w.target != targetNone)
-	}
-	if !st.shedding || st.target == 0 || q.n < 2 || !fresh(q.tail) {
-		return q.popFront(), false
-	}
-	if h := q.head; fresh(h) && t-h.enq > backlogWaits*st.target {
-		q.remove(h)
-		return h, true
-	}
-	w = q.tail
-	q.remove(w)
-	return w, false
 }
 
 // classLocked is the class whose head gets the next slot.

@@ -48,11 +48,6 @@ import (
 //     follow one another for shedCalmArrivals arrivals or shedCalmTime.
 //     An arrival that finds its class queue empty is never shed.
 //
-// While a class sheds, its queue is served newest first (popLocked): the
-// door holds its length, and the newest waiter has waited least; a fresh
-// task at its head that has waited more than backlogWaits times the
-// target is refused instead of waiting for the queue to drain.
-//
 // While a class sheds and its last interval's arrivals outran the slots
 // more than twice (backlogOutrun), a task reaching the head of its queue
 // that has already waited more than twice the target (backlogWaits) is
