@@ -133,6 +133,9 @@ func WriteScenario(w io.Writer, s *Scenario) {
 	for _, c := range s.Checks {
 		if c.Kind == "comparison" {
 			fmt.Fprintf(w, "  - %s\n", c.line())
+			if why := toDecide(s, c); why != "" {
+				fmt.Fprintf(w, "    %s\n", why)
+			}
 		}
 	}
 	for _, c := range s.Checks {
@@ -692,4 +695,21 @@ func (msTicks) Ticks(min, max float64) []plot.Tick {
 		}
 	}
 	return t
+}
+
+// toDecide says, for an inconclusive comparison c of s, how many pairs and
+// minutes deciding it would take here and the command that runs them
+// ("" for any other).
+func toDecide(s *Scenario, c CheckResult) string {
+	if c.PairsToDecide == 0 {
+		return ""
+	}
+	if c.PairsToDecide >= maxPairsToDecide {
+		return fmt.Sprintf("to decide: more than %d pairs at this run's spread: it cannot be decided here", maxPairsToDecide)
+	}
+	out := fmt.Sprintf("to decide: about %d pairs at this run's spread", c.PairsToDecide)
+	if s.Pairs > 0 && s.DurationS > 0 {
+		out += fmt.Sprintf(" (about %.0f min here)", s.DurationS/float64(s.Pairs)*float64(c.PairsToDecide)/60)
+	}
+	return out + fmt.Sprintf(": cpuwork bench --scenario %s --repeat %d", s.Name, c.PairsToDecide)
 }

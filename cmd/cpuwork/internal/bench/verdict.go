@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+
+	"gonum.org/v1/gonum/stat/distuv"
 )
 
 // The verdict engine. Every scenario declares its claim as checks; one
@@ -136,6 +138,10 @@ type CheckResult struct {
 	Values       []float64 `json:"values,omitempty"`
 	Notes        []string  `json:"notes,omitempty"`
 	NotJudged    string    `json:"not_judged,omitempty"` // why there is no verdict or value
+	// PairsToDecide, for an inconclusive comparison, is about how many
+	// pairs looked at once would decide it at this run's per-pair spread
+	// (pairsToDecide); 0 otherwise.
+	PairsToDecide int `json:"pairs_to_decide,omitempty"`
 }
 
 // judge evaluates checks against s's variants and sets s.Status,
@@ -525,7 +531,37 @@ func evaluate(s *Scenario, c check) CheckResult {
 		r.Verdict = threeWay(r.CILow, r.CIHigh, r.Margin, c.higher)
 	}
 	boundedVerdict(&r, c)
+	if r.Verdict == Inconclusive {
+		r.PairsToDecide = pairsToDecide(r.Values, r.CILow, r.CIHigh, level, r.Margin)
+	}
 	return r
+}
+
+// maxPairsToDecide caps pairsToDecide: beyond it the answer is "more".
+const maxPairsToDecide = 1000
+
+// pairsToDecide is about how many pairs, looked at once at 95 %, an
+// inconclusive comparison would need for its interval to clear the
+// margin band or fit inside it: the per-pair spread its interval [lo,
+// hi] at level implies over its n = len(ratios) pairs, and the distance
+// of its estimate from the band's nearer edge, by the normal
+// approximation (n >= 2; 0 with fewer). An estimate on the edge needs
+// more than maxPairsToDecide, the value returned then.
+func pairsToDecide(ratios []float64, lo, hi, level, margin float64) int {
+	n := len(ratios)
+	if n < 2 || lo <= 0 || hi <= lo {
+		return 0
+	}
+	half := (math.Log(hi) - math.Log(lo)) / 2
+	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 1)}.Quantile(1 - (1-level)/2)
+	sd := half * math.Sqrt(float64(n)) / t
+	e := math.Abs(math.Log(geomean(ratios)))
+	d := math.Abs(e - math.Log(1+margin))
+	if d == 0 {
+		return maxPairsToDecide
+	}
+	need := math.Ceil(math.Pow(1.96*sd/d, 2)) + 1
+	return int(min(need, maxPairsToDecide))
 }
 
 // boundedVerdict keeps only the verdict a bound supports. A derived value

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -442,5 +443,40 @@ func TestAnUnstableControlMakesItsComparisonsNotJudged(t *testing.T) {
 		if got.Verdict != tc.want || !strings.Contains(got.NotJudged, tc.why) {
 			t.Errorf("%s: verdict %q, not judged %q; want %q and %q: %s", tc.name, got.Verdict, got.NotJudged, tc.want, tc.why, got.line())
 		}
+	}
+}
+
+// An inconclusive comparison says how many pairs would decide it at its
+// run's spread, and the output gives the minutes and the command; a
+// decided one says nothing, and one whose estimate sits on the margin's
+// edge says it cannot be decided here.
+func TestAnUndecidedComparisonSaysWhatDecidingWouldTake(t *testing.T) {
+	noisy := []float64{0.8, 1.0, 0.9} // about 0.9x, a spread of 0.11 in logs
+	mk := func(cw []float64) *Scenario {
+		s := synth(map[string]map[string][]float64{"cw": {"p99": cw}, "a": {"p99": {1, 1, 1}}})
+		s.Name, s.Pairs, s.DurationS = "service", 3, 180
+		judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+		return s
+	}
+	s := mk(noisy)
+	c := s.Checks[0]
+	// At 0.9x the estimate is 0.054 in logs from the 5 % band's edge
+	// (0.049): (1.96 x 0.11 / 0.056)^2 is about 15 pairs.
+	if c.Verdict != Inconclusive || c.PairsToDecide < 10 || c.PairsToDecide > 25 {
+		t.Fatalf("%s, %d pairs to decide; want inconclusive and 10-25", c.Verdict, c.PairsToDecide)
+	}
+	var b strings.Builder
+	WriteScenario(&b, s)
+	want := fmt.Sprintf("to decide: about %d pairs at this run's spread (about %.0f min here): cpuwork bench --scenario service --repeat %d",
+		c.PairsToDecide, 1.0*float64(c.PairsToDecide), c.PairsToDecide)
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("output lacks %q:\n%s", want, b.String())
+	}
+	if c := mk(jitter(0.5, 3)).Checks[0]; c.Verdict != Better || c.PairsToDecide != 0 {
+		t.Errorf("a decided comparison: %s, %d pairs to decide; want better and 0", c.Verdict, c.PairsToDecide)
+	}
+	edge := math.Exp(-math.Log(1.05))
+	if c := mk([]float64{edge * 0.9, edge, edge / 0.9}).Checks[0]; c.PairsToDecide != maxPairsToDecide {
+		t.Errorf("an estimate on the margin's edge: %d pairs to decide, want %d (cannot be decided here)", c.PairsToDecide, maxPairsToDecide)
 	}
 }
