@@ -52,12 +52,14 @@ achieved rate is below 99% of the offered rate is marked invalid.
 
 Each comparison is judged on the per-pair ratios of paired, alternated
 rounds: an estimate with its 95 % confidence interval, against the
-equivalence margin an A/A control (the best alternative against itself)
+equivalence margin an A/A control (one alternative run twice in every round)
 measured in the same run. A scenario runs 3 pairs, then more, up to 12,
 while a comparison is inconclusive and its share of the run's time allows:
 the default suite takes about 11 minutes on 2 cores. --thorough runs every
 variant, longer runs and up to 24 pairs (a publication run); --quick is a
-smoke test of a minute or two that prints no verdicts.
+smoke test of a minute or two that prints no verdicts. An inconclusive
+comparison says about how many pairs would decide it here, and the
+command that runs them.
 The report directory gets index.html (plots, opens offline), results.json
 and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 		Args: cobra.NoArgs,

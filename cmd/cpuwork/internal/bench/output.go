@@ -156,6 +156,9 @@ func writeSummary(w io.Writer, rep *Report) {
 		if s.Skipped != "" {
 			sum = s.Skipped
 		}
+		if h := nearestDecision(s); h != "" {
+			sum += "; " + h
+		}
 		fmt.Fprintf(w, "%-11s %s: %s\n", s.Name, colored(status(s)), sum)
 	}
 	fmt.Fprintf(w, "took %.0f s\n", rep.DurationS)
@@ -424,7 +427,7 @@ func status(s *Scenario) Status {
 }
 
 var pageTmpl = template.Must(template.New("page").
-	Funcs(template.FuncMap{"status": status, "cls": func(s *Scenario) string { return strings.ReplaceAll(string(status(s)), " ", "-") },
+	Funcs(template.FuncMap{"status": status, "nearest": nearestDecision, "cls": func(s *Scenario) string { return strings.ReplaceAll(string(status(s)), " ", "-") },
 		"id": fileName, "cline": func(c CheckResult) string { return c.line() },
 		"ccls": func(c CheckResult) string {
 			if c.Kind == "figure" {
@@ -453,10 +456,10 @@ Started {{.Started.Format "2006-01-02 15:04 MST"}}, {{printf "%.0f" .DurationS}}
 Latency runs from each task's arrival (intended send time, or the burst's start) to its completion. Schema and method: docs/bench.md.</p>
 {{if .Report.Quick}}<h2 class="smoke">Smoke test: no verdicts</h2><p>--quick runs one pair of every variant to check that the bench works; it judges nothing. Run without --quick for verdicts.</p>{{end}}
 <h2>Summary</h2>
-<p>cpuwork's recommended variant against the <b>best</b> alternative a user would pick, from paired, alternated rounds: <b>better</b> or <b>worse</b> when the 95 % confidence interval of the per-pair ratios lies beyond the equivalence margin that the A/A control (the best alternative against itself) measured in the same run (at least 5 %), <b>equivalent</b> when it lies inside it, <b>inconclusive</b> otherwise. Goals (figures) are shown beside their floor and never decide a verdict.</p>
+<p>cpuwork's recommended variant against the <b>best</b> alternative a user would pick, from paired, alternated rounds: <b>better</b> or <b>worse</b> when the 95 % confidence interval of the per-pair ratios lies beyond the equivalence margin that the A/A control (one alternative run twice in every round) measured in the same run (at least 5 %), <b>equivalent</b> when it lies inside it, <b>inconclusive</b> otherwise. Goals (figures) are shown beside their floor and never decide a verdict.</p>
 <table class="summary"><tr><th>scenario</th><th>verdict</th><th>finding per case</th></tr>
 {{range .Sets}}<tr><td><a href="#{{.ID}}">{{.Scenario.Name}}</a></td>
-<td><span class="tag {{cls .Scenario}}">{{status .Scenario}}</span></td><td>{{.Scenario.Summary}}</td></tr>
+<td><span class="tag {{cls .Scenario}}">{{status .Scenario}}</span></td><td>{{.Scenario.Summary}}{{with nearest .Scenario}}<br><small>{{.}}</small>{{end}}</td></tr>
 {{end}}</table>
 {{range .Sets}}<h2 id="{{.ID}}">{{.Scenario.Name}}</h2>
 {{if .Scenario.Skipped}}<p>Skipped: {{.Scenario.Skipped}}</p>{{else}}
@@ -712,4 +715,30 @@ func toDecide(s *Scenario, c CheckResult) string {
 		out += fmt.Sprintf(" (about %.0f min here)", s.DurationS/float64(s.Pairs)*float64(c.PairsToDecide)/60)
 	}
 	return out + fmt.Sprintf(": cpuwork bench --scenario %s --repeat %d", s.Name, c.PairsToDecide)
+}
+
+// nearestDecision says, for a scenario whose status is inconclusive, how
+// long deciding it would take here: the inconclusive comparison that
+// needs the fewest pairs at the run's spread, with the minutes at the
+// scenario's own time per pair ("" for any other status).
+func nearestDecision(s *Scenario) string {
+	if status(s) != StatusInconclusive {
+		return ""
+	}
+	var best *CheckResult
+	for i := range s.Checks {
+		c := &s.Checks[i]
+		if c.PairsToDecide > 0 && (best == nil || c.PairsToDecide < best.PairsToDecide) {
+			best = c
+		}
+	}
+	switch {
+	case best == nil:
+		return ""
+	case best.PairsToDecide >= maxPairsToDecide:
+		return fmt.Sprintf("cannot be decided here (more than %d pairs each)", maxPairsToDecide)
+	case s.Pairs > 0 && s.DurationS > 0:
+		return fmt.Sprintf("cannot tell in this run; about %d pairs (%.0f min here) would decide %q", best.PairsToDecide, s.DurationS/float64(s.Pairs)*float64(best.PairsToDecide)/60, best.Label)
+	}
+	return fmt.Sprintf("cannot tell in this run; about %d pairs would decide %q", best.PairsToDecide, best.Label)
 }

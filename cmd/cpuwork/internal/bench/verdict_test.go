@@ -480,3 +480,28 @@ func TestAnUndecidedComparisonSaysWhatDecidingWouldTake(t *testing.T) {
 		t.Errorf("an estimate on the margin's edge: %d pairs to decide, want %d (cannot be decided here)", c.PairsToDecide, maxPairsToDecide)
 	}
 }
+
+// The summary line of an inconclusive scenario says how long deciding it
+// would take here: its comparison nearest to a decision, with the pairs
+// and minutes; a decided scenario's line says nothing more.
+func TestTheSummarySaysHowLongDecidingWouldTake(t *testing.T) {
+	s := synth(map[string]map[string][]float64{"cw": {"p99": {0.8, 1.0, 0.9}}, "a": {"p99": {1, 1, 1}}})
+	s.Name, s.Pairs, s.DurationS = "service", 3, 180
+	judge(s, []check{{label: "80%: p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+	n := s.Checks[0].PairsToDecide
+	want := fmt.Sprintf(`cannot tell in this run; about %d pairs (%d min here) would decide "80%%: p99"`, n, n)
+	if got := nearestDecision(s); got != want {
+		t.Errorf("nearest decision %q, want %q", got, want)
+	}
+	var b strings.Builder
+	writeSummary(&b, &Report{Scenarios: []*Scenario{s}})
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("summary lacks %q:\n%s", want, b.String())
+	}
+	d := synth(map[string]map[string][]float64{"cw": {"p99": jitter(0.5, 3)}, "a": {"p99": {1, 1, 1}}})
+	d.Pairs, d.DurationS = 3, 180
+	judge(d, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+	if got := nearestDecision(d); got != "" {
+		t.Errorf("a decided scenario: %q, want nothing", got)
+	}
+}
