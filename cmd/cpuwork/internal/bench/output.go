@@ -427,7 +427,7 @@ func status(s *Scenario) Status {
 }
 
 var pageTmpl = template.Must(template.New("page").
-	Funcs(template.FuncMap{"status": status, "nearest": nearestDecision, "cls": func(s *Scenario) string { return strings.ReplaceAll(string(status(s)), " ", "-") },
+	Funcs(template.FuncMap{"status": status, "nearest": nearestDecision, "todecide": toDecide, "cls": func(s *Scenario) string { return strings.ReplaceAll(string(status(s)), " ", "-") },
 		"id": fileName, "cline": func(c CheckResult) string { return c.line() },
 		"ccls": func(c CheckResult) string {
 			if c.Kind == "figure" {
@@ -465,7 +465,7 @@ Latency runs from each task's arrival (intended send time, or the burst's start)
 {{if .Scenario.Skipped}}<p>Skipped: {{.Scenario.Skipped}}</p>{{else}}
 <p>{{.Scenario.Claim}}</p>
 <div class="verdict {{cls .Scenario}}"><b>{{status .Scenario}}</b>{{if ne (print (status .Scenario)) .Scenario.Summary}}: {{.Scenario.Summary}}{{end}} ({{.Scenario.Pairs}} pairs){{if .Scenario.Calibration}}<br>calibration: {{.Scenario.Calibration}}{{end}}
-<ul>{{range .Scenario.Checks}}<li class="{{ccls .}}">{{cline .}}</li>{{end}}</ul></div>
+{{$sc := .Scenario}}<ul>{{range .Scenario.Checks}}<li class="{{ccls .}}">{{cline .}}{{with todecide $sc .}}<br><small>{{.}}</small>{{end}}</li>{{end}}</ul></div>
 {{.Table}}
 {{range .Scenario.Notes}}<p><small>note: {{.}}</small></p>{{end}}
 <div class="plots">{{range .Plots}}<div>{{.}}</div>{{end}}</div>
@@ -708,11 +708,11 @@ func toDecide(s *Scenario, c CheckResult) string {
 		return ""
 	}
 	if c.PairsToDecide >= maxPairsToDecide {
-		return fmt.Sprintf("to decide: more than %d pairs at this run's spread: it cannot be decided here", maxPairsToDecide)
+		return "to decide: more than 1,000 pairs at this run's spread: it cannot be decided here"
 	}
 	out := fmt.Sprintf("to decide: about %d pairs at this run's spread", c.PairsToDecide)
 	if s.Pairs > 0 && s.DurationS > 0 {
-		out += fmt.Sprintf(" (about %.0f min here)", s.DurationS/float64(s.Pairs)*float64(c.PairsToDecide)/60)
+		out += fmt.Sprintf(" (about %s here)", howLong(s.DurationS/float64(s.Pairs)*float64(c.PairsToDecide)))
 	}
 	return out + fmt.Sprintf(": cpuwork bench --scenario %s --repeat %d", s.Name, c.PairsToDecide)
 }
@@ -736,9 +736,21 @@ func nearestDecision(s *Scenario) string {
 	case best == nil:
 		return ""
 	case best.PairsToDecide >= maxPairsToDecide:
-		return fmt.Sprintf("cannot be decided here (more than %d pairs each)", maxPairsToDecide)
+		return "cannot be decided here (more than 1,000 pairs each)"
 	case s.Pairs > 0 && s.DurationS > 0:
-		return fmt.Sprintf("cannot tell in this run; about %d pairs (%.0f min here) would decide %q", best.PairsToDecide, s.DurationS/float64(s.Pairs)*float64(best.PairsToDecide)/60, best.Label)
+		return fmt.Sprintf("cannot tell in this run; about %d pairs (%s here) would decide %q", best.PairsToDecide, howLong(s.DurationS/float64(s.Pairs)*float64(best.PairsToDecide)), best.Label)
 	}
 	return fmt.Sprintf("cannot tell in this run; about %d pairs would decide %q", best.PairsToDecide, best.Label)
+}
+
+// howLong prints a duration of sec seconds as seconds under a minute,
+// else minutes, else hours.
+func howLong(sec float64) string {
+	switch {
+	case sec < 60:
+		return fmt.Sprintf("%.0f s", sec)
+	case sec < 3600:
+		return fmt.Sprintf("%.0f min", sec/60)
+	}
+	return fmt.Sprintf("%.1f h", sec/3600)
 }

@@ -467,8 +467,8 @@ func TestAnUndecidedComparisonSaysWhatDecidingWouldTake(t *testing.T) {
 	}
 	var b strings.Builder
 	WriteScenario(&b, s)
-	want := fmt.Sprintf("to decide: about %d pairs at this run's spread (about %.0f min here): cpuwork bench --scenario service --repeat %d",
-		c.PairsToDecide, 1.0*float64(c.PairsToDecide), c.PairsToDecide)
+	want := fmt.Sprintf("to decide: about %d pairs at this run's spread (about %d min here): cpuwork bench --scenario service --repeat %d",
+		c.PairsToDecide, c.PairsToDecide, c.PairsToDecide)
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, b.String())
 	}
