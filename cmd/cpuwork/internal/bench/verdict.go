@@ -532,7 +532,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 	}
 	boundedVerdict(&r, c)
 	if r.Verdict == Inconclusive {
-		r.PairsToDecide = pairsToDecide(r.Values, r.CILow, r.CIHigh, level, r.Margin)
+		r.PairsToDecide = pairsToDecide(r.Values, spread, len(c.against), r.Margin)
 	}
 	return r
 }
@@ -540,27 +540,30 @@ func evaluate(s *Scenario, c check) CheckResult {
 // maxPairsToDecide caps pairsToDecide: beyond it the answer is "more".
 const maxPairsToDecide = 1000
 
-// pairsToDecide is about how many pairs, looked at once at 95 %, an
-// inconclusive comparison would need for its interval to clear the
-// margin band or fit inside it: the per-pair spread its interval [lo,
-// hi] at level implies over its n = len(ratios) pairs, and the distance
-// of its estimate from the band's nearer edge, by the normal
-// approximation (n >= 2; 0 with fewer). An estimate on the edge needs
-// more than maxPairsToDecide, the value returned then.
-func pairsToDecide(ratios []float64, lo, hi, level, margin float64) int {
+// pairsToDecide is about how many pairs, looked at once, an inconclusive
+// comparison would need for its interval to clear the margin band or fit
+// inside it: its per-pair spread in logs (pooled with the A/A control's,
+// aa, when wider, as comparisonInterval does), the distance d of its
+// estimate from the band's nearer edge, and the normal approximation,
+// (z sd / d)^2 + 1, z at 1 - 0.025/k for k alternatives (the Bonferroni
+// end). 0 with fewer than two ratios; an estimate on the edge, or a need
+// past it, gives maxPairsToDecide.
+func pairsToDecide(ratios, aa []float64, k int, margin float64) int {
 	n := len(ratios)
-	if n < 2 || lo <= 0 || hi <= lo {
+	if n < 2 {
 		return 0
 	}
-	half := (math.Log(hi) - math.Log(lo)) / 2
-	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 1)}.Quantile(1 - (1-level)/2)
-	sd := half * math.Sqrt(float64(n)) / t
-	e := math.Abs(math.Log(geomean(ratios)))
-	d := math.Abs(e - math.Log(1+margin))
+	mean, sd := logMeanSpread(ratios)
+	if m := len(aa); m >= 2 {
+		_, ctl := logMeanSpread(aa)
+		sd = max(sd, math.Sqrt((float64(n-1)*sd*sd+float64(m-1)*ctl*ctl)/float64(n+m-2)))
+	}
+	d := math.Abs(math.Abs(mean) - math.Log(1+margin))
 	if d == 0 {
 		return maxPairsToDecide
 	}
-	need := math.Ceil(math.Pow(1.96*sd/d, 2)) + 1
+	z := distuv.UnitNormal.Quantile(1 - 0.025/float64(max(k, 1)))
+	need := math.Ceil(math.Pow(z*sd/d, 2)) + 1
 	return int(min(need, maxPairsToDecide))
 }
 
