@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 
 	"gonum.org/v1/gonum/stat/distuv"
 )
@@ -114,8 +115,36 @@ func logMeanSpread(xs []float64) (mean, sd float64) {
 // level on the mean of n values whose spread sd has df degrees of
 // freedom.
 func tHalfWidth(sd float64, n, df int, level float64) float64 {
-	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(1 - (1-level)/2)
+	t := tQuantile(1-(1-level)/2, df)
 	return t * sd / math.Sqrt(float64(n))
+}
+
+// tQuantile is Student's t quantile at p with df degrees of freedom,
+// remembered: the engine and its simulations ask for the same few
+// thousand again and again, and each costs an incomplete-beta inversion.
+func tQuantile(p float64, df int) float64 {
+	key := tKey{p, df}
+	tCache.Lock()
+	defer tCache.Unlock()
+	if q, ok := tCache.m[key]; ok {
+		return q
+	}
+	q := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(df)}.Quantile(p)
+	if tCache.m == nil {
+		tCache.m = map[tKey]float64{}
+	}
+	tCache.m[key] = q
+	return q
+}
+
+type tKey struct {
+	p  float64
+	df int
+}
+
+var tCache struct {
+	sync.Mutex
+	m map[tKey]float64
 }
 
 // unstableControl says why an A/A control cannot give a margin, or "":
@@ -159,7 +188,7 @@ func unstableControl(aa []float64, level float64) string {
 		sse += r * r
 	}
 	se := math.Sqrt(sse / float64(n-2) / sxx)
-	t := distuv.StudentsT{Mu: 0, Sigma: 1, Nu: float64(n - 2)}.Quantile(1 - (1-level)/2)
+	t := tQuantile(1-(1-level)/2, n-2)
 	if math.Abs(slope) > t*se && math.Abs(slope)*float64(n-1) > math.Log(1+marginFloor) {
 		return fmt.Sprintf("unstable control: the A/A control drifts by %.2fx over the %d pairs", math.Exp(slope*float64(n-1)), n)
 	}

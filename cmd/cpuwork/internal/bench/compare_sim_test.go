@@ -194,10 +194,7 @@ func TestVerdictErrorRatesWithSeveralAlternatives(t *testing.T) {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	sims := 1000
-	if raceEnabled {
-		sims = 250 // the same cells, fewer draws: a few seconds instead of minutes
-	}
+	const sims = 1000
 	for _, rule := range []struct {
 		name  string
 		max   int

@@ -543,11 +543,11 @@ const maxPairsToDecide = 1000
 // pairsToDecide is about how many pairs, looked at once, an inconclusive
 // comparison would need for its interval to clear the margin band or fit
 // inside it: its per-pair spread in logs (pooled with the A/A control's,
-// aa, when wider, as comparisonInterval does), the distance d of its
-// estimate from the band's nearer edge, and the normal approximation,
-// (z sd / d)^2 + 1, z at 1 - 0.025/k for k alternatives (the Bonferroni
-// end). 0 with fewer than two ratios; an estimate on the edge, or a need
-// past it, gives maxPairsToDecide.
+// aa, when wider, as comparisonInterval does) and the distance d of its
+// estimate from the band's nearer edge give the fewest pairs, more than
+// it has, whose t interval at 1 - 0.025/k for k alternatives (the
+// Bonferroni end) is narrower than d. 0 with fewer than two ratios; an
+// estimate on the edge, or a need past it, gives maxPairsToDecide.
 func pairsToDecide(ratios, aa []float64, k int, margin float64) int {
 	n := len(ratios)
 	if n < 2 {
@@ -562,9 +562,27 @@ func pairsToDecide(ratios, aa []float64, k int, margin float64) int {
 	if d == 0 {
 		return maxPairsToDecide
 	}
-	z := distuv.UnitNormal.Quantile(1 - 0.025/float64(max(k, 1)))
-	need := math.Ceil(math.Pow(z*sd/d, 2)) + 1
-	return int(min(need, maxPairsToDecide))
+	// From the normal approximation up, the first count past the pairs
+	// run whose t interval (at the deciding end's level) is narrower than
+	// d: at a few pairs t is far wider than z.
+	p := 1 - 0.025/float64(max(k, 1))
+	narrow := func(pairs int) bool { // the t interval of pairs pairs is narrower than d
+		t := tQuantile(p, pairs-1)
+		return t*sd/math.Sqrt(float64(pairs)) < d
+	}
+	lo := max(n+1, int(min(math.Ceil(math.Pow(distuv.UnitNormal.Quantile(p)*sd/d, 2)), maxPairsToDecide)))
+	if lo >= maxPairsToDecide || !narrow(maxPairsToDecide) {
+		return maxPairsToDecide
+	}
+	hi := maxPairsToDecide // narrow(hi); the width falls as pairs grow: bisect
+	for lo < hi {
+		if mid := (lo + hi) / 2; narrow(mid) {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }
 
 // boundedVerdict keeps only the verdict a bound supports. A derived value

@@ -472,6 +472,9 @@ func TestAnUndecidedComparisonSaysWhatDecidingWouldTake(t *testing.T) {
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, b.String())
 	}
+	if n := pairsToDecide([]float64{0.9, 0.91, 0.89}, nil, 1, 0.05); n <= 3 {
+		t.Errorf("a tight 0.9x over 3 pairs: %d pairs to decide, want more than the 3 it has", n)
+	}
 	if c := mk(jitter(0.5, 3)).Checks[0]; c.Verdict != Better || c.PairsToDecide != 0 {
 		t.Errorf("a decided comparison: %s, %d pairs to decide; want better and 0", c.Verdict, c.PairsToDecide)
 	}
