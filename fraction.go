@@ -181,10 +181,10 @@ type fracPacer struct {
 	// winPeriods and winHeld count the periods of the current window of
 	// fracUnpaceableWindow and the held ones among them; unpaceable is
 	// set, for good, when a window held fracUnpaceableShare of them or
-	// more, and warn is then called once, without mu held, with the
-	// window's counts (nil: not called).
+	// more, and warn is then called, by the step that set it, without mu
+	// held, with the window's counts (nil: not called).
 	winPeriods, winHeld int
-	unpaceable, warned  bool
+	unpaceable          bool
 	warn                func(held, periods int)
 }
 
@@ -338,12 +338,10 @@ func (p *fracPacer) capNs() float64 { return float64(p.period) / fracCapDivisor 
 // extra slot.
 func (p *fracPacer) step(t int64) {
 	p.mu.Lock()
+	was := p.unpaceable
 	p.stepLocked(t)
-	warn := p.unpaceable && !p.warned && p.warn != nil
+	warn := !was && p.unpaceable && p.warn != nil
 	held, periods := p.winHeld, p.winPeriods
-	if warn {
-		p.warned = true
-	}
 	p.mu.Unlock()
 	if warn {
 		p.warn(held, periods)

@@ -39,9 +39,9 @@ import (
 //     without a given run time (Target.Service), more of them arrived than
 //     the class completed in it — and the arrivals also outran the slots
 //     over the recent intervals together (shedOnsetHorizon), the queue is
-//     standing and the arrivals outrun the slots, and the class sheds: new arrivals whose mean
-//     estimated queue wait (the door's estimate above without its spread)
-//     is above the target (without MaxQueueWait, above twice it:
+//     standing and the arrivals outrun the slots, and the class sheds:
+//     new arrivals whose mean estimated queue wait (the door's estimate
+//     above without its spread) is above the target (without MaxQueueWait, above twice it:
 //     standingPeak) are refused, so the queue is held near the
 //     target instead of near the latency target, until intervals in
 //     which it refused nobody or whose arrivals did not outrun the slots
@@ -180,7 +180,7 @@ const (
 // above what the slots could do, or, when some came without a given run
 // time, sustainedCount times as many arrivals as completions. One
 // interval of 100 ms outruns the slots by chance at 80 % of capacity —
-// in more completions than arrivals about half the time, in work a third
+// in more arrivals than completions about half the time, in work a third
 // — so the interval alone started shedding below capacity whenever a
 // queue happened to stand for it; over the last half second or so the
 // 80 % load is seen as 80 %, while twice the capacity passes both tests

@@ -751,7 +751,7 @@ func TestTheDefaultQueueWaitTargetIsTwoSlotTimes(t *testing.T) {
 // about half the intervals bring more arrivals than completions. A queue
 // that stands through such intervals must not start shedding while the
 // arrivals over the recent intervals together stay under what the slots
-// do (it did, refusing 5-11 % of an image server's requests at 90 % of
+// do (it did, refusing 6-11 % of an image server's requests at 90 % of
 // its capacity); twice the capacity still starts it within two
 // intervals, after a long run at 80 %.
 func TestAnIntervalThatOutrunsTheSlotsByChanceStartsNoShedding(t *testing.T) {

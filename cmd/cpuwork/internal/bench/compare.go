@@ -84,13 +84,20 @@ func comparisonInterval(ratios, aa []float64, level float64) (est, lo, hi float6
 		return est, lo, hi, false
 	}
 	mean, own := logMeanSpread(ratios)
-	_, ctl := logMeanSpread(aa)
-	pooled := math.Sqrt((float64(n-1)*own*own + float64(k-1)*ctl*ctl) / float64(n-1+k-1))
-	half := tHalfWidth(pooled, n, n-1+k-1, level)
+	half := tHalfWidth(pooledSpread(own, n, aa), n, n-1+k-1, level)
 	if math.Exp(mean+half) <= hi {
 		return est, lo, hi, false
 	}
 	return est, math.Exp(mean - half), math.Exp(mean + half), true
+}
+
+// pooledSpread is the spread in logs pooled from a comparison's own,
+// own over n pairs, and its A/A control's per-pair ratios aa (two or
+// more): the pooled variance, each weighted by its degrees of freedom.
+func pooledSpread(own float64, n int, aa []float64) float64 {
+	_, ctl := logMeanSpread(aa)
+	k := len(aa)
+	return math.Sqrt((float64(n-1)*own*own + float64(k-1)*ctl*ctl) / float64(n-1+k-1))
 }
 
 // logMeanSpread is the mean and the sample standard deviation (0 for

@@ -710,11 +710,8 @@ func toDecide(s *Scenario, c CheckResult) string {
 	if c.PairsToDecide >= maxPairsToDecide {
 		return "to decide: more than 1,000 pairs at this run's spread: it cannot be decided here"
 	}
-	out := fmt.Sprintf("to decide: about %d pairs at this run's spread", c.PairsToDecide)
-	if s.Pairs > 0 && s.DurationS > 0 {
-		out += fmt.Sprintf(" (about %s here)", howLong(s.DurationS/float64(s.Pairs)*float64(c.PairsToDecide)))
-	}
-	return out + fmt.Sprintf(": cpuwork bench --scenario %s --repeat %d", s.Name, c.PairsToDecide)
+	return fmt.Sprintf("to decide: about %d pairs at this run's spread%s: cpuwork bench --scenario %s --repeat %d",
+		c.PairsToDecide, pairsTime(s, c.PairsToDecide, " (about %s here)"), s.Name, c.PairsToDecide)
 }
 
 // nearestDecision says, for a scenario whose status is inconclusive, how
@@ -737,10 +734,18 @@ func nearestDecision(s *Scenario) string {
 		return ""
 	case best.PairsToDecide >= maxPairsToDecide:
 		return "cannot be decided here (more than 1,000 pairs each)"
-	case s.Pairs > 0 && s.DurationS > 0:
-		return fmt.Sprintf("cannot tell in this run; about %d pairs (%s here) would decide %q", best.PairsToDecide, howLong(s.DurationS/float64(s.Pairs)*float64(best.PairsToDecide)), best.Label)
 	}
-	return fmt.Sprintf("cannot tell in this run; about %d pairs would decide %q", best.PairsToDecide, best.Label)
+	return fmt.Sprintf("cannot tell in this run; about %d pairs%s would decide %q",
+		best.PairsToDecide, pairsTime(s, best.PairsToDecide, " (%s here)"), best.Label)
+}
+
+// pairsTime is format with how long n pairs of s take at its own time
+// per pair, or "" when s has no time per pair.
+func pairsTime(s *Scenario, n int, format string) string {
+	if s.Pairs <= 0 || s.DurationS <= 0 {
+		return ""
+	}
+	return fmt.Sprintf(format, howLong(s.DurationS/float64(s.Pairs)*float64(n)))
 }
 
 // howLong prints a duration of sec seconds as seconds under a minute,

@@ -554,9 +554,8 @@ func pairsToDecide(ratios, aa []float64, k int, margin float64) int {
 		return 0
 	}
 	mean, sd := logMeanSpread(ratios)
-	if m := len(aa); m >= 2 {
-		_, ctl := logMeanSpread(aa)
-		sd = max(sd, math.Sqrt((float64(n-1)*sd*sd+float64(m-1)*ctl*ctl)/float64(n+m-2)))
+	if len(aa) >= 2 {
+		sd = max(sd, pooledSpread(sd, n, aa))
 	}
 	d := math.Abs(math.Abs(mean) - math.Log(1+margin))
 	if d == 0 {
