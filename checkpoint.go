@@ -270,28 +270,28 @@ func checkpointFree(ctx context.Context) error {
 // yield hands t's slot over and queues t again at its due's place in
 // its class (so it keeps its place in line), returning when t holds a
 // slot again, or an error if ctx ended or the executor closed meanwhile
-// (t then holds no slot). The slot goes back through releaseSlot, which
-// hands it to the waiter the queue policy picks (order.go).
+// (t then holds no slot). The slot goes back through the granter's
+// release, which hands it to the waiter the queue policy picks (order.go).
 func (e *Executor) yield(ctx context.Context, t *task) error {
-	due := t.due()
-	e.g.lock()
-	over := e.g.overCommitted() // more running than slots: give this one back
-	if e.g.isClosed() || (!e.g.urgentOver(t.class, due) && !over) {
-		e.g.unlock()
+	w := &t.w
+	if w.ready == nil {
+		w.ready = make(chan struct{}, 1)
+	}
+	end := now()
+	p := t.period(end)
+	if !e.g.handOver(w, t.due(), p) {
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}
 	e.stats[t.class].yields.Add(1)
-	est, onWorker := e.leaveSlotLocked(t, now())
-	e.g.enqueueLocked(&t.w)
-	e.g.unlock()
+	e.stats[t.class].slotTime.record(p.d, uint64(p.weight))
+	onWorker := e.leaveSlot(t)
 	var ta *taskAccount
 	if t.accounted {
 		ta = e.accountPause(t, gapQueue)
 	}
-	e.releaseSlot(t.class, &est)
-	err := e.await(ctx, &t.w)
+	r := e.g.await(ctx.Done(), w)
 	ta.resume()
-	return e.slotBack(t, onWorker, err)
+	return e.slotBack(ctx, t, onWorker, r)
 }
 
 // parkOffSlot is Checkpoint's park for the network (parkForNetwork) with
@@ -303,86 +303,71 @@ func (e *Executor) yield(ctx context.Context, t *task) error {
 // cannot give its slot up (For helpers share it, or the executor is
 // closing) parks holding it.
 func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
-	e.g.lock()
 	if e.g.isClosed() || t.shared != 0 || t.noSlot != holdsSlot {
-		e.g.unlock()
 		t.pause(parkForNetwork)
 		return nil
-	}
-	est, onWorker := e.leaveSlotLocked(t, now())
-	e.g.unlock()
-	e.releaseSlot(t.class, &est)
-	t.pause(parkForNetwork)
-	w := &t.w
-	w.enq = now() // its wait for the slot starts after the park
-	if e.g.tryAcquireFor(t.class) {
-		return e.slotBack(t, onWorker, nil)
-	}
-	e.g.lock()
-	e.g.enqueueLocked(w)
-	e.g.dispatchLocked() // a slot freed since tryAcquireFor
-	e.g.unlockAndWake()
-	var ta *taskAccount
-	if t.accounted {
-		ta = e.accountPause(t, gapQueue)
-	}
-	err := e.await(ctx, w)
-	ta.resume()
-	return e.slotBack(t, onWorker, err)
-}
-
-// leaveSlotLocked prepares t, about to give its slot up at now, to queue
-// for one again: its slot period is charged, its waiter marked re-queued,
-// and its worker (a Go task's) lent to its pool meanwhile. It returns the
-// slot-time estimate that goes back with the slot (once w is queued,
-// another release may grant it a slot and a new estimate at once), and
-// whether t runs on a worker.
-func (e *Executor) leaveSlotLocked(t *task, now int64) (est int64, onWorker bool) {
-	if t.weight != 0 {
-		e.charge(t, now)
 	}
 	w := &t.w
 	if w.ready == nil {
 		w.ready = make(chan struct{}, 1)
 	}
-	w.requeued, t.yielded = true, true
-	onWorker = w.kind == waitTask
-	if onWorker {
-		// This worker blocks without a slot; the slot it frees may go to
-		// an asynchronous task, which needs a worker to run on.
-		e.pools[t.class.pool()].lendSpareLocked()
+	if t.weight != 0 {
+		e.charge(t, now())
 	}
-	w.enq = now
-	est, w.est = w.est, 0
-	return est, onWorker
+	w.requeued = true
+	est := w.est
+	w.est = 0
+	e.releaseSlot(t.class, &est)
+	onWorker := e.leaveSlot(t)
+	t.pause(parkForNetwork)
+	w.enq = now() // its wait for the slot starts after the park
+	if e.g.tryAcquireFor(t.class) {
+		return e.slotBack(ctx, t, onWorker, waitGranted)
+	}
+	e.g.rejoin(w, false)
+	var ta *taskAccount
+	if t.accounted {
+		ta = e.accountPause(t, gapQueue)
+	}
+	r := e.g.await(ctx.Done(), w)
+	ta.resume()
+	return e.slotBack(ctx, t, onWorker, r)
+}
+
+// leaveSlot marks t, which gave its slot up and will wait for one again,
+// and lends its worker (a Go task's) to its pool meanwhile: the slot it
+// freed may go to an asynchronous task, which needs a worker to run on.
+// It reports whether t runs on a worker.
+func (e *Executor) leaveSlot(t *task) (onWorker bool) {
+	t.yielded = true
+	onWorker = t.w.kind == waitTask
+	if onWorker {
+		e.pools[t.class.pool()].lendSpare()
+	}
+	return onWorker
 }
 
 // slotBack ends a wait for a slot given up at a Checkpoint (yield,
-// parkOffSlot): err is the wait's outcome. On success t holds a slot
-// again and its new slot period begins; on an error t holds none
-// (lostByClose after ErrClosed, lostByCtx otherwise).
-func (e *Executor) slotBack(t *task, onWorker bool, err error) error {
+// parkOffSlot): r is the wait's outcome. On a grant t holds a slot again
+// and its new slot period begins; otherwise t holds none (lostByClose
+// after Close, lostByCtx when ctx ended) and slotBack returns ErrClosed
+// or ctx's error.
+func (e *Executor) slotBack(ctx context.Context, t *task, onWorker bool, r waitResult) error {
 	w := &t.w
 	w.requeued = false
 	if onWorker {
-		e.g.lock()
-		e.pools[t.class.pool()].returnSpareLocked()
-		e.g.unlock()
+		e.pools[t.class.pool()].returnSpare()
 	}
-	s := &e.stats[t.class]
-	if err != nil {
+	switch r {
+	case waitGranted:
+	case waitCanceled:
 		t.noSlot = lostByCtx
-		if err == ErrClosed {
-			t.noSlot = lostByClose
-		}
-		if err != ErrClosed {
-			s.canceled.Add(^uint64(0)) // await counted a cancel; the task itself was admitted
-		} else {
-			s.rejected.Add(^uint64(0))
-		}
-		return err
+		return ctx.Err()
+	default: // a task queued again is never refused: only Close fails it
+		t.noSlot = lostByClose
+		return ErrClosed
 	}
 	t.weight, t.start, t.waited = 1, now(), true
-	s.queueWait.record(t.start-w.enq, 1)
+	e.stats[t.class].queueWait.record(t.start-w.enq, 1)
 	return nil
 }

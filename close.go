@@ -13,9 +13,7 @@ import "context"
 func (e *Executor) Close(ctx context.Context) error {
 	mustCtx(ctx)
 	mustExec(e)
-	e.g.lock()
-	e.g.closeLocked()
-	e.g.unlock()
+	e.g.close()
 	e.closeOnce.Do(func() {
 		if e.watchStop != nil {
 			e.watchStop()
@@ -73,34 +71,26 @@ func (e *Executor) shutdown() {
 // Admissions on the fast path are counted without the lock, before
 // their own check of Close (admitFast).
 func (e *Executor) idle() bool {
-	if e.g.hasWaiters() {
-		return false
-	}
-	e.g.lock()
-	defer e.g.unlock()
-	if e.g.hasWaiters() {
-		return false
-	}
-	for c := range e.stats {
-		if !e.stats[c].idle() {
-			return false
+	return e.g.quiet(func() bool {
+		for c := range e.stats {
+			if !e.stats[c].idle() {
+				return false
+			}
 		}
-	}
-	return true
+		return true
+	})
 }
 
 // failQueued fails every queued waiter with ErrClosed.
 func (e *Executor) failQueued() {
-	e.g.lock()
 	var tasks []*Task
-	for _, w := range e.g.drainLocked() {
+	for _, w := range e.g.drain() {
 		if w.kind == waitTask && !w.requeued {
 			tasks = append(tasks, w.task)
 		} else {
 			w.ready <- struct{}{} // granted stays false: closed out
 		}
 	}
-	e.g.unlock()
 	for _, t := range tasks {
 		if t.stop != nil {
 			t.stop()
@@ -113,10 +103,8 @@ func (e *Executor) failQueued() {
 }
 
 func (e *Executor) stopWorkers() {
-	e.g.lock()
-	defer e.g.unlock()
 	for _, p := range e.pools {
-		p.stopLocked()
+		p.stop()
 	}
 }
 

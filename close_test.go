@@ -162,9 +162,9 @@ func TestIdleNeverSeesAGrantHalfDone(t *testing.T) {
 	}
 	w := &waiter{class: Interactive, kind: waitCaller, ready: make(chan struct{}, 1)}
 	w.enq = now()
-	e.g.lock()
+	e.g.mu.Lock()
 	e.g.enqueueLocked(w)
-	e.g.closeLocked()
+	e.g.closed.Store(true)
 	// The grant of dispatchLocked, in two steps with idle run between.
 	if !e.g.free.take() {
 		t.Fatal("no free slot")
@@ -176,7 +176,7 @@ func TestIdleNeverSeesAGrantHalfDone(t *testing.T) {
 	go func() { idle <- e.idle() }()
 	time.Sleep(20 * time.Millisecond) // idle reads what it reads without the lock
 	e.g.grantLocked(w)
-	e.g.unlockAndWake()
+	e.g.unlockAndWake(nil)
 	<-w.ready
 	if <-idle {
 		t.Error("idle reported no task queued or running while one was being granted its slot")

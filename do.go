@@ -338,98 +338,26 @@ func (e *Executor) admitFast(c Class) (uint64, error) {
 	return n, nil
 }
 
-// acquireSlow queues t's waiter and blocks until it is granted a slot or
-// ctx ends.
+// acquireSlow queues t's waiter and blocks until it is granted a slot,
+// is refused, or ctx ends (granter.admit).
 func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
-	s := &e.stats[t.class]
 	w := &t.w
 	if w.ready == nil {
 		w.ready = make(chan struct{}, 1)
 	}
-	w.enq = now()
-	e.g.setDue(ctx, w, w.enq)
-	e.g.lock()
-	if err := e.g.queueAdmitLocked(ctx, w, false); err != nil {
-		e.g.unlock()
-		return err
-	}
-	e.g.enqueueLocked(w)
-	e.g.dispatchLocked()
-	e.g.unlockAndWake()
-	if err := e.await(ctx, w); err != nil {
+	if err := e.g.admit(ctx, w); err != nil {
 		return err
 	}
 	t.weight, t.start, t.waited = 1, now(), true
-	s.queueWait.record(t.start-w.enq, 1)
+	e.stats[t.class].queueWait.record(t.start-w.enq, 1)
 	return nil
 }
-
-// await blocks until w, queued by the caller, is granted a slot (nil), is
-// refused because its latency target can no longer be met (that error),
-// is failed by Close (ErrClosed) or its ctx ends while it is still queued
-// (ctx's error; a slot granted at that moment is given back).
-func (e *Executor) await(ctx context.Context, w *waiter) error {
-	s := &e.stats[w.class]
-	if done := ctx.Done(); done == nil { // a ctx that never ends: a plain receive
-		<-w.ready
-	} else {
-		select {
-		case <-w.ready:
-		case <-done:
-			e.g.lock()
-			if w.queued {
-				e.g.removeLocked(w)
-				e.g.unlock()
-				s.canceled.Add(1)
-				e.checkDrained()
-				return ctx.Err()
-			}
-			e.g.unlock()
-			<-w.ready // granted or closed out just now
-			if w.granted {
-				w.granted = false
-				if !w.requeued {
-					s.admitted.Add(^uint64(0)) // counted at grant; it never ran
-				}
-				e.ungrant(w)
-				s.canceled.Add(1)
-				return ctx.Err()
-			}
-		}
-	}
-	if !w.granted {
-		if err := w.refused; err != nil { // counted when refused
-			w.refused = nil
-			return err
-		}
-		s.rejected.Add(1)
-		return ErrClosed
-	}
-	w.granted = false
-	return nil
-}
-
-// ungrant gives back a slot granted to a waiter that will not use it.
-func (e *Executor) ungrant(w *waiter) { e.releaseSlot(w.class, &w.est) }
 
 // releaseSlot gives a slot held for class c back through the granter's one
-// release (granter.release: a task finished, a task handed its slot over
-// at a Checkpoint, a For helper stopped, a granted waiter was cancelled,
-// an admission was undone by Close), then, after Close, signals a drained
-// executor, and lets the fractional pacer re-check the quota.
-func (e *Executor) releaseSlot(c Class, est *int64) { e.releaseSlotKeep(c, est, nil) }
-
-// releaseSlotKeep is releaseSlot for a task ending on a worker: a task
-// granted to keep's pool goes into keep for the worker to run next.
-func (e *Executor) releaseSlotKeep(c Class, est *int64, keep *keepNext) {
-	e.g.release(c, est, keep)
-	if e.g.isClosed() {
-		e.checkDrained()
-	}
-	if p := e.frac.Load(); p != nil {
-		p.maybeStep()
-	}
-}
+// release (a task finished, a task handed its slot over at a Checkpoint,
+// a For helper stopped, a granted waiter was cancelled, an admission was
+// undone by Close).
+func (e *Executor) releaseSlot(c Class, est *int64) { e.g.release(c, est, nil) }
 
 // runOnLane runs an admitted Critical task on the critical lane. If the
 // lane refuses it or ctx ends before a lane thread takes it, the slot is
@@ -510,7 +438,7 @@ func (e *Executor) finish(t *task) {
 		if tk := t.w.task; tk != nil {
 			keep = &tk.keep
 		}
-		e.releaseSlotKeep(t.class, &t.w.est, keep)
+		e.g.release(t.class, &t.w.est, keep)
 	} else if e.g.isClosed() {
 		e.checkDrained()
 	}
@@ -520,33 +448,22 @@ func (e *Executor) finish(t *task) {
 	t.leave() // the last use of t: an entry's own record may be claimed at once
 }
 
+// period is t's current slot period, ending at end, for the estimators
+// (granter.recordSlot): a task given a run time that yielded ran it over
+// several periods, so none of them scales given run times.
+func (t *task) period(end int64) slotPeriod {
+	p := slotPeriod{d: end - t.start, weight: t.weight, waited: t.waited, expected: t.w.work, declared: t.w.declared}
+	if t.yielded {
+		p.declared = 0
+	}
+	return p
+}
+
 // charge records the slot time of t's current slot period, ending at end.
 func (e *Executor) charge(t *task, end int64) {
-	s := &e.stats[t.class]
-	d := end - t.start
-	s.slotTime.record(d, uint64(t.weight))
-	s.used.Add(d * int64(t.weight))
-	if t.waited {
-		e.g.recordSlot(t.class, d)
-		if w := &t.w; w.declared > 0 && !t.yielded {
-			e.g.recordService(t.class, w.declared, d)
-		}
-	}
-	if old := s.avgSlotNs.Load(); old == 0 {
-		s.avgSlotNs.Store(d)
-	} else {
-		s.avgSlotNs.Store(old + (d-old)>>ewmaShift) // racy by design: an estimate
-		exp := t.w.work
-		if exp <= 0 {
-			exp = old
-		}
-		miss := d - exp
-		if miss < 0 {
-			miss = -miss
-		}
-		dev := s.devSlotNs.Load()
-		s.devSlotNs.Store(dev + (miss-dev)>>ewmaShift)
-	}
+	p := t.period(end)
+	e.stats[t.class].slotTime.record(p.d, uint64(p.weight))
+	e.g.recordSlot(t.class, p)
 }
 
 // inline runs a nested task on the slot its caller already holds; a done

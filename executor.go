@@ -30,8 +30,10 @@ type Executor struct {
 	forMaxSlots int
 	// pools run asynchronous tasks: poolNormal for Critical and
 	// Interactive, poolDemoted for Batch and Background (on demoted OS
-	// threads when Options.Batch.Demote is set). Guarded by g.mu.
-	pools [2]*workerPool
+	// threads when Options.Batch.Demote is set). resizeMu orders
+	// resizes of the pools and the granter.
+	pools    [2]*workerPool
+	resizeMu sync.Mutex
 	// Checkpoint's clock: yield the P every yieldGap ns on average (0:
 	// never on a timer), at the first clock read yieldAfter ns after the
 	// last yield; read the clock every checkMin..checkMax ns.
@@ -90,7 +92,14 @@ func New(o Options) (*Executor, error) {
 		log:      o.Logger,
 		logSet:   o.Logger != nil,
 	}
-	if err := e.g.init(o, &e.stats, e); err != nil {
+	var cnt [NumClasses]*counters
+	for c := range e.stats {
+		cnt[c] = &e.stats[c].counters
+	}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	if err := e.g.init(o, cnt, e, e.log); err != nil {
 		return nil, err
 	}
 	e.setCheckpointYield(o.checkpointYield)
@@ -99,9 +108,6 @@ func New(o Options) (*Executor, error) {
 		return nil, fmt.Errorf("cpuwork: forMaxSlots %d out of range 0..%d", o.forMaxSlots, MaxSlots)
 	}
 	e.forMaxSlots = o.forMaxSlots
-	if e.log == nil {
-		e.log = slog.New(slog.DiscardHandler)
-	}
 	batchSched := o.batchSched
 	if batchSched.Policy == 0 && batchSched.Nice == 0 && batchSched.RTPriority == 0 && batchSched.CPUs == nil {
 		batchSched = osthread.Demoted
@@ -163,9 +169,7 @@ func New(o Options) (*Executor, error) {
 		e.guard.start()
 	}
 	e.drained, e.shutDown = make(chan struct{}), make(chan struct{})
-	e.g.lock()
-	e.setSlotsLocked(slots)
-	e.g.unlockAndWake()
+	e.setSlots(slots)
 	if frac != nil {
 		e.startFrac(frac)
 	}
@@ -339,9 +343,7 @@ func (e *Executor) slotCount() int64 { return e.g.slotCount() }
 // Slots returns the current number of slots.
 func (e *Executor) Slots() int {
 	mustExec(e)
-	e.g.lock()
-	defer e.g.unlock()
-	return e.g.slotsLocked()
+	return int(e.g.slotCount())
 }
 
 // SetSlots changes the number of slots to n (1..MaxSlots). Growing admits
@@ -354,17 +356,59 @@ func (e *Executor) SetSlots(n int) error {
 	if n < 1 || n > MaxSlots {
 		return fmt.Errorf("cpuwork: SetSlots(%d): out of range 1..%d", n, MaxSlots)
 	}
-	e.g.lock()
-	e.setSlotsLocked(n)
-	e.g.unlockAndWake()
+	e.setSlots(n)
 	return nil
 }
 
-func (e *Executor) setSlotsLocked(n int) {
-	if !e.g.isClosed() {
-		for _, p := range e.pools {
-			p.resizeLocked(n)
+// setSlots sizes the worker pools and the granter to n slots, one resize
+// at a time (resizeMu), so that concurrent calls leave both at the same n.
+func (e *Executor) setSlots(n int) {
+	e.resizeMu.Lock()
+	defer e.resizeMu.Unlock()
+	for _, p := range e.pools {
+		p.resize(n)
+	}
+	e.g.setSlots(n)
+}
+
+// wake wakes waiters the granter granted or refused (the granter's
+// owner): a blocked caller or helper through its ready channel, a task by
+// sending it to the workers (granted) or failing it (refused).
+func (e *Executor) wake(ws []*waiter, keep *keepNext) {
+	failed := false
+	for _, w := range ws {
+		switch {
+		case w.kind == waitTask && !w.requeued && w.refused != nil:
+			t := w.task
+			if t.stop != nil {
+				t.stop()
+			}
+			t.err = w.refused
+			close(t.done)
+			failed = true
+		case w.kind == waitTask && !w.requeued:
+			if keep != nil && keep.task == nil && keep.pool == w.class.pool() {
+				keep.task = w.task
+				continue
+			}
+			e.pools[w.class.pool()].runq <- w.task
+		default:
+			w.ready <- struct{}{}
 		}
 	}
-	e.g.setSlotsLocked(n)
+	if failed {
+		e.checkDrained()
+	}
+}
+
+// released follows each release of a slot and each cancellation of a
+// queued waiter (the granter's owner): after Close it signals a drained
+// executor, and it lets the fractional pacer re-check the quota.
+func (e *Executor) released() {
+	if e.g.isClosed() {
+		e.checkDrained()
+	}
+	if p := e.frac.Load(); p != nil {
+		p.maybeStep()
+	}
 }

@@ -308,7 +308,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 			st.fail(ErrGoexit)
 		}
 		if held {
-			e.stats[st.class].used.Add(now() - t0)
+			e.g.chargeUsed(st.class, now()-t0)
 			e.releaseSlot(st.class, &w.est)
 		}
 		st.helpers.Add(-1)
@@ -335,7 +335,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 				break
 			}
 		}
-		e.stats[st.class].used.Add(now() - t0)
+		e.g.chargeUsed(st.class, now()-t0)
 		held = false
 		e.releaseSlot(st.class, &w.est)
 		if !more || !inLine {
@@ -358,36 +358,8 @@ func (e *Executor) awaitHelper(st *forState, w *waiter) bool {
 	if w.ready == nil {
 		w.ready = make(chan struct{}, 1)
 	}
-	e.g.lock()
-	if e.g.isClosed() || st.stop.Load() {
-		e.g.unlock()
+	if st.stop.Load() || !e.g.rejoin(w, true) {
 		return false
 	}
-	w.enq = now()
-	e.g.enqueueLocked(w)
-	e.g.dispatchLocked()
-	e.g.unlockAndWake()
-	select {
-	case <-w.ready:
-	case <-st.finished:
-		e.g.lock()
-		if w.queued {
-			e.g.removeLocked(w)
-			e.g.unlock()
-			e.checkDrained()
-			return false
-		}
-		e.g.unlock()
-		<-w.ready // granted or closed out just now
-		if w.granted {
-			w.granted = false
-			e.releaseSlot(st.class, &w.est)
-		}
-		return false
-	}
-	if !w.granted { // closed out by Close
-		return false
-	}
-	w.granted = false
-	return true
+	return e.g.await(st.finished, w) == waitGranted
 }

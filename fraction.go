@@ -605,9 +605,7 @@ func usageReader(dir string, version int) (read func() (time.Duration, error), c
 // count hands its slot back at its next Checkpoint); opening gives it
 // back and admits the next waiter. Called with the pacer's lock held.
 func (e *Executor) setExtraOpen(open bool) {
-	e.g.lock()
-	e.g.setExtraOpenLocked(open)
-	e.g.unlockAndWake()
+	e.g.setExtraOpen(open)
 }
 
 // quotaOf reports whether b comes from a CFS quota, and its period and

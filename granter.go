@@ -1,7 +1,9 @@
 package cpuwork
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"runtime"
 	"sync"
@@ -13,12 +15,28 @@ import (
 // its granter hands out slots, its requesters queue for them). It holds
 // every piece of admission and ordering state — the free slots, the
 // waiters and their per-class queues, the class shares and virtual clock,
-// the late budget, the queue-wait controllers, the capacity (the
-// fractional slot and the SpareP bound included) — and only its methods
-// change it: acquire (tryAcquire, tryAcquireFor), the door
-// (queueAdmitLocked), enqueue, pick, grant, one release and one
-// setCapacity. The executor keeps the task lifecycle (Do, Go, Checkpoint,
-// For) and wakes the waiters the granter granted.
+// the estimators the door and the ordering read, the late budget, the
+// queue-wait controllers, the capacity (the fractional slot and the
+// SpareP bound included) — and its lock, which only its own methods take.
+//
+// The protocol the executor calls, and nothing else:
+//
+//   - tryAcquire, tryAcquireFor: a free slot at once, lock-free;
+//   - admit: the door, the queue, a grant and, for a blocked caller, the
+//     wait with its cancellation race (a Go task is woken by wake);
+//   - handOver and rejoin: queue again a task that gives its slot up at a
+//     Checkpoint, or a For helper that waits for one; await: their wait;
+//   - withdraw: a queued Go task whose ctx ended leaves the queue;
+//   - release: the one way a slot goes back;
+//   - setCapacity (setSlots, setExtraOpen): the one way the capacity
+//     changes;
+//   - recordSlot: a measured slot time feeds the estimators;
+//   - allow, close, drain, quiet, snapshot and the lock-free reads.
+//
+// It reaches the executor only through owner (wake what it granted or
+// refused; after a release or a cancellation, let it check whether Close
+// may finish and step the fractional pacer) and reads the clock only
+// through now (the seam a virtual clock replaces).
 //
 // Locking: the hot fields are atomics read without the lock; everything
 // else is guarded by mu. Methods named ...Locked expect mu held.
@@ -80,17 +98,65 @@ type granter struct {
 	// closed part of the time.
 	pacedCap atomic.Uint64
 
-	// stats is the executor's per-class counters: a grant counts the
-	// admission, the door counts refusals. owner wakes what the granter
-	// granted (Executor.wake).
-	stats *[NumClasses]classStats
-	owner *Executor
+	// cnt[c] is class c's admission counters and estimators, which the
+	// executor's statistics read (classStats embeds them).
+	cnt   [NumClasses]*counters
+	owner owner
+	log   *slog.Logger
+	// clock is the time source in now() nanoseconds (nil: now).
+	clock func() int64
+}
+
+// owner is what the granter calls back: the executor.
+type owner interface {
+	// wake wakes the waiters granted or refused under the lock, after
+	// it is released; keep (nil, or a pool with no task yet) takes the
+	// first task granted to its pool instead of sending it.
+	wake(ws []*waiter, keep *keepNext)
+	// released follows every release and every cancellation of a queued
+	// waiter: the executor may have drained (Close) or its pacer may
+	// need to step.
+	released()
+}
+
+// counters are one class's admission counts and the estimators the door
+// and the ordering read. The granter writes all but completed (the
+// executor counts a task's end, and admitted on the lock-free path);
+// the executor's Stats reads them.
+type counters struct {
+	admitted  atomic.Uint64 // got a slot (fast path, or granted from the queue)
+	completed atomic.Uint64 // finished running (any outcome)
+	rejected  atomic.Uint64 // ErrSaturated or ErrClosed
+	canceled  atomic.Uint64 // ctx ended before the task got a slot
+	shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
+	late      atomic.Uint64 // let in though expected to miss its objective (the late budget, order.go)
+	avgSlotNs atomic.Int64  // moving average of measured slot times, ns (shed.go)
+	// devSlotNs is the moving average of how far a measured slot time
+	// fell from what was expected of it (its given run time, else avgSlotNs
+	// before it), ns: the door's estimate error (order.go, doorSpread).
+	devSlotNs atomic.Int64
+	// declAvgNs and runAvgNs are moving averages, over the queued tasks
+	// that gave a run time (Target.Service) and ran in one slot period,
+	// of that run time and of the slot time they took: their ratio
+	// scales a given run time to what the slots really deliver
+	// (granter.scaledService).
+	declAvgNs, runAvgNs atomic.Int64
+	used                atomic.Int64 // slot time charged, ns (weighted by sampling)
+}
+
+// now is the granter's clock.
+func (g *granter) now() int64 {
+	if g.clock != nil {
+		return g.clock()
+	}
+	return now()
 }
 
 // init sets the per-class limits, targets and weights from the options;
-// it is called by New before the granter is used.
-func (g *granter) init(o Options, stats *[NumClasses]classStats, owner *Executor) error {
-	g.stats, g.owner = stats, owner
+// it is called by New before the granter is used. cnt[c] are the classes'
+// counters.
+func (g *granter) init(o Options, cnt [NumClasses]*counters, own owner, log *slog.Logger) error {
+	g.cnt, g.owner, g.log = cnt, own, log
 	g.free.v.Store(freeBias) // no slot free, no capacity: setCapacityLocked gives both
 	for c := range Class(NumClasses) {
 		co := o.Classes[c]
@@ -125,13 +191,6 @@ func (g *granter) init(o Options, stats *[NumClasses]classStats, owner *Executor
 	g.spareP = o.Batch.SpareP
 	return nil
 }
-
-// lock and unlock take and release the granter's lock for a caller that
-// calls several ...Locked methods as one step (a queued submission, a
-// hand-over at a Checkpoint). The executor's worker pools are guarded by
-// the same lock.
-func (g *granter) lock()   { g.mu.Lock() }
-func (g *granter) unlock() { g.mu.Unlock() }
 
 // Lock-free reads for the fast paths.
 
@@ -170,8 +229,219 @@ func (g *granter) slotCount() int64 { return g.nslots.Load() }
 // targetOf is class c's latency target in ns (0: none).
 func (g *granter) targetOf(c Class) int64 { return g.latencyTarget[c] }
 
-// recordSlot feeds a measured slot time d of class c into the shares.
-func (g *granter) recordSlot(c Class, d int64) { g.share.lastSlot[c].Store(d) }
+// admit is the one way a submission that found no free slot queues: the
+// door (queueAdmitLocked: it may refuse w, with the error to return), its
+// class queue at its due's place, the grant of any slot free now and,
+// for a blocked caller (waitCaller), the wait for its slot (await: a
+// grant, a refusal at the head, Close, or ctx's end racing a grant). A
+// task (waitTask) returns once queued; wake runs or fails it, withdraw
+// takes it out when its ctx ends. w's due is set (setDue), its ready
+// channel made for a caller.
+func (g *granter) admit(ctx context.Context, w *waiter) error {
+	w.enq = g.now()
+	g.setDue(ctx, w, w.enq)
+	g.mu.Lock()
+	if err := g.queueAdmitLocked(ctx, w, false); err != nil {
+		g.mu.Unlock()
+		return err
+	}
+	g.enqueueLocked(w)
+	g.dispatchLocked()
+	g.unlockAndWake(nil)
+	if w.kind == waitTask {
+		return nil
+	}
+	switch r := g.await(ctx.Done(), w); r {
+	case waitGranted:
+		return nil
+	case waitCanceled:
+		return ctx.Err()
+	default:
+		return r.err(w)
+	}
+}
+
+// waitResult is how a wait for a slot ended (await).
+type waitResult uint8
+
+const (
+	waitGranted  waitResult = iota
+	waitCanceled            // done fired while queued (a slot granted meanwhile went back)
+	waitClosed              // Close failed the queue
+	waitRefused             // refused at the head: w.refused says why
+)
+
+// err is the error a submission returns for a wait that ended without a
+// slot, other than a cancellation.
+func (r waitResult) err(w *waiter) error {
+	if r == waitRefused {
+		err := w.refused
+		w.refused = nil
+		return err
+	}
+	return ErrClosed
+}
+
+// await blocks until w, queued, is granted a slot, is refused at the
+// head of its queue, is failed by Close, or done is closed while it is
+// still queued (a slot granted at that moment goes back through release).
+// It counts what a submission's wait ends in — a cancellation, and a
+// closed-out one as rejected (a refusal was counted when refused) — and
+// nothing for a task queued again at a Checkpoint or a For helper.
+func (g *granter) await(done <-chan struct{}, w *waiter) waitResult {
+	c := w.class
+	submission := !w.requeued && w.kind != waitHelper
+	if done == nil { // a wait that never ends early: a plain receive
+		<-w.ready
+	} else {
+		select {
+		case <-w.ready:
+		case <-done:
+			g.mu.Lock()
+			if w.queued {
+				g.removeLocked(w)
+				g.mu.Unlock()
+				if submission {
+					g.cnt[c].canceled.Add(1)
+				}
+				g.owner.released()
+				return waitCanceled
+			}
+			g.mu.Unlock()
+			<-w.ready // granted or closed out just now
+			if w.granted {
+				w.granted = false
+				if submission {
+					g.cnt[c].admitted.Add(^uint64(0)) // counted at grant; it never ran
+					g.cnt[c].canceled.Add(1)
+				}
+				g.release(c, &w.est, nil)
+				return waitCanceled
+			}
+		}
+	}
+	switch {
+	case w.granted:
+		w.granted = false
+		return waitGranted
+	case w.refused != nil: // counted when refused
+		return waitRefused
+	}
+	if submission {
+		g.cnt[c].rejected.Add(1)
+	}
+	return waitClosed
+}
+
+// handOver is a Checkpoint's hand-over of the slot w's running task
+// holds: when a task of a more urgent class waits, or one of its own
+// class due earlier than due, or more slots are held than the capacity
+// allows — and the door is open — the task's slot period p is charged, w
+// is queued again at its place and the slot goes back (release), in
+// that order, so that the next task picked sees the time this one took
+// and no other running task hands its slot over for the same waiter.
+// The caller then awaits. It returns false, changing nothing, otherwise
+// (someone else handed a slot over first).
+func (g *granter) handOver(w *waiter, due int64, p slotPeriod) bool {
+	g.mu.Lock()
+	if g.closed.Load() || (!g.urgentOver(w.class, due) && !g.overCommitted()) {
+		g.mu.Unlock()
+		return false
+	}
+	g.recordSlot(w.class, p)
+	w.requeued = true
+	w.enq = g.now()
+	est := w.est
+	w.est = 0 // once w is queued, a release may grant it a new one
+	g.enqueueLocked(w)
+	g.mu.Unlock()
+	g.release(w.class, &est, nil)
+	return true
+}
+
+// rejoin queues w again at its place — a task that gave its slot up for
+// a park at a Checkpoint, or a For helper waiting for a slot — and
+// grants any slot free now; it returns false, queuing nothing, when
+// ifOpen is set and the door is closed. The caller then awaits.
+func (g *granter) rejoin(w *waiter, ifOpen bool) bool {
+	g.mu.Lock()
+	if ifOpen && g.closed.Load() {
+		g.mu.Unlock()
+		return false
+	}
+	w.enq = g.now()
+	g.enqueueLocked(w)
+	g.dispatchLocked()
+	g.unlockAndWake(nil)
+	return true
+}
+
+// withdraw takes w, a queued Go task whose ctx ended, out of its queue
+// and counts the cancellation; false when it is no longer cancelable (a
+// grant, a refusal or Close came first).
+func (g *granter) withdraw(w *waiter) bool {
+	g.mu.Lock()
+	if !w.cancelableLocked() {
+		g.mu.Unlock()
+		return false
+	}
+	g.removeLocked(w)
+	g.mu.Unlock()
+	g.cnt[w.class].canceled.Add(1)
+	return true
+}
+
+// slotPeriod is a measured slot period of a task: d ns, standing for
+// weight tasks (0: not timed; the fast path samples), whether the task
+// queued for it, the run time expected of it (0: its class's average)
+// and the run time it gave (Target.Service, 0: none or not in one
+// period).
+type slotPeriod struct {
+	d        int64
+	weight   uint8
+	waited   bool
+	expected int64
+	declared int64
+}
+
+// recordSlot feeds the slot period p of a task of class c into the
+// estimators: the charged slot time and the moving average and spread of
+// slot times; for a task that queued, also its class's last slot time
+// (the shares' estimate of a grant) and, when it gave a run time, the
+// scale of given run times.
+func (g *granter) recordSlot(c Class, p slotPeriod) {
+	if p.weight == 0 {
+		return
+	}
+	s, d := g.cnt[c], p.d
+	s.used.Add(d * int64(p.weight))
+	if p.waited {
+		g.share.lastSlot[c].Store(d)
+		if p.declared > 0 {
+			g.recordService(c, p.declared, d)
+		}
+	}
+	old := s.avgSlotNs.Load()
+	if old == 0 {
+		s.avgSlotNs.Store(d)
+		return
+	}
+	s.avgSlotNs.Store(old + (d-old)>>ewmaShift) // racy by design: an estimate
+	expected := p.expected
+	if expected <= 0 {
+		expected = old
+	}
+	miss := d - expected
+	if miss < 0 {
+		miss = -miss
+	}
+	dev := s.devSlotNs.Load()
+	s.devSlotNs.Store(dev + (miss-dev)>>ewmaShift)
+}
+
+// chargeUsed charges d ns of slot time to class c (a For helper's run of
+// chunks), for the shares.
+func (g *granter) chargeUsed(c Class, d int64) { g.cnt[c].used.Add(d) }
 
 // release is the one path by which a slot held for class c goes back: a
 // task finished, a task handed its slot over at a Checkpoint, a For helper
@@ -179,7 +449,8 @@ func (g *granter) recordSlot(c Class, d int64) { g.share.lastSlot[c].Store(d) }
 // Close. It drops the class's in-flight slot-time estimate (*est) and its
 // SpareP count, frees the slot and hands free slots to the waiters in
 // policy order (order.go); a task granted to keep's pool goes into keep
-// for the worker that is releasing to run next.
+// for the worker that is releasing to run next. Then it tells the owner
+// (released).
 //
 // A waiter increments waiting before it looks at free, and release adds to
 // free before it looks at waiting, so (sequentially consistent atomics) one
@@ -201,21 +472,28 @@ func (g *granter) release(c Class, est *int64, keep *keepNext) {
 	if f > capacity {
 		g.free.add(-1)
 		g.doubleReleases.Add(1)
-		g.owner.log.Error("cpuwork: internal error: a slot was released twice; the release is ignored", "class", c, "free", f-1, "capacity", capacity)
+		g.log.Error("cpuwork: internal error: a slot was released twice; the release is ignored", "class", c, "free", f-1, "capacity", capacity)
 		return
 	}
 	if f > 0 && g.waiting.Load() > 0 {
 		g.mu.Lock()
 		g.dispatchLocked()
-		g.unlockAndWakeKeep(keep)
+		g.unlockAndWake(keep)
 	}
+	g.owner.released()
 }
 
-// setCapacityLocked is the one way the capacity changes: slots in total,
-// of which one is held closed while the fractional quota's extra slot is
-// (extraClosed). The difference goes to free (negative while running tasks
-// exceed it: they hand their slots back at their next Checkpoint), the
-// SpareP bound follows, and free slots go to the waiters.
+// setCapacity is the one way the capacity changes: slots in total, of
+// which one is held closed while the fractional quota's extra slot is
+// (extraClosed). The difference goes to free (negative while running
+// tasks exceed it: they hand their slots back at their next Checkpoint),
+// the SpareP bound follows, and free slots go to the waiters.
+func (g *granter) setCapacity(slots int, extraClosed bool) {
+	g.mu.Lock()
+	g.setCapacityLocked(slots, extraClosed)
+	g.unlockAndWake(nil)
+}
+
 func (g *granter) setCapacityLocked(slots int, extraClosed bool) {
 	old := g.slots
 	if g.extraClosed {
@@ -237,24 +515,35 @@ func (g *granter) setCapacityLocked(slots int, extraClosed bool) {
 	g.dispatchLocked()
 }
 
-// setSlotsLocked sets the slot count (SetSlots, a budget change).
-func (g *granter) setSlotsLocked(n int) { g.setCapacityLocked(n, g.extraClosed) }
-
-// setExtraOpenLocked opens or closes the fractional quota's extra slot.
-func (g *granter) setExtraOpenLocked(open bool) {
-	if open == !g.extraClosed {
-		return
-	}
-	g.setCapacityLocked(g.slots, !open)
+// setSlots sets the slot count (SetSlots, a budget change).
+func (g *granter) setSlots(n int) {
+	g.mu.Lock()
+	g.setCapacityLocked(n, g.extraClosed)
+	g.unlockAndWake(nil)
 }
 
-// closeLocked closes the door: every later submission is refused with
-// ErrClosed.
-func (g *granter) closeLocked() { g.closed.Store(true) }
+// setExtraOpen opens or closes the fractional quota's extra slot.
+func (g *granter) setExtraOpen(open bool) {
+	g.mu.Lock()
+	if open != !g.extraClosed {
+		g.setCapacityLocked(g.slots, !open)
+	}
+	g.unlockAndWake(nil)
+}
 
-// drainLocked takes every waiter out of the queues (Close), in class
-// order.
-func (g *granter) drainLocked() []*waiter {
+// close closes the door: every later submission is refused with
+// ErrClosed. Queued waiters stay queued and are served.
+func (g *granter) close() {
+	g.mu.Lock()
+	g.closed.Store(true)
+	g.mu.Unlock()
+}
+
+// drain takes every waiter out of the queues (Close, when its ctx ended),
+// in class order: the caller fails them.
+func (g *granter) drain() []*waiter {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	var ws []*waiter
 	for c := range g.queues {
 		for w := g.queues[c].popFront(); w != nil; w = g.queues[c].popFront() {
@@ -265,9 +554,23 @@ func (g *granter) drainLocked() []*waiter {
 	return ws
 }
 
-// snapshotLocked reads the slot count, the free slots, the door and the
-// queue lengths for Stats.
-func (g *granter) snapshotLocked() (slots, free int, closed bool, queued [NumClasses]int) {
+// quiet reports whether nobody is queued and idle, called under the lock,
+// holds too: a grant takes a waiter out of the queue and counts its
+// admission in one section of it, so idle sees both or neither.
+func (g *granter) quiet(idle func() bool) bool {
+	if g.hasWaiters() {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return !g.hasWaiters() && idle()
+}
+
+// snapshot reads the slot count, the free slots, the door and the queue
+// lengths at one instant, for Stats.
+func (g *granter) snapshot() (slots, free int, closed bool, queued [NumClasses]int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	for c := range g.queues {
 		queued[c] = g.queues[c].n
 	}
@@ -288,9 +591,6 @@ func (g *granter) serviceSlots() float64 {
 	}
 	return n
 }
-
-// slotsLocked is the slot count.
-func (g *granter) slotsLocked() int { return g.slots }
 
 // tryAcquire takes a free slot if one is free and nobody is queued (queued
 // tasks are served first; a fresh arrival does not overtake them).
@@ -358,13 +658,13 @@ func (g *granter) dispatchLocked() {
 // admission (a submission's first grant only) and queues w's wake-up.
 func (g *granter) grantLocked(w *waiter) {
 	w.granted, w.started = true, true
-	s := &g.stats[w.class]
+	s := g.cnt[w.class]
 	first := !w.requeued && w.kind != waitHelper
 	if first {
 		s.admitted.Add(1) // before the controller reads it (codelTickLocked)
 	}
 	if first && g.shed[w.class].target > 0 {
-		t := now()
+		t := g.now()
 		g.codelGrantLocked(w.class, t-w.enq, t)
 	}
 	if w.class.runsOnWorker() {
@@ -386,13 +686,10 @@ func (g *granter) grantLocked(w *waiter) {
 	g.pending = append(g.pending, w)
 }
 
-// unlockAndWake releases mu, then has the executor wake the waiters
-// granted or refused while it was held (Executor.wake).
-func (g *granter) unlockAndWake() { g.unlockAndWakeKeep(nil) }
-
-// unlockAndWakeKeep is unlockAndWake that puts the first task granted to
-// keep's pool into keep (when keep is not nil) instead of sending it.
-func (g *granter) unlockAndWakeKeep(keep *keepNext) {
+// unlockAndWake releases mu, then has the owner wake the waiters
+// granted or refused while it was held, putting the first task granted
+// to keep's pool into keep (when keep is not nil) instead of sending it.
+func (g *granter) unlockAndWake(keep *keepNext) {
 	if len(g.pending) == 0 {
 		g.mu.Unlock()
 		return
@@ -403,36 +700,6 @@ func (g *granter) unlockAndWakeKeep(keep *keepNext) {
 	g.pending = g.pending[:0]
 	g.mu.Unlock()
 	g.owner.wake(ws, keep)
-}
-
-// wake wakes waiters the granter granted or refused: a blocked caller or
-// helper through its ready channel, a task by sending it to the workers
-// (granted) or failing it (refused).
-func (e *Executor) wake(ws []*waiter, keep *keepNext) {
-	failed := false
-	for _, w := range ws {
-		switch {
-		case w.kind == waitTask && !w.requeued && w.refused != nil:
-			t := w.task
-			if t.stop != nil {
-				t.stop()
-			}
-			t.err = w.refused
-			close(t.done)
-			failed = true
-		case w.kind == waitTask && !w.requeued:
-			if keep != nil && keep.task == nil && keep.pool == w.class.pool() {
-				keep.task = w.task
-				continue
-			}
-			e.pools[w.class.pool()].runq <- w.task
-		default:
-			w.ready <- struct{}{}
-		}
-	}
-	if failed {
-		e.checkDrained()
-	}
 }
 
 // slotWord packs the free slot count and the capacity into one atomic

@@ -153,7 +153,7 @@ func (g *granter) lateOKLocked(c Class, late bool) bool {
 	x := int32(0)
 	if late && ok {
 		x = lateOne
-		g.stats[c].late.Add(1)
+		g.cnt[c].late.Add(1)
 	}
 	*s += (x - *s) >> lateShift
 	return ok
@@ -163,7 +163,7 @@ func (g *granter) lateOKLocked(c Class, late bool) bool {
 // taking a sample (Allow reads it so).
 func (g *granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBudget }
 
-// dueOf returns the due (in now() nanoseconds) of a task of class c
+// dueOf returns the due (in g.now() nanoseconds) of a task of class c
 // submitted with ctx that arrived at arrival (0: not known, a task
 // admitted on the fast path), where it comes from, and the expected run
 // time given with it (0: none).
@@ -221,7 +221,7 @@ func (g *granter) scaledService(c Class, declared int64) int64 {
 	if declared <= 0 {
 		return declared
 	}
-	s := &g.stats[c]
+	s := g.cnt[c]
 	decl, run := s.declAvgNs.Load(), s.runAvgNs.Load()
 	if decl <= 0 || run <= 0 {
 		return declared
@@ -233,7 +233,7 @@ func (g *granter) scaledService(c Class, declared int64) int64 {
 // recordService feeds the slot time d of a task of class c that declared
 // a run time and ran in one slot period into the scale of given run times.
 func (g *granter) recordService(c Class, declared, d int64) {
-	s := &g.stats[c]
+	s := g.cnt[c]
 	if old := s.declAvgNs.Load(); old == 0 {
 		s.declAvgNs.Store(declared)
 		s.runAvgNs.Store(d)
@@ -274,7 +274,7 @@ type shares struct {
 
 // vtime is class c's virtual time in weighted nanoseconds.
 func (g *granter) vtime(c Class) float64 {
-	return float64(g.stats[c].used.Load()+g.share.inflight[c].Load())/g.share.weight[c] + g.share.lag[c]
+	return float64(g.cnt[c].used.Load()+g.share.inflight[c].Load())/g.share.weight[c] + g.share.lag[c]
 }
 
 // enqueueLocked puts w in its class queue at its due's place.
@@ -295,7 +295,7 @@ func (g *granter) enqueueLocked(w *waiter) {
 		}
 	}
 	if w.work <= 0 {
-		w.work = g.stats[c].avgSlotNs.Load()
+		w.work = g.cnt[c].avgSlotNs.Load()
 	}
 	after, _, _ := q.place(w.due)
 	q.insertAfter(after, w)
@@ -341,7 +341,7 @@ func (g *granter) pickLocked() *waiter {
 		case g.queues[Background].n > 0:
 			g.sinceBackground++
 		}
-		t := now()
+		t := g.now()
 		if g.lateLocked(w, t) {
 			g.refuseLocked(w)
 			continue
@@ -360,7 +360,7 @@ func (g *granter) classLocked() (Class, bool) {
 	low := lc == 0 || g.lowRunning.Load() < lc // Batch/Background may take a slot
 	batch := low && g.queues[Batch].n > 0
 	bgDue := low && g.queues[Background].n > 0 &&
-		(g.sinceBackground >= backgroundEvery || now()-g.queues[Background].head.enq >= int64(backgroundMaxWait))
+		(g.sinceBackground >= backgroundEvery || g.now()-g.queues[Background].head.enq >= int64(backgroundMaxWait))
 	switch {
 	case g.queues[Critical].n > 0:
 		return Critical, true
@@ -388,7 +388,7 @@ func (g *granter) serviceOf(w *waiter) int64 {
 	if w.work > 0 {
 		return w.work
 	}
-	return g.stats[w.class].avgSlotNs.Load()
+	return g.cnt[w.class].avgSlotNs.Load()
 }
 
 // lateLocked reports whether w, at the head of its class at time t, is
@@ -410,7 +410,7 @@ func (g *granter) lateLocked(w *waiter, t int64) bool {
 // wrapping ErrSaturated and ErrDeadline: a blocked caller is woken
 // without a slot, a task fails after the lock is released (unlockAndWake).
 func (g *granter) refuseLocked(w *waiter) {
-	left := time.Duration(w.due - now())
+	left := time.Duration(w.due - g.now())
 	g.refuseWithLocked(w, &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
 		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
 		time.Duration(g.serviceOf(w)).Round(time.Microsecond))})
@@ -419,7 +419,7 @@ func (g *granter) refuseLocked(w *waiter) {
 // refuseWithLocked takes w, just out of the queue, out for good with err
 // (counted as rejected and shed).
 func (g *granter) refuseWithLocked(w *waiter, err *shedError) {
-	s := &g.stats[w.class]
+	s := g.cnt[w.class]
 	s.rejected.Add(1)
 	s.shed.Add(1)
 	w.refused = err
@@ -475,7 +475,7 @@ func (g *granter) doorLocked(ctx context.Context, w *waiter, t int64, peek bool)
 	}
 	wait, ahead := g.meanWaitLocked(w, t)
 	slots := g.serviceSlots()
-	if dev := g.stats[w.class].devSlotNs.Load(); dev > 0 {
+	if dev := g.cnt[w.class].devSlotNs.Load(); dev > 0 {
 		// The spread of the estimate: n run times that each miss their
 		// expectation by dev on average sum to within ~sqrt(n) x dev of
 		// theirs, and a queue estimated at its mean is late half the
@@ -531,7 +531,7 @@ type waiter struct {
 	// its latency target could no longer be met (order.go): it is woken
 	// without a slot and returns this error.
 	refused *shedError
-	enq     int64 // now() when queued
+	enq     int64 // g.now() when queued
 	est     int64 // slot time charged to inflight at grant
 	// work is the expected run time, ns: the one given with its target
 	// (Target.Service) from setDue, scaled by what the slots have taken

@@ -269,7 +269,9 @@ func TestAnObjectivePastItsCtxDeadlineIsRefusedWhateverTheBudget(t *testing.T) {
 // every period is expected late, and returns the share let through.
 func lateBudgetShare(period, n int) (through int) {
 	e := &Executor{}
-	e.g.stats = &e.stats
+	for c := range e.stats {
+		e.g.cnt[c] = &e.stats[c].counters
+	}
 	for i := range n {
 		late := i%period == 0
 		if e.g.lateOKLocked(Interactive, late) && late {

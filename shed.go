@@ -220,7 +220,7 @@ func (e *shedError) Unwrap() []error {
 // and the late budget is read, not sampled).
 func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) error {
 	c := w.class
-	s := &g.stats[c]
+	s := g.cnt[c]
 	switch {
 	case g.closed.Load():
 		s.rejected.Add(1)
@@ -234,13 +234,13 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 		s.rejected.Add(1)
 		return ErrSaturated
 	}
-	t := now()
+	t := g.now()
 	st := &g.shed[c]
 	if !peek {
 		st.offer(g, w) // Allow's call counts when it refuses: an allowed one is submitted next
 	}
 	if (st.target == 0 || st.auto) && w.target != targetNone && w.due > t {
-		st.target, st.auto = autoQueueTarget(w.due-t, g.stats[c].avgSlotNs.Load()), true
+		st.target, st.auto = autoQueueTarget(w.due-t, g.cnt[c].avgSlotNs.Load()), true
 	}
 	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
@@ -306,15 +306,20 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	if e.g.freeNow() {
+	return e.g.allow(ctx, c)
+}
+
+// allow is Allow's door: nil when a task of class c with ctx would take
+// a free slot or queue now, else the refusal, counted.
+func (g *granter) allow(ctx context.Context, c Class) error {
+	if g.freeNow() {
 		return nil // it would take a free slot at once: never judged at the door
 	}
 	w := waiter{class: c}
-	t := now()
-	e.g.setDue(ctx, &w, t)
-	e.g.lock()
-	defer e.g.unlock()
-	return e.g.queueAdmitLocked(ctx, &w, true)
+	g.setDue(ctx, &w, g.now())
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.queueAdmitLocked(ctx, &w, true)
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a
@@ -341,13 +346,13 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 	if t-st.intervalStart < interval {
 		return
 	}
-	admitted := g.stats[c].admitted.Load()
+	admitted := g.cnt[c].admitted.Load()
 	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
 		st.minWait = 0 // some took a free slot at once: the queue drained
-		st.offered += int64(atOnce-st.grants) * g.stats[c].avgSlotNs.Load()
+		st.offered += int64(atOnce-st.grants) * g.cnt[c].avgSlotNs.Load()
 		st.arrivals += atOnce - st.grants
 	}
-	completed := g.stats[c].completed.Load()
+	completed := g.cnt[c].completed.Load()
 	st.admittedAt, st.grants = admitted, 0
 	// outrun: the interval's arrivals brought more work than the slots
 	// could do in it; or, when some of them came without a given run time
@@ -403,7 +408,7 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		busy := capacity
 		for k := range Class(NumClasses) {
 			if k != c {
-				busy -= float64(g.stats[k].used.Load() - st.usedAt[k])
+				busy -= float64(g.cnt[k].used.Load() - st.usedAt[k])
 			}
 		}
 		if x := int64(busy / float64(done)); x > 0 {
@@ -416,7 +421,7 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		}
 	}
 	for k := range Class(NumClasses) {
-		st.usedAt[k] = g.stats[k].used.Load()
+		st.usedAt[k] = g.cnt[k].used.Load()
 	}
 	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
 	st.arrivals, st.completedAt, st.guessed = 0, completed, false
@@ -445,7 +450,7 @@ func (g *granter) standingWait(w *waiter, t int64, ahead int) (int64, bool) {
 // codelIntervalOf is class c's shedding interval, ns: codelInterval, or
 // two of its average slot times if longer.
 func (g *granter) codelIntervalOf(c Class) int64 {
-	return max(int64(codelInterval), 2*g.stats[c].avgSlotNs.Load())
+	return max(int64(codelInterval), 2*g.cnt[c].avgSlotNs.Load())
 }
 
 // backlogWaits, backlogOutrun: a class shedding while its arrivals

@@ -114,7 +114,7 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 	// Shedding with a queue whose estimated wait is above the target:
 	// refused at once.
 	release := hold(t, e, 1)
-	e.g.stats[Interactive].avgSlotNs.Store(int64(5 * time.Millisecond)) // the queued task counts 5 ms
+	e.stats[Interactive].avgSlotNs.Store(int64(5 * time.Millisecond)) // the queued task counts 5 ms
 	queued := make(chan error, 1)
 	e.g.mu.Lock()
 	st.shedding, st.intervalStart = false, now() // let one task queue
@@ -158,7 +158,7 @@ func TestAShedClassAdmitsArrivalsUnderTheQueueWaitTarget(t *testing.T) {
 	e := newExec(t, Options{Slots: 1, Classes: mqw})
 	release := sync.OnceFunc(hold(t, e, 1))
 	defer release()
-	e.g.stats[Interactive].avgSlotNs.Store(int64(20 * time.Millisecond)) // each queued task counts 20 ms
+	e.stats[Interactive].avgSlotNs.Store(int64(20 * time.Millisecond)) // each queued task counts 20 ms
 	// Estimated waits 20, 40, 60, 60 ms against the 50 ms target.
 	shedInTurn(t, e, release, context.Background, []bool{true, true, false, false}, "queued tasks of 20 ms, shedding at a 50 ms target")
 	if st := e.Stats().Classes[Interactive]; st.Shed != 2 || st.Completed != 4 {
@@ -177,7 +177,7 @@ func TestAShedClassWithoutAQueueWaitTargetHoldsItsPeakAtTwiceTheTarget(t *testin
 	e := newExec(t, Options{Slots: 1})
 	release := sync.OnceFunc(hold(t, e, 1))
 	defer release()
-	e.g.stats[Interactive].avgSlotNs.Store(int64(45 * time.Millisecond)) // each queued task counts 45 ms
+	e.stats[Interactive].avgSlotNs.Store(int64(45 * time.Millisecond)) // each queued task counts 45 ms
 	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
 	// Estimated waits 45, 90, 135, 180, 225, 225 ms against a 100 ms
 	// target (a tenth of 1 s): refused above 200 ms.
@@ -237,7 +237,7 @@ func codelAtZero(t *testing.T, slots int) (*Executor, *shedState) {
 	t.Cleanup(e.g.mu.Unlock)
 	st := &e.g.shed[Interactive]
 	st.intervalStart, st.minWait = 0, math.MaxInt64
-	st.admittedAt = e.g.stats[Interactive].admitted.Load()
+	st.admittedAt = e.stats[Interactive].admitted.Load()
 	return e, st
 }
 
@@ -366,7 +366,7 @@ func TestAStandingQueueIsShedOnlyWhileTheArrivalsOutrunTheSlots(t *testing.T) {
 func TestArrivalsWithoutGivenRunTimesOutrunTheSlotsByCount(t *testing.T) {
 	e, st := codelAtZero(t, 2)
 	iv := int64(codelInterval)
-	done := &e.g.stats[Interactive].completed
+	done := &e.stats[Interactive].completed
 	interval := func(at int64, arrivals, completed uint64, guessed bool) {
 		st.offered, st.arrivals, st.guessed = iv/2, arrivals, guessed // a quarter of what two slots do, at the class average
 		st.completedAt = done.Load() - completed                      // completed in the interval (modular, as the counter is read)
@@ -396,7 +396,7 @@ func TestArrivalsWithoutGivenRunTimesOutrunTheSlotsByCount(t *testing.T) {
 func TestAStandingQueueAboveATenthOfTheTargetIsShed(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := hold(t, e, 1)
-	e.g.stats[Interactive].avgSlotNs.Store(int64(10 * time.Millisecond)) // each task counts 10 ms, as it sleeps
+	e.stats[Interactive].avgSlotNs.Store(int64(10 * time.Millisecond)) // each task counts 10 ms, as it sleeps
 	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
 	task10ms := func(context.Context) error { time.Sleep(10 * time.Millisecond); return nil }
 	var mu sync.Mutex
@@ -578,7 +578,7 @@ func TestASeverelyOutrunClassRefusesItsBacklogAtTheHead(t *testing.T) {
 	var mqw [NumClasses]ClassOptions
 	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
 	e := newExec(t, Options{Slots: 1, Classes: mqw})
-	e.g.stats[Interactive].avgSlotNs.Store(int64(time.Microsecond)) // the door's estimate stays under the target
+	e.stats[Interactive].avgSlotNs.Store(int64(time.Microsecond)) // the door's estimate stays under the target
 	var ran atomic.Int64
 	task := func(context.Context) error { ran.Add(1); return nil }
 	errs := make(chan error, 4)
@@ -684,9 +684,9 @@ func TestTheDoorPricesAStandingQueueAtItsSlotTimePerCompletion(t *testing.T) {
 	e, st := codelAtZero(t, 2)
 	iv := int64(codelInterval) // 2 slots: 200 ms of slot time an interval
 	avg := int64(10 * time.Millisecond)
-	e.g.stats[Interactive].avgSlotNs.Store(avg)
+	e.stats[Interactive].avgSlotNs.Store(avg)
 	e.g.share.inflight[Interactive].Store(4 * avg) // the running tasks: a mean wait of one class average
-	done := &e.g.stats[Interactive].completed
+	done := &e.stats[Interactive].completed
 	// interval ends, at `at`, an interval whose smallest queue wait was
 	// wait, with `completed` completions in it.
 	interval := func(at int64, wait time.Duration, completed uint64) {
@@ -721,8 +721,8 @@ func TestTheDoorPricesAStandingQueueAtItsSlotTimePerCompletion(t *testing.T) {
 	if got := estimate(guessed, 4*iv+3); !near(got, 10) {
 		t.Errorf("two intervals after the last standing one: %.2f ms, want the expected run times' 10", got)
 	}
-	e.g.stats[Critical].used.Add(150 * int64(time.Millisecond)) // another class held 150 ms of the interval's 200
-	interval(4*iv+4, 30*time.Millisecond, 1)                    // 50 ms each: 34.375 + (50-34.375)/4 = 38.28 ms
+	e.stats[Critical].used.Add(150 * int64(time.Millisecond)) // another class held 150 ms of the interval's 200
+	interval(4*iv+4, 30*time.Millisecond, 1)                  // 50 ms each: 34.375 + (50-34.375)/4 = 38.28 ms
 	if got := estimate(guessed, 4*iv+5); !near(got, 19.140625) {
 		t.Errorf("with 150 ms of the interval charged to another class: %.2f ms, want 19.14", got)
 	}
@@ -757,7 +757,7 @@ func TestTheDefaultQueueWaitTargetIsTwoSlotTimes(t *testing.T) {
 func TestAnIntervalThatOutrunsTheSlotsByChanceStartsNoShedding(t *testing.T) {
 	e, st := codelAtZero(t, 2)
 	iv := int64(codelInterval)
-	done := &e.g.stats[Interactive].completed
+	done := &e.stats[Interactive].completed
 	at := int64(0)
 	wait := int64(time.Millisecond) // the queue emptied in the interval
 	interval := func(work float64, arrivals, completed uint64) {

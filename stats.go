@@ -8,29 +8,12 @@ import (
 // classStats holds one class's counters and histograms. Every field is
 // updated with atomics; nothing here takes the executor's lock.
 type classStats struct {
-	admitted  atomic.Uint64 // got a slot (fast path, or granted from the queue)
-	completed atomic.Uint64 // finished running (any outcome)
-	rejected  atomic.Uint64 // ErrSaturated or ErrClosed
-	canceled  atomic.Uint64 // ctx ended before the task got a slot
+	// counters are the admission counts and estimators (the granter's).
+	counters
 	panicked  atomic.Uint64
 	nested    atomic.Uint64 // ran inline on an enclosing task's slot
 	yields    atomic.Uint64 // slots handed over at a Checkpoint
-	shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
-	late      atomic.Uint64 // let in though expected to miss its objective (the late budget, order.go)
 	endedLate atomic.Uint64 // queued with a target, finished past its due (do.go, finish)
-	avgSlotNs atomic.Int64  // moving average of measured slot times, ns (shed.go)
-	// devSlotNs is the moving average of how far a measured slot time
-	// fell from what was expected of it (its given run time, else avgSlotNs
-	// before it), ns: the door's estimate error (order.go, doorSpread).
-	devSlotNs atomic.Int64
-	// declAvgNs and runAvgNs are moving averages, over the queued tasks
-	// that gave a run time (Target.Service) and ran in one slot period,
-	// of that run time and of the slot time they took: their ratio
-	// scales a given run time to what the slots really deliver
-	// (granter.scaledService).
-	declAvgNs, runAvgNs atomic.Int64
-
-	used atomic.Int64 // slot time charged, ns (weighted by sampling)
 	// timingMask is the fast path's timing stride less one (a power of
 	// two less one, up to maxTimingStride-1), timedAt the now() of the
 	// last timed start (do.go, timeFast).
@@ -175,10 +158,9 @@ type Stats struct {
 // (it reads every histogram bucket); do not call it per task.
 func (e *Executor) Stats() Stats {
 	mustExec(e)
-	e.g.lock()
 	var st Stats
 	var queued [NumClasses]int
-	st.Slots, st.Free, st.Closed, queued = e.g.snapshotLocked()
+	st.Slots, st.Free, st.Closed, queued = e.g.snapshot()
 	if w := e.capWarning.Load(); w != nil {
 		st.Warning = *w
 	}
@@ -189,7 +171,6 @@ func (e *Executor) Stats() Stats {
 		st.Demotion.Suspensions, st.Demotion.Promotions = g.suspensions.Load(), g.promotions.Load()
 		st.Demotion.Retired, st.Demotion.StarvedTime = g.retired.Load(), time.Duration(g.starvedNs.Load())
 	}
-	e.g.unlock()
 	if p := e.frac.Load(); p != nil {
 		p.mu.Lock()
 		st.Pacing.Paced, st.Pacing.Target = p.frac > 0, p.target

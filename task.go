@@ -130,32 +130,20 @@ func (e *Executor) submit(ctx context.Context, c Class, span int, fn func(contex
 	if ctx.Done() != nil {
 		t.stop = context.AfterFunc(ctx, func() { e.cancelQueued(t) })
 	}
-	t.tc.w.enq = now()
-	e.g.setDue(ctx, &t.tc.w, t.tc.w.enq)
-	e.g.lock()
-	if err := e.g.queueAdmitLocked(ctx, &t.tc.w, false); err != nil {
-		e.g.unlock()
+	if err := e.g.admit(ctx, &t.tc.w); err != nil {
 		if t.stop != nil {
 			t.stop()
 		}
 		return nil, err
 	}
-	e.g.enqueueLocked(&t.tc.w)
-	e.g.dispatchLocked()
-	e.g.unlockAndWake()
 	return t, nil
 }
 
 // cancelQueued fails a queued task whose context ended.
 func (e *Executor) cancelQueued(t *Task) {
-	e.g.lock()
-	if !t.tc.w.cancelableLocked() {
-		e.g.unlock()
+	if !e.g.withdraw(&t.tc.w) {
 		return
 	}
-	e.g.removeLocked(&t.tc.w)
-	e.g.unlock()
-	e.stats[t.tc.class].canceled.Add(1)
 	t.err = t.tc.ctx.Err()
 	close(t.done)
 	e.checkDrained()

@@ -8,19 +8,19 @@ import (
 
 // workerPool runs asynchronous tasks: one worker per slot, plus spares lent
 // while a task of the pool waits at a Checkpoint without a slot. All
-// fields but runq are guarded by the executor's mutex.
+// fields but runq are guarded by mu.
 type workerPool struct {
 	name    string
 	runq    chan *Task // granted tasks plus stop sentinels (nil) never exceed its capacity
+	mu      sync.Mutex
 	workers int
 	spares  int
+	stopped bool // stop ran: no worker starts again
 	// guard, when set, runs each worker on its own locked OS thread,
 	// demoted while the starvation guard allows it.
-	guard *guard
-	wg    sync.WaitGroup
-	// Callbacks into the executor: its lock, and running a task.
-	lock, unlock func()
-	runTask      func(*Task) (next *Task)
+	guard   *guard
+	wg      sync.WaitGroup
+	runTask func(*Task) (next *Task)
 }
 
 const (
@@ -36,12 +36,16 @@ func (c Class) pool() int {
 }
 
 func newPool(e *Executor, name string, g *guard) *workerPool {
-	return &workerPool{name: name, runq: make(chan *Task, 2*MaxSlots+64), guard: g,
-		lock: e.g.lock, unlock: e.g.unlock, runTask: e.runTask}
+	return &workerPool{name: name, runq: make(chan *Task, 2*MaxSlots+64), guard: g, runTask: e.runTask}
 }
 
-// resizeLocked starts or stops workers so that n run (spares aside).
-func (p *workerPool) resizeLocked(n int) {
+// resize starts or stops workers so that n run (spares aside).
+func (p *workerPool) resize(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped {
+		return
+	}
 	for ; p.workers < n; p.workers++ {
 		p.startLocked()
 	}
@@ -55,21 +59,31 @@ func (p *workerPool) startLocked() {
 	go p.run()
 }
 
-// lendSpareLocked starts an extra worker while a task of this pool waits
-// at a Checkpoint without a slot; returnSpareLocked stops one again.
-func (p *workerPool) lendSpareLocked() {
-	p.spares++
-	p.startLocked()
+// lendSpare starts an extra worker while a task of this pool waits at a
+// Checkpoint without a slot; returnSpare stops one again.
+func (p *workerPool) lendSpare() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.stopped {
+		p.spares++
+		p.startLocked()
+	}
 }
 
-func (p *workerPool) returnSpareLocked() {
-	if p.spares > 0 { // Close may already have stopped them all
+func (p *workerPool) returnSpare() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.spares > 0 { // stop may already have stopped them all
 		p.spares--
 		p.runq <- nil
 	}
 }
 
-func (p *workerPool) stopLocked() {
+// stop stops every worker and spare, each after its current task.
+func (p *workerPool) stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stopped = true
 	for ; p.workers > 0; p.workers-- {
 		p.runq <- nil
 	}
@@ -82,9 +96,11 @@ func (p *workerPool) run() {
 	stopped := false // the loop ended on a stop sentinel, not by Goexit or retirement
 	defer func() {
 		if !stopped { // a task called runtime.Goexit, or the thread retired: take this worker's place
-			p.lock()
-			p.startLocked()
-			p.unlock()
+			p.mu.Lock()
+			if !p.stopped {
+				p.startLocked()
+			}
+			p.mu.Unlock()
 		}
 		p.wg.Done()
 	}()
