@@ -1,6 +1,8 @@
 package cpuwork
 
 import (
+	"github.com/cpuwork/cpuwork/internal/admission"
+
 	"context"
 	"fmt"
 	"slices"
@@ -137,7 +139,7 @@ func TestInteractiveAndBatchShareByWeight(t *testing.T) {
 }
 
 // Background progresses under sustained Interactive load: it gets a slot
-// after backgroundEvery grants to other classes while it waits.
+// after admission.BackgroundEvery grants to other classes while it waits.
 func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
 	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {QueueLimit: 4096}}})
 	release := hold(t, e, 1)
@@ -152,7 +154,7 @@ func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
 	}
 	waitQueued(t, e, Background, 1)
 	var tasks []*Task
-	for range 3 * backgroundEvery {
+	for range 3 * admission.BackgroundEvery {
 		task, err := e.Go(context.Background(), Interactive, record(Interactive))
 		if err != nil {
 			t.Fatal(err)
@@ -168,7 +170,7 @@ func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
 		task.Wait(ctx)
 	}
 	i := slices.Index(order, Background)
-	if i < 0 || i > backgroundEvery {
-		t.Fatalf("Background ran after %d Interactive tasks, want at most %d", i, backgroundEvery)
+	if i < 0 || i > admission.BackgroundEvery {
+		t.Fatalf("Background ran after %d Interactive tasks, want at most %d", i, admission.BackgroundEvery)
 	}
 }

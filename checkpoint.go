@@ -2,6 +2,7 @@ package cpuwork
 
 import (
 	"context"
+	"github.com/cpuwork/cpuwork/internal/admission"
 	"runtime"
 	"runtime/metrics"
 	"sync"
@@ -39,8 +40,8 @@ func Checkpoint(ctx context.Context) error {
 		return checkpointSlow(ctx, t)
 	}
 	e, c := t.e, t.class&(NumClasses-1)
-	if m := e.g.mask(); m != 0 && (m&moreUrgent[c] != 0 ||
-		(m&(1<<c) != 0 && e.g.headDueOf(c) < t.due())) {
+	if m := e.g.Mask(); m != 0 && (m&admission.MoreUrgent[c] != 0 ||
+		(m&(1<<c) != 0 && e.g.HeadDue(admission.Class(c)) < t.due())) {
 		return t.checkpoint(ctx)
 	}
 	t.calls++
@@ -50,20 +51,20 @@ func Checkpoint(ctx context.Context) error {
 	return t.check(ctx)
 }
 
-// due is the task's due (order.go), computed from its context the first
+// due is the task's due (internal/admission), computed from its context the first
 // time it is needed.
 func (t *task) due() int64 {
-	if !t.w.dueSet {
-		t.e.g.setDue(t.ctx, &t.w, t.w.enq)
+	if !t.w.DueSet {
+		t.e.g.SetDue(t.ctx, &t.w, t.w.Enq)
 	}
-	return t.w.due
+	return t.w.Due
 }
 
 // handOver reports whether the task should hand its slot over now: more
 // urgent work waits, or work of its class due earlier, or (Batch and
 // Background) quota pacing has paused its class.
 func (t *task) handOver() bool {
-	return t.e.g.urgentOver(t.class, t.due())
+	return t.e.g.UrgentOver(admission.Class(t.class), t.due())
 }
 
 // checkpointSlow is Checkpoint for every case but a task that holds its
@@ -170,7 +171,7 @@ func (t *task) check(ctx context.Context) error {
 	case busy && (runnable || (e.yieldAfter > 0 && n-t.lastGs >= e.yieldAfter)):
 		t.pause(yieldP)
 	}
-	if e.g.overCommitted() && t.noSlot == holdsSlot && t.shared == 0 {
+	if e.g.OverCommitted() && t.noSlot == holdsSlot && t.shared == 0 {
 		// More tasks run than there are slots (the fractional quota's
 		// extra slot closed, or SetSlots shrank): hand this one back.
 		if err := e.yield(ctx, t); err != nil {
@@ -271,25 +272,25 @@ func checkpointFree(ctx context.Context) error {
 // its class (so it keeps its place in line), returning when t holds a
 // slot again, or an error if ctx ended or the executor closed meanwhile
 // (t then holds no slot). The slot goes back through the granter's
-// release, which hands it to the waiter the queue policy picks (order.go).
+// release, which hands it to the waiter the queue policy picks (internal/admission).
 func (e *Executor) yield(ctx context.Context, t *task) error {
 	w := &t.w
-	if w.ready == nil {
-		w.ready = make(chan struct{}, 1)
+	if w.Ready == nil {
+		w.Ready = make(chan struct{}, 1)
 	}
 	end := now()
 	p := t.period(end)
-	if !e.g.handOver(w, t.due(), p) {
+	if !e.g.HandOver(w, t.due(), p) {
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}
 	e.stats[t.class].yields.Add(1)
-	e.stats[t.class].slotTime.record(p.d, uint64(p.weight))
+	e.stats[t.class].slotTime.record(p.Slot, uint64(p.Weight))
 	onWorker := e.leaveSlot(t)
 	var ta *taskAccount
 	if t.accounted {
 		ta = e.accountPause(t, gapQueue)
 	}
-	r := e.g.await(ctx.Done(), w)
+	r := e.g.Await(ctx.Done(), w)
 	ta.resume()
 	return e.slotBack(ctx, t, onWorker, r)
 }
@@ -303,33 +304,33 @@ func (e *Executor) yield(ctx context.Context, t *task) error {
 // cannot give its slot up (For helpers share it, or the executor is
 // closing) parks holding it.
 func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
-	if e.g.isClosed() || t.shared != 0 || t.noSlot != holdsSlot {
+	if e.g.IsClosed() || t.shared != 0 || t.noSlot != holdsSlot {
 		t.pause(parkForNetwork)
 		return nil
 	}
 	w := &t.w
-	if w.ready == nil {
-		w.ready = make(chan struct{}, 1)
+	if w.Ready == nil {
+		w.Ready = make(chan struct{}, 1)
 	}
 	if t.weight != 0 {
 		e.charge(t, now())
 	}
-	w.requeued = true
-	est := w.est
-	w.est = 0
+	w.Requeued = true
+	est := w.Est
+	w.Est = 0
 	e.releaseSlot(t.class, &est)
 	onWorker := e.leaveSlot(t)
 	t.pause(parkForNetwork)
-	w.enq = now() // its wait for the slot starts after the park
-	if e.g.tryAcquireFor(t.class) {
-		return e.slotBack(ctx, t, onWorker, waitGranted)
+	w.Enq = now() // its wait for the slot starts after the park
+	if e.g.TryAcquireFor(admission.Class(t.class)) {
+		return e.slotBack(ctx, t, onWorker, admission.WaitGranted)
 	}
-	e.g.rejoin(w, false)
+	e.g.Rejoin(w, false)
 	var ta *taskAccount
 	if t.accounted {
 		ta = e.accountPause(t, gapQueue)
 	}
-	r := e.g.await(ctx.Done(), w)
+	r := e.g.Await(ctx.Done(), w)
 	ta.resume()
 	return e.slotBack(ctx, t, onWorker, r)
 }
@@ -340,7 +341,7 @@ func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
 // It reports whether t runs on a worker.
 func (e *Executor) leaveSlot(t *task) (onWorker bool) {
 	t.yielded = true
-	onWorker = t.w.kind == waitTask
+	onWorker = t.w.Kind == admission.KindTask
 	if onWorker {
 		e.pools[t.class.pool()].lendSpare()
 	}
@@ -352,15 +353,15 @@ func (e *Executor) leaveSlot(t *task) (onWorker bool) {
 // and its new slot period begins; otherwise t holds none (lostByClose
 // after Close, lostByCtx when ctx ended) and slotBack returns ErrClosed
 // or ctx's error.
-func (e *Executor) slotBack(ctx context.Context, t *task, onWorker bool, r waitResult) error {
+func (e *Executor) slotBack(ctx context.Context, t *task, onWorker bool, r admission.WaitResult) error {
 	w := &t.w
-	w.requeued = false
+	w.Requeued = false
 	if onWorker {
 		e.pools[t.class.pool()].returnSpare()
 	}
 	switch r {
-	case waitGranted:
-	case waitCanceled:
+	case admission.WaitGranted:
+	case admission.WaitCanceled:
 		t.noSlot = lostByCtx
 		return ctx.Err()
 	default: // a task queued again is never refused: only Close fails it
@@ -368,6 +369,6 @@ func (e *Executor) slotBack(ctx context.Context, t *task, onWorker bool, r waitR
 		return ErrClosed
 	}
 	t.weight, t.start, t.waited = 1, now(), true
-	e.stats[t.class].queueWait.record(t.start-w.enq, 1)
+	e.stats[t.class].queueWait.record(t.start-w.Enq, 1)
 	return nil
 }

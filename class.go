@@ -1,6 +1,10 @@
 package cpuwork
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
+)
 
 // Class is a task's priority class. Lower values are more urgent.
 type Class uint8
@@ -18,17 +22,13 @@ const (
 	Batch
 	// Background work gets the slots that no other class waits for, with
 	// a starvation guard: a queued Background task is admitted after
-	// backgroundEvery (64) grants to other classes or once it has waited
-	// backgroundMaxWait (1 s), whichever comes first.
+	// 64 grants to other classes or once it has waited 1 s, whichever
+	// comes first.
 	Background
 
 	// NumClasses is the number of classes, for arrays indexed by Class.
 	NumClasses = 4
 )
-
-// defaultWeight is each class's weight when ClassOptions.Weight is 0
-// (only Interactive's and Batch's are used: order.go).
-var defaultWeight = [NumClasses]float64{1, 4, 1, 1}
 
 var classNames = [NumClasses]string{"critical", "interactive", "batch", "background"}
 
@@ -57,3 +57,6 @@ func (c Class) valid() bool { return c < NumClasses }
 // goroutines even when submitted with Do. Batch and Background do, so that
 // their threads can be demoted without touching the caller's thread.
 func (c Class) runsOnWorker() bool { return c >= Batch }
+
+// now is the executor's clock, in nanoseconds (admission.Now).
+func now() int64 { return admission.Now() }

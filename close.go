@@ -1,6 +1,10 @@
 package cpuwork
 
-import "context"
+import (
+	"context"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
+)
 
 // Close stops admission: from now on every submission returns ErrClosed.
 // Queued tasks keep being admitted as slots free up until ctx ends; then
@@ -13,7 +17,7 @@ import "context"
 func (e *Executor) Close(ctx context.Context) error {
 	mustCtx(ctx)
 	mustExec(e)
-	e.g.close()
+	e.g.Close()
 	e.closeOnce.Do(func() {
 		if e.watchStop != nil {
 			e.watchStop()
@@ -42,7 +46,7 @@ func (e *Executor) Close(ctx context.Context) error {
 // path that can make it idle after Close calls it: a task's finish, a
 // queued waiter's cancellation or failure, a slot given back unused.
 func (e *Executor) checkDrained() {
-	if e.g.isClosed() && e.idle() {
+	if e.g.IsClosed() && e.idle() {
 		e.drainOnce.Do(func() { close(e.drained) })
 	}
 }
@@ -71,7 +75,7 @@ func (e *Executor) shutdown() {
 // Admissions on the fast path are counted without the lock, before
 // their own check of Close (admitFast).
 func (e *Executor) idle() bool {
-	return e.g.quiet(func() bool {
+	return e.g.Quiet(func() bool {
 		for c := range e.stats {
 			if !e.stats[c].idle() {
 				return false
@@ -84,18 +88,18 @@ func (e *Executor) idle() bool {
 // failQueued fails every queued waiter with ErrClosed.
 func (e *Executor) failQueued() {
 	var tasks []*Task
-	for _, w := range e.g.drain() {
-		if w.kind == waitTask && !w.requeued {
-			tasks = append(tasks, w.task)
+	for _, w := range e.g.Drain() {
+		if w.Kind == admission.KindTask && !w.Requeued {
+			tasks = append(tasks, w.Task.(*Task))
 		} else {
-			w.ready <- struct{}{} // granted stays false: closed out
+			w.Ready <- struct{}{} // granted stays false: closed out
 		}
 	}
 	for _, t := range tasks {
 		if t.stop != nil {
 			t.stop()
 		}
-		e.stats[t.tc.class].rejected.Add(1)
+		e.stats[t.tc.class].Rejected.Add(1)
 		t.err = ErrClosed
 		close(t.done)
 	}
@@ -115,6 +119,6 @@ func (e *Executor) stopWorkers() {
 // and finished between the two reads made up for one still running, and
 // Close returned while it ran.
 func (s *classStats) idle() bool {
-	done := s.completed.Load()
-	return s.admitted.Load() == done
+	done := s.Completed.Load()
+	return s.Admitted.Load() == done
 }

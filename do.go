@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cpuwork/cpuwork/internal/admission"
 	"runtime/debug"
 	"runtime/trace"
 	"sync/atomic"
@@ -115,7 +116,7 @@ type task struct {
 	// onCaller: fn runs on the submitter's goroutine (a Do not on the
 	// critical lane), which keeps its own profiler labels (labels.go).
 	onCaller bool
-	w        waiter
+	w        admission.Waiter
 }
 
 // newRecord returns a record for a task of class c of e submitted with
@@ -126,16 +127,16 @@ type task struct {
 // park and wake-up than for the allocation.
 func newRecord(ctx context.Context, e *Executor, c Class) *task {
 	t := &task{ctx: ctx, e: e, class: c}
-	t.w.class = c
+	t.w.Class = admission.Class(c)
 	return t
 }
 
 // reset makes t a new task of class c of e submitted with ctx; the
 // wake-up channel of an earlier use is kept (it is empty).
 func (t *task) reset(ctx context.Context, e *Executor, c Class) {
-	ready := t.w.ready
+	ready := t.w.Ready
 	*t = task{ctx: ctx, e: e, class: c}
-	t.w.ready, t.w.class = ready, c
+	t.w.Ready, t.w.Class = ready, admission.Class(c)
 }
 
 type lostSlot uint8
@@ -243,7 +244,7 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		return e.inline(ctx, t, fn)
 	}
 	if err := ctx.Err(); err != nil { // one rule for every class: a done ctx never runs fn
-		e.stats[c].canceled.Add(1)
+		e.stats[c].Canceled.Add(1)
 		return err
 	}
 	if c.runsOnWorker() {
@@ -257,20 +258,20 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		return t.err
 	}
 	lane := c == Critical && e.critLane != nil
-	if cur == nil && !lane && e.g.tryAcquire() {
+	if cur == nil && !lane && e.g.TryAcquire() {
 		// The fast path: a free slot and nobody queued. The task's
 		// record is the goroutine's running-table entry's own, and its
 		// goroutine is registered with it already.
 		if t := claimOwn(g, ctx, e, c); t != nil {
-			t.w.span, t.onCaller = int32(span), true
+			t.w.Span, t.onCaller = int32(span), true
 			return e.runAdmitted(t, fn) // t is not touched after: another goroutine may own it
 		}
 		t := newRecord(ctx, e, c)
-		t.w.span, t.onCaller = int32(span), true
+		t.w.Span, t.onCaller = int32(span), true
 		return e.runAdmitted(t, fn)
 	}
 	t := newRecord(ctx, e, c)
-	t.w.span, t.onCaller = int32(span), !lane
+	t.w.Span, t.onCaller = int32(span), !lane
 	if lane {
 		t.inherit = cur // this goroutine waits while fn runs on the lane
 	}
@@ -310,13 +311,13 @@ func (e *Executor) admitFastTask(t *task) error {
 		return err
 	}
 	var at int64 // one clock read for the target's arrival and the timing
-	if e.g.targetOf(c) != 0 {
+	if e.g.LatencyTarget(admission.Class(c)) != 0 {
 		at = now()
-		t.w.enq = at
+		t.w.Enq = at
 	}
 	e.timeFast(t, n, at)
 	if a := e.acct; a != nil {
-		t.accounted = a.pickAdmitted(n, e.stats[c].avgSlotNs.Load())
+		t.accounted = a.pickAdmitted(n, e.stats[c].AvgSlotNs.Load())
 	}
 	return nil
 }
@@ -327,10 +328,10 @@ func (e *Executor) admitFastTask(t *task) error {
 // and waits for the task.
 func (e *Executor) admitFast(c Class) (uint64, error) {
 	s := &e.stats[c]
-	n := s.admitted.Add(1)
-	if e.g.isClosed() {
-		s.admitted.Add(^uint64(0))
-		s.rejected.Add(1)
+	n := s.Admitted.Add(1)
+	if e.g.IsClosed() {
+		s.Admitted.Add(^uint64(0))
+		s.Rejected.Add(1)
 		var noEst int64
 		e.releaseSlot(c, &noEst)
 		return 0, ErrClosed
@@ -342,14 +343,14 @@ func (e *Executor) admitFast(c Class) (uint64, error) {
 // is refused, or ctx ends (granter.admit).
 func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
 	w := &t.w
-	if w.ready == nil {
-		w.ready = make(chan struct{}, 1)
+	if w.Ready == nil {
+		w.Ready = make(chan struct{}, 1)
 	}
-	if err := e.g.admit(ctx, w); err != nil {
+	if err := e.g.Admit(ctx, w); err != nil {
 		return err
 	}
 	t.weight, t.start, t.waited = 1, now(), true
-	e.stats[t.class].queueWait.record(t.start-w.enq, 1)
+	e.stats[t.class].queueWait.record(t.start-w.Enq, 1)
 	return nil
 }
 
@@ -357,7 +358,7 @@ func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
 // release (a task finished, a task handed its slot over at a Checkpoint,
 // a For helper stopped, a granted waiter was cancelled, an admission was
 // undone by Close).
-func (e *Executor) releaseSlot(c Class, est *int64) { e.g.release(c, est, nil) }
+func (e *Executor) releaseSlot(c Class, est *int64) { e.g.Release(admission.Class(c), est, nil) }
 
 // runOnLane runs an admitted Critical task on the critical lane. If the
 // lane refuses it or ctx ends before a lane thread takes it, the slot is
@@ -370,9 +371,9 @@ func (e *Executor) runOnLane(ctx context.Context, t *task, fn func(context.Conte
 	})
 	if !ran {
 		s := &e.stats[t.class]
-		s.admitted.Add(^uint64(0))
-		s.canceled.Add(1)
-		e.releaseSlot(t.class, &t.w.est)
+		s.Admitted.Add(^uint64(0))
+		s.Canceled.Add(1)
+		e.releaseSlot(t.class, &t.w.Est)
 	}
 	return err
 }
@@ -384,8 +385,8 @@ func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 	if a := e.acct; a != nil {
 		var wait int64
 		if t.waited {
-			wait = t.start - t.w.enq
-			t.accounted = a.pick(wait, e.stats[t.class].avgSlotNs.Load())
+			wait = t.start - t.w.Enq
+			t.accounted = a.pick(wait, e.stats[t.class].AvgSlotNs.Load())
 		}
 		if t.accounted {
 			n := now()
@@ -428,18 +429,18 @@ func (e *Executor) finish(t *task) {
 	if t.weight != 0 {
 		end := now()
 		e.charge(t, end)
-		if w := &t.w; w.dueSet && w.target != targetNone && end > w.due {
+		if w := &t.w; w.DueSet && w.HasTarget() && end > w.Due {
 			s.endedLate.Add(1)
 		}
 	}
-	s.completed.Add(1)
+	s.Completed.Add(1)
 	if t.noSlot == holdsSlot {
-		var keep *keepNext // a task on a worker: the worker's next task
-		if tk := t.w.task; tk != nil {
+		var keep *admission.Keep // a task on a worker: the worker's next task
+		if tk, ok := t.w.Task.(*Task); ok {
 			keep = &tk.keep
 		}
-		e.g.release(t.class, &t.w.est, keep)
-	} else if e.g.isClosed() {
+		e.g.Release(admission.Class(t.class), &t.w.Est, keep)
+	} else if e.g.IsClosed() {
 		e.checkDrained()
 	}
 	if t.accounted {
@@ -451,10 +452,10 @@ func (e *Executor) finish(t *task) {
 // period is t's current slot period, ending at end, for the estimators
 // (granter.recordSlot): a task given a run time that yielded ran it over
 // several periods, so none of them scales given run times.
-func (t *task) period(end int64) slotPeriod {
-	p := slotPeriod{d: end - t.start, weight: t.weight, waited: t.waited, expected: t.w.work, declared: t.w.declared}
+func (t *task) period(end int64) admission.SlotPeriod {
+	p := admission.SlotPeriod{Slot: end - t.start, Weight: t.weight, Waited: t.waited, Expected: t.w.Work, Declared: t.w.Declared}
 	if t.yielded {
-		p.declared = 0
+		p.Declared = 0
 	}
 	return p
 }
@@ -462,8 +463,8 @@ func (t *task) period(end int64) slotPeriod {
 // charge records the slot time of t's current slot period, ending at end.
 func (e *Executor) charge(t *task, end int64) {
 	p := t.period(end)
-	e.stats[t.class].slotTime.record(p.d, uint64(p.weight))
-	e.g.recordSlot(t.class, p)
+	e.stats[t.class].slotTime.record(p.Slot, uint64(p.Weight))
+	e.g.RecordSlot(admission.Class(t.class), p)
 }
 
 // inline runs a nested task on the slot its caller already holds; a done

@@ -3,6 +3,7 @@ package cpuwork
 import (
 	"errors"
 	"fmt"
+	"github.com/cpuwork/cpuwork/internal/admission"
 )
 
 // ErrSaturated is returned at once, without running the task, when the
@@ -11,11 +12,11 @@ import (
 // by a deadline the queue cannot meet are errors that wrap ErrSaturated and
 // say why: test with errors.Is(err, ErrSaturated), not ==. The caller
 // should shed the request (HTTP 503/429) rather than retry in a tight loop.
-var ErrSaturated = errors.New("cpuwork: executor saturated")
+var ErrSaturated = admission.ErrSaturated
 
 // ErrClosed is returned for tasks submitted after Close began, and for
 // queued tasks that Close could not run before its context ended.
-var ErrClosed = errors.New("cpuwork: executor closed")
+var ErrClosed = admission.ErrClosed
 
 // ErrGoexit is the error of an asynchronous task (Go, TryGo, or Do of a
 // Batch or Background task) whose fn called runtime.Goexit, as t.FailNow

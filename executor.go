@@ -3,6 +3,7 @@ package cpuwork
 import (
 	"context"
 	"fmt"
+	"github.com/cpuwork/cpuwork/internal/admission"
 	"log/slog"
 	"math"
 	"runtime"
@@ -21,8 +22,8 @@ import (
 // use. An Executor must be created with New.
 type Executor struct {
 	// g owns the slots: every piece of admission and ordering state, and
-	// the only methods that change it (granter.go).
-	g granter
+	// the only methods that change it (internal/admission).
+	g admission.Granter
 
 	stats [NumClasses]classStats
 
@@ -92,14 +93,15 @@ func New(o Options) (*Executor, error) {
 		log:      o.Logger,
 		logSet:   o.Logger != nil,
 	}
-	var cnt [NumClasses]*counters
-	for c := range e.stats {
-		cnt[c] = &e.stats[c].counters
-	}
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
-	if err := e.g.init(o, cnt, e, e.log); err != nil {
+	cfg := admission.Config{DefaultQueueLimit: DefaultQueueLimit, SpareP: o.Batch.SpareP, Owner: (*owner)(e), Log: e.log}
+	for c := range e.stats {
+		cfg.Classes[c] = admission.ClassConfig(o.Classes[c])
+		cfg.Counters[c] = &e.stats[c].Counters
+	}
+	if err := e.g.Init(cfg); err != nil {
 		return nil, err
 	}
 	e.setCheckpointYield(o.checkpointYield)
@@ -234,7 +236,7 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 			sampling()
 			e.applyBudget(out.effective(cur), "cpuwork: CPU budget changed")
 		case <-tick:
-			held, _ := e.g.occupied()
+			held, _ := e.g.Occupied()
 			if out.step(held) {
 				msg := "cpuwork: the tasks run outside Go's Ps (cgo or system calls): slots follow the CPU budget, not GOMAXPROCS"
 				if !out.on {
@@ -255,7 +257,7 @@ func (e *Executor) applyBudget(b budget.Budget, msg string) {
 	n := b.Slots()
 	if p := e.frac.Load(); p != nil {
 		p.reconfigure(b)
-		e.g.setPacedCapacity(p.capacity())
+		e.g.SetPacedCapacity(p.capacity())
 		if p.frac > 0 {
 			n = p.slots()
 		}
@@ -297,8 +299,8 @@ func (e *Executor) newFrac(b budget.Budget) *fracPacer {
 	}
 	p := newFracPacer(b, e.quota == QuotaStrict, e.setExtraOpen)
 	if p != nil {
-		p.stuck = e.g.overCommitted
-		p.occupied, p.onCapacity = e.g.occupied, e.g.setPacedCapacity
+		p.stuck = e.g.OverCommitted
+		p.occupied, p.onCapacity = e.g.Occupied, e.g.SetPacedCapacity
 		p.setSlots = func(n int) { e.SetSlots(n) }
 		p.runDelay = processRunDelay
 		p.warn = e.pacingWarning
@@ -333,17 +335,17 @@ func (e *Executor) startFrac(p *fracPacer) {
 	e.fracStop, e.fracDone = make(chan struct{}), make(chan struct{})
 	stop, done := e.fracStop, e.fracDone
 	go func() { defer close(done); p.run(stop) }()
-	e.g.setPacedCapacity(p.capacity())
+	e.g.SetPacedCapacity(p.capacity())
 	e.frac.Store(p)
 }
 
 // slotCount is Slots without the lock.
-func (e *Executor) slotCount() int64 { return e.g.slotCount() }
+func (e *Executor) slotCount() int64 { return e.g.Slots() }
 
 // Slots returns the current number of slots.
 func (e *Executor) Slots() int {
 	mustExec(e)
-	return int(e.g.slotCount())
+	return int(e.g.Slots())
 }
 
 // SetSlots changes the number of slots to n (1..MaxSlots). Growing admits
@@ -368,44 +370,51 @@ func (e *Executor) setSlots(n int) {
 	for _, p := range e.pools {
 		p.resize(n)
 	}
-	e.g.setSlots(n)
+	e.g.SetSlots(n)
 }
 
-// wake wakes waiters the granter granted or refused (the granter's
-// owner): a blocked caller or helper through its ready channel, a task by
-// sending it to the workers (granted) or failing it (refused).
-func (e *Executor) wake(ws []*waiter, keep *keepNext) {
+// owner is the executor as the granter's admission.Owner.
+type owner Executor
+
+// Wake wakes waiters the granter granted or refused: a blocked caller or
+// helper through its ready channel, a task by sending it to the workers
+// (granted) or failing it (refused).
+func (o *owner) Wake(ws []*admission.Waiter, keep *admission.Keep) {
+	e := (*Executor)(o)
 	failed := false
 	for _, w := range ws {
-		switch {
-		case w.kind == waitTask && !w.requeued && w.refused != nil:
-			t := w.task
+		if w.Kind != admission.KindTask || w.Requeued {
+			w.Ready <- struct{}{}
+			continue
+		}
+		t := w.Task.(*Task)
+		if err := w.Refusal(); err != nil {
 			if t.stop != nil {
 				t.stop()
 			}
-			t.err = w.refused
+			t.err = err
 			close(t.done)
 			failed = true
-		case w.kind == waitTask && !w.requeued:
-			if keep != nil && keep.task == nil && keep.pool == w.class.pool() {
-				keep.task = w.task
-				continue
-			}
-			e.pools[w.class.pool()].runq <- w.task
-		default:
-			w.ready <- struct{}{}
+			continue
 		}
+		pool := Class(w.Class).pool()
+		if keep != nil && keep.Task == nil && keep.Pool == pool {
+			keep.Task = t
+			continue
+		}
+		e.pools[pool].runq <- t
 	}
 	if failed {
 		e.checkDrained()
 	}
 }
 
-// released follows each release of a slot and each cancellation of a
-// queued waiter (the granter's owner): after Close it signals a drained
-// executor, and it lets the fractional pacer re-check the quota.
-func (e *Executor) released() {
-	if e.g.isClosed() {
+// Released follows each release of a slot and each cancellation of a
+// queued waiter: after Close it signals a drained executor, and it lets
+// the fractional pacer re-check the quota.
+func (o *owner) Released() {
+	e := (*Executor)(o)
+	if e.g.IsClosed() {
 		e.checkDrained()
 	}
 	if p := e.frac.Load(); p != nil {

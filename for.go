@@ -3,6 +3,7 @@ package cpuwork
 import (
 	"context"
 	"fmt"
+	"github.com/cpuwork/cpuwork/internal/admission"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -168,7 +169,7 @@ func (e *Executor) forBody(ctx context.Context, tc *task, n int, fn func(lo, hi 
 	st.chunk.Store(1)
 	// Its helpers queue for slots of their own from here: if the caller
 	// queues again (a hand-over), it counts for its one slot.
-	tc.w.span = 1
+	tc.w.Span = 1
 
 	// From here on, fn may run on helpers beside the caller: a
 	// Checkpoint in a chunk on the caller only yields the P until the
@@ -203,7 +204,7 @@ func (e *Executor) forBody(ctx context.Context, tc *task, n int, fn func(lo, hi 
 				return
 			}
 			inLine := st.inLine.Load() < bound-1
-			running := e.g.tryAcquireFor(st.class)
+			running := e.g.TryAcquireFor(admission.Class(st.class))
 			if !running && !inLine {
 				return
 			}
@@ -265,7 +266,7 @@ func (e *Executor) forBody(ctx context.Context, tc *task, n int, fn func(lo, hi 
 			tc.weight = 0
 		}
 		tc.noSlot = handedBack
-		e.releaseSlot(tc.class, &tc.w.est)
+		e.releaseSlot(tc.class, &tc.w.Est)
 	}
 	wg.Wait()
 	returned = true
@@ -297,7 +298,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 	// between chunks itself).
 	h := &task{ctx: st.ctx, e: e, class: st.class}
 	h.shared = 1
-	h.w = waiter{class: st.class, kind: waitHelper, due: st.due, dueSet: true}
+	h.w = admission.Waiter{Class: admission.Class(st.class), Kind: admission.KindHelper, Due: st.due, DueSet: true}
 	w := &h.w
 	h.enter()
 	held, returned := running, false
@@ -308,8 +309,8 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 			st.fail(ErrGoexit)
 		}
 		if held {
-			e.g.chargeUsed(st.class, now()-t0)
-			e.releaseSlot(st.class, &w.est)
+			e.g.ChargeUsed(admission.Class(st.class), now()-t0)
+			e.releaseSlot(st.class, &w.Est)
 		}
 		st.helpers.Add(-1)
 		if inLine {
@@ -326,7 +327,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 		t0 = now()
 		more := true
 		for {
-			if inLine && e.g.urgentOver(st.class, st.due) || !inLine && e.g.hasWaiters() {
+			if inLine && e.g.UrgentOver(admission.Class(st.class), st.due) || !inLine && e.g.HasWaiters() {
 				break
 			}
 			lo, hi, ok := st.claim()
@@ -335,9 +336,9 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 				break
 			}
 		}
-		e.g.chargeUsed(st.class, now()-t0)
+		e.g.ChargeUsed(admission.Class(st.class), now()-t0)
 		held = false
-		e.releaseSlot(st.class, &w.est)
+		e.releaseSlot(st.class, &w.Est)
 		if !more || !inLine {
 			break
 		}
@@ -349,17 +350,17 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 // is granted a slot (true), or the loop's caller finished or the
 // executor closed first (false; a slot granted meanwhile is given back).
 // Helpers are not submissions: never counted, refused or shed.
-func (e *Executor) awaitHelper(st *forState, w *waiter) bool {
+func (e *Executor) awaitHelper(st *forState, w *admission.Waiter) bool {
 	select {
 	case <-st.finished:
 		return false
 	default:
 	}
-	if w.ready == nil {
-		w.ready = make(chan struct{}, 1)
+	if w.Ready == nil {
+		w.Ready = make(chan struct{}, 1)
 	}
-	if st.stop.Load() || !e.g.rejoin(w, true) {
+	if st.stop.Load() || !e.g.Rejoin(w, true) {
 		return false
 	}
-	return e.g.await(st.finished, w) == waitGranted
+	return e.g.Await(st.finished, w) == admission.WaitGranted
 }

@@ -45,7 +45,7 @@ import (
 //     takes one slot away (the free count goes negative when all are busy);
 //     the task over the count gives its slot back at its next Checkpoint
 //     (or when it ends) and queues again at its own due's place in its
-//     class (order.go);
+//     class (internal/admission);
 //   - the period's phase is not needed: the bucket keeps the usage of every
 //     window of one period, whatever its start, under target·q·period plus
 //     the cap and one task's overshoot past the close (the margin, 3 % of
@@ -605,7 +605,7 @@ func usageReader(dir string, version int) (read func() (time.Duration, error), c
 // count hands its slot back at its next Checkpoint); opening gives it
 // back and admits the next waiter. Called with the pacer's lock held.
 func (e *Executor) setExtraOpen(open bool) {
-	e.g.setExtraOpen(open)
+	e.g.SetExtraOpen(open)
 }
 
 // quotaOf reports whether b comes from a CFS quota, and its period and

@@ -635,7 +635,7 @@ func TestTheDoorDividesTheQueueByTheSlotsHeldWhileTasksQueue(t *testing.T) {
 func TestThePacersOccupancyReachesTheDoor(t *testing.T) {
 	e := newExec(t, Options{WatchInterval: -1, detect: quota15(t)})
 	defer e.Close(context.Background())
-	if got, occ := e.g.serviceSlots(), e.Stats().Pacing.Occupancy; got != 1.5 || occ != 1.5 {
+	if got, occ := e.g.ServiceSlots(), e.Stats().Pacing.Occupancy; got != 1.5 || occ != 1.5 {
 		t.Fatalf("nothing queued yet: the door divides by %v, Stats.Pacing.Occupancy %v; want the quota's 1.5", got, occ)
 	}
 	release := hold(t, e, 2)
@@ -646,7 +646,7 @@ func TestThePacersOccupancyReachesTheDoor(t *testing.T) {
 	p.mu.Lock()
 	p.occupancySample(float64(p.period)) // a whole period's weight
 	p.mu.Unlock()
-	got, occ := e.g.serviceSlots(), e.Stats().Pacing.Occupancy
+	got, occ := e.g.ServiceSlots(), e.Stats().Pacing.Occupancy
 	release()
 	if err := <-done; err != nil {
 		t.Fatal(err)

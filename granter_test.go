@@ -20,7 +20,7 @@ func TestADoubleReleaseIsDetectedAndIgnored(t *testing.T) {
 	e := newExec(t, Options{Slots: 1, Logger: slog.New(slog.NewTextHandler(&log, nil))})
 	var est int64
 	e.releaseSlot(Interactive, &est) // nobody holds a slot: a double release
-	if n := e.g.doubleReleases.Load(); n != 1 {
+	if n := e.g.DoubleReleases(); n != 1 {
 		t.Fatalf("double releases counted %d, want 1", n)
 	}
 	if st := e.Stats(); st.Free != 1 {
@@ -75,7 +75,7 @@ func TestTheFractionalSlotChangesCapacityNotReleases(t *testing.T) {
 	if st := e.Stats(); st.Free != 2 {
 		t.Fatalf("%d free with the extra slot open again, want 2", st.Free)
 	}
-	if n := e.g.doubleReleases.Load(); n != 0 {
+	if n := e.g.DoubleReleases(); n != 0 {
 		t.Fatalf("%d releases taken for double releases", n)
 	}
 }
@@ -102,21 +102,21 @@ func TestAReleaseRacingAShrinkingCapacityIsNotADoubleRelease(t *testing.T) {
 					return
 				default:
 				}
-				if e.g.tryAcquire() {
+				if e.g.TryAcquire() {
 					e.releaseSlot(Interactive, &est)
 				}
 			}
 		}()
 	}
 	deadline := time.Now().Add(300 * time.Millisecond)
-	for i := 0; time.Now().Before(deadline) && e.g.doubleReleases.Load() == 0; i++ {
+	for i := 0; time.Now().Before(deadline) && e.g.DoubleReleases() == 0; i++ {
 		e.SetSlots(1 + 3*(i%2))
 		e.setExtraOpen(i%3 != 0)
 	}
 	close(stop)
 	wg.Wait()
 	e.setExtraOpen(true)
-	if n := e.g.doubleReleases.Load(); n != 0 {
+	if n := e.g.DoubleReleases(); n != 0 {
 		t.Fatalf("%d correct releases taken for double releases", n)
 	}
 	if st := e.Stats(); st.Free != st.Slots {

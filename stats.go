@@ -1,6 +1,7 @@
 package cpuwork
 
 import (
+	"github.com/cpuwork/cpuwork/internal/admission"
 	"sync/atomic"
 	"time"
 )
@@ -8,8 +9,8 @@ import (
 // classStats holds one class's counters and histograms. Every field is
 // updated with atomics; nothing here takes the executor's lock.
 type classStats struct {
-	// counters are the admission counts and estimators (the granter's).
-	counters
+	// Counters are the admission counts and estimators (the granter's).
+	admission.Counters
 	panicked  atomic.Uint64
 	nested    atomic.Uint64 // ran inline on an enclosing task's slot
 	yields    atomic.Uint64 // slots handed over at a Checkpoint
@@ -160,7 +161,7 @@ func (e *Executor) Stats() Stats {
 	mustExec(e)
 	var st Stats
 	var queued [NumClasses]int
-	st.Slots, st.Free, st.Closed, queued = e.g.snapshot()
+	st.Slots, st.Free, st.Closed, queued = e.g.Snapshot()
 	if w := e.capWarning.Load(); w != nil {
 		st.Warning = *w
 	}
@@ -186,13 +187,13 @@ func (e *Executor) Stats() Stats {
 		s := &e.stats[c]
 		cs := ClassStats{
 			Class:        c,
-			Completed:    s.completed.Load(),
-			Admitted:     s.admitted.Load(),
-			Rejected:     s.rejected.Load(),
-			Shed:         s.shed.Load(),
-			AdmittedLate: s.late.Load(),
+			Completed:    s.Completed.Load(),
+			Admitted:     s.Admitted.Load(),
+			Rejected:     s.Rejected.Load(),
+			Shed:         s.Shed.Load(),
+			AdmittedLate: s.Late.Load(),
 			EndedLate:    s.endedLate.Load(),
-			Canceled:     s.canceled.Load(),
+			Canceled:     s.Canceled.Load(),
 			Panicked:     s.panicked.Load(),
 			Nested:       s.nested.Load(),
 			Yields:       s.yields.Load(),
@@ -202,7 +203,7 @@ func (e *Executor) Stats() Stats {
 		}
 		cs.Running = int(cs.Admitted - min(cs.Completed, cs.Admitted))
 		cs.Submitted = cs.Admitted + cs.Rejected + cs.Canceled + uint64(cs.Queued)
-		cs.SlotSeconds = time.Duration(s.used.Load()).Seconds()
+		cs.SlotSeconds = time.Duration(s.Used.Load()).Seconds()
 		cs.Parts, cs.Accounted = e.partSummaries(c)
 		st.Classes[c] = cs
 	}

@@ -210,7 +210,7 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 	default:
 	}
 	st := e.Stats()
-	if n := e.g.doubleReleases.Load(); n != 0 {
+	if n := e.g.DoubleReleases(); n != 0 {
 		t.Fatalf("seed %d: %d slots released twice (options %+v)", seed, n, o)
 	}
 	if st.Free != st.Slots {

@@ -1,6 +1,10 @@
 package cpuwork
 
-import "context"
+import (
+	"context"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
+)
 
 // Task is the handle of an asynchronous task started by Go or TryGo.
 type Task struct {
@@ -9,7 +13,7 @@ type Task struct {
 	stop func() bool // stops the context watch of a queued task
 	done chan struct{}
 	err  error
-	keep keepNext // the worker's next task, filled at this one's end
+	keep admission.Keep // the worker's next task, filled at this one's end
 }
 
 // Done is closed when the task has finished or failed.
@@ -70,8 +74,8 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 	if err := e.openFor(ctx, c); err != nil {
 		return nil, err
 	}
-	if !e.g.tryAcquireFor(c) {
-		e.stats[c].rejected.Add(1)
+	if !e.g.TryAcquireFor(admission.Class(c)) {
+		e.stats[c].Rejected.Add(1)
 		return nil, ErrSaturated
 	}
 	t := e.newTask(ctx, c, 1, fn, nil)
@@ -87,7 +91,7 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 func (e *Executor) newTask(ctx context.Context, c Class, span int, fn func(context.Context) error, inherit *task) *Task {
 	t := &Task{fn: fn, done: make(chan struct{})}
 	t.tc = task{ctx: ctx, e: e, class: c, inherit: inherit}
-	t.tc.w.class, t.tc.w.task, t.tc.w.kind, t.tc.w.span = c, t, waitTask, int32(span)
+	t.tc.w.Class, t.tc.w.Task, t.tc.w.Kind, t.tc.w.Span = admission.Class(c), t, admission.KindTask, int32(span)
 	return t
 }
 
@@ -96,7 +100,7 @@ func (e *Executor) startFast(t *Task) error {
 	if err := e.admitFastTask(&t.tc); err != nil {
 		return err
 	}
-	t.tc.w.started = true // never queued, so no cancellation can race this
+	t.tc.w.Started = true // never queued, so no cancellation can race this
 	e.pools[t.tc.class.pool()].runq <- t
 	return nil
 }
@@ -105,12 +109,12 @@ func (e *Executor) startFast(t *Task) error {
 // now: ErrClosed after Close, or ctx's error once ctx has ended.
 func (e *Executor) openFor(ctx context.Context, c Class) error {
 	s := &e.stats[c]
-	if e.g.isClosed() {
-		s.rejected.Add(1)
+	if e.g.IsClosed() {
+		s.Rejected.Add(1)
 		return ErrClosed
 	}
 	if err := ctx.Err(); err != nil {
-		s.canceled.Add(1)
+		s.Canceled.Add(1)
 		return err
 	}
 	return nil
@@ -121,7 +125,7 @@ func (e *Executor) submit(ctx context.Context, c Class, span int, fn func(contex
 		return nil, err
 	}
 	t := e.newTask(ctx, c, span, fn, inherit)
-	if e.g.tryAcquireFor(c) {
+	if e.g.TryAcquireFor(admission.Class(c)) {
 		if err := e.startFast(t); err != nil {
 			return nil, err
 		}
@@ -130,7 +134,7 @@ func (e *Executor) submit(ctx context.Context, c Class, span int, fn func(contex
 	if ctx.Done() != nil {
 		t.stop = context.AfterFunc(ctx, func() { e.cancelQueued(t) })
 	}
-	if err := e.g.admit(ctx, &t.tc.w); err != nil {
+	if err := e.g.Admit(ctx, &t.tc.w); err != nil {
 		if t.stop != nil {
 			t.stop()
 		}
@@ -141,7 +145,7 @@ func (e *Executor) submit(ctx context.Context, c Class, span int, fn func(contex
 
 // cancelQueued fails a queued task whose context ended.
 func (e *Executor) cancelQueued(t *Task) {
-	if !e.g.withdraw(&t.tc.w) {
+	if !e.g.Withdraw(&t.tc.w) {
 		return
 	}
 	t.err = t.tc.ctx.Err()
@@ -158,28 +162,29 @@ func (e *Executor) runTask(t *Task) (next *Task) {
 	if t.stop != nil {
 		t.stop()
 	}
-	t.keep = keepNext{pool: t.tc.class.pool()}
+	t.keep = admission.Keep{Pool: t.tc.class.pool()}
 	returned := false
 	defer func() {
 		if !returned { // fn called runtime.Goexit: run's deferred finish released the slot
 			t.err = ErrGoexit
 			close(t.done)
-			if k := t.keep.task; k != nil { // this goroutine ends: another worker runs it
-				t.keep.task = nil
-				e.pools[t.keep.pool].runq <- k
+			if k := t.keep.Task; k != nil { // this goroutine ends: another worker runs it
+				t.keep.Task = nil
+				e.pools[t.keep.Pool].runq <- k.(*Task)
 			}
 		}
 	}()
 	tc := &t.tc
-	if tc.w.granted { // it waited in the queue
+	if tc.w.Granted { // it waited in the queue
 		s := &e.stats[tc.class]
 		tc.weight, tc.start, tc.waited = 1, now(), true
-		s.queueWait.record(tc.start-tc.w.enq, 1)
-		tc.w.granted = false
+		s.queueWait.record(tc.start-tc.w.Enq, 1)
+		tc.w.Granted = false
 	}
 	t.err = e.run(tc, t.fn)
 	returned = true
 	close(t.done)
-	next, t.keep.task = t.keep.task, nil
+	next, _ = t.keep.Task.(*Task)
+	t.keep.Task = nil
 	return next
 }

@@ -1,4 +1,10 @@
-package cpuwork
+// Package admission is the executor's admission core: the slots, the
+// door that refuses what would be late or stand too long (door.go), the
+// order in which queued tasks get a slot (order.go) and the Granter
+// that owns them all behind one protocol (granter.go). It never imports
+// the executor; the executor reaches it only through the Granter's
+// methods, and it reaches the executor only through an Owner.
+package admission
 
 import (
 	"context"
@@ -11,8 +17,8 @@ import (
 	"time"
 )
 
-// granter owns the slots (CockroachDB's admission package is the model:
-// its granter hands out slots, its requesters queue for them). It holds
+// Granter owns the slots (CockroachDB's admission package is the model:
+// its Granter hands out slots, its requesters queue for them). It holds
 // every piece of admission and ordering state — the free slots, the
 // waiters and their per-class queues, the class shares and virtual clock,
 // the estimators the door and the ordering read, the late budget, the
@@ -33,14 +39,14 @@ import (
 //   - recordSlot: a measured slot time feeds the estimators;
 //   - allow, close, drain, quiet, snapshot and the lock-free reads.
 //
-// It reaches the executor only through owner (wake what it granted or
+// It reaches the executor only through Owner (wake what it granted or
 // refused; after a release or a cancellation, let it check whether Close
 // may finish and step the fractional pacer) and reads the clock only
 // through now (the seam a virtual clock replaces).
 //
 // Locking: the hot fields are atomics read without the lock; everything
 // else is guarded by mu. Methods named ...Locked expect mu held.
-type granter struct {
+type Granter struct {
 	// Hot fields, each touched by the admission fast path.
 	// free holds the free slots (negative while the slot count shrinks)
 	// and the capacity in one word (slotWord): a release compares the
@@ -48,7 +54,7 @@ type granter struct {
 	free     slotWord
 	waiting  atomic.Int64  // queued waiters, all classes
 	waitMask atomic.Uint32 // bit c set while class c has queued waiters
-	// headDue[c] is the due of class c's first waiter (math.MaxInt64
+	// headDue[c] is the due of class c's first Waiter (math.MaxInt64
 	// when none), for Checkpoint's lock-free hand-over test (order.go).
 	headDue [NumClasses]atomic.Int64
 	_       [64]byte
@@ -62,13 +68,13 @@ type granter struct {
 	limit  [NumClasses]int
 	// latencyTarget is ClassOptions.LatencyTarget in ns (0: none).
 	latencyTarget [NumClasses]int64
-	shed          [NumClasses]shedState // queue-wait targets (shed.go)
+	shed          [NumClasses]shedState // queue-wait targets (door.go)
 	// lateShare[c] is the moving share of class c's queued objective
-	// tasks let in though expected late, in 1/2^24 (order.go's late
+	// tasks let in though expected late, in 1/2^24 (door.go's late
 	// budget).
 	lateShare [NumClasses]int32
 	// sinceBackground counts grants to other classes while Background
-	// waits (the Background starvation guard, shed.go).
+	// waits (the Background starvation guard, door.go).
 	sinceBackground int
 	// lowCap bounds the slots Batch and Background hold together (0: no
 	// bound; Options.Batch.SpareP); lowRunning counts those they hold.
@@ -82,7 +88,7 @@ type granter struct {
 	// pending holds waiters granted under mu and not yet woken: they are
 	// signalled after mu is released (unlockAndWake), which keeps channel
 	// sends and goroutine wake-ups out of the critical section.
-	pending []*waiter
+	pending []*Waiter
 
 	// closed is set by Close: the door refuses every submission.
 	closed atomic.Bool
@@ -98,73 +104,110 @@ type granter struct {
 	// closed part of the time.
 	pacedCap atomic.Uint64
 
-	// cnt[c] is class c's admission counters and estimators, which the
+	// cnt[c] is class c's admission Counters and estimators, which the
 	// executor's statistics read (classStats embeds them).
-	cnt   [NumClasses]*counters
-	owner owner
+	cnt   [NumClasses]*Counters
+	owner Owner
 	log   *slog.Logger
 	// clock is the time source in now() nanoseconds (nil: now).
 	clock func() int64
 }
 
-// owner is what the granter calls back: the executor.
-type owner interface {
-	// wake wakes the waiters granted or refused under the lock, after
-	// it is released; keep (nil, or a pool with no task yet) takes the
-	// first task granted to its pool instead of sending it.
-	wake(ws []*waiter, keep *keepNext)
-	// released follows every release and every cancellation of a queued
+// Owner is what the Granter calls back: the executor.
+type Owner interface {
+	// Wake wakes the waiters granted or refused under the lock, after
+	// it is released: a KindCaller or KindHelper waiter through its Ready
+	// channel (one send), a KindTask one by running or failing its task.
+	// keep (nil, or a pool with no task yet) takes the first task granted
+	// to its pool instead of sending it.
+	Wake(ws []*Waiter, keep *Keep)
+	// Released follows every release and every cancellation of a queued
 	// waiter: the executor may have drained (Close) or its pacer may
 	// need to step.
-	released()
+	Released()
 }
 
-// counters are one class's admission counts and the estimators the door
-// and the ordering read. The granter writes all but completed (the
+// Counters are one class's admission counts and the estimators the door
+// and the ordering read. The Granter writes all but completed (the
 // executor counts a task's end, and admitted on the lock-free path);
 // the executor's Stats reads them.
-type counters struct {
-	admitted  atomic.Uint64 // got a slot (fast path, or granted from the queue)
-	completed atomic.Uint64 // finished running (any outcome)
-	rejected  atomic.Uint64 // ErrSaturated or ErrClosed
-	canceled  atomic.Uint64 // ctx ended before the task got a slot
-	shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
-	late      atomic.Uint64 // let in though expected to miss its objective (the late budget, order.go)
-	avgSlotNs atomic.Int64  // moving average of measured slot times, ns (shed.go)
-	// devSlotNs is the moving average of how far a measured slot time
+type Counters struct {
+	Admitted  atomic.Uint64 // got a slot (fast path, or granted from the queue)
+	Completed atomic.Uint64 // finished running (any outcome)
+	Rejected  atomic.Uint64 // ErrSaturated or ErrClosed
+	Canceled  atomic.Uint64 // ctx ended before the task got a slot
+	Shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
+	Late      atomic.Uint64 // let in though expected to miss its objective (the late budget, door.go)
+	AvgSlotNs atomic.Int64  // moving average of measured slot times, ns (door.go)
+	// DevSlotNs is the moving average of how far a measured slot time
 	// fell from what was expected of it (its given run time, else avgSlotNs
-	// before it), ns: the door's estimate error (order.go, doorSpread).
-	devSlotNs atomic.Int64
-	// declAvgNs and runAvgNs are moving averages, over the queued tasks
+	// before it), ns: the door's estimate error (door.go, doorSpread).
+	DevSlotNs atomic.Int64
+	// DeclAvgNs and RunAvgNs are moving averages, over the queued tasks
 	// that gave a run time (Target.Service) and ran in one slot period,
 	// of that run time and of the slot time they took: their ratio
 	// scales a given run time to what the slots really deliver
-	// (granter.scaledService).
-	declAvgNs, runAvgNs atomic.Int64
-	used                atomic.Int64 // slot time charged, ns (weighted by sampling)
+	// (Granter.scaledService).
+	DeclAvgNs, RunAvgNs atomic.Int64
+	Used                atomic.Int64 // slot time charged, ns (weighted by sampling)
 }
 
-// now is the granter's clock.
-func (g *granter) now() int64 {
+// epoch anchors Now; time.Since on a monotonic reading costs one clock
+// read, half of time.Now.
+var epoch = time.Now()
+
+// Now is the executor's clock: nanoseconds since the process began,
+// monotonic.
+func Now() int64 { return int64(time.Since(epoch)) }
+
+// now is the Granter's clock.
+func (g *Granter) now() int64 {
 	if g.clock != nil {
 		return g.clock()
 	}
-	return now()
+	return Now()
 }
 
-// init sets the per-class limits, targets and weights from the options;
-// it is called by New before the granter is used. cnt[c] are the classes'
-// counters.
-func (g *granter) init(o Options, cnt [NumClasses]*counters, own owner, log *slog.Logger) error {
-	g.cnt, g.owner, g.log = cnt, own, log
+// Config configures a Granter (Init).
+type Config struct {
+	// Classes are the classes' options, as the executor's Options give
+	// them (a QueueLimit of 0 is DefaultQueueLimit).
+	Classes           [NumClasses]ClassConfig
+	DefaultQueueLimit int
+	// SpareP bounds the slots Batch and Background hold together to
+	// GOMAXPROCS-1 (at least 1).
+	SpareP bool
+	// Counters[c] are class c's counters, which the Granter writes and
+	// the executor reads; none may be nil.
+	Counters [NumClasses]*Counters
+	Owner    Owner
+	Log      *slog.Logger // where a double release is reported; not nil
+	// Clock is the time source in Now's nanoseconds (nil: Now): a
+	// virtual clock for a simulation or a test.
+	Clock func() int64
+}
+
+// ClassConfig is one class's options (the executor's ClassOptions).
+type ClassConfig struct {
+	QueueLimit    int
+	LatencyTarget time.Duration
+	MaxQueueWait  time.Duration
+	Weight        int
+}
+
+// Init sets the per-class limits, targets and weights from cfg, with
+// no slot yet (SetSlots gives them); it is called before the Granter is
+// used. Invalid options return an error naming the executor's option.
+func (g *Granter) Init(cfg Config) error {
+	g.cnt, g.owner, g.log, g.clock = cfg.Counters, cfg.Owner, cfg.Log, cfg.Clock
 	g.free.v.Store(freeBias) // no slot free, no capacity: setCapacityLocked gives both
 	for c := range Class(NumClasses) {
-		co := o.Classes[c]
+		co := cfg.Classes[c]
 		switch l := co.QueueLimit; {
 		case l < 0:
 			return fmt.Errorf("cpuwork: Options.Classes[%s].QueueLimit is %d, must be >= 0", c, l)
 		case l == 0:
-			g.limit[c] = DefaultQueueLimit
+			g.limit[c] = cfg.DefaultQueueLimit
 		default:
 			g.limit[c] = l
 		}
@@ -188,48 +231,48 @@ func (g *granter) init(o Options, cnt [NumClasses]*counters, own owner, log *slo
 			g.share.weight[c] = defaultWeight[c]
 		}
 	}
-	g.spareP = o.Batch.SpareP
+	g.spareP = cfg.SpareP
 	return nil
 }
 
 // Lock-free reads for the fast paths.
 
-// mask is the set of classes with queued waiters (bit c for class c).
-func (g *granter) mask() uint32 { return g.waitMask.Load() }
+// Mask is the set of classes with queued waiters (bit c for class c).
+func (g *Granter) Mask() uint32 { return g.waitMask.Load() }
 
-// headDueOf is the due of class c's first waiter (math.MaxInt64: none).
-func (g *granter) headDueOf(c Class) int64 { return g.headDue[c].Load() }
+// HeadDue is the due of class c's first Waiter (math.MaxInt64: none).
+func (g *Granter) HeadDue(c Class) int64 { return g.headDue[c].Load() }
 
-// hasWaiters reports whether any task is queued.
-func (g *granter) hasWaiters() bool { return g.waiting.Load() != 0 }
+// HasWaiters reports whether any task is queued.
+func (g *Granter) HasWaiters() bool { return g.waiting.Load() != 0 }
 
 // freeNow reports whether a slot is free and nobody is queued: a new
 // task would take it at once.
-func (g *granter) freeNow() bool { return g.free.freeSlots() > 0 && g.waiting.Load() == 0 }
+func (g *Granter) freeNow() bool { return g.free.freeSlots() > 0 && g.waiting.Load() == 0 }
 
-// overCommitted reports whether more slots are held than the capacity
+// OverCommitted reports whether more slots are held than the capacity
 // allows (it shrank, or the fractional slot closed): a running task
 // should hand its slot back.
-func (g *granter) overCommitted() bool { return g.free.freeSlots() < 0 }
+func (g *Granter) OverCommitted() bool { return g.free.freeSlots() < 0 }
 
-// occupied reports the slots held now (the capacity less the free count,
+// Occupied reports the slots held now (the capacity less the free count,
 // so a task over the count while the extra slot is closed counts) and
 // whether a task is queued: the fractional pacer's occupancy sample.
-func (g *granter) occupied() (held int64, queued bool) {
+func (g *Granter) Occupied() (held int64, queued bool) {
 	free, capacity := unpackSlots(g.free.v.Load())
 	return capacity - free, g.waiting.Load() > 0
 }
 
-// isClosed reports whether the door is closed (Close).
-func (g *granter) isClosed() bool { return g.closed.Load() }
+// IsClosed reports whether the door is closed (Close).
+func (g *Granter) IsClosed() bool { return g.closed.Load() }
 
-// slotCount is the slot count without the lock.
-func (g *granter) slotCount() int64 { return g.nslots.Load() }
+// Slots is the slot count without the lock.
+func (g *Granter) Slots() int64 { return g.nslots.Load() }
 
-// targetOf is class c's latency target in ns (0: none).
-func (g *granter) targetOf(c Class) int64 { return g.latencyTarget[c] }
+// LatencyTarget is class c's latency target in ns (0: none).
+func (g *Granter) LatencyTarget(c Class) int64 { return g.latencyTarget[c] }
 
-// admit is the one way a submission that found no free slot queues: the
+// Admit is the one way a submission that found no free slot queues: the
 // door (queueAdmitLocked: it may refuse w, with the error to return), its
 // class queue at its due's place, the grant of any slot free now and,
 // for a blocked caller (waitCaller), the wait for its slot (await: a
@@ -237,9 +280,9 @@ func (g *granter) targetOf(c Class) int64 { return g.latencyTarget[c] }
 // task (waitTask) returns once queued; wake runs or fails it, withdraw
 // takes it out when its ctx ends. w's due is set (setDue), its ready
 // channel made for a caller.
-func (g *granter) admit(ctx context.Context, w *waiter) error {
-	w.enq = g.now()
-	g.setDue(ctx, w, w.enq)
+func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
+	w.Enq = g.now()
+	g.SetDue(ctx, w, w.Enq)
 	g.mu.Lock()
 	if err := g.queueAdmitLocked(ctx, w, false); err != nil {
 		g.mu.Unlock()
@@ -248,33 +291,33 @@ func (g *granter) admit(ctx context.Context, w *waiter) error {
 	g.enqueueLocked(w)
 	g.dispatchLocked()
 	g.unlockAndWake(nil)
-	if w.kind == waitTask {
+	if w.Kind == KindTask {
 		return nil
 	}
-	switch r := g.await(ctx.Done(), w); r {
-	case waitGranted:
+	switch r := g.Await(ctx.Done(), w); r {
+	case WaitGranted:
 		return nil
-	case waitCanceled:
+	case WaitCanceled:
 		return ctx.Err()
 	default:
 		return r.err(w)
 	}
 }
 
-// waitResult is how a wait for a slot ended (await).
-type waitResult uint8
+// WaitResult is how a wait for a slot ended (await).
+type WaitResult uint8
 
 const (
-	waitGranted  waitResult = iota
-	waitCanceled            // done fired while queued (a slot granted meanwhile went back)
-	waitClosed              // Close failed the queue
-	waitRefused             // refused at the head: w.refused says why
+	WaitGranted  WaitResult = iota
+	WaitCanceled            // done fired while queued (a slot granted meanwhile went back)
+	WaitClosed              // Close failed the queue
+	WaitRefused             // refused at the head: w.refused says why
 )
 
 // err is the error a submission returns for a wait that ended without a
 // slot, other than a cancellation.
-func (r waitResult) err(w *waiter) error {
-	if r == waitRefused {
+func (r WaitResult) err(w *Waiter) error {
+	if r == WaitRefused {
 		err := w.refused
 		w.refused = nil
 		return err
@@ -282,104 +325,104 @@ func (r waitResult) err(w *waiter) error {
 	return ErrClosed
 }
 
-// await blocks until w, queued, is granted a slot, is refused at the
+// Await blocks until w, queued, is granted a slot, is refused at the
 // head of its queue, is failed by Close, or done is closed while it is
 // still queued (a slot granted at that moment goes back through release).
 // It counts what a submission's wait ends in — a cancellation, and a
 // closed-out one as rejected (a refusal was counted when refused) — and
 // nothing for a task queued again at a Checkpoint or a For helper.
-func (g *granter) await(done <-chan struct{}, w *waiter) waitResult {
-	c := w.class
-	submission := !w.requeued && w.kind != waitHelper
+func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
+	c := w.Class
+	submission := !w.Requeued && w.Kind != KindHelper
 	if done == nil { // a wait that never ends early: a plain receive
-		<-w.ready
+		<-w.Ready
 	} else {
 		select {
-		case <-w.ready:
+		case <-w.Ready:
 		case <-done:
 			g.mu.Lock()
 			if w.queued {
 				g.removeLocked(w)
 				g.mu.Unlock()
 				if submission {
-					g.cnt[c].canceled.Add(1)
+					g.cnt[c].Canceled.Add(1)
 				}
-				g.owner.released()
-				return waitCanceled
+				g.owner.Released()
+				return WaitCanceled
 			}
 			g.mu.Unlock()
-			<-w.ready // granted or closed out just now
-			if w.granted {
-				w.granted = false
+			<-w.Ready // granted or closed out just now
+			if w.Granted {
+				w.Granted = false
 				if submission {
-					g.cnt[c].admitted.Add(^uint64(0)) // counted at grant; it never ran
-					g.cnt[c].canceled.Add(1)
+					g.cnt[c].Admitted.Add(^uint64(0)) // counted at grant; it never ran
+					g.cnt[c].Canceled.Add(1)
 				}
-				g.release(c, &w.est, nil)
-				return waitCanceled
+				g.Release(c, &w.Est, nil)
+				return WaitCanceled
 			}
 		}
 	}
 	switch {
-	case w.granted:
-		w.granted = false
-		return waitGranted
+	case w.Granted:
+		w.Granted = false
+		return WaitGranted
 	case w.refused != nil: // counted when refused
-		return waitRefused
+		return WaitRefused
 	}
 	if submission {
-		g.cnt[c].rejected.Add(1)
+		g.cnt[c].Rejected.Add(1)
 	}
-	return waitClosed
+	return WaitClosed
 }
 
-// handOver is a Checkpoint's hand-over of the slot w's running task
+// HandOver is a Checkpoint's hand-over of the slot w's running task
 // holds: when a task of a more urgent class waits, or one of its own
 // class due earlier than due, or more slots are held than the capacity
 // allows — and the door is open — the task's slot period p is charged, w
 // is queued again at its place and the slot goes back (release), in
 // that order, so that the next task picked sees the time this one took
-// and no other running task hands its slot over for the same waiter.
+// and no other running task hands its slot over for the same Waiter.
 // The caller then awaits. It returns false, changing nothing, otherwise
 // (someone else handed a slot over first).
-func (g *granter) handOver(w *waiter, due int64, p slotPeriod) bool {
+func (g *Granter) HandOver(w *Waiter, due int64, p SlotPeriod) bool {
 	g.mu.Lock()
-	if g.closed.Load() || (!g.urgentOver(w.class, due) && !g.overCommitted()) {
+	if g.closed.Load() || (!g.UrgentOver(w.Class, due) && !g.OverCommitted()) {
 		g.mu.Unlock()
 		return false
 	}
-	g.recordSlot(w.class, p)
-	w.requeued = true
-	w.enq = g.now()
-	est := w.est
-	w.est = 0 // once w is queued, a release may grant it a new one
+	g.RecordSlot(w.Class, p)
+	w.Requeued = true
+	w.Enq = g.now()
+	est := w.Est
+	w.Est = 0 // once w is queued, a release may grant it a new one
 	g.enqueueLocked(w)
 	g.mu.Unlock()
-	g.release(w.class, &est, nil)
+	g.Release(w.Class, &est, nil)
 	return true
 }
 
-// rejoin queues w again at its place — a task that gave its slot up for
+// Rejoin queues w again at its place — a task that gave its slot up for
 // a park at a Checkpoint, or a For helper waiting for a slot — and
 // grants any slot free now; it returns false, queuing nothing, when
 // ifOpen is set and the door is closed. The caller then awaits.
-func (g *granter) rejoin(w *waiter, ifOpen bool) bool {
+func (g *Granter) Rejoin(w *Waiter, ifOpen bool) bool {
 	g.mu.Lock()
 	if ifOpen && g.closed.Load() {
 		g.mu.Unlock()
 		return false
 	}
-	w.enq = g.now()
+	w.Enq = g.now()
 	g.enqueueLocked(w)
 	g.dispatchLocked()
 	g.unlockAndWake(nil)
 	return true
 }
 
-// withdraw takes w, a queued Go task whose ctx ended, out of its queue
+// Withdraw takes w, a queued Go task whose ctx ended, out of its queue
 // and counts the cancellation; false when it is no longer cancelable (a
 // grant, a refusal or Close came first).
-func (g *granter) withdraw(w *waiter) bool {
+func (g *Granter) Withdraw(w *Waiter) bool {
 	g.mu.Lock()
 	if !w.cancelableLocked() {
 		g.mu.Unlock()
@@ -387,47 +430,47 @@ func (g *granter) withdraw(w *waiter) bool {
 	}
 	g.removeLocked(w)
 	g.mu.Unlock()
-	g.cnt[w.class].canceled.Add(1)
+	g.cnt[w.Class].Canceled.Add(1)
 	return true
 }
 
-// slotPeriod is a measured slot period of a task: d ns, standing for
+// SlotPeriod is a measured slot period of a task: d ns, standing for
 // weight tasks (0: not timed; the fast path samples), whether the task
 // queued for it, the run time expected of it (0: its class's average)
 // and the run time it gave (Target.Service, 0: none or not in one
 // period).
-type slotPeriod struct {
-	d        int64
-	weight   uint8
-	waited   bool
-	expected int64
-	declared int64
+type SlotPeriod struct {
+	Slot     int64
+	Weight   uint8
+	Waited   bool
+	Expected int64
+	Declared int64
 }
 
-// recordSlot feeds the slot period p of a task of class c into the
+// RecordSlot feeds the slot period p of a task of class c into the
 // estimators: the charged slot time and the moving average and spread of
 // slot times; for a task that queued, also its class's last slot time
 // (the shares' estimate of a grant) and, when it gave a run time, the
 // scale of given run times.
-func (g *granter) recordSlot(c Class, p slotPeriod) {
-	if p.weight == 0 {
+func (g *Granter) RecordSlot(c Class, p SlotPeriod) {
+	if p.Weight == 0 {
 		return
 	}
-	s, d := g.cnt[c], p.d
-	s.used.Add(d * int64(p.weight))
-	if p.waited {
+	s, d := g.cnt[c], p.Slot
+	s.Used.Add(d * int64(p.Weight))
+	if p.Waited {
 		g.share.lastSlot[c].Store(d)
-		if p.declared > 0 {
-			g.recordService(c, p.declared, d)
+		if p.Declared > 0 {
+			g.recordService(c, p.Declared, d)
 		}
 	}
-	old := s.avgSlotNs.Load()
+	old := s.AvgSlotNs.Load()
 	if old == 0 {
-		s.avgSlotNs.Store(d)
+		s.AvgSlotNs.Store(d)
 		return
 	}
-	s.avgSlotNs.Store(old + (d-old)>>ewmaShift) // racy by design: an estimate
-	expected := p.expected
+	s.AvgSlotNs.Store(old + (d-old)>>ewmaShift) // racy by design: an estimate
+	expected := p.Expected
 	if expected <= 0 {
 		expected = old
 	}
@@ -435,37 +478,37 @@ func (g *granter) recordSlot(c Class, p slotPeriod) {
 	if miss < 0 {
 		miss = -miss
 	}
-	dev := s.devSlotNs.Load()
-	s.devSlotNs.Store(dev + (miss-dev)>>ewmaShift)
+	dev := s.DevSlotNs.Load()
+	s.DevSlotNs.Store(dev + (miss-dev)>>ewmaShift)
 }
 
-// chargeUsed charges d ns of slot time to class c (a For helper's run of
+// ChargeUsed charges d ns of slot time to class c (a For helper's run of
 // chunks), for the shares.
-func (g *granter) chargeUsed(c Class, d int64) { g.cnt[c].used.Add(d) }
+func (g *Granter) ChargeUsed(c Class, d int64) { g.cnt[c].Used.Add(d) }
 
-// release is the one path by which a slot held for class c goes back: a
+// Release is the one path by which a slot held for class c goes back: a
 // task finished, a task handed its slot over at a Checkpoint, a For helper
-// stopped, a granted waiter was cancelled, an admission was undone by
+// stopped, a granted Waiter was cancelled, an admission was undone by
 // Close. It drops the class's in-flight slot-time estimate (*est) and its
 // SpareP count, frees the slot and hands free slots to the waiters in
 // policy order (order.go); a task granted to keep's pool goes into keep
-// for the worker that is releasing to run next. Then it tells the owner
+// for the worker that is releasing to run next. Then it tells the Owner
 // (released).
 //
-// A waiter increments waiting before it looks at free, and release adds to
+// A Waiter increments waiting before it looks at free, and Release adds to
 // free before it looks at waiting, so (sequentially consistent atomics) one
 // of the two always sees the other: no slot stays free while a task waits.
 //
-// A release that would leave more slots free than the capacity is a
-// double release (a slot given back twice): it is undone, logged and
+// A Release that would leave more slots free than the capacity is a
+// double Release (a slot given back twice): it is undone, logged and
 // counted in doubleReleases instead of letting one more task run than
 // there are slots.
-func (g *granter) release(c Class, est *int64, keep *keepNext) {
+func (g *Granter) Release(c Class, est *int64, keep *Keep) {
 	if *est != 0 {
 		g.share.inflight[c].Add(-*est)
 		*est = 0
 	}
-	if c.runsOnWorker() {
+	if c.RunsOnWorker() {
 		g.lowRunning.Add(-1)
 	}
 	f, capacity := g.free.add(1)
@@ -480,7 +523,7 @@ func (g *granter) release(c Class, est *int64, keep *keepNext) {
 		g.dispatchLocked()
 		g.unlockAndWake(keep)
 	}
-	g.owner.released()
+	g.owner.Released()
 }
 
 // setCapacity is the one way the capacity changes: slots in total, of
@@ -488,13 +531,13 @@ func (g *granter) release(c Class, est *int64, keep *keepNext) {
 // (extraClosed). The difference goes to free (negative while running
 // tasks exceed it: they hand their slots back at their next Checkpoint),
 // the SpareP bound follows, and free slots go to the waiters.
-func (g *granter) setCapacity(slots int, extraClosed bool) {
+func (g *Granter) setCapacity(slots int, extraClosed bool) {
 	g.mu.Lock()
 	g.setCapacityLocked(slots, extraClosed)
 	g.unlockAndWake(nil)
 }
 
-func (g *granter) setCapacityLocked(slots int, extraClosed bool) {
+func (g *Granter) setCapacityLocked(slots int, extraClosed bool) {
 	old := g.slots
 	if g.extraClosed {
 		old--
@@ -515,15 +558,15 @@ func (g *granter) setCapacityLocked(slots int, extraClosed bool) {
 	g.dispatchLocked()
 }
 
-// setSlots sets the slot count (SetSlots, a budget change).
-func (g *granter) setSlots(n int) {
+// SetSlots sets the slot count (SetSlots, a budget change).
+func (g *Granter) SetSlots(n int) {
 	g.mu.Lock()
 	g.setCapacityLocked(n, g.extraClosed)
 	g.unlockAndWake(nil)
 }
 
-// setExtraOpen opens or closes the fractional quota's extra slot.
-func (g *granter) setExtraOpen(open bool) {
+// SetExtraOpen opens or closes the fractional quota's extra slot.
+func (g *Granter) SetExtraOpen(open bool) {
 	g.mu.Lock()
 	if open != !g.extraClosed {
 		g.setCapacityLocked(g.slots, !open)
@@ -531,20 +574,20 @@ func (g *granter) setExtraOpen(open bool) {
 	g.unlockAndWake(nil)
 }
 
-// close closes the door: every later submission is refused with
+// Close closes the door: every later submission is refused with
 // ErrClosed. Queued waiters stay queued and are served.
-func (g *granter) close() {
+func (g *Granter) Close() {
 	g.mu.Lock()
 	g.closed.Store(true)
 	g.mu.Unlock()
 }
 
-// drain takes every waiter out of the queues (Close, when its ctx ended),
+// Drain takes every Waiter out of the queues (Close, when its ctx ended),
 // in class order: the caller fails them.
-func (g *granter) drain() []*waiter {
+func (g *Granter) Drain() []*Waiter {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	var ws []*waiter
+	var ws []*Waiter
 	for c := range g.queues {
 		for w := g.queues[c].popFront(); w != nil; w = g.queues[c].popFront() {
 			g.dequeuedLocked(Class(c))
@@ -554,21 +597,21 @@ func (g *granter) drain() []*waiter {
 	return ws
 }
 
-// quiet reports whether nobody is queued and idle, called under the lock,
-// holds too: a grant takes a waiter out of the queue and counts its
+// Quiet reports whether nobody is queued and idle, called under the lock,
+// holds too: a grant takes a Waiter out of the queue and counts its
 // admission in one section of it, so idle sees both or neither.
-func (g *granter) quiet(idle func() bool) bool {
-	if g.hasWaiters() {
+func (g *Granter) Quiet(idle func() bool) bool {
+	if g.HasWaiters() {
 		return false
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return !g.hasWaiters() && idle()
+	return !g.HasWaiters() && idle()
 }
 
-// snapshot reads the slot count, the free slots, the door and the queue
+// Snapshot reads the slot count, the free slots, the door and the queue
 // lengths at one instant, for Stats.
-func (g *granter) snapshot() (slots, free int, closed bool, queued [NumClasses]int) {
+func (g *Granter) Snapshot() (slots, free int, closed bool, queued [NumClasses]int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for c := range g.queues {
@@ -577,14 +620,14 @@ func (g *granter) snapshot() (slots, free int, closed bool, queued [NumClasses]i
 	return g.slots, int(g.free.freeSlots()), g.closed.Load(), queued
 }
 
-// setPacedCapacity records the slots that serve the queue on average
+// SetPacedCapacity records the slots that serve the queue on average
 // under a paced fractional quota (fracPacer.capacity; 0: none), for the
 // door's estimate.
-func (g *granter) setPacedCapacity(c float64) { g.pacedCap.Store(math.Float64bits(c)) }
+func (g *Granter) SetPacedCapacity(c float64) { g.pacedCap.Store(math.Float64bits(c)) }
 
-// serviceSlots is what the door divides the work ahead by: the slots, or
+// ServiceSlots is what the door divides the work ahead by: the slots, or
 // the paced quota's measured average when it is below them.
-func (g *granter) serviceSlots() float64 {
+func (g *Granter) ServiceSlots() float64 {
 	n := float64(max(g.slots, 1))
 	if c := math.Float64frombits(g.pacedCap.Load()); c > 0 && c < n {
 		return c
@@ -592,24 +635,24 @@ func (g *granter) serviceSlots() float64 {
 	return n
 }
 
-// tryAcquire takes a free slot if one is free and nobody is queued (queued
+// TryAcquire takes a free slot if one is free and nobody is queued (queued
 // tasks are served first; a fresh arrival does not overtake them).
-func (g *granter) tryAcquire() bool {
+func (g *Granter) TryAcquire() bool {
 	if g.waiting.Load() != 0 {
 		return false
 	}
 	return g.free.take()
 }
 
-// tryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
+// TryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
 // Background and counts their slot in lowRunning (under the lock when the
 // bound applies, so concurrent callers cannot both pass it).
-func (g *granter) tryAcquireFor(c Class) bool {
-	if !c.runsOnWorker() {
-		return g.tryAcquire()
+func (g *Granter) TryAcquireFor(c Class) bool {
+	if !c.RunsOnWorker() {
+		return g.TryAcquire()
 	}
 	if g.lowCap.Load() == 0 {
-		if !g.tryAcquire() {
+		if !g.TryAcquire() {
 			return false
 		}
 		g.lowRunning.Add(1)
@@ -620,27 +663,27 @@ func (g *granter) tryAcquireFor(c Class) bool {
 	if lc := g.lowCap.Load(); lc > 0 && g.lowRunning.Load() >= lc {
 		return false
 	}
-	if !g.tryAcquire() {
+	if !g.TryAcquire() {
 		return false
 	}
 	g.lowRunning.Add(1)
 	return true
 }
 
-// keepNext is where a worker whose task just ended takes the next task
+// Keep is where a worker whose task just ended takes the next task
 // granted to its own pool, to run it itself: sending it to the pool's
 // queue would wake another worker goroutine (ready, wakep: a thread wake
 // and a spinning M) while this one parks: ~1.5 % of a 2-slot executor's
 // perf samples with 2 ms tasks (chansend -> wakep -> futex wake, and the
 // parked worker's stopm); CPU per round of the quota child 22.1-22.3 ->
 // 21.9-22.1 ms (docs/architecture.md, "Where tasks run").
-type keepNext struct {
-	pool int
-	task *Task
+type Keep struct {
+	Pool int
+	Task any // the executor's task
 }
 
 // dispatchLocked hands free slots to queued waiters in policy order.
-func (g *granter) dispatchLocked() {
+func (g *Granter) dispatchLocked() {
 	for g.waiting.Load() > 0 {
 		if !g.free.take() {
 			return
@@ -656,50 +699,50 @@ func (g *granter) dispatchLocked() {
 
 // grantLocked gives a slot to w, just out of the queue: it counts the
 // admission (a submission's first grant only) and queues w's wake-up.
-func (g *granter) grantLocked(w *waiter) {
-	w.granted, w.started = true, true
-	s := g.cnt[w.class]
-	first := !w.requeued && w.kind != waitHelper
+func (g *Granter) grantLocked(w *Waiter) {
+	w.Granted, w.Started = true, true
+	s := g.cnt[w.Class]
+	first := !w.Requeued && w.Kind != KindHelper
 	if first {
-		s.admitted.Add(1) // before the controller reads it (codelTickLocked)
+		s.Admitted.Add(1) // before the controller reads it (codelTickLocked)
 	}
-	if first && g.shed[w.class].target > 0 {
+	if first && g.shed[w.Class].target > 0 {
 		t := g.now()
-		g.codelGrantLocked(w.class, t-w.enq, t)
+		g.codelGrantLocked(w.Class, t-w.Enq, t)
 	}
-	if w.class.runsOnWorker() {
+	if w.Class.RunsOnWorker() {
 		g.lowRunning.Add(1)
 	}
-	// The grant's expected slot time: what the waiter was queued with
+	// The grant's expected slot time: what the Waiter was queued with
 	// (its given run time or its class's average), else the class's last
 	// measured slot time, else 1 ms. It counts in its class's virtual time
 	// and in the running work the door's estimate sees until released.
-	est := w.work
+	est := w.Work
 	if est <= 0 {
-		est = g.share.lastSlot[w.class].Load()
+		est = g.share.lastSlot[w.Class].Load()
 	}
 	if est <= 0 {
 		est = int64(time.Millisecond)
 	}
-	w.est = est
-	g.share.inflight[w.class].Add(est)
+	w.Est = est
+	g.share.inflight[w.Class].Add(est)
 	g.pending = append(g.pending, w)
 }
 
-// unlockAndWake releases mu, then has the owner wake the waiters
+// unlockAndWake releases mu, then has the Owner wake the waiters
 // granted or refused while it was held, putting the first task granted
 // to keep's pool into keep (when keep is not nil) instead of sending it.
-func (g *granter) unlockAndWake(keep *keepNext) {
+func (g *Granter) unlockAndWake(keep *Keep) {
 	if len(g.pending) == 0 {
 		g.mu.Unlock()
 		return
 	}
-	var buf [8]*waiter
+	var buf [8]*Waiter
 	ws := append(buf[:0], g.pending...)
 	clear(g.pending)
 	g.pending = g.pending[:0]
 	g.mu.Unlock()
-	g.owner.wake(ws, keep)
+	g.owner.Wake(ws, keep)
 }
 
 // slotWord packs the free slot count and the capacity into one atomic
@@ -750,3 +793,7 @@ func (s *slotWord) resize(capacity, d int64) {
 		}
 	}
 }
+
+// DoubleReleases is how many releases were ignored as double releases (a
+// slot given back twice).
+func (g *Granter) DoubleReleases() uint64 { return g.doubleReleases.Load() }

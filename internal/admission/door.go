@@ -1,4 +1,4 @@
-package cpuwork
+package admission
 
 import (
 	"context"
@@ -19,12 +19,12 @@ import (
 //     slots (while a fractional slot is paced, the slots held on average
 //     while a task queued: fracPacer.capacity), plus twice that sum's spread (sqrt of the tasks ahead times
 //     how far slot times recently fell from what was expected of them:
-//     doorSpread, order.go), plus its own expected run time, end past its
+//     doorSpread, door.go), plus its own expected run time, end past its
 //     due (while its class's queue stands and its run time was not given,
 //     the queue wait is the tasks ahead, plus half the slots, times the
 //     class's slot time per completion of its standing intervals, over
 //     the slots: standingWait), and it
-//     has a ctx deadline or its class's late budget is spent (order.go;
+//     has a ctx deadline or its class's late budget is spent (door.go;
 //     the error also wraps ErrDeadline);
 //   - its class has a queue-wait target (ClassOptions.MaxQueueWait; without
 //     one, for an arrival with a latency target, two of the class's slot
@@ -104,7 +104,7 @@ func autoQueueTarget(left, slot int64) int64 {
 // that target, as set.
 const standingPeak = 2
 
-// shedState is one class's queue-wait controller. Guarded by the granter's mu.
+// shedState is one class's queue-wait controller. Guarded by the Granter's mu.
 type shedState struct {
 	// auto: target is 1/standingShare of the latest latency target of
 	// the class's arrivals (no ClassOptions.MaxQueueWait), and only arrivals
@@ -218,20 +218,20 @@ func (e *shedError) Unwrap() []error {
 // door every queued submission (Do, Go, and Checkpoint's re-queue is not a
 // submission) goes through, and Allow's (peek: a done ctx is not counted
 // and the late budget is read, not sampled).
-func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) error {
-	c := w.class
+func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, peek bool) error {
+	c := w.Class
 	s := g.cnt[c]
 	switch {
 	case g.closed.Load():
-		s.rejected.Add(1)
+		s.Rejected.Add(1)
 		return ErrClosed
 	case ctx.Err() != nil:
 		if !peek {
-			s.canceled.Add(1)
+			s.Canceled.Add(1)
 		}
 		return ctx.Err()
 	case g.queues[c].n >= g.limit[c]:
-		s.rejected.Add(1)
+		s.Rejected.Add(1)
 		return ErrSaturated
 	}
 	t := g.now()
@@ -239,8 +239,8 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 	if !peek {
 		st.offer(g, w) // Allow's call counts when it refuses: an allowed one is submitted next
 	}
-	if (st.target == 0 || st.auto) && w.target != targetNone && w.due > t {
-		st.target, st.auto = autoQueueTarget(w.due-t, g.cnt[c].avgSlotNs.Load()), true
+	if (st.target == 0 || st.auto) && w.target != targetNone && w.Due > t {
+		st.target, st.auto = autoQueueTarget(w.Due-t, g.cnt[c].AvgSlotNs.Load()), true
 	}
 	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
@@ -257,8 +257,8 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 			if peek {
 				st.offer(g, w)
 			}
-			s.rejected.Add(1)
-			s.shed.Add(1)
+			s.Rejected.Add(1)
+			s.Shed.Add(1)
 			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
 				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
@@ -270,53 +270,21 @@ func (g *granter) queueAdmitLocked(ctx context.Context, w *waiter, peek bool) er
 		if peek {
 			st.offer(g, w)
 		}
-		s.rejected.Add(1)
-		s.shed.Add(1)
+		s.Rejected.Add(1)
+		s.Shed.Add(1)
 		return err
 	}
 	return nil
 }
 
-// Allow is the door's verdict on a task of class c submitted now with
-// ctx, without submitting one: nil when Do, Go or For would run it at
-// once or queue it; else the error they would return there — ErrClosed,
-// ctx's error, ErrSaturated (its queue is full), an error wrapping
-// ErrSaturated (its queue stood above ClassOptions.MaxQueueWait), or one also
-// wrapping ErrDeadline (its latency target cannot be met, beyond its
-// class's late budget). It reserves nothing. Call it before the
-// work a refused request should not cost — reading and decoding a large
-// request body — with the ctx that carries the request's target
-// (WithTarget, made when it arrives, with the Service it will need), then
-// submit as usual: the submission's own door decides again, so a request
-// allowed here can still be refused there (the queue grew meanwhile). A
-// refusal is counted as a submission's would be (Rejected, Shed), so the
-// shed rate an autoscaler reads stays whole; an allowed call counts
-// nothing, a done ctx neither. It panics on a nil ctx or executor and
-// returns an error for an invalid class. It allocates nothing.
-func (e *Executor) Allow(ctx context.Context, c Class) error {
-	mustCtx(ctx)
-	mustExec(e)
-	if !c.valid() {
-		return invalidClass(c)
-	}
-	if e.g.isClosed() {
-		e.stats[c].rejected.Add(1)
-		return ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	return e.g.allow(ctx, c)
-}
-
-// allow is Allow's door: nil when a task of class c with ctx would take
+// Allow is Allow's door: nil when a task of class c with ctx would take
 // a free slot or queue now, else the refusal, counted.
-func (g *granter) allow(ctx context.Context, c Class) error {
+func (g *Granter) Allow(ctx context.Context, c Class) error {
 	if g.freeNow() {
 		return nil // it would take a free slot at once: never judged at the door
 	}
-	w := waiter{class: c}
-	g.setDue(ctx, &w, g.now())
+	w := Waiter{Class: c}
+	g.SetDue(ctx, &w, g.now())
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return g.queueAdmitLocked(ctx, &w, true)
@@ -324,7 +292,7 @@ func (g *granter) allow(ctx context.Context, c Class) error {
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a
 // slot now into its controller.
-func (g *granter) codelGrantLocked(c Class, wait, t int64) {
+func (g *Granter) codelGrantLocked(c Class, wait, t int64) {
 	st := &g.shed[c]
 	if st.target == 0 {
 		return
@@ -340,26 +308,26 @@ func (g *granter) codelGrantLocked(c Class, wait, t int64) {
 // keeps the previous decision). An admission on the lock-free path (a
 // free slot, nobody queued) is a wait of 0, as CoDel counts every
 // packet's sojourn, not only the queued ones'.
-func (g *granter) codelTickLocked(c Class, t int64) {
+func (g *Granter) codelTickLocked(c Class, t int64) {
 	st := &g.shed[c]
 	interval := g.codelIntervalOf(c)
 	if t-st.intervalStart < interval {
 		return
 	}
-	admitted := g.cnt[c].admitted.Load()
+	admitted := g.cnt[c].Admitted.Load()
 	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
 		st.minWait = 0 // some took a free slot at once: the queue drained
-		st.offered += int64(atOnce-st.grants) * g.cnt[c].avgSlotNs.Load()
+		st.offered += int64(atOnce-st.grants) * g.cnt[c].AvgSlotNs.Load()
 		st.arrivals += atOnce - st.grants
 	}
-	completed := g.cnt[c].completed.Load()
+	completed := g.cnt[c].Completed.Load()
 	st.admittedAt, st.grants = admitted, 0
 	// outrun: the interval's arrivals brought more work than the slots
 	// could do in it; or, when some of them came without a given run time
 	// (counted at the class average, which a server that has just started
 	// learns from its short requests first), more of them arrived than
 	// the class completed in it.
-	capacity := float64(t-st.intervalStart) * g.serviceSlots()
+	capacity := float64(t-st.intervalStart) * g.ServiceSlots()
 	done := completed - st.completedAt
 	outrun := float64(st.offered) > capacity || st.guessed && st.arrivals > done
 	decay := math.Exp(-float64(t-st.intervalStart) / float64(shedOnsetHorizon))
@@ -408,7 +376,7 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		busy := capacity
 		for k := range Class(NumClasses) {
 			if k != c {
-				busy -= float64(g.cnt[k].used.Load() - st.usedAt[k])
+				busy -= float64(g.cnt[k].Used.Load() - st.usedAt[k])
 			}
 		}
 		if x := int64(busy / float64(done)); x > 0 {
@@ -421,7 +389,7 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 		}
 	}
 	for k := range Class(NumClasses) {
-		st.usedAt[k] = g.cnt[k].used.Load()
+		st.usedAt[k] = g.cnt[k].Used.Load()
 	}
 	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
 	st.arrivals, st.completedAt, st.guessed = 0, completed, false
@@ -438,19 +406,19 @@ func (g *granter) codelTickLocked(c Class, t int64) {
 // which the average of completed slot times (avgSlotNs) cannot, and
 // averages several intervals of completions: why, and what it measured,
 // in docs/architecture.md, "The door".
-func (g *granter) standingWait(w *waiter, t int64, ahead int) (int64, bool) {
-	st := &g.shed[w.class]
-	if w.declared != 0 || st.perDone == 0 || t-st.perDoneAt > 2*g.codelIntervalOf(w.class) {
+func (g *Granter) standingWait(w *Waiter, t int64, ahead int) (int64, bool) {
+	st := &g.shed[w.Class]
+	if w.Declared != 0 || st.perDone == 0 || t-st.perDoneAt > 2*g.codelIntervalOf(w.Class) {
 		return 0, false
 	}
-	slots := g.serviceSlots()
+	slots := g.ServiceSlots()
 	return int64((float64(ahead) + slots/2) * float64(st.perDone) / slots), true
 }
 
 // codelIntervalOf is class c's shedding interval, ns: codelInterval, or
 // two of its average slot times if longer.
-func (g *granter) codelIntervalOf(c Class) int64 {
-	return max(int64(codelInterval), 2*g.cnt[c].avgSlotNs.Load())
+func (g *Granter) codelIntervalOf(c Class) int64 {
+	return max(int64(codelInterval), 2*g.cnt[c].AvgSlotNs.Load())
 }
 
 // backlogWaits, backlogOutrun: a class shedding while its arrivals
@@ -478,38 +446,200 @@ const (
 // backlog is served: refusing it there would refuse requests served in
 // time. Only submissions that never ran are refused, and in an
 // auto-target class only those with a latency target.
-func (g *granter) backlogLocked(w *waiter, t int64) bool {
-	st := &g.shed[w.class]
-	return st.severe && g.queues[w.class].n > 0 && // severe: shedding, so a target is set
-		w.kind != waitHelper && !w.started && !w.requeued &&
+func (g *Granter) backlogLocked(w *Waiter, t int64) bool {
+	st := &g.shed[w.Class]
+	return st.severe && g.queues[w.Class].n > 0 && // severe: shedding, so a target is set
+		w.Kind != KindHelper && !w.Started && !w.Requeued &&
 		(!st.auto || w.target != targetNone) &&
-		t-w.enq > backlogWaits*st.target
+		t-w.Enq > backlogWaits*st.target
 }
 
 // shedBacklogLocked refuses w, found by backlogLocked, with an error
 // wrapping ErrSaturated.
-func (g *granter) shedBacklogLocked(w *waiter, t int64) {
-	st := &g.shed[w.class]
+func (g *Granter) shedBacklogLocked(w *Waiter, t int64) {
+	st := &g.shed[w.Class]
 	st.refused++
-	g.refuseWithLocked(w, &shedError{class: w.class, reason: fmt.Sprintf(
+	g.refuseWithLocked(w, &shedError{class: w.Class, reason: fmt.Sprintf(
 		"its queue has stood above the queue-wait target %v for an interval and it has waited %v, more than %d times the target",
-		time.Duration(st.target), time.Duration(t-w.enq).Round(time.Microsecond), backlogWaits)})
+		time.Duration(st.target), time.Duration(t-w.Enq).Round(time.Microsecond), backlogWaits)})
 }
 
 // offer counts w, an arrival at the door, in its class's interval.
-func (st *shedState) offer(g *granter, w *waiter) {
+func (st *shedState) offer(g *Granter, w *Waiter) {
 	st.offered += g.serviceOf(w)
 	st.arrivals++
-	if w.declared == 0 {
+	if w.Declared == 0 {
 		st.guessed = true
 	}
 }
 
 // Background starvation guard: Background is served only when no other
-// class waits, except that it gets a slot after backgroundEvery grants to
+// class waits, except that it gets a slot after BackgroundEvery grants to
 // other classes while it waits, or at once when its oldest task has waited
-// backgroundMaxWait, so it always progresses under sustained load.
+// BackgroundMaxWait, so it always progresses under sustained load.
 const (
-	backgroundEvery   = 64
-	backgroundMaxWait = time.Second
+	BackgroundEvery   = 64
+	BackgroundMaxWait = time.Second
 )
+
+// The late budget. A latency objective (WithTarget, ClassOptions.LatencyTarget)
+// is a p99 target, not a promise the caller stops waiting at: below
+// capacity a burst makes a few requests late, and answering them late
+// beats refusing them (a refused request is one never answered). So a
+// queued task whose due comes only from objectives and that is expected
+// to miss it (at the door: its estimated completion is past its due; at
+// the head of its class: less time is left than its run time) is let through
+// while the class's moving share of such late admissions, over its
+// queued objective tasks, is under lateBudget (1 %, the p99's share);
+// beyond it, it is refused. A task let through at the door is not judged
+// again at the head. In overload most arrivals are expected late,
+// the budget is spent at once and refusals keep the queue at the
+// objective, as without it. A ctx deadline is a promise: a task expected
+// to end past its ctx deadline is always refused (at the door; at the
+// head, one whose deadline is its earliest due). The share is a moving
+// average with weight 1/1024 per queued objective task (each door pass
+// counts one, a late pass at the head one more), in 1/2^24: after a
+// fresh start or a long on-time stretch about ten late tasks in a row go
+// through, then about one in a hundred (11 in a row, then 1.06 % when every
+// task is late: docs/raw/late-budget-share-2026-11-24.txt). Its cost: a few integer operations under the lock, on
+// the path of a task that queues anyway.
+const (
+	lateOne    = 1 << 24       // the share's unit: 1 = lateOne
+	lateBudget = lateOne / 100 // 1 %
+	lateShift  = 10            // a moving average over about the last 1024 samples
+)
+
+// lateOKLocked takes one sample of class c's late budget: whether a task
+// expected to miss its objective may go on (late true), or an on-time one
+// (late false, always true).
+func (g *Granter) lateOKLocked(c Class, late bool) bool {
+	s := &g.lateShare[c]
+	ok := !late || g.lateRoomLocked(c)
+	x := int32(0)
+	if late && ok {
+		x = lateOne
+		g.cnt[c].Late.Add(1)
+	}
+	*s += (x - *s) >> lateShift
+	return ok
+}
+
+// lateRoomLocked reports whether class c's late budget has room, without
+// taking a sample (Allow reads it so).
+func (g *Granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBudget }
+
+// lateLocked reports whether w, at the head of its class at time t, is
+// to be refused: less time is left than its expected run time (it would
+// end past its due), and its due is its ctx deadline or its class's late
+// budget is spent. Only submissions that have a target and never ran are
+// refused. (Letting every objective task with time left run, since it has
+// waited already, made the service scenario shed more, not less: a late
+// large request delays every small one behind it:
+// docs/raw/late-budget-ab-2026-11-24.txt.)
+func (g *Granter) lateLocked(w *Waiter, t int64) bool {
+	if w.target == targetNone || w.Started || w.Requeued || w.Kind == KindHelper || t+g.serviceOf(w) <= w.Due {
+		return false
+	}
+	return w.target == targetDeadline || !g.lateOKLocked(w.Class, true)
+}
+
+// refuseLocked takes w, just out of the queue, out for good with an error
+// wrapping ErrSaturated and ErrDeadline: a blocked caller is woken
+// without a slot, a task fails after the lock is released (unlockAndWake).
+func (g *Granter) refuseLocked(w *Waiter) {
+	left := time.Duration(w.Due - g.now())
+	g.refuseWithLocked(w, &shedError{class: w.Class, deadline: true, reason: fmt.Sprintf(
+		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
+		time.Duration(g.serviceOf(w)).Round(time.Microsecond))})
+}
+
+// refuseWithLocked takes w, just out of the queue, out for good with err
+// (counted as rejected and shed).
+func (g *Granter) refuseWithLocked(w *Waiter, err *shedError) {
+	s := g.cnt[w.Class]
+	s.Rejected.Add(1)
+	s.Shed.Add(1)
+	w.refused = err
+	g.pending = append(g.pending, w)
+}
+
+// doorSpread is how many times its spread the door adds to its estimate
+// of the queue wait (doorLocked): the queue ahead of an arrival is the
+// sum of n run times whose mean the class's average slot time estimates;
+// the sum's spread grows as sqrt(n) x the run times' own (their mean
+// absolute miss of what was expected of them, devSlotNs), and an arrival
+// admitted where the mean alone just fits is late about half the time.
+// Where the run times are known (Target.Service) or alike, the spread and
+// the margin are near 0.
+const doorSpread = 2
+
+// meanWaitLocked is the door's mean estimate of the queue wait of w,
+// arriving at t, ns: the expected run time of the work queued ahead of
+// its place (in its own class up to its due, and in every more urgent
+// class) plus half of the running tasks' expected run time, divided by
+// the slots (while the queue stands, for an arrival without a given run
+// time, standingWait: door.go); and the number of tasks queued ahead of
+// it.
+func (g *Granter) meanWaitLocked(w *Waiter, t int64) (wait int64, ahead int) {
+	_, ahead, work := g.queues[w.Class].place(w.Due)
+	for k := Critical; k < w.Class; k++ {
+		ahead += g.queues[k].n
+		work += g.queues[k].work
+	}
+	if x, ok := g.standingWait(w, t, ahead); ok {
+		return x, ahead
+	}
+	var running int64
+	for k := range g.share.inflight {
+		running += g.share.inflight[k].Load()
+	}
+	return int64(float64(work+running/2) / g.ServiceSlots()), ahead
+}
+
+// doorLocked is the door's target check for w, a task not yet queued
+// whose due is set: the refusal, or nil. Its estimated completion is now
+// plus the queue wait (the expected run time of the work queued ahead of
+// its place, in its own class up to its due and in every more urgent
+// class, plus half of the running tasks' expected run time, divided by
+// the slots) plus its own expected run time.
+//
+// A task whose due comes only from objectives takes one sample of its
+// class's late budget here, and one expected late is let in while the
+// budget lasts.
+func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool) error {
+	if w.target == targetNone || g.slots <= 0 {
+		return nil
+	}
+	wait, ahead := g.meanWaitLocked(w, t)
+	slots := g.ServiceSlots()
+	if dev := g.cnt[w.Class].DevSlotNs.Load(); dev > 0 {
+		// The spread of the estimate: n run times that each miss their
+		// expectation by dev on average sum to within ~sqrt(n) x dev of
+		// theirs, and a queue estimated at its mean is late half the
+		// time for the arrival at its edge.
+		wait += int64(doorSpread * float64(dev) * math.Sqrt(float64(ahead+1)) / slots)
+	}
+	end := t + wait + g.serviceOf(w)
+	late := end > w.Due
+	if w.target == targetObjective {
+		if dl, ok := ctx.Deadline(); ok && end > int64(dl.Sub(epoch)) {
+			late = true // past its ctx deadline too: no budget for that
+		} else if peek {
+			if !late || g.lateRoomLocked(w.Class) {
+				return nil // Allow: the budget read, not sampled
+			}
+		} else if g.lateOKLocked(w.Class, late) {
+			if late {
+				w.target = targetNone // let through late once: not judged again at the head (its due still orders it)
+			}
+			return nil
+		}
+	}
+	if !late {
+		return nil
+	}
+	return &shedError{class: w.Class, deadline: true, reason: fmt.Sprintf(
+		"its latency target is in %v but the estimated queue wait is %v (%d tasks ahead) and its expected run time %v",
+		time.Duration(w.Due-t).Round(time.Microsecond), time.Duration(wait).Round(time.Microsecond), ahead,
+		time.Duration(g.serviceOf(w)).Round(time.Microsecond))}
+}

@@ -1,0 +1,28 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// The errors the executor returns for what the Granter decides; the
+// executor's package re-exports them with their documentation.
+var (
+	ErrSaturated = errors.New("cpuwork: executor saturated")
+	ErrClosed    = errors.New("cpuwork: executor closed")
+	ErrDeadline  = errors.New("cpuwork: latency target cannot be met")
+)
+
+type targetKey struct{}
+
+type targetVal struct {
+	arrival, latency, service int64 // Now() at WithTarget; ns
+}
+
+// TargetContext returns a context that carries a request's latency target
+// (latency from now; 0 or negative: none) and expected run time
+// (service; 0: unknown), which SetDue reads.
+func TargetContext(ctx context.Context, latency, service time.Duration) context.Context {
+	return context.WithValue(ctx, targetKey{}, &targetVal{arrival: Now(), latency: int64(latency), service: int64(max(service, 0))})
+}

@@ -1,0 +1,456 @@
+package admission
+
+import (
+	"context"
+	"math"
+	"sync/atomic"
+)
+
+// Which waiting task gets the next slot (the queue policy):
+//
+//  1. Class. Critical first; then Interactive or Batch by weighted fair
+//     queuing on measured slot time (shares below); Background last, with
+//     a starvation guard (door.go).
+//  2. Inside a class, earliest due first; ties in arrival order. A task's
+//     due is its arrival plus its latency target, the smallest of:
+//     WithTarget's Latency (from the WithTarget call), the ctx deadline
+//     (the deadline itself), and ClassOptions.LatencyTarget of the class (from
+//     the submission). A task with none of these is due at its arrival, so
+//     a class whose tasks carry no targets is served first come, first
+//     served (FIFO): for the light-tailed size mixes of request serving it
+//     is close to tail-optimal (Wierman and Zwart, "Is tail-optimal
+//     scheduling possible?", Operations Research 2012). With targets it is
+//     earliest-deadline-first, which is also FCFS on a virtual arrival
+//     time: a request with a target d later than another's may be passed
+//     by requests arriving up to d after it, never by later ones (the
+//     bounded passing of Nudge, Grosof et al., SIGMETRICS 2021, and
+//     γ-Boost, arXiv 2404.08826). No task waits forever: every due is
+//     finite.
+//  3. Keeping its place. A task that hands its slot over at a Checkpoint,
+//     and a For loop's helpers, queue again with the due they had, so a
+//     large request split into parts goes back to its place in line, not
+//     behind every later arrival.
+//  4. Handing over. A running task hands its slot over at its next
+//     Checkpoint (a For loop: at its next chunk boundary) when a task of a
+//     more urgent class waits, or one of its own class that is due
+//     earlier. Without targets, nobody waiting in its own class is due
+//     earlier than a running task, so FIFO tasks run to completion.
+//  5. Refusing what would be late. A task with a target that must queue is
+//     refused at the door when its estimated completion (the work queued
+//     ahead of its place, a For loop's on every slot it will hold,
+//     divided by the slots (while a fractional slot is paced, by the
+//     slots held on average while a task queued: fracPacer.capacity),
+//     plus twice the spread of that sum, plus its own expected
+//     run time) is past its due; and a queued task with a target is taken
+//     out when it reaches the head of its class with less time left than its
+//     expected run time. Both return an error wrapping ErrSaturated and
+//     ErrDeadline. The expected run time is Target.Service when given,
+//     else the class's recent average slot time. A ctx deadline is
+//     binding; an objective (WithTarget, ClassOptions.LatencyTarget) has a late
+//     budget: about 1 % of the class's queued objective tasks expected
+//     late are let through and served late instead (below, "The late
+//     budget").
+//
+// Cost: a FIFO insertion is O(1) (the walk from the tail stops at once);
+// a task with a shorter target walks past the waiters it overtakes. A
+// Checkpoint compares its due with the head of its class only while that
+// class has waiters (one more atomic load). Measured per operation in
+// BenchmarkDoSaturated and BenchmarkDoTargets (docs/results.md, "Per-task costs").
+
+// targetKind says where a Waiter's due comes from.
+type targetKind uint8
+
+const (
+	targetNone      targetKind = iota // no target: due at arrival (FIFO)
+	targetObjective                   // WithTarget or ClassOptions.LatencyTarget, earlier than any ctx deadline: the late budget applies
+	targetDeadline                    // the ctx deadline, the earliest: expected late means refused
+)
+
+// dueOf returns the due (in g.now() nanoseconds) of a task of class c
+// submitted with ctx that arrived at arrival (0: not known, a task
+// admitted on the fast path), where it comes from, and the expected run
+// time given with it (0: none).
+func (g *Granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64, target targetKind, service int64) {
+	due = math.MaxInt64
+	if tv, ok := ctx.Value(targetKey{}).(*targetVal); ok {
+		service = tv.service
+		if tv.latency > 0 {
+			due, target = tv.arrival+tv.latency, targetObjective
+		}
+	}
+	if lt := g.latencyTarget[c]; lt > 0 && arrival != 0 {
+		due, target = min(due, arrival+lt), targetObjective
+	}
+	if dl, ok := ctx.Deadline(); ok && int64(dl.Sub(epoch)) <= due {
+		due, target = int64(dl.Sub(epoch)), targetDeadline
+	}
+	if target == targetNone {
+		// FIFO: due at arrival. A task admitted on the fast path found
+		// nobody waiting, so it arrived before every Waiter there is.
+		due = arrival
+		if arrival == 0 {
+			due = math.MinInt64
+		}
+	}
+	return due, target, service
+}
+
+// SetDue computes w's due once, for a task of class c with ctx that
+// arrived at arrival (0 if unknown).
+func (g *Granter) SetDue(ctx context.Context, w *Waiter, arrival int64) {
+	if !w.DueSet {
+		w.Due, w.target, w.Declared = g.dueOf(ctx, w.Class, arrival)
+		w.Work = g.scaledService(w.Class, w.Declared)
+		w.DueSet = true
+	}
+}
+
+// Bounds of the factor by which a given run time is scaled.
+const (
+	minServiceScale = 0.25
+	maxServiceScale = 8
+)
+
+// scaledService is a given run time (Target.Service, ns; 0: none) scaled
+// by what the class's slots have really taken for the run times given
+// recently: the ratio of the moving averages of their measured slot time
+// and of their given run time (a work-weighted ratio, within 0.25-8x).
+// A run time measured on one idle core is thus corrected for what the
+// slots see under load (a run queue shared with other threads, a For
+// loop whose helpers find no free slot, a throttled quota): the door
+// needs the tasks' relative sizes from the caller, and measures the
+// scale.
+func (g *Granter) scaledService(c Class, declared int64) int64 {
+	if declared <= 0 {
+		return declared
+	}
+	s := g.cnt[c]
+	decl, run := s.DeclAvgNs.Load(), s.RunAvgNs.Load()
+	if decl <= 0 || run <= 0 {
+		return declared
+	}
+	f := min(max(float64(run)/float64(decl), minServiceScale), maxServiceScale)
+	return int64(f * float64(declared))
+}
+
+// recordService feeds the slot time d of a task of class c that declared
+// a run time and ran in one slot period into the scale of given run times.
+func (g *Granter) recordService(c Class, declared, d int64) {
+	s := g.cnt[c]
+	if old := s.DeclAvgNs.Load(); old == 0 {
+		s.DeclAvgNs.Store(declared)
+		s.RunAvgNs.Store(d)
+		return
+	}
+	// Racy by design, as avgSlotNs: an estimate.
+	decl, run := s.DeclAvgNs.Load(), s.RunAvgNs.Load()
+	s.DeclAvgNs.Store(decl + (declared-decl)>>ewmaShift)
+	s.RunAvgNs.Store(run + (d-run)>>ewmaShift)
+}
+
+// UrgentOver reports whether a task of class c due at due should hand its
+// slot over: a more urgent class waits, or its own class has a Waiter due
+// earlier. Lock-free; called at Checkpoints and For chunk boundaries.
+func (g *Granter) UrgentOver(c Class, due int64) bool {
+	m := g.waitMask.Load()
+	return m&MoreUrgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < due)
+}
+
+// MoreUrgent[c] has the waitMask bits of the classes that c yields to.
+var MoreUrgent = [NumClasses]uint32{
+	Critical:    0,
+	Interactive: 1 << Critical,
+	Batch:       1<<Critical | 1<<Interactive,
+	Background:  1<<Critical | 1<<Interactive | 1<<Batch,
+}
+
+// shares is the weighted fair queuing state of Interactive and Batch:
+// each class's virtual time is its charged slot time plus the estimate of
+// its running tasks, divided by its weight, plus a catch-up offset; a
+// freed slot goes to the class that is behind.
+type shares struct {
+	weight   [NumClasses]float64
+	lag      [NumClasses]float64      // catch-up offsets; guarded by the Granter's mu
+	inflight [NumClasses]atomic.Int64 // expected slot time of granted tasks still running, ns (every class)
+	lastSlot [NumClasses]atomic.Int64 // last exactly measured slot time, ns: the estimate of a grant
+}
+
+// vtime is class c's virtual time in weighted nanoseconds.
+func (g *Granter) vtime(c Class) float64 {
+	return float64(g.cnt[c].Used.Load()+g.share.inflight[c].Load())/g.share.weight[c] + g.share.lag[c]
+}
+
+// enqueueLocked puts w in its class queue at its due's place.
+func (g *Granter) enqueueLocked(w *Waiter) {
+	c := w.Class
+	q := &g.queues[c]
+	if q.n == 0 && (c == Interactive || c == Batch) {
+		// A class that starts waiting gets no credit for the time it was
+		// idle: its virtual time is raised to the other's if it is behind.
+		other := Interactive
+		if c == Interactive {
+			other = Batch
+		}
+		if g.queues[other].n > 0 {
+			if d := g.vtime(other) - g.vtime(c); d > 0 {
+				g.share.lag[c] += d
+			}
+		}
+	}
+	if w.Work <= 0 {
+		w.Work = g.cnt[c].AvgSlotNs.Load()
+	}
+	after, _, _ := q.place(w.Due)
+	q.insertAfter(after, w)
+	g.queuedLocked(c)
+	g.waiting.Add(1)
+	g.waitMask.Or(1 << c)
+}
+
+// queuedLocked publishes class c's head due for lock-free readers.
+func (g *Granter) queuedLocked(c Class) { g.headDue[c].Store(g.queues[c].headDue()) }
+
+func (g *Granter) dequeuedLocked(c Class) {
+	g.waiting.Add(-1)
+	g.queuedLocked(c)
+	if g.queues[c].n == 0 {
+		g.waitMask.And(^uint32(1 << c))
+	}
+}
+
+// removeLocked takes a queued Waiter out of its queue (cancellation).
+func (g *Granter) removeLocked(w *Waiter) {
+	g.queues[w.Class].remove(w)
+	g.dequeuedLocked(w.Class)
+}
+
+// pickLocked removes and returns the Waiter that gets the next slot:
+// Critical first; then Interactive or Batch, whichever has the smaller
+// virtual time; Background last; inside the class, the head (earliest
+// due). A head that can no longer meet its target is refused on the way
+// (refuseLocked) and the next one considered. nil when nobody may take
+// the slot.
+func (g *Granter) pickLocked() *Waiter {
+	for {
+		c, ok := g.classLocked()
+		if !ok {
+			return nil
+		}
+		w := g.queues[c].popFront()
+		g.dequeuedLocked(c)
+		switch {
+		case c == Background:
+			g.sinceBackground = 0
+		case g.queues[Background].n > 0:
+			g.sinceBackground++
+		}
+		t := g.now()
+		if g.lateLocked(w, t) {
+			g.refuseLocked(w)
+			continue
+		}
+		if g.backlogLocked(w, t) {
+			g.shedBacklogLocked(w, t)
+			continue
+		}
+		return w
+	}
+}
+
+// classLocked is the class whose head gets the next slot.
+func (g *Granter) classLocked() (Class, bool) {
+	lc := g.lowCap.Load()
+	low := lc == 0 || g.lowRunning.Load() < lc // Batch/Background may take a slot
+	batch := low && g.queues[Batch].n > 0
+	bgDue := low && g.queues[Background].n > 0 &&
+		(g.sinceBackground >= BackgroundEvery || g.now()-g.queues[Background].head.Enq >= int64(BackgroundMaxWait))
+	switch {
+	case g.queues[Critical].n > 0:
+		return Critical, true
+	case bgDue:
+		return Background, true
+	case g.queues[Interactive].n > 0 && batch:
+		if g.vtime(Batch) < g.vtime(Interactive) {
+			return Batch, true
+		}
+		return Interactive, true
+	case g.queues[Interactive].n > 0:
+		return Interactive, true
+	case batch:
+		return Batch, true
+	case low && g.queues[Background].n > 0:
+		return Background, true
+	}
+	return 0, false
+}
+
+// serviceOf is the expected run time of w: given with its target or set
+// at its first enqueue (w.work), else its class's recent average slot
+// time (0 when nothing was measured yet).
+func (g *Granter) serviceOf(w *Waiter) int64 {
+	if w.Work > 0 {
+		return w.Work
+	}
+	return g.cnt[w.Class].AvgSlotNs.Load()
+}
+
+// Kind says how a granted Waiter is woken and what it counts as.
+type Kind uint8
+
+const (
+	// KindCaller is a blocked Do caller, or a task waiting at a
+	// Checkpoint for its slot back: ready is signalled.
+	KindCaller Kind = iota
+	// KindTask is an asynchronous task (Go): it is sent to a worker.
+	KindTask
+	// KindHelper is a For loop's helper waiting for a slot to run more
+	// chunks of its loop (ready is signalled). Not a submission: it is
+	// never counted in Stats, never refused and never shed.
+	KindHelper
+)
+
+// Waiter is a queued claim on a slot.
+type Waiter struct {
+	prev, next *Waiter
+	Ready      chan struct{}
+	Task       any // the executor's task (KindTask)
+	// refused is set when the Waiter was taken out of the queue because
+	// its latency target could no longer be met (door.go): it is woken
+	// without a slot and returns this error.
+	refused *shedError
+	Enq     int64 // g.now() when queued
+	Est     int64 // slot time charged to inflight at grant
+	// Work is the expected run time, ns: the one given with its target
+	// (Target.Service) from setDue, scaled by what the slots have taken
+	// for given run times (scaledService), else its class's average slot
+	// time at its first enqueue; counted in its queue's Work while queued.
+	Work int64
+	// Declared is the run time given with its target (Target.Service),
+	// ns, unscaled; 0: none.
+	Declared int64
+	// Span is how many slots the task runs on at once when it is a For
+	// loop's caller (its helpers' slots, up to the loop's bound), for
+	// the queue's slot time (slotWork); 0 or 1: one.
+	Span int32
+	// Due orders the waiters of a class: arrival + latency target, the
+	// arrival itself without a target (FIFO), see order.go. dueSet says
+	// it has been computed (a task admitted on the fast path computes it
+	// only when a Checkpoint needs it).
+	Due     int64
+	Class   Class
+	Kind    Kind
+	queued  bool
+	Granted bool
+	// target says where due comes from: none (FIFO), an objective
+	// (WithTarget or ClassOptions.LatencyTarget: a Waiter expected to miss it
+	// is refused beyond the class's late budget) or a ctx deadline (one
+	// expected to miss its due is always refused); order.go.
+	target   targetKind
+	DueSet   bool
+	Requeued bool // a running task that yielded at a Checkpoint
+	// Started is set, under the executor's lock, when w is first granted
+	// a slot: from then on w belongs to its running task, and only that
+	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.
+	Started bool
+}
+
+// cancelableLocked reports whether a cancellation from outside the task
+// (its context's AfterFunc, or Close failing the queue) may remove w: only
+// while w is queued and has never held a slot. A task re-queued at a
+// Checkpoint is in the queue again, but its fn is running: its own
+// Checkpoint handles its context's end.
+func (w *Waiter) cancelableLocked() bool { return w.queued && !w.Started }
+
+// waitQueue is one class's waiters in due order (ties in arrival order):
+// a doubly linked list, so that a cancelled Waiter leaves in O(1).
+type waitQueue struct {
+	head, tail *Waiter
+	n          int
+	work       int64 // the queued waiters' expected run time, ns
+}
+
+// place returns the Waiter after which a Waiter due at due goes (nil: at
+// the head), how many waiters are ahead of it and their expected run
+// time. It walks from the tail past the waiters due later, so FIFO (every
+// due is an arrival time) costs O(1) and a Waiter with a shorter target
+// passes only the waiters it overtakes.
+func (q *waitQueue) place(due int64) (after *Waiter, ahead int, work int64) {
+	after, ahead, work = q.tail, q.n, q.work
+	for after != nil && after.Due > due {
+		after, ahead, work = after.prev, ahead-1, work-after.slotWork()
+	}
+	return after, ahead, work
+}
+
+// insertAfter links w after p (nil: at the head).
+func (q *waitQueue) insertAfter(p, w *Waiter) {
+	w.prev, w.queued = p, true
+	if p == nil {
+		w.next, q.head = q.head, w
+	} else {
+		w.next, p.next = p.next, w
+	}
+	if w.next != nil {
+		w.next.prev = w
+	} else {
+		q.tail = w
+	}
+	q.n++
+	q.work += w.slotWork()
+}
+
+func (q *waitQueue) remove(w *Waiter) {
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		q.head = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	} else {
+		q.tail = w.prev
+	}
+	w.prev, w.next, w.queued = nil, nil, false
+	q.n--
+	q.work -= w.slotWork()
+}
+
+// slotWork is the slot time w's task is expected to take: its expected
+// run time on each of the span slots it runs on at once (a For loop's
+// caller and helpers). It must not change while w is queued.
+func (w *Waiter) slotWork() int64 {
+	if w.Span > 1 {
+		return w.Work * int64(w.Span)
+	}
+	return w.Work
+}
+
+func (q *waitQueue) popFront() *Waiter {
+	w := q.head
+	if w != nil {
+		q.remove(w)
+	}
+	return w
+}
+
+// headDue is the due of the first Waiter, math.MaxInt64 when empty.
+func (q *waitQueue) headDue() int64 {
+	if q.head == nil {
+		return math.MaxInt64
+	}
+	return q.head.Due
+}
+
+// Refusal is the error of a waiter refused at the head of its queue (its
+// latency target could no longer be met, or it was the backlog of a
+// standing queue), nil otherwise.
+func (w *Waiter) Refusal() error {
+	if w.refused == nil {
+		return nil
+	}
+	return w.refused
+}
+
+// HasTarget reports whether w's due comes from a latency target or a
+// ctx deadline (false: FIFO, or let through late once).
+func (w *Waiter) HasTarget() bool { return w.target != targetNone }

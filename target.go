@@ -1,0 +1,80 @@
+package cpuwork
+
+import (
+	"context"
+	"github.com/cpuwork/cpuwork/internal/admission"
+	"time"
+)
+
+// Target is a request's latency target, for WithTarget.
+type Target struct {
+	// Latency is how long after the WithTarget call the request should
+	// be done. 0 or negative: no latency target (Service is still used).
+	Latency time.Duration
+	// Service is the request's expected run time once it holds a slot
+	// (for a For loop: from its first slot to its end, on the slots it
+	// gets; while it waits, the queue counts it as that time on each of
+	// min(n, the loop's slot bound) slots). 0 means unknown:
+	// the class's recent average slot time stands in. Only its size
+	// relative to other requests' needs to be right: the executor scales
+	// it by the ratio of the slot times recent tasks of the class took to
+	// the Service they gave (within 0.25-8x), so a run time measured on
+	// one idle core is corrected for what the slots see under load.
+	Service time.Duration
+}
+
+// WithTarget returns a context that carries t for the tasks submitted with
+// it (Do, Go, TryGo, For): they are ordered in their class by the due
+// time now + t.Latency, and refused with an error wrapping ErrSaturated
+// and ErrDeadline once they can no longer meet it, beyond the class's
+// late budget (t is an objective such as a p99 target: about 1 % of the
+// class's queued objective tasks are let through late instead; see the
+// package documentation's "Latency targets"). Call it when the request
+// arrives, so that its target counts from there. The ctx deadline, if
+// earlier, still wins, and is binding: no task is let through expected
+// past it. It reads the clock once and allocates once.
+func WithTarget(ctx context.Context, t Target) context.Context {
+	mustCtx(ctx)
+	return admission.TargetContext(ctx, t.Latency, t.Service)
+}
+
+// ErrDeadline is wrapped, beside ErrSaturated, by the error of a task
+// refused because it could no longer meet its latency target (WithTarget,
+// its ctx deadline, ClassOptions.LatencyTarget): at the door, when the work
+// queued ahead of it and its own expected run time end past its due; or
+// at the head of the queue, when less time is left than its expected run
+// time (for an objective, once its class's late budget is spent).
+// errors.Is(err, ErrDeadline) tells it apart from a full queue.
+var ErrDeadline = admission.ErrDeadline
+
+// Allow is the door's verdict on a task of class c submitted now with
+// ctx, without submitting one: nil when Do, Go or For would run it at
+// once or queue it; else the error they would return there — ErrClosed,
+// ctx's error, ErrSaturated (its queue is full), an error wrapping
+// ErrSaturated (its queue stood above ClassOptions.MaxQueueWait), or one also
+// wrapping ErrDeadline (its latency target cannot be met, beyond its
+// class's late budget). It reserves nothing. Call it before the
+// work a refused request should not cost — reading and decoding a large
+// request body — with the ctx that carries the request's target
+// (WithTarget, made when it arrives, with the Service it will need), then
+// submit as usual: the submission's own door decides again, so a request
+// allowed here can still be refused there (the queue grew meanwhile). A
+// refusal is counted as a submission's would be (Rejected, Shed), so the
+// shed rate an autoscaler reads stays whole; an allowed call counts
+// nothing, a done ctx neither. It panics on a nil ctx or executor and
+// returns an error for an invalid class. It allocates nothing.
+func (e *Executor) Allow(ctx context.Context, c Class) error {
+	mustCtx(ctx)
+	mustExec(e)
+	if !c.valid() {
+		return invalidClass(c)
+	}
+	if e.g.IsClosed() {
+		e.stats[c].Rejected.Add(1)
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return e.g.Allow(ctx, admission.Class(c))
+}
