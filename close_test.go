@@ -121,20 +121,20 @@ func TestNewFailureAndAnExpiredCloseLeakNothing(t *testing.T) {
 // of the class are admitted and finish meanwhile (Close waits for idle).
 func TestAClassWithATaskRunningIsNeverIdle(t *testing.T) {
 	var s classStats
-	s.Admitted.Add(1) // the task that runs throughout
+	s.Admitted.Inc(1) // the task that runs throughout
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { // others admitted and finished as fast as can be
+	go func() { // others admitted and finished as fast as can be, over every shard
 		defer wg.Done()
-		for {
+		for i := uintptr(0); ; i++ {
 			select {
 			case <-stop:
 				return
 			default:
 			}
-			s.Admitted.Add(1)
-			s.Completed.Add(1)
+			s.Admitted.Inc(i)
+			s.Completed.Inc(i * 7)
 		}
 	}()
 	defer func() { close(stop); wg.Wait() }()

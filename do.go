@@ -222,8 +222,8 @@ func invalidClass(c Class) error {
 //
 // Cost: no allocation for a Critical or Interactive task when a slot is
 // free and nobody waits, unless the calling goroutine has profiler labels
-// (then ctx's labels with the class's added are allocated); a task that
-// queues allocates its record.
+// (then ctx's labels with the class's added are allocated), nor for one
+// that queues.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
 	return e.do(ctx, c, 1, fn)
 }
@@ -264,33 +264,44 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		// goroutine is registered with it already.
 		if t := claimOwn(g, ctx, e, c); t != nil {
 			t.w.Span, t.onCaller = int32(span), true
-			return e.runAdmitted(t, fn) // t is not touched after: another goroutine may own it
+			return e.runAdmitted(t, g, fn) // t is not touched after: another goroutine may own it
 		}
 		t := newRecord(ctx, e, c)
 		t.w.Span, t.onCaller = int32(span), true
-		return e.runAdmitted(t, fn)
+		return e.runAdmitted(t, g, fn)
 	}
-	t := newRecord(ctx, e, c)
+	// The queued path. A goroutine that runs no task queues with its
+	// entry's own record too (registered while it waits, which only it
+	// reads), so that a queued task allocates nothing; a nested or lane
+	// task, or one whose bucket is full, has a record of its own.
+	var t *task
+	if cur == nil && !lane {
+		t = claimOwn(g, ctx, e, c)
+	}
+	if t == nil {
+		t = newRecord(ctx, e, c)
+	}
 	t.w.Span, t.onCaller = int32(span), !lane
 	if lane {
 		t.inherit = cur // this goroutine waits while fn runs on the lane
 	}
-	var err error
-	if err = e.acquireSlow(ctx, t); err == nil {
-		if lane {
-			err = e.runOnLane(ctx, t, fn)
-		} else {
-			err = e.run(t, fn)
+	if err := e.acquireSlow(ctx, t); err != nil {
+		if t.entered {
+			t.leave()
 		}
+		return err
 	}
-	return err
+	if lane {
+		return e.runOnLane(ctx, t, fn)
+	}
+	return e.run(t, fn)
 }
 
 // runAdmitted admits t, which took a free slot at once (tryAcquire;
 // admitFastTask), and runs fn on the slot. After Close it gives the slot
 // back and returns ErrClosed.
-func (e *Executor) runAdmitted(t *task, fn func(context.Context) error) error {
-	if err := e.admitFastTask(t); err != nil {
+func (e *Executor) runAdmitted(t *task, g uintptr, fn func(context.Context) error) error {
+	if err := e.admitFastTask(t, g); err != nil {
 		if t.entered {
 			t.leave()
 		}
@@ -303,10 +314,11 @@ func (e *Executor) runAdmitted(t *task, fn func(context.Context) error) error {
 // once (a Do on its goroutine, or a Go task before its worker), sets the
 // arrival its class's target counts from, times it if its turn
 // (timeFast) and picks it for accounting. After Close it gives the slot
-// back and returns ErrClosed.
-func (e *Executor) admitFastTask(t *task) error {
+// back and returns ErrClosed. key spreads the admission count (the
+// submitting goroutine, or the task).
+func (e *Executor) admitFastTask(t *task, key uintptr) error {
 	c := t.class
-	n, err := e.admitFast(c)
+	n, shard, err := e.admitFast(c, key)
 	if err != nil {
 		return err
 	}
@@ -317,7 +329,7 @@ func (e *Executor) admitFastTask(t *task) error {
 	}
 	e.timeFast(t, n, at)
 	if a := e.acct; a != nil {
-		t.accounted = a.pickAdmitted(n, e.stats[c].AvgSlotNs.Load())
+		t.accounted = a.pickAdmitted(n^uint64(shard)<<56, e.stats[c].AvgSlotNs.Load())
 	}
 	return nil
 }
@@ -325,18 +337,18 @@ func (e *Executor) admitFastTask(t *task) error {
 // admitFast counts an admission made by tryAcquire and then checks for
 // Close. Counting first means that either this check sees the executor
 // closed (the slot is given back, ErrClosed) or Close sees the admission
-// and waits for the task.
-func (e *Executor) admitFast(c Class) (uint64, error) {
+// and waits for the task. n is the admission's count in its shard.
+func (e *Executor) admitFast(c Class, key uintptr) (n uint64, shard int, err error) {
 	s := &e.stats[c]
-	n := s.Admitted.Add(1)
+	n, shard = s.Admitted.Inc(key)
 	if e.g.IsClosed() {
-		s.Admitted.Add(^uint64(0))
+		s.Admitted.Dec(key)
 		s.Rejected.Add(1)
 		var noEst int64
 		e.releaseSlot(c, &noEst)
-		return 0, ErrClosed
+		return 0, 0, ErrClosed
 	}
-	return n, nil
+	return n, shard, nil
 }
 
 // acquireSlow queues t's waiter and blocks until it is granted a slot,
@@ -371,7 +383,7 @@ func (e *Executor) runOnLane(ctx context.Context, t *task, fn func(context.Conte
 	})
 	if !ran {
 		s := &e.stats[t.class]
-		s.Admitted.Add(^uint64(0))
+		s.Admitted.Dec(0)
 		s.Canceled.Add(1)
 		e.releaseSlot(t.class, &t.w.Est)
 	}
@@ -433,7 +445,7 @@ func (e *Executor) finish(t *task) {
 			s.endedLate.Add(1)
 		}
 	}
-	s.Completed.Add(1)
+	s.Completed.Inc(t.g)
 	if t.noSlot == holdsSlot {
 		var keep *admission.Keep // a task on a worker: the worker's next task
 		if tk, ok := t.w.Task.(*Task); ok {

@@ -1,11 +1,12 @@
 module github.com/cpuwork/cpuwork
 
-go 1.25.0
+go 1.26.0
 
 require (
 	github.com/felixge/httpsnoop v1.1.0
 	github.com/opencontainers/cgroups v0.1.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/sync v0.25.0
 	golang.org/x/sys v0.47.0
 )
 

@@ -2,6 +2,7 @@ package cpuwork
 
 import (
 	"context"
+	"unsafe"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
 )
@@ -97,7 +98,7 @@ func (e *Executor) newTask(ctx context.Context, c Class, span int, fn func(conte
 
 // startFast hands a task that already holds a slot to a worker.
 func (e *Executor) startFast(t *Task) error {
-	if err := e.admitFastTask(&t.tc); err != nil {
+	if err := e.admitFastTask(&t.tc, uintptr(unsafe.Pointer(t))); err != nil {
 		return err
 	}
 	t.tc.w.Started = true // never queued, so no cancellation can race this

@@ -217,8 +217,9 @@ func (e *shedError) Unwrap() []error {
 // meet, the last also wrapping ErrDeadline). It counts the refusal. The one
 // door every queued submission (Do, Go, and Checkpoint's re-queue is not a
 // submission) goes through, and Allow's (peek: a done ctx is not counted
-// and the late budget is read, not sampled).
-func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, peek bool) error {
+// and the late budget is read, not sampled). t is the arrival's time,
+// read before the lock.
+func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek bool) error {
 	c := w.Class
 	s := g.cnt[c]
 	switch {
@@ -234,7 +235,6 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, peek bool) er
 		s.Rejected.Add(1)
 		return ErrSaturated
 	}
-	t := g.now()
 	st := &g.shed[c]
 	if !peek {
 		st.offer(g, w) // Allow's call counts when it refuses: an allowed one is submitted next
@@ -284,10 +284,11 @@ func (g *Granter) Allow(ctx context.Context, c Class) error {
 		return nil // it would take a free slot at once: never judged at the door
 	}
 	w := Waiter{Class: c}
-	g.SetDue(ctx, &w, g.now())
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return g.queueAdmitLocked(ctx, &w, true)
+	t := g.now()
+	g.SetDue(ctx, &w, t)
+	g.lock()
+	defer g.unlock()
+	return g.queueAdmitLocked(ctx, &w, t, true)
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 )
 
 // Granter owns the slots (CockroachDB's admission package is the model:
@@ -47,6 +48,25 @@ import (
 // Locking: the hot fields are atomics read without the lock; everything
 // else is guarded by mu. Methods named ...Locked expect mu held.
 type Granter struct {
+	// Read-mostly: set by Init, or rarely (Close, a capacity change),
+	// and read by every task. No field written per task shares their
+	// cache lines.
+	_ [64]byte
+	// cnt[c] is class c's admission Counters and estimators, which the
+	// executor's statistics read (classStats embeds them).
+	cnt   [NumClasses]*Counters
+	owner Owner
+	// clock is the time source in now() nanoseconds (nil: Now).
+	clock func() int64
+	// latencyTarget is ClassOptions.LatencyTarget in ns (0: none).
+	latencyTarget [NumClasses]int64
+	// closed is set by Close: the door refuses every submission.
+	closed atomic.Bool
+	// lowCap bounds the slots Batch and Background hold together (0: no
+	// bound; Options.Batch.SpareP).
+	lowCap atomic.Int64
+	_      [64]byte
+
 	// Hot fields, each touched by the admission fast path.
 	// free holds the free slots (negative while the slot count shrinks)
 	// and the capacity in one word (slotWord): a release compares the
@@ -54,10 +74,16 @@ type Granter struct {
 	free     slotWord
 	waiting  atomic.Int64  // queued waiters, all classes
 	waitMask atomic.Uint32 // bit c set while class c has queued waiters
+	// dispatchWanted: a release freed a slot while a task waited and
+	// found mu held; the holder dispatches before it lets mu go.
+	dispatchWanted atomic.Bool
 	// headDue[c] is the due of class c's first Waiter (math.MaxInt64
 	// when none), for Checkpoint's lock-free hand-over test (order.go).
 	headDue [NumClasses]atomic.Int64
 	_       [64]byte
+	// lowRunning counts the slots Batch and Background hold.
+	lowRunning atomic.Int64
+	_          [56]byte
 
 	mu    sync.Mutex
 	slots int // total slots; guarded by mu
@@ -66,9 +92,7 @@ type Granter struct {
 	queues [NumClasses]waitQueue
 	share  shares // weighted fair queuing of Interactive and Batch (order.go)
 	limit  [NumClasses]int
-	// latencyTarget is ClassOptions.LatencyTarget in ns (0: none).
-	latencyTarget [NumClasses]int64
-	shed          [NumClasses]shedState // queue-wait targets (door.go)
+	shed   [NumClasses]shedState // queue-wait targets (door.go)
 	// lateShare[c] is the moving share of class c's queued objective
 	// tasks let in though expected late, in 1/2^24 (door.go's late
 	// budget).
@@ -76,11 +100,7 @@ type Granter struct {
 	// sinceBackground counts grants to other classes while Background
 	// waits (the Background starvation guard, door.go).
 	sinceBackground int
-	// lowCap bounds the slots Batch and Background hold together (0: no
-	// bound; Options.Batch.SpareP); lowRunning counts those they hold.
-	lowCap     atomic.Int64
-	lowRunning atomic.Int64
-	spareP     bool
+	spareP          bool
 	// extraClosed says the fractional quota's extra slot is closed now
 	// (fraction.go).
 	extraClosed bool
@@ -90,8 +110,6 @@ type Granter struct {
 	// sends and goroutine wake-ups out of the critical section.
 	pending []*Waiter
 
-	// closed is set by Close: the door refuses every submission.
-	closed atomic.Bool
 	// doubleReleases counts releases ignored because they would have
 	// freed more slots than the capacity (the slots that may be held now:
 	// slots, less the fractional slot while it is closed; release).
@@ -103,14 +121,46 @@ type Granter struct {
 	// the work ahead by it, not by the slot count: the extra slot is
 	// closed part of the time.
 	pacedCap atomic.Uint64
+	log      *slog.Logger
+}
 
-	// cnt[c] is class c's admission Counters and estimators, which the
-	// executor's statistics read (classStats embeds them).
-	cnt   [NumClasses]*Counters
-	owner Owner
-	log   *slog.Logger
-	// clock is the time source in now() nanoseconds (nil: now).
-	clock func() int64
+// Sharded is a counter spread over cache lines: an increment goes to the
+// shard of its key (a goroutine's or a task's identity), so tasks on
+// different cores rarely write the same line; a read sums the shards.
+// A reader that sums Completed before Admitted sees Admitted >= Completed
+// for every task it counted, as with one counter.
+type Sharded struct {
+	s [shardCount]struct {
+		n atomic.Uint64
+		_ [56]byte
+	}
+}
+
+const shardBits = 5 // 32 shards
+
+const shardCount = 1 << shardBits
+
+// shardOf is key's shard: Fibonacci hashing spreads nearby addresses.
+func shardOf(key uintptr) int { return int(uint64(key) * 0x9E3779B97F4A7C15 >> (64 - shardBits)) }
+
+// Inc adds 1 in key's shard and returns the shard's count after it and
+// the shard.
+func (c *Sharded) Inc(key uintptr) (n uint64, shard int) {
+	k := shardOf(key)
+	return c.s[k].n.Add(1), k
+}
+
+// Dec subtracts 1 in key's shard (undoing an Inc with the same key, or
+// any other: only the sum counts).
+func (c *Sharded) Dec(key uintptr) { c.s[shardOf(key)].n.Add(^uint64(0)) }
+
+// Load is the sum of the shards.
+func (c *Sharded) Load() uint64 {
+	var n uint64
+	for i := range c.s {
+		n += c.s[i].n.Load()
+	}
+	return n
 }
 
 // Owner is what the Granter calls back: the executor.
@@ -132,8 +182,12 @@ type Owner interface {
 // executor counts a task's end, and admitted on the lock-free path);
 // the executor's Stats reads them.
 type Counters struct {
-	Admitted  atomic.Uint64 // got a slot (fast path, or granted from the queue)
-	Completed atomic.Uint64 // finished running (any outcome)
+	// Admitted counts the tasks that got a slot (fast path, or granted
+	// from the queue), Completed those that finished running (any
+	// outcome): every task writes both, so they are spread over cache
+	// lines (Sharded).
+	Admitted  Sharded
+	Completed Sharded
 	Rejected  atomic.Uint64 // ErrSaturated or ErrClosed
 	Canceled  atomic.Uint64 // ctx ended before the task got a slot
 	Shed      atomic.Uint64 // refused at the door: deadline or queue-wait target (also in rejected)
@@ -283,9 +337,9 @@ func (g *Granter) LatencyTarget(c Class) int64 { return g.latencyTarget[c] }
 func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
 	w.Enq = g.now()
 	g.SetDue(ctx, w, w.Enq)
-	g.mu.Lock()
-	if err := g.queueAdmitLocked(ctx, w, false); err != nil {
-		g.mu.Unlock()
+	g.lock()
+	if err := g.queueAdmitLocked(ctx, w, w.Enq, false); err != nil {
+		g.unlock()
 		return err
 	}
 	g.enqueueLocked(w)
@@ -340,22 +394,22 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 		select {
 		case <-w.Ready:
 		case <-done:
-			g.mu.Lock()
+			g.lock()
 			if w.queued {
 				g.removeLocked(w)
-				g.mu.Unlock()
+				g.unlock()
 				if submission {
 					g.cnt[c].Canceled.Add(1)
 				}
 				g.owner.Released()
 				return WaitCanceled
 			}
-			g.mu.Unlock()
+			g.unlock()
 			<-w.Ready // granted or closed out just now
 			if w.Granted {
 				w.Granted = false
 				if submission {
-					g.cnt[c].Admitted.Add(^uint64(0)) // counted at grant; it never ran
+					g.cnt[c].Admitted.Dec(uintptr(unsafe.Pointer(w))) // counted at grant; it never ran
 					g.cnt[c].Canceled.Add(1)
 				}
 				g.Release(c, &w.Est, nil)
@@ -386,9 +440,9 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 // The caller then awaits. It returns false, changing nothing, otherwise
 // (someone else handed a slot over first).
 func (g *Granter) HandOver(w *Waiter, due int64, p SlotPeriod) bool {
-	g.mu.Lock()
+	g.lock()
 	if g.closed.Load() || (!g.UrgentOver(w.Class, due) && !g.OverCommitted()) {
-		g.mu.Unlock()
+		g.unlock()
 		return false
 	}
 	g.RecordSlot(w.Class, p)
@@ -397,7 +451,7 @@ func (g *Granter) HandOver(w *Waiter, due int64, p SlotPeriod) bool {
 	est := w.Est
 	w.Est = 0 // once w is queued, a release may grant it a new one
 	g.enqueueLocked(w)
-	g.mu.Unlock()
+	g.unlock()
 	g.Release(w.Class, &est, nil)
 	return true
 }
@@ -407,9 +461,9 @@ func (g *Granter) HandOver(w *Waiter, due int64, p SlotPeriod) bool {
 // grants any slot free now; it returns false, queuing nothing, when
 // ifOpen is set and the door is closed. The caller then awaits.
 func (g *Granter) Rejoin(w *Waiter, ifOpen bool) bool {
-	g.mu.Lock()
+	g.lock()
 	if ifOpen && g.closed.Load() {
-		g.mu.Unlock()
+		g.unlock()
 		return false
 	}
 	w.Enq = g.now()
@@ -423,13 +477,13 @@ func (g *Granter) Rejoin(w *Waiter, ifOpen bool) bool {
 // and counts the cancellation; false when it is no longer cancelable (a
 // grant, a refusal or Close came first).
 func (g *Granter) Withdraw(w *Waiter) bool {
-	g.mu.Lock()
+	g.lock()
 	if !w.cancelableLocked() {
-		g.mu.Unlock()
+		g.unlock()
 		return false
 	}
 	g.removeLocked(w)
-	g.mu.Unlock()
+	g.unlock()
 	g.cnt[w.Class].Canceled.Add(1)
 	return true
 }
@@ -519,9 +573,15 @@ func (g *Granter) Release(c Class, est *int64, keep *Keep) {
 		return
 	}
 	if f > 0 && g.waiting.Load() > 0 {
-		g.mu.Lock()
-		g.dispatchLocked()
-		g.unlockAndWake(keep)
+		// Dispatch the slot, or have the lock's holder do it before it
+		// lets the lock go (serveDispatch): a releaser that parked on the
+		// lock left its slot idle until it was scheduled again.
+		g.dispatchWanted.Store(true)
+		if g.mu.TryLock() {
+			g.dispatchWanted.Store(false)
+			g.dispatchLocked()
+			g.unlockAndWake(keep)
+		}
 	}
 	g.owner.Released()
 }
@@ -532,7 +592,7 @@ func (g *Granter) Release(c Class, est *int64, keep *Keep) {
 // tasks exceed it: they hand their slots back at their next Checkpoint),
 // the SpareP bound follows, and free slots go to the waiters.
 func (g *Granter) setCapacity(slots int, extraClosed bool) {
-	g.mu.Lock()
+	g.lock()
 	g.setCapacityLocked(slots, extraClosed)
 	g.unlockAndWake(nil)
 }
@@ -560,14 +620,14 @@ func (g *Granter) setCapacityLocked(slots int, extraClosed bool) {
 
 // SetSlots sets the slot count (SetSlots, a budget change).
 func (g *Granter) SetSlots(n int) {
-	g.mu.Lock()
+	g.lock()
 	g.setCapacityLocked(n, g.extraClosed)
 	g.unlockAndWake(nil)
 }
 
 // SetExtraOpen opens or closes the fractional quota's extra slot.
 func (g *Granter) SetExtraOpen(open bool) {
-	g.mu.Lock()
+	g.lock()
 	if open != !g.extraClosed {
 		g.setCapacityLocked(g.slots, !open)
 	}
@@ -577,20 +637,20 @@ func (g *Granter) SetExtraOpen(open bool) {
 // Close closes the door: every later submission is refused with
 // ErrClosed. Queued waiters stay queued and are served.
 func (g *Granter) Close() {
-	g.mu.Lock()
+	g.lock()
 	g.closed.Store(true)
-	g.mu.Unlock()
+	g.unlock()
 }
 
 // Drain takes every Waiter out of the queues (Close, when its ctx ended),
 // in class order: the caller fails them.
 func (g *Granter) Drain() []*Waiter {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.lock()
+	defer g.unlock()
 	var ws []*Waiter
 	for c := range g.queues {
 		for w := g.queues[c].popFront(); w != nil; w = g.queues[c].popFront() {
-			g.dequeuedLocked(Class(c))
+			g.dequeuedLocked(Class(c), true)
 			ws = append(ws, w)
 		}
 	}
@@ -604,16 +664,16 @@ func (g *Granter) Quiet(idle func() bool) bool {
 	if g.HasWaiters() {
 		return false
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.lock()
+	defer g.unlock()
 	return !g.HasWaiters() && idle()
 }
 
 // Snapshot reads the slot count, the free slots, the door and the queue
 // lengths at one instant, for Stats.
 func (g *Granter) Snapshot() (slots, free int, closed bool, queued [NumClasses]int) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.lock()
+	defer g.unlock()
 	for c := range g.queues {
 		queued[c] = g.queues[c].n
 	}
@@ -658,8 +718,8 @@ func (g *Granter) TryAcquireFor(c Class) bool {
 		g.lowRunning.Add(1)
 		return true
 	}
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	g.lock()
+	defer g.unlock()
 	if lc := g.lowCap.Load(); lc > 0 && g.lowRunning.Load() >= lc {
 		return false
 	}
@@ -684,31 +744,33 @@ type Keep struct {
 
 // dispatchLocked hands free slots to queued waiters in policy order.
 func (g *Granter) dispatchLocked() {
+	var t int64 // read when a decision needs it, once
+
 	for g.waiting.Load() > 0 {
 		if !g.free.take() {
 			return
 		}
-		w := g.pickLocked()
+		w := g.pickLocked(&t)
 		if w == nil { // none eligible now (SpareP's slot with only Batch queued, say): keep the slot free
 			g.free.add(1)
 			return
 		}
-		g.grantLocked(w)
+		g.grantLocked(w, &t)
 	}
 }
 
 // grantLocked gives a slot to w, just out of the queue: it counts the
 // admission (a submission's first grant only) and queues w's wake-up.
-func (g *Granter) grantLocked(w *Waiter) {
+func (g *Granter) grantLocked(w *Waiter, t *int64) {
 	w.Granted, w.Started = true, true
 	s := g.cnt[w.Class]
 	first := !w.Requeued && w.Kind != KindHelper
 	if first {
-		s.Admitted.Add(1) // before the controller reads it (codelTickLocked)
+		s.Admitted.Inc(uintptr(unsafe.Pointer(w))) // before the controller reads it (codelTickLocked)
 	}
 	if first && g.shed[w.Class].target > 0 {
-		t := g.now()
-		g.codelGrantLocked(w.Class, t-w.Enq, t)
+		now := g.at(t)
+		g.codelGrantLocked(w.Class, now-w.Enq, now)
 	}
 	if w.Class.RunsOnWorker() {
 		g.lowRunning.Add(1)
@@ -729,20 +791,83 @@ func (g *Granter) grantLocked(w *Waiter) {
 	g.pending = append(g.pending, w)
 }
 
+// lockSpins is how many times lock tries mu again, between reads of a
+// shared word, before it waits for mu as sync.Mutex does.
+const lockSpins = 100
+
+// lock takes mu, spinning briefly first. Every section under mu is short
+// (a queue insert, a dispatch: a few hundred nanoseconds), so a holder on
+// another core lets it go within a spin; sync.Mutex itself spins only
+// while the caller's run queue is empty, and otherwise parks at once. A
+// parked waiter queues behind the running tasks of its P; once one has
+// waited 1 ms the mutex hands itself to waiters and each unlocker yields
+// its P — a task just granted a slot then waited behind them too (10 µs
+// tasks on 2 cores lost a sixth of their slots' time).
+func (g *Granter) lock() {
+	for range lockSpins {
+		if g.mu.TryLock() {
+			return
+		}
+		for range 8 {
+			if g.waiting.Load() < 0 { // a shared read as a pause: never true
+				break
+			}
+		}
+	}
+	g.mu.Lock()
+}
+
+// unlock releases mu and serves a dispatch a release asked for while
+// mu was held (serveDispatch).
+func (g *Granter) unlock() {
+	g.mu.Unlock()
+	g.serveDispatch()
+}
+
 // unlockAndWake releases mu, then has the Owner wake the waiters
 // granted or refused while it was held, putting the first task granted
-// to keep's pool into keep (when keep is not nil) instead of sending it.
+// to keep's pool into keep (when keep is not nil) instead of sending it;
+// then it serves a dispatch a release asked for meanwhile.
 func (g *Granter) unlockAndWake(keep *Keep) {
 	if len(g.pending) == 0 {
-		g.mu.Unlock()
+		g.unlock()
 		return
 	}
 	var buf [8]*Waiter
+	ws := g.takePendingLocked(&buf)
+	g.mu.Unlock()
+	g.owner.Wake(ws, keep)
+	g.serveDispatch()
+}
+
+// takePendingLocked moves the waiters to wake out of pending, into buf
+// when they fit.
+func (g *Granter) takePendingLocked(buf *[8]*Waiter) []*Waiter {
 	ws := append(buf[:0], g.pending...)
 	clear(g.pending)
 	g.pending = g.pending[:0]
-	g.mu.Unlock()
-	g.owner.Wake(ws, keep)
+	return ws
+}
+
+// serveDispatch dispatches free slots for a release that found mu held
+// (dispatchWanted): a release never waits for the lock. The release sets
+// the flag before it tries the lock and a holder reads it after it lets
+// the lock go, so (sequentially consistent atomics) one of the two
+// dispatches: the releaser if its TryLock won, else the holder, or
+// whoever took the lock in between, on its own unlock.
+func (g *Granter) serveDispatch() {
+	for g.dispatchWanted.Load() && g.mu.TryLock() {
+		g.dispatchWanted.Store(false)
+		g.dispatchLocked()
+		if len(g.pending) == 0 {
+			g.mu.Unlock()
+			continue
+		}
+		var buf [8]*Waiter
+		ws := g.takePendingLocked(&buf)
+		g.mu.Unlock()
+		g.owner.Wake(ws, nil)
+	}
 }
 
 // slotWord packs the free slot count and the capacity into one atomic

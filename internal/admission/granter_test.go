@@ -19,28 +19,29 @@ func TestQuietNeverSeesAGrantHalfDone(t *testing.T) {
 	w.Enq = now()
 	idle := func() bool {
 		s := &e.stats[Interactive]
-		return s.Admitted.Load() == s.Completed.Load()
+		done := s.Completed.Load()
+		return s.Admitted.Load() == done
 	}
-	e.g.mu.Lock()
+	e.g.lock()
 	e.g.enqueueLocked(w)
 	// The grant of dispatchLocked, in two steps with Quiet run between.
 	if !e.g.free.take() {
 		t.Fatal("no free slot")
 	}
-	if got := e.g.pickLocked(); got != w {
+	if got := e.g.pickLocked(new(int64)); got != w {
 		t.Fatalf("picked %p, want the waiter %p", got, w)
 	}
 	quiet := make(chan bool, 1)
 	go func() { quiet <- e.g.Quiet(idle) }()
 	time.Sleep(20 * time.Millisecond) // Quiet reads what it reads without the lock
-	e.g.grantLocked(w)
+	e.g.grantLocked(w, new(int64))
 	e.g.unlockAndWake(nil)
 	<-w.Ready
 	if <-quiet {
 		t.Error("Quiet reported no task queued or running while one was being granted its slot")
 	}
 	// The granted task runs and ends.
-	e.stats[Interactive].Completed.Add(1)
+	e.stats[Interactive].Completed.Inc(0)
 	e.g.Release(Interactive, &w.Est, nil)
 	if !e.g.Quiet(idle) {
 		t.Error("Quiet reported a task queued or running after it ended")

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // testExec is a minimal executor over a Granter for this package's
@@ -100,7 +101,7 @@ func (e *testExec) run(ctx context.Context, w *Waiter, waited bool, fn func(cont
 	err := fn(ctx)
 	p := SlotPeriod{Slot: Now() - start, Weight: 1, Waited: waited, Expected: w.Work, Declared: w.Declared}
 	e.g.RecordSlot(w.Class, p)
-	e.stats[w.Class].Completed.Add(1)
+	e.stats[w.Class].Completed.Inc(uintptr(unsafe.Pointer(w)))
 	e.g.Release(w.Class, &w.Est, nil)
 	return err
 }
@@ -118,7 +119,7 @@ func (e *testExec) Do(ctx context.Context, c Class, fn func(context.Context) err
 	}
 	w := &Waiter{Class: c}
 	if e.g.TryAcquireFor(c) {
-		e.stats[c].Admitted.Add(1)
+		e.stats[c].Admitted.Inc(uintptr(unsafe.Pointer(w)))
 		return e.run(ctx, w, false, fn)
 	}
 	w.Ready = make(chan struct{}, 1)
@@ -137,7 +138,7 @@ func (e *testExec) Go(ctx context.Context, c Class, fn func(context.Context) err
 	t := &testTask{ctx: ctx, fn: fn, done: make(chan struct{})}
 	t.w = Waiter{Class: c, Kind: KindTask, Task: t}
 	if e.g.TryAcquireFor(c) {
-		e.stats[c].Admitted.Add(1)
+		e.stats[c].Admitted.Inc(uintptr(unsafe.Pointer(t)))
 		t.w.Started = true
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); e.runTask(t, false) }()
@@ -166,7 +167,7 @@ func (e *testExec) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 		e.stats[c].Rejected.Add(1)
 		return nil, ErrSaturated
 	}
-	e.stats[c].Admitted.Add(1)
+	e.stats[c].Admitted.Inc(0)
 	t := &testTask{ctx: ctx, fn: fn, done: make(chan struct{})}
 	t.w = Waiter{Class: c, Kind: KindTask, Task: t, Started: true}
 	e.wg.Add(1)

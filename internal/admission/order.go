@@ -202,17 +202,26 @@ func (g *Granter) enqueueLocked(w *Waiter) {
 	}
 	after, _, _ := q.place(w.Due)
 	q.insertAfter(after, w)
-	g.queuedLocked(c)
+	if after == nil { // a new head
+		g.queuedLocked(c)
+	}
 	g.waiting.Add(1)
-	g.waitMask.Or(1 << c)
+	if q.n == 1 {
+		g.waitMask.Or(1 << c)
+	}
 }
 
 // queuedLocked publishes class c's head due for lock-free readers.
 func (g *Granter) queuedLocked(c Class) { g.headDue[c].Store(g.queues[c].headDue()) }
 
-func (g *Granter) dequeuedLocked(c Class) {
+// dequeuedLocked follows the removal of one of class c's waiters; head
+// says it was the head. The shared words are written only when they
+// change: every submitter reads them.
+func (g *Granter) dequeuedLocked(c Class, head bool) {
 	g.waiting.Add(-1)
-	g.queuedLocked(c)
+	if head {
+		g.queuedLocked(c)
+	}
 	if g.queues[c].n == 0 {
 		g.waitMask.And(^uint32(1 << c))
 	}
@@ -220,8 +229,9 @@ func (g *Granter) dequeuedLocked(c Class) {
 
 // removeLocked takes a queued Waiter out of its queue (cancellation).
 func (g *Granter) removeLocked(w *Waiter) {
+	head := w.prev == nil
 	g.queues[w.Class].remove(w)
-	g.dequeuedLocked(w.Class)
+	g.dequeuedLocked(w.Class, head)
 }
 
 // pickLocked removes and returns the Waiter that gets the next slot:
@@ -229,41 +239,50 @@ func (g *Granter) removeLocked(w *Waiter) {
 // virtual time; Background last; inside the class, the head (earliest
 // due). A head that can no longer meet its target is refused on the way
 // (refuseLocked) and the next one considered. nil when nobody may take
-// the slot.
-func (g *Granter) pickLocked() *Waiter {
+// the slot. t is the time, read before the lock (0: read when needed:
+// only a head with a target, a backlog test or a waiting Background
+// class reads it).
+func (g *Granter) pickLocked(t *int64) *Waiter {
 	for {
-		c, ok := g.classLocked()
+		c, ok := g.classLocked(t)
 		if !ok {
 			return nil
 		}
 		w := g.queues[c].popFront()
-		g.dequeuedLocked(c)
+		g.dequeuedLocked(c, true)
 		switch {
 		case c == Background:
 			g.sinceBackground = 0
 		case g.queues[Background].n > 0:
 			g.sinceBackground++
 		}
-		t := g.now()
-		if g.lateLocked(w, t) {
+		if w.target != targetNone && g.lateLocked(w, g.at(t)) {
 			g.refuseLocked(w)
 			continue
 		}
-		if g.backlogLocked(w, t) {
-			g.shedBacklogLocked(w, t)
+		if g.shed[w.Class].severe && g.backlogLocked(w, g.at(t)) {
+			g.shedBacklogLocked(w, *t)
 			continue
 		}
 		return w
 	}
 }
 
+// at is *t, read from the clock first if it is 0.
+func (g *Granter) at(t *int64) int64 {
+	if *t == 0 {
+		*t = g.now()
+	}
+	return *t
+}
+
 // classLocked is the class whose head gets the next slot.
-func (g *Granter) classLocked() (Class, bool) {
+func (g *Granter) classLocked(t *int64) (Class, bool) {
 	lc := g.lowCap.Load()
 	low := lc == 0 || g.lowRunning.Load() < lc // Batch/Background may take a slot
 	batch := low && g.queues[Batch].n > 0
 	bgDue := low && g.queues[Background].n > 0 &&
-		(g.sinceBackground >= BackgroundEvery || g.now()-g.queues[Background].head.Enq >= int64(BackgroundMaxWait))
+		(g.sinceBackground >= BackgroundEvery || g.at(t)-g.queues[Background].head.Enq >= int64(BackgroundMaxWait))
 	switch {
 	case g.queues[Critical].n > 0:
 		return Critical, true

@@ -104,9 +104,9 @@ func TestAtTheHeadALateObjectiveRunsWithinTheBudgetAndIsRefusedBeyondIt(t *testi
 	e := newExec(t, Options{Slots: 1})
 	run := func(share int32) error {
 		release := hold(t, e, 1)
-		e.g.mu.Lock()
+		e.g.lock()
 		e.g.lateShare[Interactive] = share
-		e.g.mu.Unlock()
+		e.g.unlock()
 		// 150 ms objective, 100 ms to run: on time at the door, at the
 		// head after ~100 ms with ~50 ms left.
 		ctx := WithTarget(context.Background(), Target{Latency: 150 * time.Millisecond, Service: 100 * time.Millisecond})
@@ -148,9 +148,9 @@ func TestAllowSaysWhatTheDoorWould(t *testing.T) {
 	release := func() { once.Do(held) }
 	defer release()
 	// Budget spent: an objective expected late is refused, and counted.
-	e.g.mu.Lock()
+	e.g.lock()
 	e.g.lateShare[Interactive] = lateOne / 2
-	e.g.mu.Unlock()
+	e.g.unlock()
 	before := e.Stats().Classes[Interactive]
 	if err := e.Allow(hopeless, Interactive); !errors.Is(err, ErrDeadline) || !errors.Is(err, ErrSaturated) {
 		t.Fatalf("objective past its due, budget spent: %v, want ErrDeadline and ErrSaturated", err)
@@ -161,15 +161,15 @@ func TestAllowSaysWhatTheDoorWould(t *testing.T) {
 			before.Shed, after.Shed, before.Rejected, after.Rejected, after.Queued)
 	}
 	// Budget left: allowed, and the budget is read, not spent.
-	e.g.mu.Lock()
+	e.g.lock()
 	e.g.lateShare[Interactive] = 0
-	e.g.mu.Unlock()
+	e.g.unlock()
 	if err := e.Allow(hopeless, Interactive); err != nil {
 		t.Fatalf("objective past its due, budget left: %v, want nil", err)
 	}
-	e.g.mu.Lock()
+	e.g.lock()
 	share := e.g.lateShare[Interactive]
-	e.g.mu.Unlock()
+	e.g.unlock()
 	if st := e.Stats().Classes[Interactive]; share != 0 || st.AdmittedLate != 0 {
 		t.Errorf("Allow spent the budget: share %d, AdmittedLate %d; want 0 and 0", share, st.AdmittedLate)
 	}

@@ -21,13 +21,13 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 	mqw[Interactive].MaxQueueWait = time.Millisecond
 	e := newExec(t, Options{Slots: 1, Classes: mqw})
 	iv := int64(codelInterval)
-	e.g.mu.Lock()
+	e.g.lock()
 	st := &e.g.shed[Interactive]
 	st.intervalStart, st.offered = 0, 2*iv                             // arrivals outrunning the slot 2x
 	e.g.codelGrantLocked(Interactive, int64(5*time.Millisecond), iv/2) // above the target
 	e.g.codelGrantLocked(Interactive, int64(3*time.Millisecond), iv+1) // interval ends: smallest 3 ms > 1 ms
 	shedding := st.shedding
-	e.g.mu.Unlock()
+	e.g.unlock()
 	if !shedding {
 		t.Fatal("a standing queue (smallest wait 3 ms over a 1 ms target) does not shed")
 	}
@@ -40,14 +40,14 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 	release := hold(t, e, 1)
 	e.stats[Interactive].AvgSlotNs.Store(int64(5 * time.Millisecond)) // the queued task counts 5 ms
 	queued := make(chan error, 1)
-	e.g.mu.Lock()
+	e.g.lock()
 	st.shedding, st.intervalStart = false, now() // let one task queue
-	e.g.mu.Unlock()
+	e.g.unlock()
 	go func() { queued <- e.Do(context.Background(), Interactive, func(context.Context) error { return nil }) }()
 	waitQueued(t, e, Interactive, 1)
-	e.g.mu.Lock()
+	e.g.lock()
 	st.shedding, st.intervalStart = true, now()
-	e.g.mu.Unlock()
+	e.g.unlock()
 	err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil })
 	if !errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "queue-wait target") {
 		t.Fatalf("an arrival behind a standing queue: %v", err)
@@ -57,11 +57,11 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An interval of shedCalmArrivals arrivals that refused nobody ends shedding.
-	e.g.mu.Lock()
+	e.g.lock()
 	st.intervalStart, st.minWait, st.refused, st.arrivals = 0, int64(time.Hour), 0, shedCalmArrivals
 	e.g.codelGrantLocked(Interactive, int64(50*time.Microsecond), iv+1)
 	shedding = st.shedding
-	e.g.mu.Unlock()
+	e.g.unlock()
 	if shedding {
 		t.Fatal("an interval under the target did not end shedding")
 	}
@@ -124,10 +124,10 @@ func shedInTurn(t *testing.T, e *testExec, release func(), ctx func() context.Co
 		t.Fatal(err)
 	}
 	tasks := []*testTask{task}
-	e.g.mu.Lock()
+	e.g.lock()
 	st := &e.g.shed[Interactive]
 	st.shedding, st.intervalStart = true, now()+int64(time.Hour)
-	e.g.mu.Unlock()
+	e.g.unlock()
 	for i, w := range want {
 		task, err := e.Go(ctx(), Interactive, noop)
 		if got := err == nil; got != w {
@@ -157,8 +157,8 @@ func codelAtZero(t *testing.T, slots int) (*testExec, *shedState) {
 	var mqw [NumClasses]ClassOptions
 	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
 	e := newExec(t, Options{Slots: slots, Classes: mqw})
-	e.g.mu.Lock()
-	t.Cleanup(e.g.mu.Unlock)
+	e.g.lock()
+	t.Cleanup(e.g.unlock)
 	st := &e.g.shed[Interactive]
 	st.intervalStart, st.minWait = 0, math.MaxInt64
 	st.admittedAt = e.stats[Interactive].Admitted.Load()
@@ -356,8 +356,8 @@ func TestAStandingQueueAboveATenthOfTheTargetIsShed(t *testing.T) {
 	// 100 ms for an interval (100 ms, or two slot times) while the
 	// arrivals outrun the slot.
 	waitUntil(t, "shedding", func() bool {
-		e.g.mu.Lock()
-		defer e.g.mu.Unlock()
+		e.g.lock()
+		defer e.g.unlock()
 		return e.g.shed[Interactive].shedding
 	})
 	err := e.Allow(obj(), Interactive)
@@ -482,9 +482,9 @@ func TestASeverelyOutrunClassRefusesItsBacklogAtTheHead(t *testing.T) {
 			waitQueued(t, e, Interactive, i+1)
 		}
 		time.Sleep(25 * time.Millisecond)
-		e.g.mu.Lock()
+		e.g.lock()
 		st.shedding, st.severe, st.intervalStart = shedding, severe, now()+int64(time.Hour)
-		e.g.mu.Unlock()
+		e.g.unlock()
 		if fresh {
 			go func() { errs <- e.Do(context.Background(), Interactive, task) }()
 			waitQueued(t, e, Interactive, n+1)
