@@ -368,7 +368,6 @@ func (e *Executor) slotBack(ctx context.Context, t *task, onWorker bool, r admis
 		t.noSlot = lostByClose
 		return ErrClosed
 	}
-	t.weight, t.start, t.waited = 1, now(), true
-	e.stats[t.class].queueWait.record(t.start-w.Enq, 1)
+	e.timeQueued(t)
 	return nil
 }

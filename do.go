@@ -41,9 +41,34 @@ func (e *Executor) timeFast(t *task, n uint64, at int64) {
 	}
 	t.weight, t.start = uint8(mask+1), at
 	s.queueWait.record(0, mask+1)
-	// Adapt the stride to the gap since the last timed start (racy
-	// between tasks of the class by design: an estimate).
-	gap := time.Duration(t.start - s.timedAt.Swap(t.start))
+	s.adaptStride(mask, at)
+}
+
+// timeQueued marks t as granted its slot after queuing since t.w.Enq
+// and times it as the fast path does, one in the class's stride (drawn
+// from the low bits of its arrival time) with that weight; a task with a
+// latency target is always timed (its end decides EndedLate), and so is
+// every task while SlowWait accounting is on (it needs the wait).
+func (e *Executor) timeQueued(t *task) {
+	s := &e.stats[t.class]
+	t.waited, t.weight = true, 0
+	mask := s.timingMask.Load()
+	weight := mask + 1
+	if w := &t.w; (w.DueSet && w.HasTarget()) || (e.acct != nil && e.acct.slowWait > 0) {
+		weight = 1
+	} else if (uint64(w.Enq)>>6)&mask != 0 {
+		return
+	}
+	t.weight, t.start = uint8(weight), now()
+	s.queueWait.record(t.start-t.w.Enq, weight)
+	s.adaptStride(mask, t.start)
+}
+
+// adaptStride adapts class s's timing stride (mask+1) to the gap since
+// its last timed start, at (racy between tasks of the class by design:
+// an estimate).
+func (s *classStats) adaptStride(mask uint64, at int64) {
+	gap := time.Duration(at - s.timedAt.Swap(at))
 	switch {
 	case gap < timingGapMin && mask < maxTimingStride-1:
 		s.timingMask.Store(mask<<1 | 1)
@@ -361,8 +386,7 @@ func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
 	if err := e.g.Admit(ctx, w); err != nil {
 		return err
 	}
-	t.weight, t.start, t.waited = 1, now(), true
-	e.stats[t.class].queueWait.record(t.start-w.Enq, 1)
+	e.timeQueued(t)
 	return nil
 }
 
@@ -397,11 +421,16 @@ func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 	if a := e.acct; a != nil {
 		var wait int64
 		if t.waited {
-			wait = t.start - t.w.Enq
+			if t.weight != 0 {
+				wait = t.start - t.w.Enq
+			}
 			t.accounted = a.pick(wait, e.stats[t.class].AvgSlotNs.Load())
 		}
 		if t.accounted {
 			n := now()
+			if t.waited && t.weight == 0 {
+				wait = n - t.w.Enq // not timed: its wait ends now
+			}
 			e.accountBegin(t, n-wait, n)
 		}
 	}
@@ -438,12 +467,15 @@ func (e *Executor) end(t *task, restore unsafe.Pointer, err *error) {
 // running table).
 func (e *Executor) finish(t *task) {
 	s := &e.stats[t.class]
+	var end int64
+	var p admission.SlotPeriod
 	if t.weight != 0 {
-		end := now()
-		e.charge(t, end)
-		if w := &t.w; w.DueSet && w.HasTarget() && end > w.Due {
-			s.endedLate.Add(1)
-		}
+		// The estimators see this slot period before the slot goes to
+		// the next task; the histograms are written after, so that the
+		// slot does not wait for them.
+		end = now()
+		p = t.period(end)
+		e.g.RecordSlot(admission.Class(t.class), p)
 	}
 	s.Completed.Inc(t.g)
 	if t.noSlot == holdsSlot {
@@ -454,6 +486,12 @@ func (e *Executor) finish(t *task) {
 		e.g.Release(admission.Class(t.class), &t.w.Est, keep)
 	} else if e.g.IsClosed() {
 		e.checkDrained()
+	}
+	if t.weight != 0 {
+		s.slotTime.record(p.Slot, uint64(p.Weight))
+		if w := &t.w; w.DueSet && w.HasTarget() && end > w.Due {
+			s.endedLate.Add(1)
+		}
 	}
 	if t.accounted {
 		e.accountEnd(t, now())

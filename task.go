@@ -177,9 +177,7 @@ func (e *Executor) runTask(t *Task) (next *Task) {
 	}()
 	tc := &t.tc
 	if tc.w.Granted { // it waited in the queue
-		s := &e.stats[tc.class]
-		tc.weight, tc.start, tc.waited = 1, now(), true
-		s.queueWait.record(tc.start-tc.w.Enq, 1)
+		e.timeQueued(tc)
 		tc.w.Granted = false
 	}
 	t.err = e.run(tc, t.fn)

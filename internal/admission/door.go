@@ -241,6 +241,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 	}
 	if (st.target == 0 || st.auto) && w.target != targetNone && w.Due > t {
 		st.target, st.auto = autoQueueTarget(w.Due-t, g.cnt[c].AvgSlotNs.Load()), true
+		g.shedOn.Or(1 << c)
 	}
 	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
@@ -544,11 +545,11 @@ func (g *Granter) lateLocked(w *Waiter, t int64) bool {
 	return w.target == targetDeadline || !g.lateOKLocked(w.Class, true)
 }
 
-// refuseLocked takes w, just out of the queue, out for good with an error
+// refuseLocked takes w, just out of the queue at t, out for good with an error
 // wrapping ErrSaturated and ErrDeadline: a blocked caller is woken
 // without a slot, a task fails after the lock is released (unlockAndWake).
-func (g *Granter) refuseLocked(w *Waiter) {
-	left := time.Duration(w.Due - g.now())
+func (g *Granter) refuseLocked(w *Waiter, t int64) {
+	left := time.Duration(w.Due - t)
 	g.refuseWithLocked(w, &shedError{class: w.Class, deadline: true, reason: fmt.Sprintf(
 		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
 		time.Duration(g.serviceOf(w)).Round(time.Microsecond))})

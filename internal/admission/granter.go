@@ -77,6 +77,13 @@ type Granter struct {
 	// dispatchWanted: a release freed a slot while a task waited and
 	// found mu held; the holder dispatches before it lets mu go.
 	dispatchWanted atomic.Bool
+	// clocked counts the queued waiters whose pick reads the time (a
+	// latency target, or Background's starvation guard); shedOn has bit c
+	// set while class c has a queue-wait target (its grants feed the
+	// controller the time). A dispatch reads the clock before it takes
+	// mu only while either is set (clockFor).
+	clocked atomic.Int64
+	shedOn  atomic.Uint32
 	// headDue[c] is the due of class c's first Waiter (math.MaxInt64
 	// when none), for Checkpoint's lock-free hand-over test (order.go).
 	headDue [NumClasses]atomic.Int64
@@ -269,6 +276,9 @@ func (g *Granter) Init(cfg Config) error {
 			return fmt.Errorf("cpuwork: Options.Classes[%s].MaxQueueWait is %v, must be >= 0", c, co.MaxQueueWait)
 		}
 		g.shed[c] = shedState{target: int64(co.MaxQueueWait), minWait: math.MaxInt64}
+		if co.MaxQueueWait > 0 {
+			g.shedOn.Or(1 << c)
+		}
 		g.headDue[c].Store(math.MaxInt64)
 		if co.LatencyTarget < 0 {
 			return fmt.Errorf("cpuwork: Options.Classes[%s].LatencyTarget is %v, must be >= 0", c, co.LatencyTarget)
@@ -343,7 +353,8 @@ func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
 		return err
 	}
 	g.enqueueLocked(w)
-	g.dispatchLocked()
+	t := w.Enq
+	g.dispatchLocked(&t)
 	g.unlockAndWake(nil)
 	if w.Kind == KindTask {
 		return nil
@@ -440,6 +451,7 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 // The caller then awaits. It returns false, changing nothing, otherwise
 // (someone else handed a slot over first).
 func (g *Granter) HandOver(w *Waiter, due int64, p SlotPeriod) bool {
+	t := g.now()
 	g.lock()
 	if g.closed.Load() || (!g.UrgentOver(w.Class, due) && !g.OverCommitted()) {
 		g.unlock()
@@ -447,7 +459,7 @@ func (g *Granter) HandOver(w *Waiter, due int64, p SlotPeriod) bool {
 	}
 	g.RecordSlot(w.Class, p)
 	w.Requeued = true
-	w.Enq = g.now()
+	w.Enq = t
 	est := w.Est
 	w.Est = 0 // once w is queued, a release may grant it a new one
 	g.enqueueLocked(w)
@@ -461,14 +473,15 @@ func (g *Granter) HandOver(w *Waiter, due int64, p SlotPeriod) bool {
 // grants any slot free now; it returns false, queuing nothing, when
 // ifOpen is set and the door is closed. The caller then awaits.
 func (g *Granter) Rejoin(w *Waiter, ifOpen bool) bool {
+	t := g.now()
 	g.lock()
 	if ifOpen && g.closed.Load() {
 		g.unlock()
 		return false
 	}
-	w.Enq = g.now()
+	w.Enq = t
 	g.enqueueLocked(w)
-	g.dispatchLocked()
+	g.dispatchLocked(&t)
 	g.unlockAndWake(nil)
 	return true
 }
@@ -576,28 +589,22 @@ func (g *Granter) Release(c Class, est *int64, keep *Keep) {
 		// Dispatch the slot, or have the lock's holder do it before it
 		// lets the lock go (serveDispatch): a releaser that parked on the
 		// lock left its slot idle until it was scheduled again.
-		g.dispatchWanted.Store(true)
-		if g.mu.TryLock() {
-			g.dispatchWanted.Store(false)
-			g.dispatchLocked()
+		t := g.clockFor()
+		if g.mu.TryLock() || g.wantDispatch() {
+			g.dispatchLocked(&t)
 			g.unlockAndWake(keep)
 		}
 	}
 	g.owner.Released()
 }
 
-// setCapacity is the one way the capacity changes: slots in total, of
-// which one is held closed while the fractional quota's extra slot is
+// setCapacityLocked is the one way the capacity changes: slots in total,
+// of which one is held closed while the fractional quota's extra slot is
 // (extraClosed). The difference goes to free (negative while running
 // tasks exceed it: they hand their slots back at their next Checkpoint),
-// the SpareP bound follows, and free slots go to the waiters.
-func (g *Granter) setCapacity(slots int, extraClosed bool) {
-	g.lock()
-	g.setCapacityLocked(slots, extraClosed)
-	g.unlockAndWake(nil)
-}
-
-func (g *Granter) setCapacityLocked(slots int, extraClosed bool) {
+// the SpareP bound follows, and free slots go to the waiters; t is the
+// time read before mu (clockFor).
+func (g *Granter) setCapacityLocked(slots int, extraClosed bool, t int64) {
 	old := g.slots
 	if g.extraClosed {
 		old--
@@ -615,21 +622,23 @@ func (g *Granter) setCapacityLocked(slots int, extraClosed bool) {
 	// One atomic step for both, so a release (which reads both without
 	// the lock) never sees the new capacity beside the old free count.
 	g.free.resize(int64(now), int64(now-old))
-	g.dispatchLocked()
+	g.dispatchLocked(&t)
 }
 
 // SetSlots sets the slot count (SetSlots, a budget change).
 func (g *Granter) SetSlots(n int) {
+	t := g.clockFor()
 	g.lock()
-	g.setCapacityLocked(n, g.extraClosed)
+	g.setCapacityLocked(n, g.extraClosed, t)
 	g.unlockAndWake(nil)
 }
 
 // SetExtraOpen opens or closes the fractional quota's extra slot.
 func (g *Granter) SetExtraOpen(open bool) {
+	t := g.clockFor()
 	g.lock()
 	if open != !g.extraClosed {
-		g.setCapacityLocked(g.slots, !open)
+		g.setCapacityLocked(g.slots, !open, t)
 	}
 	g.unlockAndWake(nil)
 }
@@ -650,7 +659,7 @@ func (g *Granter) Drain() []*Waiter {
 	var ws []*Waiter
 	for c := range g.queues {
 		for w := g.queues[c].popFront(); w != nil; w = g.queues[c].popFront() {
-			g.dequeuedLocked(Class(c), true)
+			g.dequeuedLocked(w, true)
 			ws = append(ws, w)
 		}
 	}
@@ -743,19 +752,19 @@ type Keep struct {
 }
 
 // dispatchLocked hands free slots to queued waiters in policy order.
-func (g *Granter) dispatchLocked() {
-	var t int64 // read when a decision needs it, once
-
+// t is the time read before mu was taken (clockFor; 0: read here, once,
+// if a decision needs it).
+func (g *Granter) dispatchLocked(t *int64) {
 	for g.waiting.Load() > 0 {
 		if !g.free.take() {
 			return
 		}
-		w := g.pickLocked(&t)
+		w := g.pickLocked(t)
 		if w == nil { // none eligible now (SpareP's slot with only Batch queued, say): keep the slot free
 			g.free.add(1)
 			return
 		}
-		g.grantLocked(w, &t)
+		g.grantLocked(w, t)
 	}
 }
 
@@ -849,16 +858,32 @@ func (g *Granter) takePendingLocked(buf *[8]*Waiter) []*Waiter {
 	return ws
 }
 
+// wantDispatch asks the lock's holder to dispatch (dispatchWanted) and
+// tries the lock once more, in case it was let go meanwhile: true when
+// the caller holds it now and dispatches itself.
+func (g *Granter) wantDispatch() bool {
+	g.dispatchWanted.Store(true)
+	if !g.mu.TryLock() {
+		return false
+	}
+	g.dispatchWanted.Store(false)
+	return true
+}
+
 // serveDispatch dispatches free slots for a release that found mu held
 // (dispatchWanted): a release never waits for the lock. The release sets
 // the flag before it tries the lock and a holder reads it after it lets
 // the lock go, so (sequentially consistent atomics) one of the two
-// dispatches: the releaser if its TryLock won, else the holder, or
-// whoever took the lock in between, on its own unlock.
+// dispatches: the releaser if its second TryLock won, else the holder,
+// or whoever took the lock in between, on its own unlock.
 func (g *Granter) serveDispatch() {
-	for g.dispatchWanted.Load() && g.mu.TryLock() {
+	for g.dispatchWanted.Load() {
+		t := g.clockFor()
+		if !g.mu.TryLock() {
+			return
+		}
 		g.dispatchWanted.Store(false)
-		g.dispatchLocked()
+		g.dispatchLocked(&t)
 		if len(g.pending) == 0 {
 			g.mu.Unlock()
 			continue

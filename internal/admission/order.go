@@ -209,6 +209,22 @@ func (g *Granter) enqueueLocked(w *Waiter) {
 	if q.n == 1 {
 		g.waitMask.Or(1 << c)
 	}
+	if w.clocked() {
+		g.clocked.Add(1)
+	}
+}
+
+// clocked reports whether picking w reads the time: it has a latency
+// target, or it is Background's (the starvation guard).
+func (w *Waiter) clocked() bool { return w.target != targetNone || w.Class == Background }
+
+// clockFor is the time for a dispatch about to take mu: read now when a
+// decision under mu may need it (clocked, shedOn), else 0.
+func (g *Granter) clockFor() int64 {
+	if g.clocked.Load() != 0 || g.shedOn.Load() != 0 {
+		return g.now()
+	}
+	return 0
 }
 
 // queuedLocked publishes class c's head due for lock-free readers.
@@ -217,8 +233,12 @@ func (g *Granter) queuedLocked(c Class) { g.headDue[c].Store(g.queues[c].headDue
 // dequeuedLocked follows the removal of one of class c's waiters; head
 // says it was the head. The shared words are written only when they
 // change: every submitter reads them.
-func (g *Granter) dequeuedLocked(c Class, head bool) {
+func (g *Granter) dequeuedLocked(w *Waiter, head bool) {
+	c := w.Class
 	g.waiting.Add(-1)
+	if w.clocked() {
+		g.clocked.Add(-1)
+	}
 	if head {
 		g.queuedLocked(c)
 	}
@@ -231,7 +251,7 @@ func (g *Granter) dequeuedLocked(c Class, head bool) {
 func (g *Granter) removeLocked(w *Waiter) {
 	head := w.prev == nil
 	g.queues[w.Class].remove(w)
-	g.dequeuedLocked(w.Class, head)
+	g.dequeuedLocked(w, head)
 }
 
 // pickLocked removes and returns the Waiter that gets the next slot:
@@ -249,7 +269,7 @@ func (g *Granter) pickLocked(t *int64) *Waiter {
 			return nil
 		}
 		w := g.queues[c].popFront()
-		g.dequeuedLocked(c, true)
+		g.dequeuedLocked(w, true)
 		switch {
 		case c == Background:
 			g.sinceBackground = 0
@@ -257,7 +277,7 @@ func (g *Granter) pickLocked(t *int64) *Waiter {
 			g.sinceBackground++
 		}
 		if w.target != targetNone && g.lateLocked(w, g.at(t)) {
-			g.refuseLocked(w)
+			g.refuseLocked(w, *t)
 			continue
 		}
 		if g.shed[w.Class].severe && g.backlogLocked(w, g.at(t)) {
