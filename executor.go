@@ -376,37 +376,31 @@ func (e *Executor) setSlots(n int) {
 // owner is the executor as the granter's admission.Owner.
 type owner Executor
 
-// Wake wakes waiters the granter granted or refused: a blocked caller or
-// helper through its ready channel, a task by sending it to the workers
-// (granted) or failing it (refused).
-func (o *owner) Wake(ws []*admission.Waiter, keep *admission.Keep) {
+// Wake wakes a waiter the granter granted or refused: a blocked caller
+// or helper through its ready channel, a task by sending it to the
+// workers (granted) or failing it (refused).
+func (o *owner) Wake(w *admission.Waiter, keep *admission.Keep) {
 	e := (*Executor)(o)
-	failed := false
-	for _, w := range ws {
-		if w.Kind != admission.KindTask || w.Requeued {
-			w.Ready <- struct{}{}
-			continue
-		}
-		t := w.Task.(*Task)
-		if err := w.Refusal(); err != nil {
-			if t.stop != nil {
-				t.stop()
-			}
-			t.err = err
-			close(t.done)
-			failed = true
-			continue
-		}
-		pool := Class(w.Class).pool()
-		if keep != nil && keep.Task == nil && keep.Pool == pool {
-			keep.Task = t
-			continue
-		}
-		e.pools[pool].runq <- t
+	if w.Kind != admission.KindTask || w.Requeued {
+		w.Ready <- struct{}{}
+		return
 	}
-	if failed {
+	t := w.Task.(*Task)
+	if err := w.Refusal(); err != nil {
+		if t.stop != nil {
+			t.stop()
+		}
+		t.err = err
+		close(t.done)
 		e.checkDrained()
+		return
 	}
+	pool := Class(w.Class).pool()
+	if keep != nil && keep.Task == nil && keep.Pool == pool {
+		keep.Task = t
+		return
+	}
+	e.pools[pool].runq <- t
 }
 
 // Released follows each release of a slot and each cancellation of a

@@ -24,8 +24,15 @@ import (
 // docs/performance.md gives the ratios they must meet and the model of
 // when one admission lock saturates.
 
-// scaleTasks is how many tasks one round runs per bound.
-const scaleTasks = 40_000
+// scaleTasks is how many tasks one round runs per bound: 40,000, or
+// fewer for long tasks, so that a round holds about 0.4 s of work per
+// core.
+func scaleTasks(d time.Duration) int {
+	if d <= 0 {
+		return 40_000
+	}
+	return min(40_000, int(400*time.Millisecond/d)*runtime.GOMAXPROCS(0))
+}
 
 // scaleBound is one way to bound the tasks' concurrency: run runs task
 // under it.
@@ -59,8 +66,9 @@ func scaleBounds(b *testing.B, slots int) []scaleBound {
 // scaleRun runs rounds of scaleTasks tasks from submitters goroutines
 // under each bound, alternated, and reports ns per task of each and the
 // executor's time over the others'.
-func scaleRun(b *testing.B, slots, submitters int, task func(context.Context) error) {
+func scaleRun(b *testing.B, slots, submitters int, d time.Duration, task func(context.Context) error) {
 	bounds := scaleBounds(b, slots)
+	perSubmitter := scaleTasks(d) / submitters
 	total := make([]time.Duration, len(bounds))
 	ctx := context.Background()
 	round := 0
@@ -71,7 +79,7 @@ func scaleRun(b *testing.B, slots, submitters int, task func(context.Context) er
 			start := time.Now()
 			for range submitters {
 				wg.Go(func() {
-					for range scaleTasks / submitters {
+					for range perSubmitter {
 						bounds[i].run(ctx, task)
 					}
 				})
@@ -81,7 +89,7 @@ func scaleRun(b *testing.B, slots, submitters int, task func(context.Context) er
 		}
 		round++
 	}
-	per := func(i int) float64 { return float64(total[i]) / float64(round*scaleTasks/submitters*submitters) }
+	per := func(i int) float64 { return float64(total[i]) / float64(round*perSubmitter*submitters) }
 	for i, bd := range bounds {
 		b.ReportMetric(per(i), bd.name+"-ns/task")
 	}
@@ -93,13 +101,13 @@ func scaleRun(b *testing.B, slots, submitters int, task func(context.Context) er
 // submitters = GOMAXPROCS), empty tasks: the fast path on every core.
 func BenchmarkScaleFree(b *testing.B) {
 	p := runtime.GOMAXPROCS(0)
-	scaleRun(b, p, p, emptyTask)
+	scaleRun(b, p, p, 0, emptyTask)
 }
 
 // BenchmarkScaleSaturated: 2 slots, 4xGOMAXPROCS submitters, empty
 // tasks: the queued path, at its most frequent.
 func BenchmarkScaleSaturated(b *testing.B) {
-	scaleRun(b, 2, 4*runtime.GOMAXPROCS(0), emptyTask)
+	scaleRun(b, 2, 4*runtime.GOMAXPROCS(0), 0, emptyTask)
 }
 
 // BenchmarkScaleTask: slots = GOMAXPROCS, 4xGOMAXPROCS submitters, tasks
@@ -111,10 +119,7 @@ func BenchmarkScaleTask(b *testing.B) {
 	for _, d := range []time.Duration{time.Microsecond, 10 * time.Microsecond, 100 * time.Microsecond, time.Millisecond} {
 		task := func(context.Context) error { spin(d); return nil }
 		b.Run(fmt.Sprint(d), func(b *testing.B) {
-			if d >= 100*time.Microsecond && testing.Short() {
-				b.Skip("long tasks: not with -short")
-			}
-			scaleRun(b, p, 4*p, task)
+			scaleRun(b, p, 4*p, d, task)
 		})
 	}
 }

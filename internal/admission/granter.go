@@ -172,12 +172,12 @@ func (c *Sharded) Load() uint64 {
 
 // Owner is what the Granter calls back: the executor.
 type Owner interface {
-	// Wake wakes the waiters granted or refused under the lock, after
-	// it is released: a KindCaller or KindHelper waiter through its Ready
+	// Wake wakes a waiter granted or refused under the lock, after it is
+	// released: a KindCaller or KindHelper waiter through its Ready
 	// channel (one send), a KindTask one by running or failing its task.
 	// keep (nil, or a pool with no task yet) takes the first task granted
 	// to its pool instead of sending it.
-	Wake(ws []*Waiter, keep *Keep)
+	Wake(w *Waiter, keep *Keep)
 	// Released follows every release and every cancellation of a queued
 	// waiter: the executor may have drained (Close) or its pacer may
 	// need to step.
@@ -845,7 +845,9 @@ func (g *Granter) unlockAndWake(keep *Keep) {
 	var buf [8]*Waiter
 	ws := g.takePendingLocked(&buf)
 	g.mu.Unlock()
-	g.owner.Wake(ws, keep)
+	for _, w := range ws {
+		g.owner.Wake(w, keep)
+	}
 	g.serveDispatch()
 }
 
@@ -891,7 +893,9 @@ func (g *Granter) serveDispatch() {
 		var buf [8]*Waiter
 		ws := g.takePendingLocked(&buf)
 		g.mu.Unlock()
-		g.owner.Wake(ws, nil)
+		for _, w := range ws {
+			g.owner.Wake(w, nil)
+		}
 	}
 }
 

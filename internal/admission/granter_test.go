@@ -55,8 +55,8 @@ func TestQuietNeverSeesAGrantHalfDone(t *testing.T) {
 // protocol from one goroutine.
 type recordingOwner struct{ woken []*Waiter }
 
-func (o *recordingOwner) Wake(ws []*Waiter, _ *Keep) { o.woken = append(o.woken, ws...) }
-func (o *recordingOwner) Released()                  {}
+func (o *recordingOwner) Wake(w *Waiter, _ *Keep) { o.woken = append(o.woken, w) }
+func (o *recordingOwner) Released()               {}
 
 // The Granter reads the clock only before it takes its lock: a section
 // under the lock never waits for a clock read. Driven from one goroutine
@@ -132,5 +132,40 @@ func TestNoClockReadUnderTheLock(t *testing.T) {
 	}
 	if underLock != 0 {
 		t.Errorf("%d of %d clock reads were made under the lock", underLock, reads)
+	}
+}
+
+// BenchmarkLockHold is the work a queued task puts under the Granter's
+// lock, from one goroutine (no contention, no wake-up): an Admit that
+// queues (the door, the insert, a dispatch that finds no free slot) and
+// the Release that grants it (a pick and a grant), plus the little
+// around them. Its time per task bounds the hold time h in the model of
+// docs/performance.md: one lock serves at most 1/h queued tasks a
+// second, so P cores queue tasks shorter than P x h faster than it can.
+func BenchmarkLockHold(b *testing.B) {
+	var g Granter
+	var cnt [NumClasses]Counters
+	own := &recordingOwner{}
+	cfg := Config{DefaultQueueLimit: 1 << 20, Owner: own, Log: slog.New(slog.DiscardHandler)}
+	for c := range cnt {
+		cfg.Counters[c] = &cnt[c]
+	}
+	if err := g.Init(cfg); err != nil {
+		b.Fatal(err)
+	}
+	g.SetSlots(1)
+	g.TryAcquire() // the one slot is held: every Admit queues
+	ctx := context.Background()
+	ws := make([]Waiter, 1024)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		w := &ws[i%len(ws)]
+		*w = Waiter{Class: Interactive, Kind: KindTask}
+		g.Admit(ctx, w)
+		var est int64
+		g.Release(Interactive, &est, nil) // grants w: the slot is held again
+		own.woken = own.woken[:0]
+		i++
 	}
 }

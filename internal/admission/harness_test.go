@@ -71,25 +71,23 @@ func (t *testTask) Wait(ctx context.Context) error {
 
 // Wake is the Owner's: a task granted runs on a goroutine, one refused
 // fails; a blocked caller is signalled.
-func (e *testExec) Wake(ws []*Waiter, _ *Keep) {
-	for _, w := range ws {
-		if w.Kind != KindTask || w.Requeued {
-			w.Ready <- struct{}{}
-			continue
-		}
-		t := w.Task.(*testTask)
-		if t.stop != nil {
-			t.stop()
-		}
-		if err := w.Refusal(); err != nil {
-			t.err = err
-			close(t.done)
-			continue
-		}
-		w.Granted = false
-		e.wg.Add(1)
-		go func() { defer e.wg.Done(); e.runTask(t, true) }()
+func (e *testExec) Wake(w *Waiter, _ *Keep) {
+	if w.Kind != KindTask || w.Requeued {
+		w.Ready <- struct{}{}
+		return
 	}
+	t := w.Task.(*testTask)
+	if t.stop != nil {
+		t.stop()
+	}
+	if err := w.Refusal(); err != nil {
+		t.err = err
+		close(t.done)
+		return
+	}
+	w.Granted = false
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.runTask(t, true) }()
 }
 
 func (e *testExec) Released() {}
