@@ -61,7 +61,7 @@ import (
 //
 // Cost per accounted task: two or more reads of a per-thread schedstat
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
-// reads: ~13 µs (BenchmarkAccountedTask, docs/results.md, "Per-task costs"). Tasks are
+// reads: ~13 µs (BenchmarkAccountedTask, docs/performance.md). Tasks are
 // accounted one in AccountOptions.Every (1024 by default), chosen at
 // random (at the default Every, fewer where tasks are so short that this
 // would cost more than 1 % of their slot time: under ~1.3 µs), and every
@@ -289,7 +289,7 @@ func (a *accountant) pickAdmitted(n uint64, avgSlot int64) bool {
 }
 
 // accountCost is the CPU one accounted task costs, ns
-// (BenchmarkAccountedTask minus BenchmarkAccountOff, docs/results.md, "Per-task costs"),
+// (BenchmarkAccountedTask minus BenchmarkAccountOff, docs/performance.md),
 // and accountShare the most of a class's slot time the random one in Every
 // may cost: for tasks shorter than accountCost/accountShare/Every (~1.3 µs
 // at the defaults) fewer are accounted.

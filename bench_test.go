@@ -171,7 +171,7 @@ func BenchmarkGoWaitDemoted(b *testing.B) {
 // One op is a ~1 µs unit of CPU work followed by a Checkpoint, in a task
 // that holds its slot with nothing else runnable; "none" is the unit
 // without Checkpoint. The ratio to "none" is what the yields cost a batch
-// task (docs/results.md, "Per-task costs").
+// task (docs/performance.md).
 func BenchmarkCheckpointYield(b *testing.B) {
 	unit := func() {
 		x := uint64(1)

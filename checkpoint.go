@@ -105,7 +105,7 @@ const (
 
 // defaultCheckpointYield is how long, at most, a task that calls
 // Checkpoint runs between the P yields it makes while every P is busy
-// (docs/results.md, "Per-task costs" measures the interval's cost).
+// (docs/performance.md measures the interval's cost).
 const defaultCheckpointYield = 40 * time.Microsecond
 
 // setCheckpointYield sets Checkpoint's yield interval (0 means
@@ -190,7 +190,7 @@ func (t *task) check(ctx context.Context) error {
 // quota — for nothing, since the idle P's thread already runs the due
 // timers (it sleeps in netpoll until the earliest one) and any runnable
 // goroutine. Measured: a 1-slot executor at GOMAXPROCS 2 yielding every
-// 50 µs used ~10-20 % more CPU for the same work (docs/results.md, "Per-task costs").
+// 50 µs used ~10-20 % more CPU for the same work (docs/performance.md).
 var sampler struct {
 	last     atomic.Int64 // now() of the last read
 	runnable atomic.Int64 // runnable goroutines at that read; -1 if unsupported

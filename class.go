@@ -1,10 +1,6 @@
 package cpuwork
 
-import (
-	"fmt"
-
-	"github.com/cpuwork/cpuwork/internal/admission"
-)
+import "fmt"
 
 // Class is a task's priority class. Lower values are more urgent.
 type Class uint8
@@ -57,6 +53,3 @@ func (c Class) valid() bool { return c < NumClasses }
 // goroutines even when submitted with Do. Batch and Background do, so that
 // their threads can be demoted without touching the caller's thread.
 func (c Class) runsOnWorker() bool { return c >= Batch }
-
-// now is the executor's clock, in nanoseconds (admission.Now).
-func now() int64 { return admission.Now() }

@@ -26,6 +26,9 @@ const (
 	timingGapMax    = time.Millisecond
 )
 
+// now is the executor's clock, in nanoseconds (admission.Now).
+func now() int64 { return admission.Now() }
+
 // timeFast decides whether a task of class c admitted on the fast path
 // as the n-th admission of its class is timed, and with what weight (0:
 // not timed); a timed one starts its slot period at at, or now when at
@@ -148,7 +151,7 @@ type task struct {
 // ctx that does not use a running-table entry's own: a task that
 // queues, a nested one, one run on the critical lane. It is allocated:
 // a sync.Pool of records measured 10-22 % slower for tasks that queue
-// (docs/results.md, "Per-task costs"), and a task that queues pays far more for its
+// (docs/performance.md), and a task that queues pays far more for its
 // park and wake-up than for the allocation.
 func newRecord(ctx context.Context, e *Executor, c Class) *task {
 	t := &task{ctx: ctx, e: e, class: c}

@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// The errors the executor returns for what the Granter decides; the
-// executor's package re-exports them with their documentation.
+// The errors the Granter returns for what it decides. The executor's
+// package sets them to its own, with their documentation, when it is
+// initialised; they are not changed after.
 var (
 	ErrSaturated = errors.New("cpuwork: executor saturated")
 	ErrClosed    = errors.New("cpuwork: executor closed")

@@ -55,7 +55,7 @@ import (
 // a task with a shorter target walks past the waiters it overtakes. A
 // Checkpoint compares its due with the head of its class only while that
 // class has waiters (one more atomic load). Measured per operation in
-// BenchmarkDoSaturated and BenchmarkDoTargets (docs/results.md, "Per-task costs").
+// BenchmarkDoSaturated and BenchmarkDoTargets (docs/performance.md).
 
 // targetKind says where a Waiter's due comes from.
 type targetKind uint8
