@@ -461,7 +461,7 @@ func (e *Executor) end(t *task, restore unsafe.Pointer, err *error) {
 		*err = &PanicError{Class: t.class, Value: r, Stack: debug.Stack()}
 	}
 	if !e.noLabels {
-		setProfLabel(restore)
+		goroutine.SetProfLabels(restore)
 	}
 	e.finish(t)
 }

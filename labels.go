@@ -4,6 +4,8 @@ import (
 	"context"
 	"runtime/pprof"
 	"unsafe"
+
+	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
 
 // Profiler labels. A task runs with cpuwork.class=<class> added to the
@@ -11,31 +13,20 @@ import (
 // -tagfocus cpuwork.class=batch`), and its goroutine's labels are put
 // back when it ends.
 //
-// The goroutine's label set is read and written through the two hooks
-// runtime/pprof itself uses (runtime_getProfLabel, runtime_setProfLabel
-// in runtime/proflabel.go, which the Go project keeps for the packages
-// that link to them): setting a precomputed set costs a store, where
-// pprof.SetGoroutineLabels looks the set up in a context and asking
-// whether a context carries labels walks its whole chain (about half of
-// the admission fast path's cost besides its atomics).
-
-//go:linkname getProfLabel runtime/pprof.runtime_getProfLabel
-func getProfLabel() unsafe.Pointer
-
-//go:linkname setProfLabel runtime/pprof.runtime_setProfLabel
-func setProfLabel(labels unsafe.Pointer)
+// The goroutine's label set is read and written through the runtime's
+// own hooks (internal/goroutine, which says why).
 
 // initLabels makes each class's label set (e.labels, e.classLabels):
 // the contexts keep the sets alive, the pointers are what the goroutine
 // holds while a task of the class runs.
 func (e *Executor) initLabels() {
-	old := getProfLabel()
+	old := goroutine.ProfLabels()
 	for c := range Class(NumClasses) {
 		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(labelKey, c.String()))
 		pprof.SetGoroutineLabels(e.labels[c])
-		e.classLabels[c] = getProfLabel()
+		e.classLabels[c] = goroutine.ProfLabels()
 	}
-	setProfLabel(old)
+	goroutine.SetProfLabels(old)
 }
 
 // setLabels gives the calling goroutine, about to run t, its task's
@@ -46,9 +37,9 @@ func (e *Executor) initLabels() {
 // allocation). On a worker or the critical lane they are ctx's plus the
 // class, the class's set alone when ctx has none.
 func (e *Executor) setLabels(t *task, onCaller bool) (restore unsafe.Pointer) {
-	old := getProfLabel()
+	old := goroutine.ProfLabels()
 	if onCaller && old == nil || !onCaller && !hasLabels(t.ctx) {
-		setProfLabel(e.classLabels[t.class])
+		goroutine.SetProfLabels(e.classLabels[t.class])
 		return old
 	}
 	pprof.SetGoroutineLabels(pprof.WithLabels(t.ctx, pprof.Labels(labelKey, t.class.String())))

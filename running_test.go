@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/cpuwork/cpuwork/internal/goroutine"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -237,9 +238,9 @@ func TestATaskRestoresItsGoroutinesLabels(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			pprof.SetGoroutineLabels(tc.set)
 			defer pprof.SetGoroutineLabels(context.Background())
-			before := getProfLabel()
+			before := goroutine.ProfLabels()
 			err := e.Do(tc.set, Interactive, func(ctx context.Context) error {
-				if getProfLabel() == before {
+				if goroutine.ProfLabels() == before {
 					return errors.New("the task runs without its class label")
 				}
 				return nil
@@ -247,7 +248,7 @@ func TestATaskRestoresItsGoroutinesLabels(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if getProfLabel() != before {
+			if goroutine.ProfLabels() != before {
 				t.Error("the goroutine's labels are not restored after the task")
 			}
 		})
