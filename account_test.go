@@ -305,3 +305,27 @@ func TestAccountingChoosesOneInEveryAndFewerOfShortTasksAtTheDefault(t *testing.
 		}
 	}
 }
+
+// The slowest-tasks window keeps the slowest accounts, slowest first,
+// whatever order they come in, and turns away the faster ones without
+// its lock once it is full.
+func TestSlowestKeepsTheSlowestInOrder(t *testing.T) {
+	s := slowest{window: int64(time.Hour)}
+	walls := []int{5, 1, 9, 3, 7, 2, 8, 6, 4, 10, 0, 11, 3}
+	for _, w := range walls {
+		s.add(TaskAccount{Wall: time.Duration(w)}, 1)
+	}
+	got := s.get(2)
+	want := []time.Duration{11, 10, 9, 8, 7, 6, 5, 4}
+	if len(got) != len(want) {
+		t.Fatalf("kept %d accounts, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].Wall != want[i] {
+			t.Fatalf("kept %v at %d, want %v (all: %v)", got[i].Wall, i, want[i], got)
+		}
+	}
+	if f := s.floor.Load(); f != 4 {
+		t.Errorf("floor %d, want 4 (the 8th slowest)", f)
+	}
+}

@@ -7,7 +7,6 @@ import (
 	"github.com/cpuwork/cpuwork/internal/admission"
 	"runtime/debug"
 	"runtime/trace"
-	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -28,24 +27,6 @@ const (
 
 // now is the executor's clock, in nanoseconds (admission.Now).
 func now() int64 { return admission.Now() }
-
-// timeFast decides whether a task of class c admitted on the fast path
-// as the n-th admission of its class is timed, and with what weight (0:
-// not timed); a timed one starts its slot period at at, or now when at
-// is 0 (the caller has not read the clock).
-func (e *Executor) timeFast(t *task, n uint64, at int64) {
-	s := &e.stats[t.class]
-	mask := s.timingMask.Load()
-	if n&mask != 0 {
-		return
-	}
-	if at == 0 {
-		at = now()
-	}
-	t.weight, t.start = uint8(mask+1), at
-	s.queueWait.record(0, mask+1)
-	s.adaptStride(mask, at)
-}
 
 // timeQueued marks t as granted its slot after queuing since t.w.Enq
 // and times it as the fast path does, one in the class's stride (drawn
@@ -325,60 +306,6 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 	return e.run(t, fn)
 }
 
-// runAdmitted admits t, which took a free slot at once (tryAcquire;
-// admitFastTask), and runs fn on the slot. After Close it gives the slot
-// back and returns ErrClosed.
-func (e *Executor) runAdmitted(t *task, g uintptr, fn func(context.Context) error) error {
-	if err := e.admitFastTask(t, g); err != nil {
-		if t.entered {
-			t.leave()
-		}
-		return err
-	}
-	return e.run(t, fn)
-}
-
-// admitFastTask counts the admission of t, which took a free slot at
-// once (a Do on its goroutine, or a Go task before its worker), sets the
-// arrival its class's target counts from, times it if its turn
-// (timeFast) and picks it for accounting. After Close it gives the slot
-// back and returns ErrClosed. key spreads the admission count (the
-// submitting goroutine, or the task).
-func (e *Executor) admitFastTask(t *task, key uintptr) error {
-	c := t.class
-	n, shard, err := e.admitFast(c, key)
-	if err != nil {
-		return err
-	}
-	var at int64 // one clock read for the target's arrival and the timing
-	if e.g.LatencyTarget(admission.Class(c)) != 0 {
-		at = now()
-		t.w.Enq = at
-	}
-	e.timeFast(t, n, at)
-	if a := e.acct; a != nil {
-		t.accounted = a.pickAdmitted(n^uint64(shard)<<56, e.stats[c].AvgSlotNs.Load())
-	}
-	return nil
-}
-
-// admitFast counts an admission made by tryAcquire and then checks for
-// Close. Counting first means that either this check sees the executor
-// closed (the slot is given back, ErrClosed) or Close sees the admission
-// and waits for the task. n is the admission's count in its shard.
-func (e *Executor) admitFast(c Class, key uintptr) (n uint64, shard int, err error) {
-	s := &e.stats[c]
-	n, shard = s.Admitted.Inc(key)
-	if e.g.IsClosed() {
-		s.Admitted.Dec(key)
-		s.Rejected.Add(1)
-		var noEst int64
-		e.releaseSlot(c, &noEst)
-		return 0, 0, ErrClosed
-	}
-	return n, shard, nil
-}
-
 // acquireSlow queues t's waiter and blocks until it is granted a slot,
 // is refused, or ctx ends (granter.admit).
 func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
@@ -398,24 +325,6 @@ func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
 // a For helper stopped, a granted waiter was cancelled, an admission was
 // undone by Close).
 func (e *Executor) releaseSlot(c Class, est *int64) { e.g.Release(admission.Class(c), est, nil) }
-
-// runOnLane runs an admitted Critical task on the critical lane. If the
-// lane refuses it or ctx ends before a lane thread takes it, the slot is
-// given back and the task never runs.
-func (e *Executor) runOnLane(ctx context.Context, t *task, fn func(context.Context) error) error {
-	ran := false
-	err := e.critLane.Do(ctx, func() error {
-		ran = true
-		return e.run(t, fn)
-	})
-	if !ran {
-		s := &e.stats[t.class]
-		s.Admitted.Dec(0)
-		s.Canceled.Add(1)
-		e.releaseSlot(t.class, &t.w.Est)
-	}
-	return err
-}
 
 // run executes fn under t's slot on the calling goroutine, which runs t
 // meanwhile (the running table), with labels, a trace region and panic
@@ -518,29 +427,4 @@ func (e *Executor) charge(t *task, end int64) {
 	p := t.period(end)
 	e.stats[t.class].slotTime.record(p.Slot, uint64(p.Weight))
 	e.g.RecordSlot(admission.Class(t.class), p)
-}
-
-// inline runs a nested task on the slot its caller already holds; a done
-// ctx returns its error without running fn. Either way the call counts in
-// Nested of the slot's class, and nowhere else.
-func (e *Executor) inline(ctx context.Context, t *task, fn func(context.Context) error) (err error) {
-	e.stats[t.class].nested.Add(1)
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	defer recoverTask(t.class, &err, &e.stats[t.class].panicked)
-	return fn(ctx)
-}
-
-// recoverTask turns a task's panic into a *PanicError for the calls that
-// defer it, inline and For's chunks; run's deferred end does the same for
-// the tasks run runs. It must be the deferred function itself for recover
-// to see the panic. panicked, if not nil, counts it.
-func recoverTask(class Class, err *error, panicked *atomic.Uint64) {
-	if r := recover(); r != nil {
-		if panicked != nil {
-			panicked.Add(1)
-		}
-		*err = &PanicError{Class: class, Value: r, Stack: debug.Stack()}
-	}
 }
