@@ -28,17 +28,17 @@ import (
 //
 // The protocol the executor calls, and nothing else:
 //
-//   - tryAcquire, tryAcquireFor: a free slot at once, lock-free;
-//   - admit: the door, the queue, a grant and, for a blocked caller, the
-//     wait with its cancellation race (a Go task is woken by wake);
-//   - handOver and rejoin: queue again a task that gives its slot up at a
-//     Checkpoint, or a For helper that waits for one; await: their wait;
-//   - withdraw: a queued Go task whose ctx ended leaves the queue;
-//   - release: the one way a slot goes back;
-//   - setCapacity (setSlots, setExtraOpen): the one way the capacity
-//     changes;
-//   - recordSlot: a measured slot time feeds the estimators;
-//   - allow, close, drain, quiet, snapshot and the lock-free reads.
+//   - TryAcquire, TryAcquireFor: a free slot at once, lock-free;
+//   - Admit: the door, the queue, a grant and, for a blocked caller, the
+//     wait with its cancellation race (a Go task is woken by Owner.Wake);
+//   - HandOver and Rejoin: queue again a task that gives its slot up at a
+//     Checkpoint, or a For helper that waits for one; Await: their wait;
+//   - Withdraw: a queued Go task whose ctx ended leaves the queue;
+//   - Release: the one way a slot goes back;
+//   - SetSlots, SetExtraOpen (setCapacityLocked): the one way the
+//     capacity changes;
+//   - RecordSlot: a measured slot time feeds the estimators;
+//   - Allow, Close, Drain, Quiet, Snapshot and the lock-free reads.
 //
 // It reaches the executor only through Owner (wake what it granted or
 // refused; after a release or a cancellation, let it check whether Close
@@ -74,6 +74,10 @@ type Granter struct {
 	free     slotWord
 	waiting  atomic.Int64  // queued waiters, all classes
 	waitMask atomic.Uint32 // bit c set while class c has queued waiters
+	// woken counts the waiters granted a slot and signalled that have not
+	// yet returned from Await: their goroutines are runnable, most often
+	// next on the P of the task that released the slot.
+	woken atomic.Int64
 	// dispatchWanted: a release freed a slot while a task waited and
 	// found mu held; the holder dispatches before it lets mu go.
 	dispatchWanted atomic.Bool
@@ -336,24 +340,34 @@ func (g *Granter) Slots() int64 { return g.nslots.Load() }
 // LatencyTarget is class c's latency target in ns (0: none).
 func (g *Granter) LatencyTarget(c Class) int64 { return g.latencyTarget[c] }
 
-// Admit is the one way a submission that found no free slot queues: the
-// door (queueAdmitLocked: it may refuse w, with the error to return), its
-// class queue at its due's place, the grant of any slot free now and,
-// for a blocked caller (waitCaller), the wait for its slot (await: a
+// Admit is the one way a submission that found no free slot queues:
+// the door (queueAdmitLocked: it may refuse w, with the error to return),
+// its class queue at its due's place, the grant of any slot free now and,
+// for a blocked caller (KindCaller), the wait for its slot (Await: a
 // grant, a refusal at the head, Close, or ctx's end racing a grant). A
-// task (waitTask) returns once queued; wake runs or fails it, withdraw
-// takes it out when its ctx ends. w's due is set (setDue), its ready
-// channel made for a caller.
+// task (KindTask) returns once queued; Owner.Wake runs or fails it,
+// Withdraw takes it out when its ctx ends. Admit sets w's arrival and due;
+// a caller's Ready channel (capacity 1) must be made. Before it queues,
+// it yields the P while a task granted a slot has not started yet.
 func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
 	w.Enq = g.now()
+	t := w.Enq
+	if g.woken.Load() > 0 {
+		// A task granted a slot has not started yet: most often it is
+		// the next to run on this P, behind this goroutine, which is
+		// about to queue and park anyway. Let it run first, so that its
+		// slot does not idle through this submission. The submission
+		// keeps its arrival; the door judges the queue as it is after.
+		runtime.Gosched()
+		t = g.now()
+	}
 	g.SetDue(ctx, w, w.Enq)
 	g.lock()
-	if err := g.queueAdmitLocked(ctx, w, w.Enq, false); err != nil {
+	if err := g.queueAdmitLocked(ctx, w, t, false); err != nil {
 		g.unlock()
 		return err
 	}
 	g.enqueueLocked(w)
-	t := w.Enq
 	g.dispatchLocked(&t)
 	g.unlockAndWake(nil)
 	if w.Kind == KindTask {
@@ -369,7 +383,7 @@ func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
 	}
 }
 
-// WaitResult is how a wait for a slot ended (await).
+// WaitResult is how a wait for a slot ended (Await).
 type WaitResult uint8
 
 const (
@@ -419,6 +433,7 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 			<-w.Ready // granted or closed out just now
 			if w.Granted {
 				w.Granted = false
+				g.woken.Add(-1)
 				if submission {
 					g.cnt[c].Admitted.Dec(uintptr(unsafe.Pointer(w))) // counted at grant; it never ran
 					g.cnt[c].Canceled.Add(1)
@@ -431,6 +446,7 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 	switch {
 	case w.Granted:
 		w.Granted = false
+		g.woken.Add(-1)
 		return WaitGranted
 	case w.refused != nil: // counted when refused
 		return WaitRefused
@@ -713,7 +729,7 @@ func (g *Granter) TryAcquire() bool {
 	return g.free.take()
 }
 
-// TryAcquireFor is tryAcquire that respects the SpareP bound for Batch and
+// TryAcquireFor is TryAcquire that respects the SpareP bound for Batch and
 // Background and counts their slot in lowRunning (under the lock when the
 // bound applies, so concurrent callers cannot both pass it).
 func (g *Granter) TryAcquireFor(c Class) bool {
@@ -797,6 +813,9 @@ func (g *Granter) grantLocked(w *Waiter, t *int64) {
 	}
 	w.Est = est
 	g.share.inflight[w.Class].Add(est)
+	if w.Kind != KindTask || w.Requeued {
+		g.woken.Add(1)
+	}
 	g.pending = append(g.pending, w)
 }
 

@@ -2,8 +2,10 @@ package admission
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"math"
+	"sync"
 	"testing"
 	"time"
 )
@@ -168,4 +170,61 @@ func BenchmarkLockHold(b *testing.B) {
 		own.woken = own.woken[:0]
 		i++
 	}
+}
+
+// Every waiter counted as woken (granted, signalled, not yet back from
+// Await) is uncounted once it returns, whether it runs or its ctx ended
+// as it was granted: a count left behind would make every later
+// submission yield its P first.
+func TestWokenWaitersAreUncounted(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			for j := range 200 {
+				ctx := context.Background()
+				if (i+j)%7 == 0 {
+					c, cancel := context.WithTimeout(ctx, time.Duration(j%3)*time.Microsecond)
+					defer cancel()
+					ctx = c
+				}
+				e.Do(ctx, Interactive, func(context.Context) error { return nil })
+			}
+		})
+	}
+	wg.Wait()
+	if n := e.g.woken.Load(); n != 0 {
+		t.Errorf("%d waiters still counted as woken after every task returned", n)
+	}
+	if n := e.g.waiting.Load(); n != 0 {
+		t.Errorf("%d waiters still queued", n)
+	}
+}
+
+// A waiter whose ctx ends just as it is granted a slot gives the slot
+// back and is uncounted as woken: its Await sees ctx's end first, then
+// finds itself granted. The test holds the lock across the grant so that
+// the end comes between the grant and the wake-up.
+func TestAWaiterCanceledAsItIsGrantedIsUncounted(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.Do(ctx, Interactive, func(context.Context) error { return nil }) }()
+	waitQueued(t, e, Interactive, 1)
+	e.g.lock()
+	e.g.free.add(1) // a slot for the waiter, granted under the lock
+	var at int64
+	e.g.dispatchLocked(&at)
+	cancel()                          // Await takes the ctx's end and waits for the lock
+	time.Sleep(20 * time.Millisecond) // let it get there
+	e.g.unlockAndWake(nil)
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Do: %v, want context.Canceled", err)
+	}
+	if n := e.g.woken.Load(); n != 0 {
+		t.Errorf("%d waiters counted as woken after the canceled one returned", n)
+	}
+	e.g.free.add(-1) // the extra slot, given back by the canceled waiter
+	release()
 }
