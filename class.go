@@ -1,6 +1,10 @@
 package cpuwork
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
+)
 
 // Class is a task's priority class. Lower values are more urgent.
 type Class uint8
@@ -26,22 +30,17 @@ const (
 	NumClasses = 4
 )
 
-var classNames = [NumClasses]string{"critical", "interactive", "batch", "background"}
-
 // String returns the class's lower-case name ("critical", ...), the value of
 // the cpuwork.class profiler label.
 func (c Class) String() string {
-	if c < NumClasses {
-		return classNames[c]
-	}
-	return fmt.Sprintf("class(%d)", uint8(c))
+	return admission.Class(c).String() // one list of names, the admission core's
 }
 
 // ParseClass returns the class named s (as printed by String).
 func ParseClass(s string) (Class, error) {
-	for i, n := range classNames {
-		if n == s {
-			return Class(i), nil
+	for c := range Class(NumClasses) {
+		if c.String() == s {
+			return c, nil
 		}
 	}
 	return 0, fmt.Errorf("cpuwork: unknown class %q (want critical, interactive, batch or background)", s)

@@ -857,26 +857,25 @@ func (g *Granter) unlock() {
 // to keep's pool into keep (when keep is not nil) instead of sending it;
 // then it serves a dispatch a release asked for meanwhile.
 func (g *Granter) unlockAndWake(keep *Keep) {
+	g.unlockWaking(keep)
+	g.serveDispatch()
+}
+
+// unlockWaking releases mu and wakes the waiters granted or refused
+// while it was held, outside it.
+func (g *Granter) unlockWaking(keep *Keep) {
 	if len(g.pending) == 0 {
-		g.unlock()
+		g.mu.Unlock()
 		return
 	}
 	var buf [8]*Waiter
-	ws := g.takePendingLocked(&buf)
+	ws := append(buf[:0], g.pending...)
+	clear(g.pending)
+	g.pending = g.pending[:0]
 	g.mu.Unlock()
 	for _, w := range ws {
 		g.owner.Wake(w, keep)
 	}
-	g.serveDispatch()
-}
-
-// takePendingLocked moves the waiters to wake out of pending, into buf
-// when they fit.
-func (g *Granter) takePendingLocked(buf *[8]*Waiter) []*Waiter {
-	ws := append(buf[:0], g.pending...)
-	clear(g.pending)
-	g.pending = g.pending[:0]
-	return ws
 }
 
 // wantDispatch asks the lock's holder to dispatch (dispatchWanted) and
@@ -905,16 +904,7 @@ func (g *Granter) serveDispatch() {
 		}
 		g.dispatchWanted.Store(false)
 		g.dispatchLocked(&t)
-		if len(g.pending) == 0 {
-			g.mu.Unlock()
-			continue
-		}
-		var buf [8]*Waiter
-		ws := g.takePendingLocked(&buf)
-		g.mu.Unlock()
-		for _, w := range ws {
-			g.owner.Wake(w, nil)
-		}
+		g.unlockWaking(nil)
 	}
 }
 
