@@ -75,13 +75,15 @@ func rootCmd() *cobra.Command {
   run      run a command in a new CPU cgroup and report its throttling
   doctor   diagnose a running process: throttling, GOMAXPROCS above the quota,
            OS starvation, oversubscription, timer starvation, GC pressure
+  simulate replay a workload through cpuwork's admission code and the usual
+           alternatives on a virtual clock: exact, no machine noise
   budget   the CPU budget of this (or another) process: cgroup quotas of the
            leaf and its ancestors, affinity, GOMAXPROCS, and what cpuwork uses`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
-	root.AddCommand(budgetCmd(), benchCmd(), runCmd(), doctorCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd(), inferenceServerCmd(), quotaTimelineCmd())
+	root.AddCommand(budgetCmd(), benchCmd(), simulateCmd(), runCmd(), doctorCmd(), loadgenCmd(), execInCmd(), quotaChildCmd(), probeCmd(), hogCmd(), inferenceServerCmd(), quotaTimelineCmd())
 	return root
 }
 

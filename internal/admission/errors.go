@@ -27,3 +27,14 @@ type targetVal struct {
 func TargetContext(ctx context.Context, latency, service time.Duration) context.Context {
 	return context.WithValue(ctx, targetKey{}, &targetVal{arrival: Now(), latency: int64(latency), service: int64(max(service, 0))})
 }
+
+// TargetContextAt is TargetContext for a request that arrived at arrival,
+// in the Granter's clock's nanoseconds (Config.Clock): a simulation's
+// virtual clock.
+func TargetContextAt(ctx context.Context, arrival int64, latency, service time.Duration) context.Context {
+	return context.WithValue(ctx, targetKey{}, &targetVal{arrival: arrival, latency: int64(latency), service: int64(max(service, 0))})
+}
+
+// TimeAt is the time.Time of t in Now's nanoseconds: a context deadline
+// on a virtual clock (Config.Clock) is TimeAt of the virtual instant.
+func TimeAt(t int64) time.Time { return epoch.Add(time.Duration(t)) }

@@ -1,0 +1,307 @@
+package sim
+
+import (
+	"context"
+	"log/slog"
+	"time"
+	"unsafe"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
+)
+
+// granted drives cpuwork's Granter as the executor does for a task
+// submitted with Go: TryAcquireFor, else Admit (the door and the queue);
+// Owner.Wake starts a granted task or fails a refused one; Withdraw when
+// the client's deadline ends a queued one; RecordSlot and Release when a
+// task ends. The executor's defaults: a queue of DefaultQueueLimit per
+// class, no SpareP.
+type granted struct {
+	s   *sim
+	g   admission.Granter
+	cnt [admission.NumClasses]admission.Counters
+}
+
+// defaultQueueLimit is the executor's DefaultQueueLimit (the CLI's
+// module cannot import the root's constant without the root's init).
+const defaultQueueLimit = 1024
+
+func newGranted(s *sim) (*granted, error) {
+	p := &granted{s: s}
+	cfg := admission.Config{DefaultQueueLimit: defaultQueueLimit, Owner: p,
+		Log: slog.New(slog.DiscardHandler), Clock: func() int64 { return s.now }}
+	for c := range p.cnt {
+		cfg.Counters[c] = &p.cnt[c]
+	}
+	if err := p.g.Init(cfg); err != nil {
+		return nil, err
+	}
+	p.g.SetSlots(s.wl.Slots)
+	return p, nil
+}
+
+// deadlineCtx is a context whose deadline is on the virtual clock; it is
+// never done: the simulation withdraws a queued task at its deadline.
+type deadlineCtx struct {
+	context.Context
+	at time.Time
+}
+
+func (c deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
+
+func (p *granted) arrive(j *job) {
+	s := p.s
+	j.w = admission.Waiter{Class: j.Class, Kind: admission.KindTask, Task: j}
+	if p.g.TryAcquireFor(j.Class) {
+		p.cnt[j.Class].Admitted.Inc(uintptr(unsafe.Pointer(j)))
+		j.w.Started = true
+		j.held = p.s.now
+		p.run(j)
+		return
+	}
+	ctx := context.Background()
+	if obj := s.wl.Objective[j.Class]; s.wl.Targets && obj > 0 || s.wl.Declared {
+		var lat, svc time.Duration
+		if s.wl.Targets {
+			lat = obj
+		}
+		if s.wl.Declared {
+			svc = j.CPU
+		}
+		ctx = admission.TargetContextAt(ctx, j.arrival, lat, svc)
+	}
+	if j.Deadline > 0 {
+		ctx = deadlineCtx{ctx, admission.TimeAt(j.arrival + int64(j.Deadline))}
+	}
+	if err := p.g.Admit(ctx, &j.w); err != nil {
+		s.end(j, refused)
+		return
+	}
+	s.waiting(j)
+}
+
+// Wake is the Owner's: start a granted task, fail a refused one, give
+// a task queued again at a Checkpoint its slot back (through Await, as
+// its goroutine would).
+func (p *granted) Wake(w *admission.Waiter, _ *admission.Keep) {
+	j := w.Task.(*job)
+	if w.Requeued {
+		w.Ready <- struct{}{}
+		if p.g.Await(nil, w) != admission.WaitGranted {
+			panic("sim: a task queued again at a Checkpoint woke without its slot")
+		}
+		j.held = p.s.now
+		p.run(j)
+		return
+	}
+	if w.Refusal() != nil {
+		p.s.end(j, refused)
+		return
+	}
+	w.Granted = false
+	j.held = p.s.now
+	p.run(j)
+}
+
+// run runs j on its slot until its next Checkpoint or its end.
+func (p *granted) run(j *job) {
+	s := p.s
+	if j.start == 0 {
+		j.start = s.now
+	}
+	j.from = s.now
+	d := j.left
+	if j.step > 0 {
+		d = min(d, j.step)
+	}
+	s.push(s.now+d, evDone, j, 0)
+}
+
+// Released is the Owner's; nothing waits on a drain here.
+func (p *granted) Released() {}
+
+func (p *granted) done(j *job) {
+	w := &j.w
+	j.left -= p.s.now - j.from
+	if j.left > 0 { // a Checkpoint
+		if p.g.UrgentOver(j.Class, p.due(j)) || p.g.OverCommitted() {
+			if w.Ready == nil {
+				w.Ready = make(chan struct{}, 1)
+			}
+			period := admission.SlotPeriod{Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared}
+			if p.g.HandOver(w, p.due(j), period) {
+				return // Wake runs it again
+			}
+		}
+		p.run(j)
+		return
+	}
+	p.g.RecordSlot(j.Class, admission.SlotPeriod{Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared})
+	p.cnt[j.Class].Completed.Inc(uintptr(unsafe.Pointer(j)))
+	p.g.Release(j.Class, &w.Est, nil)
+	p.s.end(j, served) // a loop's client submits again after the release, as a caller of Do does
+}
+
+// due is j's due, computed once from its context as a Checkpoint does.
+func (p *granted) due(j *job) int64 {
+	if !j.w.DueSet {
+		p.g.SetDue(context.Background(), &j.w, j.w.Enq)
+	}
+	return j.w.Due
+}
+
+func (p *granted) expire(j *job) {
+	if p.g.Withdraw(&j.w) {
+		p.s.end(j, expired)
+	}
+}
+
+func (p *granted) tick(uint64) {}
+
+// fifo is a worker pool, a semaphore or a bounded pool: one task per
+// slot, the rest in one queue in arrival order, whatever their class.
+type fifo struct {
+	s       *sim
+	running int
+	queue   []*job // queue[head:] waits
+	head    int
+	leave   bool // a task whose client gave up leaves the queue (semaphore)
+	limit   int  // > 0: refuse an arrival that finds this many queued
+}
+
+func (p *fifo) arrive(j *job) {
+	if p.running < p.s.wl.Slots && p.head == len(p.queue) {
+		p.running++
+		p.s.start(j)
+		return
+	}
+	if p.limit > 0 && len(p.queue)-p.head >= p.limit {
+		p.s.end(j, refused)
+		return
+	}
+	p.queue = append(p.queue, j)
+	if p.leave {
+		p.s.waiting(j)
+	} else {
+		j.queued = true
+	}
+}
+
+func (p *fifo) done(j *job) {
+	p.running--
+	for p.head < len(p.queue) && p.running < p.s.wl.Slots {
+		n := p.queue[p.head]
+		p.queue[p.head] = nil
+		p.head++
+		if n.out != pending { // left at its deadline
+			continue
+		}
+		p.running++
+		p.s.start(n)
+	}
+	if p.head > 1024 && p.head*2 > len(p.queue) {
+		p.queue = append(p.queue[:0], p.queue[p.head:]...)
+		p.head = 0
+	}
+	p.s.end(j, served)
+}
+
+// expire ends j, which left the queue (semaphore); done skips it.
+func (p *fifo) expire(j *job) { p.s.end(j, expired) }
+
+func (p *fifo) tick(uint64) {}
+
+// sliced is a goroutine per request as the Go runtime runs them: the
+// slots are Ps, runnable goroutines wait in one run queue in the order
+// they became runnable, and a running one keeps its P until it ends or
+// has run for a time slice (sysmon's preemption), when it goes to the
+// back of the queue. A closed loop's client is one goroutine: its next
+// task continues on its P within its slice.
+type sliced struct {
+	s     *sim
+	runq  []*job // runq[head:] runnable
+	head  int
+	ps    []sliceP
+	left  map[*job]int64 // CPU time still to run
+	cont  int            // the P whose loop goroutine continues (-1: none)
+	slice int64
+}
+
+type sliceP struct {
+	j     *job
+	from  int64 // when j's current run began
+	slice int64 // when its time slice began
+	gen   uint64
+}
+
+// timeSlice is the Go scheduler's forcePreemptNS.
+const timeSlice = int64(10 * time.Millisecond)
+
+func newSliced(s *sim) *sliced {
+	return &sliced{s: s, ps: make([]sliceP, s.wl.Slots), left: map[*job]int64{}, cont: -1, slice: timeSlice}
+}
+
+func (p *sliced) arrive(j *job) {
+	p.left[j] = int64(j.CPU)
+	if p.cont >= 0 && j.loop >= 0 {
+		i := p.cont
+		p.cont = -1
+		p.run(i, j, p.ps[i].slice)
+		return
+	}
+	for i := range p.ps {
+		if p.ps[i].j == nil {
+			p.run(i, j, p.s.now)
+			return
+		}
+	}
+	p.runq = append(p.runq, j)
+}
+
+// run runs j on P i in a time slice that began at slice.
+func (p *sliced) run(i int, j *job, slice int64) {
+	if j.start == 0 {
+		j.start = p.s.now
+	}
+	P := &p.ps[i]
+	P.j, P.from, P.slice = j, p.s.now, slice
+	P.gen++
+	p.s.push(min(p.s.now+p.left[j], slice+p.slice), evTick, nil, uint64(i)<<48|P.gen)
+}
+
+func (p *sliced) tick(gen uint64) {
+	i := int(gen >> 48)
+	P := &p.ps[i]
+	if P.gen != gen&(1<<48-1) || P.j == nil {
+		return
+	}
+	j := P.j
+	p.left[j] -= p.s.now - P.from
+	P.j = nil
+	if p.left[j] <= 0 {
+		delete(p.left, j)
+		if j.loop >= 0 {
+			p.cont = i
+		}
+		p.s.end(j, served)
+		p.cont = -1
+		if P.j != nil { // the loop's goroutine goes on
+			return
+		}
+	} else {
+		p.runq = append(p.runq, j) // preempted: to the back
+	}
+	if p.head < len(p.runq) {
+		n := p.runq[p.head]
+		p.runq[p.head] = nil
+		p.head++
+		p.run(i, n, p.s.now)
+	}
+	if p.head > 1024 && p.head*2 > len(p.runq) {
+		p.runq = append(p.runq[:0], p.runq[p.head:]...)
+		p.head = 0
+	}
+}
+
+// A goroutine's work does not stop when its client gives up.
+func (p *sliced) done(*job)   {}
+func (p *sliced) expire(*job) {}

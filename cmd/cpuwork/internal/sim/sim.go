@@ -1,0 +1,447 @@
+// Package sim replays a workload — open-loop arrivals from a trace and
+// closed-loop clients — on a virtual clock through an admission policy:
+// cpuwork's own admission code (internal/admission's Granter: the door,
+// the ordering, the class shares, shedding and the late budget, driven
+// through the protocol the executor uses) or a policy teams use instead
+// (a goroutine per request, a FIFO worker pool, a semaphore, a bounded
+// pool answering 503). Each task holds one slot for its CPU time; the
+// slots are the cores. Nothing else is modelled: no preemption at a
+// Checkpoint, no netpoll, no throttling, no run queue shared with other
+// threads — those stay questions for the real-machine bench. The same
+// workload through the same policy gives the same result on any machine.
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
+)
+
+// Class is a request's priority class (critical, interactive, batch,
+// background), as cpuwork's.
+type Class = admission.Class
+
+// Request is one open-loop arrival.
+type Request struct {
+	At       time.Duration // arrival, from the workload's start
+	Class    Class
+	CPU      time.Duration // slot time it takes once running (> 0)
+	Deadline time.Duration // the client gives up this long after arrival; 0: never
+	Kind     string        // a label the report groups by ("" : the class's name)
+}
+
+// Loop is a closed-loop source: Clients clients, each submitting a task
+// of CPU when its last one ends (or is refused), from the start until
+// the workload's Duration — batch work that saturates whatever it is
+// given.
+type Loop struct {
+	Class   Class
+	CPU     time.Duration
+	Clients int
+	Kind    string
+	// Checkpoint is how often a task calls cpuwork.Checkpoint, in CPU
+	// time (0: never): under cpuwork it hands its slot over there when
+	// more urgent work waits. The other policies run it through.
+	Checkpoint time.Duration
+}
+
+// Workload is what a simulation replays.
+type Workload struct {
+	Name     string
+	Slots    int           // the cores; every policy runs this many tasks at once
+	Duration time.Duration // arrivals and loops stop here; queued work still ends
+	Requests []Request     // sorted by At
+	Loops    []Loop
+	// Objective is each class's latency objective (0: none): a request
+	// served within it counts in the goodput, and cpuwork's requests
+	// carry it as their target (WithTarget's Latency) when Targets is set.
+	Objective [admission.NumClasses]time.Duration
+	Targets   bool
+	// Declared gives cpuwork each request's CPU time as its expected
+	// run time (WithTarget's Service), as a service that knows its
+	// request sizes does.
+	Declared bool
+	// QueueLimit is the bounded pool's queue (pool-503); 0: 64.
+	QueueLimit int
+}
+
+// Validate reports the first thing wrong with w.
+func (w *Workload) Validate() error {
+	switch {
+	case w.Slots < 1:
+		return fmt.Errorf("slots %d: must be at least 1", w.Slots)
+	case w.Duration <= 0:
+		return errors.New("the workload has no duration")
+	case len(w.Requests) == 0 && len(w.Loops) == 0:
+		return errors.New("the workload has no request and no loop")
+	}
+	for i, r := range w.Requests {
+		if err := checkClass(r.Class); err != nil {
+			return fmt.Errorf("request %d: %w", i+1, err)
+		}
+		if r.CPU <= 0 || r.At < 0 || r.Deadline < 0 {
+			return fmt.Errorf("request %d: arrival %v, CPU %v, deadline %v: CPU must be > 0, the others >= 0", i+1, r.At, r.CPU, r.Deadline)
+		}
+		if i > 0 && r.At < w.Requests[i-1].At {
+			return fmt.Errorf("request %d arrives at %v, before request %d (%v): the trace must be sorted by arrival", i+1, r.At, i, w.Requests[i-1].At)
+		}
+	}
+	for i, l := range w.Loops {
+		if err := checkClass(l.Class); err != nil {
+			return fmt.Errorf("loop %d: %w", i+1, err)
+		}
+		if l.CPU <= 0 || l.Clients < 1 || l.Checkpoint < 0 {
+			return fmt.Errorf("loop %d: CPU %v, %d clients, Checkpoint every %v: the first two must be positive, the last >= 0", i+1, l.CPU, l.Clients, l.Checkpoint)
+		}
+	}
+	return nil
+}
+
+func checkClass(c Class) error {
+	if c >= admission.NumClasses {
+		return fmt.Errorf("class %d: must be critical, interactive, batch or background", c)
+	}
+	return nil
+}
+
+// Policies are the policies Run knows, in report order.
+var Policies = []struct{ Name, What string }{
+	{"cpuwork", "cpuwork's admission code (its Granter: door, ordering, shares, shedding, late budget) on the slots"},
+	{"goroutines", "a goroutine per request: the slots are Ps, runnable goroutines wait in one run queue, each runs up to a 10 ms time slice and then goes to the back"},
+	{"pool", "worker goroutines, one per slot, fed by a channel in arrival order; a request runs even after its client gave up"},
+	{"semaphore", "a semaphore of one per slot taken in arrival order; a request whose client gave up while it waited leaves (x/sync's Acquire with the request's context)"},
+	{"pool-503", "the pool with a bounded queue (QueueLimit): a request that finds it full is refused at once"},
+}
+
+// outcome is how a job ended.
+type outcome uint8
+
+const (
+	pending outcome = iota
+	served
+	refused // by the policy: at the door, a full queue, at the head
+	expired // its client's deadline passed while it waited
+)
+
+// job is one submission.
+type job struct {
+	Request
+	loop    int   // index in Loops, -1: open-loop
+	step    int64 // Checkpoint interval under cpuwork, ns (0: none)
+	left    int64 // CPU time still to run under cpuwork, ns
+	from    int64 // when its current run began (cpuwork)
+	held    int64 // when its current slot period began (cpuwork)
+	arrival int64
+	start   int64
+	end     int64
+	out     outcome
+	queued  bool
+	w       admission.Waiter // cpuwork's
+}
+
+// Event kinds.
+const (
+	evArrive = iota
+	evDone
+	evExpire
+	evTick // a policy's own timer (processor sharing's next end)
+)
+
+type event struct {
+	at   int64
+	seq  uint64
+	kind uint8
+	j    *job
+	gen  uint64
+}
+
+// sim is one replay.
+type sim struct {
+	wl   *Workload
+	now  int64
+	seq  uint64
+	heap []event
+	jobs []*job
+	pol  policy
+	next int // next open-loop request to arrive
+}
+
+// policy is what a replay drives.
+type policy interface {
+	arrive(j *job)
+	done(j *job)
+	expire(j *job)
+	tick(gen uint64)
+}
+
+// origin is the virtual clock's start: the admission code takes an
+// arrival of 0 for "unknown".
+const origin = int64(time.Second)
+
+func (s *sim) push(at int64, kind uint8, j *job, gen uint64) {
+	s.seq++
+	s.heap = append(s.heap, event{at: at, seq: s.seq, kind: kind, j: j, gen: gen})
+	h := s.heap
+	for i := len(h) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !h[i].before(h[p]) {
+			break
+		}
+		h[i], h[p] = h[p], h[i]
+		i = p
+	}
+}
+
+func (e event) before(o event) bool { return e.at < o.at || e.at == o.at && e.seq < o.seq }
+
+func (s *sim) pop() event {
+	h := s.heap
+	top := h[0]
+	n := len(h) - 1
+	h[0] = h[n]
+	h = h[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && h[l].before(h[m]) {
+			m = l
+		}
+		if r := l + 1; r < n && h[r].before(h[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+	s.heap = h
+	return top
+}
+
+// start runs j from now for its CPU time.
+func (s *sim) start(j *job) {
+	j.start = s.now
+	s.push(s.now+int64(j.CPU), evDone, j, 0)
+}
+
+// waiting marks j queued and arms its client's deadline.
+func (s *sim) waiting(j *job) {
+	j.queued = true
+	if j.Deadline > 0 {
+		s.push(j.arrival+int64(j.Deadline), evExpire, j, 0)
+	}
+}
+
+// end records how j ended and lets its loop's client submit again.
+func (s *sim) end(j *job, o outcome) {
+	j.out, j.end = o, s.now
+	if j.loop >= 0 && s.now < origin+int64(s.wl.Duration) {
+		l := s.wl.Loops[j.loop]
+		if o != served {
+			// A refused client backs off for one task's time rather than
+			// spinning at the same instant.
+			s.push(s.now+int64(l.CPU), evArrive, s.newJob(Request{At: time.Duration(s.now - origin + int64(l.CPU)), Class: l.Class, CPU: l.CPU, Kind: l.Kind}, j.loop), 0)
+			return
+		}
+		s.submit(s.newJob(Request{At: time.Duration(s.now - origin), Class: l.Class, CPU: l.CPU, Kind: l.Kind}, j.loop))
+	}
+}
+
+func (s *sim) newJob(r Request, loop int) *job {
+	j := &job{Request: r, loop: loop, arrival: origin + int64(r.At), left: int64(r.CPU)}
+	if loop >= 0 {
+		j.step = int64(s.wl.Loops[loop].Checkpoint)
+	}
+	s.jobs = append(s.jobs, j)
+	return j
+}
+
+func (s *sim) submit(j *job) { s.pol.arrive(j) }
+
+// Run replays wl through the named policy (Policies).
+func Run(wl *Workload, policy string) (*Result, error) {
+	if err := wl.Validate(); err != nil {
+		return nil, err
+	}
+	s := &sim{wl: wl, now: origin}
+	switch policy {
+	case "cpuwork":
+		p, err := newGranted(s)
+		if err != nil {
+			return nil, err
+		}
+		s.pol = p
+	case "goroutines":
+		s.pol = newSliced(s)
+	case "pool":
+		s.pol = &fifo{s: s}
+	case "semaphore":
+		s.pol = &fifo{s: s, leave: true}
+	case "pool-503":
+		lim := wl.QueueLimit
+		if lim == 0 {
+			lim = 64
+		}
+		s.pol = &fifo{s: s, limit: lim}
+	default:
+		return nil, fmt.Errorf("no policy %q (known: %s)", policy, policyNames())
+	}
+	s.jobs = make([]*job, 0, len(wl.Requests))
+	for li, l := range wl.Loops {
+		for range l.Clients {
+			s.push(origin, evArrive, s.newJob(Request{Class: l.Class, CPU: l.CPU, Kind: l.Kind}, li), 0)
+		}
+	}
+	s.arm()
+	for len(s.heap) > 0 {
+		e := s.pop()
+		s.now = e.at
+		switch e.kind {
+		case evArrive:
+			if e.j == nil {
+				e.j = s.newJob(wl.Requests[s.next], -1)
+				s.next++
+				s.arm()
+			}
+			s.submit(e.j)
+		case evDone:
+			s.pol.done(e.j)
+		case evExpire:
+			if e.j.out == pending && e.j.start == 0 {
+				s.pol.expire(e.j)
+			}
+		case evTick:
+			s.pol.tick(e.gen)
+		}
+	}
+	return s.result(policy), nil
+}
+
+// arm schedules the next open-loop arrival (one at a time: the heap
+// stays as small as the jobs in flight).
+func (s *sim) arm() {
+	if s.next < len(s.wl.Requests) {
+		s.push(origin+int64(s.wl.Requests[s.next].At), evArrive, nil, 0)
+	}
+}
+
+func policyNames() string {
+	var ns []string
+	for _, p := range Policies {
+		ns = append(ns, p.Name)
+	}
+	return fmt.Sprint(ns)
+}
+
+// Result is one policy's replay of a workload.
+type Result struct {
+	Policy  string
+	Groups  []Group // one per kind of request, in the order first seen
+	Classes []Group // one per class, all its kinds together, most urgent first
+}
+
+// Group is what one kind of request got.
+type Group struct {
+	Kind      string
+	Class     Class
+	Requests  int     // submitted within the workload's duration
+	Served    int     // ran to the end
+	Refused   int     // refused by the policy
+	Expired   int     // their client gave up while they waited
+	P50, P99  float64 // latency of the served, from arrival, seconds
+	P99All    float64 // latency of every request, a refused or expired one counted as never answered (+Inf)
+	Within    int     // served within the class's objective; without one, served by the workload's end (Duration)
+	Goodput   float64 // CPU-seconds per second of the Within requests, over Duration
+	Objective time.Duration
+}
+
+// Shed is the share of requests refused or expired.
+func (g Group) Shed() float64 {
+	if g.Requests == 0 {
+		return 0
+	}
+	return float64(g.Refused+g.Expired) / float64(g.Requests)
+}
+
+func (s *sim) result(policy string) *Result {
+	var order []string
+	groups := map[string]*acc{}
+	var classes [admission.NumClasses]*acc
+	dur := float64(s.wl.Duration) / 1e9
+	for _, j := range s.jobs {
+		k := j.Kind
+		if k == "" {
+			k = j.Class.String()
+		}
+		a := groups[k]
+		if a == nil {
+			a = &acc{g: Group{Kind: k, Class: j.Class, Objective: s.wl.Objective[j.Class]}}
+			groups[k] = a
+			order = append(order, k)
+		}
+		if classes[j.Class] == nil {
+			classes[j.Class] = &acc{g: Group{Kind: j.Class.String(), Class: j.Class, Objective: s.wl.Objective[j.Class]}}
+		}
+		for _, a := range [2]*acc{a, classes[j.Class]} {
+			a.add(j, dur, origin+int64(s.wl.Duration))
+		}
+	}
+	r := &Result{Policy: policy}
+	for _, k := range order {
+		r.Groups = append(r.Groups, groups[k].group())
+	}
+	for _, a := range classes {
+		if a != nil {
+			r.Classes = append(r.Classes, a.group())
+		}
+	}
+	return r
+}
+
+type acc struct {
+	g      Group
+	served []float64
+	all    []float64
+}
+
+func (a *acc) add(j *job, dur float64, endBy int64) {
+	g := &a.g
+	g.Requests++
+	lat := math.Inf(1)
+	switch j.out {
+	case served:
+		g.Served++
+		lat = float64(j.end-j.arrival) / 1e9
+		a.served = append(a.served, lat)
+		if g.Objective == 0 && j.end <= endBy || g.Objective > 0 && j.end-j.arrival <= int64(g.Objective) {
+			g.Within++
+			g.Goodput += j.CPU.Seconds() / dur
+		}
+	case refused:
+		g.Refused++
+	case expired:
+		g.Expired++
+	}
+	a.all = append(a.all, lat)
+}
+
+func (a *acc) group() Group {
+	slices.Sort(a.served)
+	slices.Sort(a.all)
+	a.g.P50, a.g.P99 = quantile(a.served, 0.5), quantile(a.served, 0.99)
+	a.g.P99All = quantile(a.all, 0.99)
+	return a.g
+}
+
+// quantile is the q-quantile of sorted xs (nearest rank; NaN when empty).
+func quantile(xs []float64, q float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	i := int(math.Ceil(q*float64(len(xs)))) - 1
+	return xs[max(0, min(i, len(xs)-1))]
+}

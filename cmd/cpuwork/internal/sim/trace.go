@@ -1,0 +1,194 @@
+package sim
+
+import (
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
+)
+
+// ReadCSV reads open-loop requests from a CSV trace: a header naming its
+// columns, then one request per line. Columns (any order; the first
+// three required):
+//
+//	arrival_ms   arrival from the trace's start, ms (decimals allowed)
+//	class        critical, interactive, batch or background
+//	cpu_ms       CPU time the request takes once running, ms (> 0)
+//	deadline_ms  the client gives up this long after arrival, ms (empty or 0: never)
+//	kind         a label the report groups by (empty: the class's name)
+//
+// The requests come back sorted by arrival. An error names the line and
+// the column.
+func ReadCSV(r io.Reader) ([]Request, error) {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.TrimLeadingSpace = true
+	cr.Comment = '#'
+	head, err := cr.Read()
+	if err == io.EOF {
+		return nil, errors.New("the trace is empty: want a header (arrival_ms,class,cpu_ms[,deadline_ms][,kind]) and one line per request")
+	}
+	if err != nil {
+		return nil, err
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		h = strings.ToLower(strings.TrimSpace(h))
+		switch h {
+		case "arrival_ms", "class", "cpu_ms", "deadline_ms", "kind":
+			if _, dup := col[h]; dup {
+				return nil, fmt.Errorf("line 1: column %q twice", h)
+			}
+			col[h] = i
+		default:
+			return nil, fmt.Errorf("line 1: unknown column %q (known: arrival_ms, class, cpu_ms, deadline_ms, kind)", h)
+		}
+	}
+	for _, need := range []string{"arrival_ms", "class", "cpu_ms"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("line 1: no %q column (the header must name arrival_ms, class and cpu_ms)", need)
+		}
+	}
+	var reqs []Request
+	for {
+		rec, err := cr.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		line, _ := cr.FieldPos(0)
+		field := func(name string) string {
+			if i, ok := col[name]; ok && i < len(rec) {
+				return strings.TrimSpace(rec[i])
+			}
+			return ""
+		}
+		ms := func(name string, required bool) (time.Duration, error) {
+			s := field(name)
+			if s == "" && !required {
+				return 0, nil
+			}
+			v, err := strconv.ParseFloat(s, 64)
+			if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v > 1e12 {
+				return 0, fmt.Errorf("line %d: %s %q: want a number of milliseconds >= 0", line, name, s)
+			}
+			return time.Duration(v * 1e6), nil
+		}
+		var q Request
+		if q.At, err = ms("arrival_ms", true); err != nil {
+			return nil, err
+		}
+		if q.CPU, err = ms("cpu_ms", true); err != nil {
+			return nil, err
+		}
+		if q.CPU <= 0 {
+			return nil, fmt.Errorf("line %d: cpu_ms %q: must be > 0", line, field("cpu_ms"))
+		}
+		if q.Deadline, err = ms("deadline_ms", false); err != nil {
+			return nil, err
+		}
+		if q.Class, err = ParseClass(field("class")); err != nil {
+			return nil, fmt.Errorf("line %d: %w", line, err)
+		}
+		q.Kind = field("kind")
+		reqs = append(reqs, q)
+	}
+	if len(reqs) == 0 {
+		return nil, errors.New("the trace has a header and no request")
+	}
+	slices.SortStableFunc(reqs, func(a, b Request) int { return int(a.At - b.At) })
+	return reqs, nil
+}
+
+// ParseClass reads a class name.
+func ParseClass(s string) (Class, error) {
+	for c := range Class(admission.NumClasses) {
+		if strings.EqualFold(s, c.String()) {
+			return c, nil
+		}
+	}
+	return 0, fmt.Errorf("class %q: want critical, interactive, batch or background", s)
+}
+
+// Scenarios are the bench scenarios whose admission policy a simulation
+// can replay, with the sizes their default run measured on a 2-core
+// machine.
+var Scenarios = []struct{ Name, What string }{
+	{"service", "an HTTP service: 90 % small requests (77 µs) and 10 % large (34.33 ms), Poisson arrivals, objective 3x a large one, on 2 slots"},
+	{"inference", "ONNX Runtime: 90 % one image (5.89 ms) and 10 % four (one task of 23.56 ms here), Poisson arrivals, objective 3x a large one, on 2 slots"},
+	{"priority", "critical requests of 200 µs every 7 ms (each within 1 ms after its time) beside batch tasks of 1 ms from 2 clients that never stop, calling Checkpoint every 50 µs under cpuwork, on 2 slots"},
+	{"burst", "500 tasks of 1.5 ms arriving at once, on 2 slots"},
+	{"burst-long", "50 tasks of 40 ms arriving at once, on 2 slots"},
+}
+
+// Scenario builds a scenario's workload at load, a multiple of its
+// capacity (the slots over the mean CPU time per request; ignored by
+// priority and the bursts), for d (0: 10 s), arrivals drawn from seed.
+func Scenario(name string, load float64, d time.Duration, seed uint64) (*Workload, error) {
+	if d <= 0 {
+		d = 10 * time.Second
+	}
+	const slots = 2
+	rng := rand.New(rand.NewPCG(seed, 0x73696d)) // "sim"
+	mix := func(small, large time.Duration, objective time.Duration) *Workload {
+		w := &Workload{Name: fmt.Sprintf("%s at %.0f%%", name, load*100), Slots: slots, Duration: d, Targets: true, Declared: true}
+		w.Objective[admission.Interactive] = objective
+		mean := 0.9*small.Seconds() + 0.1*large.Seconds()
+		rate := load * slots / mean
+		for t := time.Duration(0); ; {
+			t += time.Duration(rng.ExpFloat64() / rate * 1e9)
+			if t >= d {
+				break
+			}
+			q := Request{At: t, Class: admission.Interactive, CPU: small, Kind: "small"}
+			if rng.Float64() >= 0.9 {
+				q.CPU, q.Kind = large, "large"
+			}
+			w.Requests = append(w.Requests, q)
+		}
+		return w
+	}
+	switch name {
+	case "service":
+		large := 34330 * time.Microsecond
+		return mix(77*time.Microsecond, large, 3*large), nil
+	case "inference":
+		large := 4 * 5890 * time.Microsecond
+		return mix(5890*time.Microsecond, large, 3*large), nil
+	case "priority":
+		w := &Workload{Name: name, Slots: slots, Duration: d}
+		for t := time.Duration(0); t < d; t += 7 * time.Millisecond {
+			// Each sent within 1 ms after its time: the batch tasks'
+			// phase is not locked to the arrivals'.
+			at := t + time.Duration(rng.Int64N(int64(time.Millisecond)))
+			w.Requests = append(w.Requests, Request{At: at, Class: admission.Critical, CPU: 200 * time.Microsecond, Kind: "critical"})
+		}
+		w.Loops = []Loop{{Class: admission.Batch, CPU: time.Millisecond, Clients: slots, Kind: "batch", Checkpoint: 50 * time.Microsecond}}
+		return w, nil
+	case "burst", "burst-long":
+		n, c := 500, 1500*time.Microsecond
+		if name == "burst-long" {
+			n, c = 50, 40*time.Millisecond
+		}
+		w := &Workload{Name: name, Slots: slots, Duration: time.Duration(n) * c}
+		for range n {
+			w.Requests = append(w.Requests, Request{Class: admission.Interactive, CPU: c, Kind: "task"})
+		}
+		return w, nil
+	}
+	var known []string
+	for _, s := range Scenarios {
+		known = append(known, s.Name)
+	}
+	return nil, fmt.Errorf("no scenario %q to simulate (known: %s)", name, strings.Join(known, ", "))
+}

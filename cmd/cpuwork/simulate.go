@@ -1,0 +1,368 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/sim"
+	"github.com/spf13/cobra"
+)
+
+func simulateCmd() *cobra.Command {
+	var (
+		scenarios  []string
+		loads      []float64
+		seed       uint64
+		duration   time.Duration
+		trace      string
+		slots      int
+		objectives []string
+		targets    bool
+		declared   bool
+		queueLimit int
+		policies   []string
+		asJSON     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "Replay a workload through cpuwork's admission code and the usual alternatives on a virtual clock",
+		Long: `Replay a workload on a virtual clock through cpuwork's own admission code
+(the executor's door, ordering, class shares, shedding and late budget,
+driven through the protocol the executor uses) and through what teams use
+instead: a goroutine per request (the Go scheduler's 10 ms time slices), a
+worker pool fed by a channel, a semaphore and a bounded pool answering 503.
+Each task holds one slot for its CPU time; the slots are the cores. The
+answer is exact — the same trace gives the same figures on any machine — and
+covers only what the admission policy decides: preemption at a Checkpoint,
+netpoll, throttling and other threads on the cores are not modelled (the
+real-machine bench measures them).
+
+Without --trace it replays the bench's scenarios with the sizes their default
+run measured (--scenario, --load as multiples of capacity). With --trace it
+replays a CSV of requests (header arrival_ms,class,cpu_ms[,deadline_ms][,kind];
+class is critical, interactive, batch or background):
+
+  cpuwork simulate
+  cpuwork simulate --trace requests.csv --slots 4 --objective interactive=250ms`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, p := range policies {
+				if !knownPolicy(p) {
+					return usageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(), ", ")))
+				}
+			}
+			var wls []*sim.Workload
+			if trace != "" {
+				if cmd.Flags().Changed("scenario") || cmd.Flags().Changed("load") {
+					return usageError(errors.New("--trace replays the file: --scenario and --load are for the bench's scenarios"))
+				}
+				wl, err := traceWorkload(trace, slots, objectives, targets, declared, queueLimit, duration)
+				if err != nil {
+					return err
+				}
+				wls = append(wls, wl)
+			} else {
+				if cmd.Flags().Changed("slots") || cmd.Flags().Changed("objective") {
+					return usageError(errors.New("--slots and --objective are for a --trace: the scenarios set their own"))
+				}
+				for _, sc := range scenarios {
+					for i, l := range loads {
+						if l <= 0 || math.IsNaN(l) || math.IsInf(l, 0) {
+							return usageError(fmt.Errorf("--load %v: want a positive multiple of capacity", l))
+						}
+						wl, err := sim.Scenario(sc, l, duration, seed)
+						if err != nil {
+							return usageError(err)
+						}
+						wls = append(wls, wl)
+						if !loadMatters(sc) {
+							break
+						}
+						_ = i
+					}
+				}
+			}
+			var out []simReport
+			for _, wl := range wls {
+				rep := simReport{Workload: wl.Name, Slots: wl.Slots, Seconds: wl.Duration.Seconds(), Requests: len(wl.Requests)}
+				for _, p := range policies {
+					r, err := sim.Run(wl, p)
+					if err != nil {
+						return err
+					}
+					rep.results = append(rep.results, r)
+				}
+				out = append(out, rep)
+			}
+			w := cmd.OutOrStdout()
+			if asJSON {
+				return writeSimJSON(w, out)
+			}
+			for i, rep := range out {
+				if i > 0 {
+					fmt.Fprintln(w)
+				}
+				printSim(w, rep, seed, trace == "")
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	var names []string
+	for _, s := range sim.Scenarios {
+		names = append(names, s.Name)
+	}
+	f.StringSliceVar(&scenarios, "scenario", names, "the bench scenarios to replay: "+strings.Join(names, ", "))
+	f.Float64SliceVar(&loads, "load", []float64{0.8, 2}, "offered load as multiples of capacity (the slots over the mean CPU time per request); service and inference only")
+	f.Uint64Var(&seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
+	f.DurationVar(&duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
+	f.StringVar(&trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind])")
+	f.IntVar(&slots, "slots", runtime.NumCPU(), "with --trace: the cores the service has (tasks run at once)")
+	f.StringSliceVar(&objectives, "objective", nil, "with --trace: a class's latency objective, class=duration (e.g. interactive=250ms); repeatable")
+	f.BoolVar(&targets, "targets", true, "with --trace: cpuwork's requests carry their class's objective as their target (cpuworkhttp's Objective)")
+	f.BoolVar(&declared, "declared", false, "with --trace: cpuwork's requests give their CPU time as their expected run time (cpuworkhttp's Service)")
+	f.IntVar(&queueLimit, "queue-limit", 64, "the bounded pool's queue (pool-503)")
+	f.StringSliceVar(&policies, "policies", policyNames(), "policies to replay")
+	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	return cmd
+}
+
+func policyNames() []string {
+	var ns []string
+	for _, p := range sim.Policies {
+		ns = append(ns, p.Name)
+	}
+	return ns
+}
+
+func knownPolicy(p string) bool {
+	for _, k := range sim.Policies {
+		if k.Name == p {
+			return true
+		}
+	}
+	return false
+}
+
+// loadMatters says whether a scenario's workload depends on --load.
+func loadMatters(sc string) bool { return sc == "service" || sc == "inference" }
+
+func traceWorkload(path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (*sim.Workload, error) {
+	if slots < 1 {
+		return nil, usageError(fmt.Errorf("--slots %d: want at least 1", slots))
+	}
+	if queueLimit < 1 {
+		return nil, usageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
+	}
+	wl := &sim.Workload{Name: path, Slots: slots, Targets: targets, Declared: declared, QueueLimit: queueLimit}
+	for _, o := range objectives {
+		name, val, ok := strings.Cut(o, "=")
+		if !ok {
+			return nil, usageError(fmt.Errorf("--objective %q: want class=duration, e.g. interactive=250ms", o))
+		}
+		c, err := sim.ParseClass(strings.TrimSpace(name))
+		if err != nil {
+			return nil, usageError(fmt.Errorf("--objective %q: %w", o, err))
+		}
+		dv, err := time.ParseDuration(strings.TrimSpace(val))
+		if err != nil || dv <= 0 {
+			return nil, usageError(fmt.Errorf("--objective %q: want a positive duration such as 250ms", o))
+		}
+		wl.Objective[c] = dv
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	wl.Requests, err = sim.ReadCSV(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	wl.Duration = d
+	if d <= 0 {
+		wl.Duration = max(wl.Requests[len(wl.Requests)-1].At, time.Millisecond)
+	}
+	return wl, nil
+}
+
+// simReport is one workload's replay through every policy.
+type simReport struct {
+	Workload string
+	Slots    int
+	Seconds  float64
+	Requests int // open-loop requests (closed loops add theirs)
+	results  []*sim.Result
+}
+
+func printSim(w io.Writer, rep simReport, seed uint64, scenario bool) {
+	src := ""
+	if scenario {
+		src = fmt.Sprintf(", arrivals from seed %d", seed)
+	}
+	fmt.Fprintf(w, "# %s: %d slots, %.3g s%s; exact (a virtual clock: no noise, no interval)\n", rep.Workload, rep.Slots, rep.Seconds, src)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "policy\tkind\trequests\tserved\trefused\tgave up\tp50 served\tp99 served\tp99 all\twithin objective\tgoodput CPU-s/s\t")
+	for _, r := range rep.results {
+		for _, g := range r.Groups {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.3f\t\n", r.Policy, g.Kind, g.Requests, g.Served, g.Refused, g.Expired,
+				simMS(g.P50), simMS(g.P99), simMS(g.P99All), share(g.Within, g.Requests), g.Goodput)
+		}
+	}
+	tw.Flush()
+	for _, line := range simSummary(rep.results) {
+		fmt.Fprintln(w, line)
+	}
+}
+
+// simSummary compares cpuwork with the best other policy per class: the
+// work served within the class's objective (all work served without
+// one; higher is better) and the p99 of every request (a refused one
+// never answered) against every policy; the p99 of the served requests
+// (lower is better) only against policies that served at least 95 % as
+// large a share as cpuwork did, since serving fewer makes it lower.
+func simSummary(rs []*sim.Result) []string {
+	var cw *sim.Result
+	for _, r := range rs {
+		if r.Policy == "cpuwork" {
+			cw = r
+		}
+	}
+	if cw == nil || len(rs) < 2 {
+		return nil
+	}
+	served := func(g sim.Group) float64 { return float64(g.Served) / float64(max(g.Requests, 1)) }
+	var lines []string
+	for ci, g := range cw.Classes {
+		type metric struct {
+			name   string
+			get    func(sim.Group) float64
+			higher bool
+			fmt    func(float64) string
+			fair   func(sim.Group) bool
+		}
+		work := "work served"
+		if g.Objective > 0 {
+			work = "goodput within the objective"
+		}
+		all := func(sim.Group) bool { return true }
+		ms := []metric{
+			{work, func(g sim.Group) float64 { return g.Goodput }, true, func(x float64) string { return fmt.Sprintf("%.3f CPU-s/s", x) }, all},
+			{"p99 of all requests", func(g sim.Group) float64 { return g.P99All }, false, simMS, all},
+			{"p99 of served", func(g sim.Group) float64 { return g.P99 }, false, simMS, func(o sim.Group) bool { return served(o) >= 0.95*served(g) }},
+		}
+		var parts []string
+		for _, m := range ms {
+			mine := m.get(g)
+			best, who := math.NaN(), ""
+			for _, r := range rs {
+				if r == cw || ci >= len(r.Classes) || !m.fair(r.Classes[ci]) {
+					continue
+				}
+				v := m.get(r.Classes[ci])
+				if math.IsNaN(v) {
+					continue
+				}
+				if who == "" || (m.higher && v > best) || (!m.higher && v < best) {
+					best, who = v, r.Policy
+				}
+			}
+			if who == "" {
+				continue
+			}
+			parts = append(parts, fmt.Sprintf("%s %s against %s (%s)%s", m.name, m.fmt(mine), m.fmt(best), who, ratioNote(mine, best)))
+		}
+		lines = append(lines, fmt.Sprintf("%s, cpuwork against the best other policy: %s; cpuwork shed %.1f %%", g.Kind, strings.Join(parts, "; "), g.Shed()*100))
+	}
+	return lines
+}
+
+func ratioNote(a, b float64) string {
+	if b == 0 || math.IsInf(a, 0) || math.IsInf(b, 0) || math.IsNaN(a) || math.IsNaN(b) {
+		return ""
+	}
+	return fmt.Sprintf(" = %.2fx", a/b)
+}
+
+func share(n, of int) string {
+	if of == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(n)/float64(of))
+}
+
+// simMS prints seconds as ms; never answered (+Inf) as "never", none as "-".
+func simMS(s float64) string {
+	switch {
+	case math.IsNaN(s):
+		return "-"
+	case math.IsInf(s, 1):
+		return "never"
+	}
+	return strconv.FormatFloat(s*1e3, 'f', 2, 64) + " ms"
+}
+
+// simGroupJSON is a Group in JSON: latencies in seconds, null when none
+// or never answered.
+type simGroupJSON struct {
+	Kind      string   `json:"kind"`
+	Class     string   `json:"class"`
+	Requests  int      `json:"requests"`
+	Served    int      `json:"served"`
+	Refused   int      `json:"refused"`
+	GaveUp    int      `json:"gave_up"`
+	P50       *float64 `json:"p50_served_s"`
+	P99       *float64 `json:"p99_served_s"`
+	P99All    *float64 `json:"p99_all_s"`
+	Within    int      `json:"within_objective"`
+	Objective float64  `json:"objective_s"`
+	Goodput   float64  `json:"goodput_cpu_s_per_s"`
+}
+
+func writeSimJSON(w io.Writer, reps []simReport) error {
+	fin := func(x float64) *float64 {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return nil
+		}
+		return &x
+	}
+	conv := func(gs []sim.Group) []simGroupJSON {
+		var out []simGroupJSON
+		for _, g := range gs {
+			out = append(out, simGroupJSON{Kind: g.Kind, Class: g.Class.String(), Requests: g.Requests, Served: g.Served, Refused: g.Refused, GaveUp: g.Expired,
+				P50: fin(g.P50), P99: fin(g.P99), P99All: fin(g.P99All), Within: g.Within, Objective: g.Objective.Seconds(), Goodput: g.Goodput})
+		}
+		return out
+	}
+	type pol struct {
+		Policy  string         `json:"policy"`
+		Kinds   []simGroupJSON `json:"kinds"`
+		Classes []simGroupJSON `json:"classes"`
+	}
+	type wl struct {
+		Workload string  `json:"workload"`
+		Slots    int     `json:"slots"`
+		Seconds  float64 `json:"seconds"`
+		Policies []pol   `json:"policies"`
+	}
+	var out []wl
+	for _, rep := range reps {
+		x := wl{Workload: rep.Workload, Slots: rep.Slots, Seconds: rep.Seconds}
+		for _, r := range rep.results {
+			x.Policies = append(x.Policies, pol{r.Policy, conv(r.Groups), conv(r.Classes)})
+		}
+		out = append(out, x)
+	}
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// The README's second example on the checked-in small trace: every
+// policy's rows and the comparison line.
+func TestSimulateATrace(t *testing.T) {
+	out, err := run(t, "simulate", "--trace", "testdata/simulate-small.csv", "--slots", "2", "--objective", "interactive=100ms")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"exact (a virtual clock", "cpuwork  small", "goroutines  large", "pool-503  batch", "interactive, cpuwork against the best other policy: goodput within the objective"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	js, err := run(t, "simulate", "--trace", "testdata/simulate-small.csv", "--slots", "2", "--objective", "interactive=100ms", "--json", "--policies", "cpuwork,pool")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []struct {
+		Policies []struct {
+			Policy string `json:"policy"`
+			Kinds  []struct {
+				Kind     string   `json:"kind"`
+				Requests int      `json:"requests"`
+				P99All   *float64 `json:"p99_all_s"`
+			} `json:"kinds"`
+		} `json:"policies"`
+	}
+	if err := json.Unmarshal([]byte(js), &got); err != nil {
+		t.Fatalf("%v\n%s", err, js)
+	}
+	if len(got) != 1 || len(got[0].Policies) != 2 || got[0].Policies[1].Policy != "pool" || len(got[0].Policies[0].Kinds) != 3 {
+		t.Fatalf("JSON shape: %s", js)
+	}
+	if k := got[0].Policies[0].Kinds[1]; k.Kind != "small" || k.Requests != 353 || k.P99All != nil {
+		t.Errorf("cpuwork's small requests %+v: want 353, some refused (p99 of all null: never answered)", k)
+	}
+}
+
+func TestSimulateTheScenarios(t *testing.T) {
+	out, err := run(t, "simulate", "--scenario", "service,priority", "--load", "2", "--duration", "2s")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"# service at 200%: 2 slots, 2 s, arrivals from seed 1", "# priority: 2 slots", "critical, cpuwork against the best other policy"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestSimulateRefusesBadInput(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.csv")
+	if err := os.WriteFile(bad, []byte("arrival_ms,class,cpu_ms\n0,urgent,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"simulate", "--trace", bad}, 1, `line 2: class "urgent"`},
+		{[]string{"simulate", "--trace", filepath.Join(dir, "none.csv")}, 1, "no such file"},
+		{[]string{"simulate", "--scenario", "nope"}, 2, `no scenario "nope"`},
+		{[]string{"simulate", "--load", "0"}, 2, "--load 0"},
+		{[]string{"simulate", "--policies", "fifo"}, 2, `no policy "fifo"`},
+		{[]string{"simulate", "--slots", "4"}, 2, "for a --trace"},
+		{[]string{"simulate", "--trace", bad, "--scenario", "service"}, 2, "--trace replays the file"},
+		{[]string{"simulate", "--trace", bad, "--slots", "0"}, 2, "--slots 0"},
+		{[]string{"simulate", "--trace", bad, "--objective", "interactive"}, 2, "want class=duration"},
+		{[]string{"simulate", "--trace", bad, "--objective", "urgent=1s"}, 2, `class "urgent"`},
+		{[]string{"simulate", "--trace", bad, "--objective", "batch=-1s"}, 2, "positive duration"},
+	} {
+		var stderr bytes.Buffer
+		if got := execute(c.args, &stderr); got != c.code || !strings.Contains(stderr.String(), c.msg) {
+			t.Errorf("cpuwork %s: exit %d (%s), want %d and %q", strings.Join(c.args, " "), got, strings.TrimSpace(stderr.String()), c.code, c.msg)
+		}
+	}
+}
