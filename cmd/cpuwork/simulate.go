@@ -209,13 +209,28 @@ func printSim(w io.Writer, rep simReport, seed uint64, scenario bool) {
 	if scenario {
 		src = fmt.Sprintf(", arrivals from seed %d", seed)
 	}
-	fmt.Fprintf(w, "# %s: %d slots, %.3g s%s; exact (a virtual clock: no noise, no interval)\n", rep.Workload, rep.Slots, rep.Seconds, src)
+	fmt.Fprintf(w, "# %s: %d slots, %.3g s%s; exact (a virtual clock: no noise, no interval); the admission policy only (no netpoll, throttling or other threads)\n", rep.Workload, rep.Slots, rep.Seconds, src)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tkind\trequests\tserved\trefused\tgave up\tp50 served\tp99 served\tp99 all\twithin objective\tgoodput CPU-s/s\t")
+	row := func(policy string, g sim.Group) {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.3f\t\n", policy, g.Kind, g.Requests, g.Served, g.Refused, g.Expired,
+			simMS(g.P50), simMS(g.P99), simMS(g.P99All), share(g.Within, g.Requests), g.Goodput)
+	}
 	for _, r := range rep.results {
 		for _, g := range r.Groups {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\t%s\t%.3f\t\n", r.Policy, g.Kind, g.Requests, g.Served, g.Refused, g.Expired,
-				simMS(g.P50), simMS(g.P99), simMS(g.P99All), share(g.Within, g.Requests), g.Goodput)
+			row(r.Policy, g)
+		}
+		for _, c := range r.Classes { // a class of several kinds: its total too
+			n := 0
+			for _, g := range r.Groups {
+				if g.Class == c.Class {
+					n++
+				}
+			}
+			if n > 1 {
+				c.Kind = "all " + c.Kind
+				row(r.Policy, c)
+			}
 		}
 	}
 	tw.Flush()
