@@ -60,6 +60,9 @@ class is critical, interactive, batch or background):
 					return usageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(), ", ")))
 				}
 			}
+			if queueLimit < 1 {
+				return usageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
+			}
 			var wls []*sim.Workload
 			if trace != "" {
 				if cmd.Flags().Changed("scenario") || cmd.Flags().Changed("load") {
@@ -75,7 +78,11 @@ class is critical, interactive, batch or background):
 					return usageError(errors.New("--slots and --objective are for a --trace: the scenarios set their own"))
 				}
 				for _, sc := range scenarios {
-					for i, l := range loads {
+					levels := loads
+					if sc == "step" && !cmd.Flags().Changed("load") {
+						levels = []float64{1.4, 3} // the bench's realserver-step levels
+					}
+					for _, l := range levels {
 						if l <= 0 || math.IsNaN(l) || math.IsInf(l, 0) {
 							return usageError(fmt.Errorf("--load %v: want a positive multiple of capacity", l))
 						}
@@ -83,17 +90,19 @@ class is critical, interactive, batch or background):
 						if err != nil {
 							return usageError(err)
 						}
+						if cmd.Flags().Changed("queue-limit") {
+							wl.QueueLimit = queueLimit
+						}
 						wls = append(wls, wl)
 						if !loadMatters(sc) {
 							break
 						}
-						_ = i
 					}
 				}
 			}
 			var out []simReport
 			for _, wl := range wls {
-				rep := simReport{Workload: wl.Name, Slots: wl.Slots, Seconds: wl.Duration.Seconds(), Requests: len(wl.Requests)}
+				rep := simReport{Workload: wl.Name, Slots: wl.Slots, Seconds: wl.Duration.Seconds(), Requests: len(wl.Requests), stepped: wl.StepAt > 0}
 				for _, p := range policies {
 					r, err := sim.Run(wl, p)
 					if err != nil {
@@ -117,12 +126,15 @@ class is critical, interactive, batch or background):
 		},
 	}
 	f := cmd.Flags()
-	var names []string
+	var names, defaults []string
 	for _, s := range sim.Scenarios {
 		names = append(names, s.Name)
+		if s.Name != "step" {
+			defaults = append(defaults, s.Name)
+		}
 	}
-	f.StringSliceVar(&scenarios, "scenario", names, "the bench scenarios to replay: "+strings.Join(names, ", "))
-	f.Float64SliceVar(&loads, "load", []float64{0.8, 2}, "offered load as multiples of capacity (the slots over the mean CPU time per request); service and inference only")
+	f.StringSliceVar(&scenarios, "scenario", defaults, "the bench scenarios to replay: "+strings.Join(names, ", ")+" (step, realserver-step's, only when named)")
+	f.Float64SliceVar(&loads, "load", []float64{0.8, 2}, "offered load as multiples of capacity (the slots over the mean CPU time per request): service and inference, and step's level after its step (default 1.4,3 there)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
 	f.DurationVar(&duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
 	f.StringVar(&trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind])")
@@ -130,7 +142,7 @@ class is critical, interactive, batch or background):
 	f.StringSliceVar(&objectives, "objective", nil, "with --trace: a class's latency objective, class=duration (e.g. interactive=250ms); repeatable")
 	f.BoolVar(&targets, "targets", true, "with --trace: cpuwork's requests carry their class's objective as their target (cpuworkhttp's Objective)")
 	f.BoolVar(&declared, "declared", false, "with --trace: cpuwork's requests give their CPU time as their expected run time (cpuworkhttp's Service)")
-	f.IntVar(&queueLimit, "queue-limit", 64, "the bounded pool's queue (pool-503)")
+	f.IntVar(&queueLimit, "queue-limit", 64, "the bounded pool's queue (pool-503; step's default is 4, imgproxy's)")
 	f.StringSliceVar(&policies, "policies", policyNames(), "policies to replay")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
@@ -154,7 +166,7 @@ func knownPolicy(p string) bool {
 }
 
 // loadMatters says whether a scenario's workload depends on --load.
-func loadMatters(sc string) bool { return sc == "service" || sc == "inference" }
+func loadMatters(sc string) bool { return sc == "service" || sc == "inference" || sc == "step" }
 
 func traceWorkload(path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (*sim.Workload, error) {
 	if slots < 1 {
@@ -202,6 +214,7 @@ type simReport struct {
 	Seconds  float64
 	Requests int // open-loop requests (closed loops add theirs)
 	results  []*sim.Result
+	stepped  bool
 }
 
 func printSim(w io.Writer, rep simReport, seed uint64, scenario bool) {
@@ -234,7 +247,7 @@ func printSim(w io.Writer, rep simReport, seed uint64, scenario bool) {
 		}
 	}
 	tw.Flush()
-	for _, line := range simSummary(rep.results) {
+	for _, line := range simSummary(rep.results, rep.stepped) {
 		fmt.Fprintln(w, line)
 	}
 }
@@ -245,7 +258,7 @@ func printSim(w io.Writer, rep simReport, seed uint64, scenario bool) {
 // never answered) against every policy; the p99 of the served requests
 // (lower is better) only against policies that served at least 95 % as
 // large a share as cpuwork did, since serving fewer makes it lower.
-func simSummary(rs []*sim.Result) []string {
+func simSummary(rs []*sim.Result, stepped bool) []string {
 	var cw *sim.Result
 	for _, r := range rs {
 		if r.Policy == "cpuwork" {
@@ -297,6 +310,17 @@ func simSummary(rs []*sim.Result) []string {
 			parts = append(parts, fmt.Sprintf("%s %s against %s (%s)%s", m.name, m.fmt(mine), m.fmt(best), who, ratioNote(mine, best)))
 		}
 		lines = append(lines, fmt.Sprintf("%s, cpuwork against the best other policy: %s; cpuwork shed %.1f %%", g.Kind, strings.Join(parts, "; "), g.Shed()*100))
+		if stepped {
+			var rec []string
+			for _, r := range rs {
+				if ci < len(r.Classes) && r.Classes[ci].Objective > 0 {
+					rec = append(rec, fmt.Sprintf("%s %v", r.Policy, r.Classes[ci].Recovery))
+				}
+			}
+			if len(rec) > 0 {
+				lines = append(lines, fmt.Sprintf("%s, after the step: served latency back under the objective (the end of the last %v window, by arrival, with a request served late or given up; 0s: none) — %s", g.Kind, 200*time.Millisecond, strings.Join(rec, ", ")))
+			}
+		}
 	}
 	return lines
 }
@@ -341,6 +365,7 @@ type simGroupJSON struct {
 	Within    int      `json:"within_objective"`
 	Objective float64  `json:"objective_s"`
 	Goodput   float64  `json:"goodput_cpu_s_per_s"`
+	Recovery  float64  `json:"recovery_s"` // after a step; 0: none or no step
 }
 
 func writeSimJSON(w io.Writer, reps []simReport) error {
@@ -354,7 +379,7 @@ func writeSimJSON(w io.Writer, reps []simReport) error {
 		var out []simGroupJSON
 		for _, g := range gs {
 			out = append(out, simGroupJSON{Kind: g.Kind, Class: g.Class.String(), Requests: g.Requests, Served: g.Served, Refused: g.Refused, GaveUp: g.Expired,
-				P50: fin(g.P50), P99: fin(g.P99), P99All: fin(g.P99All), Within: g.Within, Objective: g.Objective.Seconds(), Goodput: g.Goodput})
+				P50: fin(g.P50), P99: fin(g.P99), P99All: fin(g.P99All), Within: g.Within, Objective: g.Objective.Seconds(), Goodput: g.Goodput, Recovery: g.Recovery.Seconds()})
 		}
 		return out
 	}

@@ -67,6 +67,15 @@ func TestSimulateTheScenarios(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
+	out, err = run(t, "simulate", "--scenario", "step", "--duration", "2s")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{"# step from 80% to 140% at 1s", "# step from 80% to 300% at 1s", "after the step: served latency back under the objective", "cpuwork 0s"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
 }
 
 func TestSimulateRefusesBadInput(t *testing.T) {
@@ -85,6 +94,7 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"simulate", "--scenario", "nope"}, 2, `no scenario "nope"`},
 		{[]string{"simulate", "--load", "0"}, 2, "--load 0"},
 		{[]string{"simulate", "--policies", "fifo"}, 2, `no policy "fifo"`},
+		{[]string{"simulate", "--queue-limit", "0"}, 2, "--queue-limit 0"},
 		{[]string{"simulate", "--slots", "4"}, 2, "for a --trace"},
 		{[]string{"simulate", "--trace", bad, "--scenario", "service"}, 2, "--trace replays the file"},
 		{[]string{"simulate", "--trace", bad, "--slots", "0"}, 2, "--slots 0"},

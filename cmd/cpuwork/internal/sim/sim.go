@@ -67,6 +67,9 @@ type Workload struct {
 	Declared bool
 	// QueueLimit is the bounded pool's queue (pool-503); 0: 64.
 	QueueLimit int
+	// StepAt is when the offered load steps up (0: no step): the result
+	// then gives each class's recovery.
+	StepAt time.Duration
 }
 
 // Validate reports the first thing wrong with w.
@@ -346,18 +349,27 @@ type Result struct {
 
 // Group is what one kind of request got.
 type Group struct {
-	Kind      string
-	Class     Class
-	Requests  int     // submitted within the workload's duration
-	Served    int     // ran to the end
-	Refused   int     // refused by the policy
-	Expired   int     // their client gave up while they waited
-	P50, P99  float64 // latency of the served, from arrival, seconds
-	P99All    float64 // latency of every request, a refused or expired one counted as never answered (+Inf)
-	Within    int     // served within the class's objective; without one, served by the workload's end (Duration)
+	Kind     string
+	Class    Class
+	Requests int     // submitted within the workload's duration
+	Served   int     // ran to the end
+	Refused  int     // refused by the policy
+	Expired  int     // their client gave up while they waited
+	P50, P99 float64 // latency of the served, from arrival, seconds
+	P99All   float64 // latency of every request, a refused or expired one counted as never answered (+Inf)
+	Within   int     // served within the class's objective; without one, served by the workload's end (Duration)
+	// Recovery is, after a step (Workload.StepAt) and for a class with
+	// an objective, the time from the step to the end of the last
+	// stepWindow (by arrival) whose slowest served request missed the
+	// objective: 0 when none did, as the bench reads a step.
+	Recovery  time.Duration
 	Goodput   float64 // CPU-seconds per second of the Within requests, over Duration
 	Objective time.Duration
 }
+
+// stepWindow is the width of the windows a step's recovery is read in,
+// the bench's.
+const stepWindow = 200 * time.Millisecond
 
 // Shed is the share of requests refused or expired.
 func (g Group) Shed() float64 {
@@ -388,6 +400,9 @@ func (s *sim) result(policy string) *Result {
 		}
 		for _, a := range [2]*acc{a, classes[j.Class]} {
 			a.add(j, dur, origin+int64(s.wl.Duration))
+			if st := s.wl.StepAt; st > 0 && j.At >= st && a.g.Objective > 0 && (j.out == expired || j.out == served && j.end-j.arrival > int64(a.g.Objective)) {
+				a.g.Recovery = max(a.g.Recovery, (j.At-st)/stepWindow*stepWindow+stepWindow)
+			}
 		}
 	}
 	r := &Result{Policy: policy}

@@ -271,3 +271,27 @@ func BenchmarkReplay100k(b *testing.B) {
 		}
 	}
 }
+
+// After a step from 80 % to 3x (imageproxy's mix), cpuwork's served
+// latency never leaves the objective, where a semaphore's queue stays
+// late to the end: the recovery the bench reads, by arrival window.
+func TestRecoveryAfterAStep(t *testing.T) {
+	wl, err := Scenario("step", 3, 6*time.Second, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := func(p string) time.Duration { return run(t, wl, p).Classes[0].Recovery }
+	if r := rec("cpuwork"); r != 0 {
+		t.Errorf("cpuwork recovered %v after the step, want 0 (no window late)", r)
+	}
+	if r := rec("semaphore"); r < 2*time.Second {
+		t.Errorf("the semaphore recovered %v after the step, want late to the end (3 s)", r)
+	}
+	// A window is late when one request in it was served late or given up.
+	wl = &Workload{Slots: 1, Duration: time.Second, StepAt: 500 * ms, Requests: []Request{
+		{At: 500 * ms, CPU: 30 * ms, Class: admission.Interactive}, {At: 750 * ms, CPU: 30 * ms, Class: admission.Interactive}, {At: 751 * ms, CPU: 30 * ms, Class: admission.Interactive}}}
+	wl.Objective[admission.Interactive] = 40 * ms
+	if r := run(t, wl, "pool").Classes[0].Recovery; r != 400*ms {
+		t.Errorf("pool: recovery %v, want 400ms (the third request, late, arrived in the second window)", r)
+	}
+}

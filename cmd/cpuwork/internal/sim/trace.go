@@ -121,36 +121,47 @@ func ParseClass(s string) (Class, error) {
 }
 
 // Scenarios are the bench scenarios whose admission policy a simulation
-// can replay, with the sizes their default run measured on a 2-core
-// machine.
+// can replay, with the sizes their runs measured on a 2-core machine;
+// all but step are the default run's (step is realserver-step's).
 var Scenarios = []struct{ Name, What string }{
 	{"service", "an HTTP service: 90 % small requests (77 µs) and 10 % large (34.33 ms), Poisson arrivals, objective 3x a large one, on 2 slots"},
 	{"inference", "ONNX Runtime: 90 % one image (5.89 ms) and 10 % four (one task of 23.56 ms here), Poisson arrivals, objective 3x a large one, on 2 slots"},
 	{"priority", "critical requests of 200 µs every 7 ms (each within 1 ms after its time) beside batch tasks of 1 ms from 2 clients that never stop, calling Checkpoint every 50 µs under cpuwork, on 2 slots"},
 	{"burst", "500 tasks of 1.5 ms arriving at once, on 2 slots"},
 	{"burst-long", "50 tasks of 40 ms arriving at once, on 2 slots"},
+	{"step", "imageproxy's mix (90 % thumbnails of 17.05 ms, 10 % smart crops of 258.52 ms), objective 3x a crop, clients giving up after twice it, Poisson arrivals at 80 % for 5 s, then at the load for 5 s; pool-503 is imgproxy's admitter (a queue of 4); with the served latency's recovery after the step"},
 }
 
 // Scenario builds a scenario's workload at load, a multiple of its
-// capacity (the slots over the mean CPU time per request; ignored by
-// priority and the bursts), for d (0: 10 s), arrivals drawn from seed.
+// capacity (the slots over the mean CPU time per request; step's level
+// after its step at d/2; ignored by priority and the bursts), for d (0:
+// 10 s), arrivals drawn from seed.
 func Scenario(name string, load float64, d time.Duration, seed uint64) (*Workload, error) {
 	if d <= 0 {
 		d = 10 * time.Second
 	}
 	const slots = 2
 	rng := rand.New(rand.NewPCG(seed, 0x73696d)) // "sim"
-	mix := func(small, large time.Duration, objective time.Duration) *Workload {
-		w := &Workload{Name: fmt.Sprintf("%s at %.0f%%", name, load*100), Slots: slots, Duration: d, Targets: true, Declared: true}
+	// mix is Poisson arrivals of 90 % small and 10 % large requests at
+	// load, after a step from 80 % at stepAt (0: none), clients giving
+	// up after deadline (0: never).
+	mix := func(small, large, objective, stepAt, deadline time.Duration) *Workload {
+		w := &Workload{Name: fmt.Sprintf("%s at %.0f%%", name, load*100), Slots: slots, Duration: d, Targets: true, Declared: true, StepAt: stepAt}
+		if stepAt > 0 {
+			w.Name = fmt.Sprintf("%s from 80%% to %.0f%% at %v", name, load*100, stepAt)
+		}
 		w.Objective[admission.Interactive] = objective
 		mean := 0.9*small.Seconds() + 0.1*large.Seconds()
-		rate := load * slots / mean
 		for t := time.Duration(0); ; {
-			t += time.Duration(rng.ExpFloat64() / rate * 1e9)
+			l := load
+			if t < stepAt {
+				l = 0.8
+			}
+			t += time.Duration(rng.ExpFloat64() / (l * slots / mean) * 1e9)
 			if t >= d {
 				break
 			}
-			q := Request{At: t, Class: admission.Interactive, CPU: small, Kind: "small"}
+			q := Request{At: t, Class: admission.Interactive, CPU: small, Kind: "small", Deadline: deadline}
 			if rng.Float64() >= 0.9 {
 				q.CPU, q.Kind = large, "large"
 			}
@@ -161,10 +172,17 @@ func Scenario(name string, load float64, d time.Duration, seed uint64) (*Workloa
 	switch name {
 	case "service":
 		large := 34330 * time.Microsecond
-		return mix(77*time.Microsecond, large, 3*large), nil
+		return mix(77*time.Microsecond, large, 3*large, 0, 0), nil
 	case "inference":
 		large := 4 * 5890 * time.Microsecond
-		return mix(5890*time.Microsecond, large, 3*large), nil
+		return mix(5890*time.Microsecond, large, 3*large, 0, 0), nil
+	case "step":
+		// imageproxy's middleware gives no run time (Declared false).
+		large := 258520 * time.Microsecond
+		w := mix(17050*time.Microsecond, large, 3*large, d/2, 6*large)
+		w.Declared = false
+		w.QueueLimit = 2 * slots // imgproxy's admitter: a queue of 2x GOMAXPROCS
+		return w, nil
 	case "priority":
 		w := &Workload{Name: name, Slots: slots, Duration: d}
 		for t := time.Duration(0); t < d; t += 7 * time.Millisecond {
