@@ -96,9 +96,12 @@ type Scenario struct {
 	Skipped       string   `json:"skipped,omitempty"`
 	Notes         []string `json:"notes,omitempty"`
 
-	smoke     bool           // a --quick run: no verdicts
-	level     float64        // each look's interval level (lookLevel); 0: confidence
-	decidedAt map[string]int // check label -> pairs at which it was decided
+	smoke bool // a --quick run: no verdicts
+	// defaultRun: the default run, which leaves its checks marked
+	// thorough not judged (judge).
+	defaultRun bool
+	level      float64        // each look's interval level (lookLevel); 0: confidence
+	decidedAt  map[string]int // check label -> pairs at which it was decided
 }
 
 // Repeat is one repeat of a variant: its own latency summary, throughput

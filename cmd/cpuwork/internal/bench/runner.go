@@ -39,6 +39,10 @@ type scenarioDef struct {
 	// its minimum pairs, a scenario takes another round only while the
 	// next look fits in it (not with --thorough or --repeat).
 	budget time.Duration
+	// maxPairs is the default run's cap of pairs for the scenario (0:
+	// defaultMaxPairs): a scenario whose pairs take seconds and whose
+	// spread needs more of them gets more.
+	maxPairs int
 }
 
 // needsBinary runs a scenario that starts children from the cpuwork binary.
@@ -83,7 +87,7 @@ var scenarioTable = []scenarioDef{
 			fib := workload.NewFib(1500 * time.Microsecond)
 			c, _ := workload.Calibrate(fib, 5)
 			return r.burst("burst", n, c, fib), nil
-		}, budget: 30 * time.Second},
+		}, budget: 50 * time.Second, maxPairs: thoroughMaxPairs},
 	{name: "burst-long", desc: "40 ms tasks arriving at once: where processor sharing makes every task late",
 		variants: func() []string { return describe(burstVariants) }, steps: perVariant,
 		run: func(r *Runner) (*Scenario, error) {
@@ -93,7 +97,7 @@ var scenarioTable = []scenarioDef{
 			}
 			spin := workload.NewSpin(40 * time.Millisecond)
 			return r.burst("burst-long", n, spin.D, spin), nil
-		}, budget: 40 * time.Second},
+		}, budget: 45 * time.Second},
 	{name: "priority", desc: "critical requests over loopback HTTP from a generator process, beside batch work that saturates every P, alone and beside a competing CPU-bound process",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {
@@ -103,7 +107,7 @@ var scenarioTable = []scenarioDef{
 			return r.priority("priority", 200*time.Microsecond, time.Millisecond, true), nil
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      125 * time.Second},
+		budget:      170 * time.Second},
 	{name: "priority-inprocess", extra: true, desc: "the priority scenario with requests dispatched in process by a goroutine sleeping to each arrival (measures timer lateness under busy Ps; not in the default set)",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {
@@ -114,10 +118,10 @@ var scenarioTable = []scenarioDef{
 		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
 		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
 		minDuration: 100 * time.Millisecond, // >= 100 canary marks
-		budget:      40 * time.Second},
-	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 80% and 200% of capacity (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, and at 80% again beside a competing CPU-bound process",
+		budget:      55 * time.Second},
+	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 200% of capacity in the default run; with --repeat or --loads also 80% (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, and 80% again beside a competing CPU-bound process",
 		variants: func() []string { return append(describe(serviceVariants), "pool-503"+aaSuffix+": "+aaDesc("pool-503")) }, uses: []string{"regexp", "gzip"},
-		steps: func(r *Runner, vs []string) int { return loadSteps(r, vs, serviceLoads) },
+		steps: func(r *Runner, vs []string) int { return loadSteps(r, vs, r.defaultRunLoads(serviceLoads)) },
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "service", Skipped: "no load generator command configured"}, nil
@@ -125,13 +129,13 @@ var scenarioTable = []scenarioDef{
 			return r.service(r.cfg.LoadGen)
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      150 * time.Second},
-	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 80% and 200% of capacity (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, and at 80% again beside a competing CPU-bound process: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
+		budget:      115 * time.Second},
+	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 200% of capacity in the default run; with --repeat or --loads also 80% (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, 80% again beside a competing CPU-bound process, and 200% in a 1.5-CPU cgroup: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string {
 			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), "pool"+aaSuffix+": "+aaDesc("pool"))
 		},
 		steps: func(r *Runner, vs []string) int {
-			return loadSteps(r, vs[:len(vs)-len(inferenceQuotaExtras)-1], inferenceLoads) + r.rounds
+			return loadSteps(r, vs[:len(vs)-len(inferenceQuotaExtras)-1], r.defaultRunLoads(inferenceLoads)) + r.rounds
 		},
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
@@ -140,7 +144,7 @@ var scenarioTable = []scenarioDef{
 			return r.inference(r.cfg.LoadGen)
 		},
 		minDuration: 500 * time.Millisecond,
-		budget:      150 * time.Second},
+		budget:      110 * time.Second},
 	realserverDef(imageproxyTarget),
 	realserverDef(opaTarget),
 	realserverDef(vipsTarget),
@@ -152,10 +156,13 @@ var scenarioTable = []scenarioDef{
 			if r.cfg.Quick {
 				return len(vs) * r.rounds
 			}
+			if r.defaultRun() {
+				return 2 * len(vs) * r.rounds // 0.25 and 1.25 CPUs
+			}
 			return 3 * len(vs) * r.rounds // three quotas
 		},
 		run:    needsBinary("quota", func(r *Runner, bin []string) (*Scenario, error) { return r.quota(bin[0]), nil }),
-		budget: 50 * time.Second},
+		budget: 30 * time.Second},
 	{name: "neighbour", desc: "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)",
 		variants:    func() []string { return describe(neighbourVariants) },
 		steps:       func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
@@ -266,6 +273,25 @@ var thoroughOnly = map[string]bool{
 	"cpuwork-floor":        true, // quota: cpuwork policies, not alternatives
 	"same-cgroup":          true, // neighbour: references, not the claim's comparison
 	"hog-idle":             true,
+}
+
+// defaultRun reports whether this is the default run: not --quick,
+// --thorough or --repeat. It judges only the comparisons it can decide
+// in its time (check.thorough) and runs only the cases they need.
+func (r *Runner) defaultRun() bool {
+	return r.cfg.Repeat == 0 && !r.cfg.Quick && !r.cfg.Thorough
+}
+
+// defaultRunLoads is a load scenario's levels: loadLevels(def), but in
+// the default run without --loads only the overload levels (above
+// capacity), where its comparisons are decided in a few pairs; the
+// levels below capacity, the capacity search and the case beside a
+// competitor need tens of pairs here and run with --thorough or --loads.
+func (r *Runner) defaultRunLoads(def []float64) []float64 {
+	if r.defaultRun() && len(r.cfg.Loads) == 0 {
+		return slices.DeleteFunc(slices.Clone(def), func(l float64) bool { return l <= 1 })
+	}
+	return r.loadLevels(def)
 }
 
 // runs reports whether the default run (or --thorough) runs a variant.
@@ -508,13 +534,17 @@ func Run(cfg Config) (*Report, error) {
 	for _, d := range r.chosen(want) {
 		r.shareLeft += d.budget
 	}
+	maxRounds := r.maxRounds
 	for _, d := range r.chosen(want) {
 		end := r.done + d.steps(r, d.variants())
 		r.shareLeft -= d.budget
 		r.shareOf, r.started = d.budget, time.Now()
-		r.budget = 0
-		if cfg.Repeat == 0 && !cfg.Quick && !cfg.Thorough {
+		r.budget, r.maxRounds = 0, maxRounds
+		if r.defaultRun() {
 			r.budget = d.budget
+			if d.maxPairs > 0 {
+				r.maxRounds = d.maxPairs
+			}
 		}
 		r.perRound = d.steps(r, d.variants()) / max(r.rounds, 1)
 		t0 := time.Now()
@@ -624,6 +654,7 @@ func looksTo(max int) []int {
 // pairs it was decided on (Scenario.decidedAt).
 func (r *Runner) pairs(s *Scenario, checks func() []check, round func(i int)) {
 	s.smoke = r.cfg.Quick
+	s.defaultRun = r.defaultRun()
 	s.decidedAt = map[string]int{}
 	s.level = r.lookLevel()
 	start := time.Now()

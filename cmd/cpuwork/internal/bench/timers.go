@@ -46,7 +46,7 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	go echoServer(ln)
 	job := workload.NewSpin(unit)
 	echo := map[string]*histT{}
-	r.eachCase(s, "timers", cases, func() []check { return timerChecks(cases) }, nil, nil, func(cc competition, v *Variant, warm bool) error {
+	r.eachCase(s, "timers", cases, func() []check { return timerChecks(cases, r.defaultRun()) }, nil, nil, func(cc competition, v *Variant, warm bool) error {
 		base, _ := baseName(v.Name)
 		canary, eh, series, u, jobs, err := r.timersOnce(strings.TrimSuffix(base, aaSuffix), job, ln.Addr().String())
 		if warm || err != nil {
@@ -74,15 +74,21 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	}
 	s.ratios()
 	s.caseRatios()
-	judge(s, timerChecks(cases))
+	judge(s, timerChecks(cases, r.defaultRun()))
 	return s, nil
 }
 
 // timerChecks: in every case, cpuwork (Batch tasks calling Checkpoint, the
 // docs' way) against the best of the busy pool, a Gosched per job and a
-// Gosched every ~50 µs on the canary's p99, and its batch throughput
-// within 1 % of the pool that Goscheds every ~50 µs (issue 21's targets).
-func timerChecks(cases []competition) []check {
+// Gosched every ~50 µs on the canary's p99 (p90 in the default run,
+// which decides it in a few pairs where the p99 needs tens to hundreds
+// here), and its batch throughput within 1 % of the pool that Goscheds
+// every ~50 µs (beside a CPU-bound process judged with --thorough only).
+func timerChecks(cases []competition, defaultRun bool) []check {
+	canary := "p99"
+	if defaultRun {
+		canary = "p90"
+	}
 	var cs []check
 	for _, cc := range cases {
 		where, suf := cc.Name, cc.suffix()
@@ -91,8 +97,8 @@ func timerChecks(cases []competition) []check {
 		}
 		aa := [2]string{timersAA + suf, timersAA + aaSuffix + suf}
 		cs = append(cs,
-			check{label: where + ": timer canary p99", judged: "cpuwork" + suf, against: []string{"pool" + suf, "pool-gosched" + suf, "pool-gosched-50us" + suf}, metric: "p99", aa: aa},
-			check{label: where + ": batch jobs/s vs yielding as often", judged: "cpuwork" + suf, against: []string{"pool-gosched-50us" + suf}, metric: "batch_jobs_per_s", higher: true, aa: aa})
+			check{label: where + ": timer canary " + canary, judged: "cpuwork" + suf, against: []string{"pool" + suf, "pool-gosched" + suf, "pool-gosched-50us" + suf}, metric: canary, aa: aa},
+			check{label: where + ": batch jobs/s vs yielding as often", judged: "cpuwork" + suf, against: []string{"pool-gosched-50us" + suf}, metric: "batch_jobs_per_s", higher: true, aa: aa, thorough: cc.Name != ""})
 	}
 	return cs
 }

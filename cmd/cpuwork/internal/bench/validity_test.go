@@ -630,3 +630,53 @@ func TestAnOverloadedGeneratorsShortfallIsToleratedTo95Percent(t *testing.T) {
 		}
 	}
 }
+
+// The default run runs the load scenarios at their overload levels only
+// (their comparisons below capacity need tens of pairs here); --loads,
+// --repeat, --thorough and --quick keep theirs, and the beside case runs
+// only with the 80 % level.
+func TestTheDefaultRunKeepsTheLevelsItCanDecide(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want []float64
+	}{
+		{Config{}, []float64{2}},
+		{Config{Loads: []float64{0.8}}, []float64{0.8}},
+		{Config{Repeat: 6}, serviceLoads},
+		{Config{Quick: true}, serviceLoads},
+		{Config{Thorough: true}, thoroughLoads},
+	} {
+		r := &Runner{cfg: c.cfg}
+		got := r.defaultRunLoads(serviceLoads)
+		if !slices.Equal(got, c.want) {
+			t.Errorf("%+v: loads %v, want %v", c.cfg, got, c.want)
+		}
+		if _, beside := r.besideCase(got); beside != slices.Contains(got, besideLevel) {
+			t.Errorf("%+v: beside case %v at loads %v", c.cfg, beside, got)
+		}
+	}
+	if !slices.Equal(serviceLoads, []float64{0.8, 2}) {
+		t.Errorf("serviceLoads changed: %v", serviceLoads)
+	}
+}
+
+// A comparison marked thorough is measured but not judged in the default
+// run — never a verdict, whatever its pairs say — and judged elsewhere.
+func TestTheDefaultRunLeavesThoroughComparisonsUnjudged(t *testing.T) {
+	c := check{label: "nice0: batch throughput", judged: "cw", against: []string{"alt"}, metric: "mean", aa: [2]string{"alt", "alt-aa"}, thorough: true}
+	vals := map[string]map[string][]float64{"cw": {"mean": jitter(0.5, 12)}, "alt": {"mean": jitter(1, 12)}, "alt-aa": {"mean": jitter(1, 12)}}
+	for _, def := range []bool{true, false} {
+		s := synth(vals)
+		s.Name, s.defaultRun = "priority", def
+		judge(s, []check{c})
+		r := s.Checks[0]
+		switch {
+		case def && (r.Verdict != "" || !strings.Contains(r.NotJudged, "left to --thorough: measured 0.50x alt") || !strings.Contains(r.NotJudged, "cpuwork bench --scenario priority --thorough")):
+			t.Errorf("default run: %s", r.line())
+		case def && s.undecided() != 0:
+			t.Error("a comparison left to --thorough counts as undecided: the default run would run pairs for it")
+		case !def && r.Verdict != Better:
+			t.Errorf("--thorough: %s, want better", r.line())
+		}
+	}
+}

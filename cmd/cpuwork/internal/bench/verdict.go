@@ -80,6 +80,10 @@ type check struct {
 	// valid with paired repeats (judged and against are then names of
 	// of's, not variants).
 	needs []string
+	// thorough: a comparison the default run measures but does not
+	// judge — its per-pair spread here needs more pairs than the default
+	// run's share gives (--thorough and --repeat judge it).
+	thorough bool
 }
 
 // figure reports whether c is a figure rather than a comparison.
@@ -158,6 +162,15 @@ func judge(s *Scenario, checks []check) {
 		r := evaluate(s, c)
 		if s.smoke && r.Kind == "comparison" && r.NotJudged == "" {
 			r.Verdict = ""
+		}
+		if c.thorough && s.defaultRun && r.Kind == "comparison" && r.NotJudged == "" {
+			r.Verdict = ""
+			need := ""
+			if r.PairsToDecide > 0 && r.PairsToDecide < maxPairsToDecide {
+				need = fmt.Sprintf(", about %d pairs at this run's spread", r.PairsToDecide)
+			}
+			r.NotJudged = fmt.Sprintf("left to --thorough: measured %.2fx %s [%.2f-%.2fx] at %d pairs; deciding it takes more pairs than the default run gives here%s: cpuwork bench --scenario %s --thorough",
+				r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, r.Pairs, need, s.Name)
 		}
 		s.Checks = append(s.Checks, r)
 	}

@@ -290,9 +290,9 @@ func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 	decls := map[string][]check{
 		"burst":     burstChecks(),
 		"priority":  priorityChecks(Competitions),
-		"timers":    timerChecks(Competitions),
-		"quota":     quotaChecks([]float64{0.25, 1.25, 1.5}),
-		"neighbour": neighbourChecks(),
+		"timers":    timerChecks(Competitions, false),
+		"quota":     quotaChecks([]float64{0.25, 1.25, 1.5}, false),
+		"neighbour": neighbourChecks(false),
 		"service":   serviceChecks([]float64{0.5, 0.8, 2}, 0.1),
 	}
 	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 2}, 0.1, true, quotaCase{quota: 1.5, load: 2}) {
@@ -353,6 +353,8 @@ func setMetric(rp *Repeat, m string, x float64) {
 		rp.Mean = x
 	case "p90":
 		rp.P90 = x
+	case "p50":
+		rp.P50 = x
 	default:
 		rp.Extra[m] = x
 	}
