@@ -118,7 +118,7 @@ var scenarioTable = []scenarioDef{
 		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
 		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
 		minDuration: 100 * time.Millisecond, // >= 100 canary marks
-		budget:      55 * time.Second},
+		budget:      70 * time.Second},
 	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 200% of capacity in the default run; with --repeat or --loads also 80% (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, and 80% again beside a competing CPU-bound process",
 		variants: func() []string { return append(describe(serviceVariants), "pool-503"+aaSuffix+": "+aaDesc("pool-503")) }, uses: []string{"regexp", "gzip"},
 		steps: func(r *Runner, vs []string) int { return loadSteps(r, vs, r.defaultRunLoads(serviceLoads)) },
@@ -157,18 +157,18 @@ var scenarioTable = []scenarioDef{
 				return len(vs) * r.rounds
 			}
 			if r.defaultRun() {
-				return 2 * len(vs) * r.rounds // 0.25 and 1.25 CPUs
+				return len(vs) * r.rounds // 0.25 CPUs
 			}
 			return 3 * len(vs) * r.rounds // three quotas
 		},
 		run:    needsBinary("quota", func(r *Runner, bin []string) (*Scenario, error) { return r.quota(bin[0]), nil }),
-		budget: 30 * time.Second},
+		budget: 40 * time.Second},
 	{name: "neighbour", desc: "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)",
 		variants:    func() []string { return describe(neighbourVariants) },
 		steps:       func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
 		run:         needsBinary("neighbour", func(r *Runner, bin []string) (*Scenario, error) { return r.neighbour(bin[0]), nil }),
 		minDuration: 500 * time.Millisecond, // >= 50 probes
-		budget:      30 * time.Second},
+		budget:      60 * time.Second},
 }
 
 // loadSteps estimates a load scenario's steps: every variant run (vs
