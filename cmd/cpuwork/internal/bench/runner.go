@@ -107,7 +107,7 @@ var scenarioTable = []scenarioDef{
 			return r.priority("priority", 200*time.Microsecond, time.Millisecond, true), nil
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      170 * time.Second},
+		budget:      150 * time.Second},
 	{name: "priority-inprocess", extra: true, desc: "the priority scenario with requests dispatched in process by a goroutine sleeping to each arrival (measures timer lateness under busy Ps; not in the default set)",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {
@@ -129,7 +129,7 @@ var scenarioTable = []scenarioDef{
 			return r.service(r.cfg.LoadGen)
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      115 * time.Second},
+		budget:      140 * time.Second},
 	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 200% of capacity in the default run; with --repeat or --loads also 80% (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, 80% again beside a competing CPU-bound process, and 200% in a 1.5-CPU cgroup: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string {
 			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), "pool"+aaSuffix+": "+aaDesc("pool"))
@@ -168,7 +168,7 @@ var scenarioTable = []scenarioDef{
 		steps:       func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
 		run:         needsBinary("neighbour", func(r *Runner, bin []string) (*Scenario, error) { return r.neighbour(bin[0]), nil }),
 		minDuration: 500 * time.Millisecond, // >= 50 probes
-		budget:      60 * time.Second},
+		budget:      80 * time.Second},
 }
 
 // loadSteps estimates a load scenario's steps: every variant run (vs
