@@ -288,7 +288,7 @@ func TestVerdictNotJudgedNeverDropped(t *testing.T) {
 // naming it.
 func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 	decls := map[string][]check{
-		"burst":     burstChecks(),
+		"burst":     burstChecks(false),
 		"priority":  priorityChecks(Competitions),
 		"timers":    timerChecks(Competitions, false),
 		"quota":     quotaChecks([]float64{0.25, 1.25, 1.5}, false),
