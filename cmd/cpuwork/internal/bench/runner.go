@@ -87,7 +87,7 @@ var scenarioTable = []scenarioDef{
 			fib := workload.NewFib(1500 * time.Microsecond)
 			c, _ := workload.Calibrate(fib, 5)
 			return r.burst("burst", n, c, fib), nil
-		}, budget: 50 * time.Second, maxPairs: thoroughMaxPairs},
+		}, budget: 100 * time.Second, maxPairs: burstMaxPairs},
 	{name: "burst-long", desc: "40 ms tasks arriving at once: where processor sharing makes every task late",
 		variants: func() []string { return describe(burstVariants) }, steps: perVariant,
 		run: func(r *Runner) (*Scenario, error) {
@@ -107,7 +107,7 @@ var scenarioTable = []scenarioDef{
 			return r.priority("priority", 200*time.Microsecond, time.Millisecond, true), nil
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      150 * time.Second},
+		budget:      160 * time.Second},
 	{name: "priority-inprocess", extra: true, desc: "the priority scenario with requests dispatched in process by a goroutine sleeping to each arrival (measures timer lateness under busy Ps; not in the default set)",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {
