@@ -725,7 +725,9 @@ func nearestDecision(s *Scenario) string {
 	var best *CheckResult
 	for i := range s.Checks {
 		c := &s.Checks[i]
-		if c.PairsToDecide > 0 && (best == nil || c.PairsToDecide < best.PairsToDecide) {
+		// The nearest of the comparisons the run judged: one left to
+		// --thorough says what it would take on its own line.
+		if c.PairsToDecide > 0 && !strings.HasPrefix(c.NotJudged, leftToThorough) && (best == nil || c.PairsToDecide < best.PairsToDecide) {
 			best = c
 		}
 	}

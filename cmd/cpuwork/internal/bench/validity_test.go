@@ -675,6 +675,8 @@ func TestTheDefaultRunLeavesThoroughComparisonsUnjudged(t *testing.T) {
 			t.Errorf("default run: %s", r.line())
 		case def && s.undecided() != 0:
 			t.Error("a comparison left to --thorough counts as undecided: the default run would run pairs for it")
+		case def && !strings.Contains(s.Summary, "1 measured and left to --thorough"):
+			t.Errorf("default run: summary %q", s.Summary)
 		case !def && r.Verdict != Better:
 			t.Errorf("--thorough: %s, want better", r.line())
 		}

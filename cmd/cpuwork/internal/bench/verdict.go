@@ -169,8 +169,8 @@ func judge(s *Scenario, checks []check) {
 			if r.PairsToDecide > 0 && r.PairsToDecide < maxPairsToDecide {
 				need = fmt.Sprintf(", about %d pairs at this run's spread", r.PairsToDecide)
 			}
-			r.NotJudged = fmt.Sprintf("left to --thorough: measured %.2fx %s [%.2f-%.2fx] at %d pairs; deciding it takes more pairs than the default run gives here%s: cpuwork bench --scenario %s --thorough",
-				r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, r.Pairs, need, s.Name)
+			r.NotJudged = fmt.Sprintf("%s: measured %.2fx %s [%.2f-%.2fx] at %d pairs; deciding it takes more pairs than the default run gives here%s: cpuwork bench --scenario %s --thorough",
+				leftToThorough, r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, r.Pairs, need, s.Name)
 		}
 		s.Checks = append(s.Checks, r)
 	}
@@ -188,6 +188,10 @@ func judge(s *Scenario, checks []check) {
 		s.Verdict += ". " + strings.Join(lines, "; ")
 	}
 }
+
+// leftToThorough begins the NotJudged of a comparison the default run
+// measures and leaves to --thorough (check.thorough).
+const leftToThorough = "left to --thorough"
 
 // undecided counts the comparisons of s that are inconclusive and could
 // still be decided by more pairs.
@@ -214,8 +218,13 @@ func summarize(s *Scenario) (Status, string) {
 	var cases []*caseFinding
 	byCase := map[string]*caseFinding{}
 	var notJudged []string
+	left := 0
 	for _, r := range s.Checks {
 		if r.Kind != "comparison" {
+			continue
+		}
+		if strings.HasPrefix(r.NotJudged, leftToThorough) {
+			left++
 			continue
 		}
 		if r.NotJudged != "" {
@@ -281,6 +290,9 @@ func summarize(s *Scenario) (Status, string) {
 	sum := strings.Join(parts, ", ")
 	if len(notJudged) > 0 {
 		sum += fmt.Sprintf("; %d comparison(s) not judged", len(notJudged))
+	}
+	if left > 0 {
+		sum += fmt.Sprintf("; %d measured and left to --thorough", left)
 	}
 	return status, sum
 }
