@@ -240,10 +240,13 @@ func summarize(s *Scenario) (Status, string) {
 		cf.verdicts = append(cf.verdicts, r.Verdict)
 	}
 	if len(cases) == 0 {
-		if len(notJudged) == 0 {
-			return StatusNotJudged, "not judged: no comparison declared"
+		switch {
+		case len(notJudged) > 0:
+			return StatusNotJudged, "not judged: " + strings.Join(dedupe(notJudged), "; ")
+		case left > 0:
+			return StatusNotJudged, fmt.Sprintf("not judged in the default run: %d measured and left to --thorough", left)
 		}
-		return StatusNotJudged, "not judged: " + strings.Join(dedupe(notJudged), "; ")
+		return StatusNotJudged, "not judged: no comparison declared"
 	}
 	// A case's finding is its worst decided verdict: worse if any of its
 	// comparisons is worse, else better if any is better, else equivalent
