@@ -162,7 +162,7 @@ var scenarioTable = []scenarioDef{
 			return 3 * len(vs) * r.rounds // three quotas
 		},
 		run:    needsBinary("quota", func(r *Runner, bin []string) (*Scenario, error) { return r.quota(bin[0]), nil }),
-		budget: 80 * time.Second},
+		budget: 45 * time.Second},
 	{name: "neighbour", desc: "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)",
 		variants:    func() []string { return describe(neighbourVariants) },
 		steps:       func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
