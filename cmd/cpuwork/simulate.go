@@ -307,7 +307,16 @@ func simSummary(rs []*sim.Result, stepped bool) []string {
 			if who == "" {
 				continue
 			}
-			parts = append(parts, fmt.Sprintf("%s %s against %s (%s)%s", m.name, m.fmt(mine), m.fmt(best), who, ratioNote(mine, best)))
+			switch {
+			case math.IsInf(mine, 1) && math.IsInf(best, 1):
+				parts = append(parts, fmt.Sprintf("%s: over 1 %% never answered, as with %s", m.name, who))
+			case math.IsInf(mine, 1):
+				parts = append(parts, fmt.Sprintf("%s: over 1 %% never answered, against %s (%s)", m.name, m.fmt(best), who))
+			case math.IsInf(best, 1):
+				parts = append(parts, fmt.Sprintf("%s %s, where every other policy left over 1 %% never answered", m.name, m.fmt(mine)))
+			default:
+				parts = append(parts, fmt.Sprintf("%s %s against %s (%s)%s", m.name, m.fmt(mine), m.fmt(best), who, ratioNote(mine, best)))
+			}
 		}
 		lines = append(lines, fmt.Sprintf("%s, cpuwork against the best other policy: %s; cpuwork shed %.1f %%", g.Kind, strings.Join(parts, "; "), g.Shed()*100))
 		if stepped {
