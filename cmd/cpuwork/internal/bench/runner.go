@@ -150,7 +150,7 @@ var scenarioTable = []scenarioDef{
 	realserverDef(vipsTarget),
 	realserverDef(vipsFloorTarget),
 	realserverStepDef(imageproxyTarget),
-	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
+	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups (0.25 only in the default run): GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {
 			if r.cfg.Quick {
