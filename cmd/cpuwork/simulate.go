@@ -77,16 +77,23 @@ class is critical, interactive, batch or background):
 				if cmd.Flags().Changed("slots") || cmd.Flags().Changed("objective") {
 					return usageError(errors.New("--slots and --objective are for a --trace: the scenarios set their own"))
 				}
-				for _, sc := range scenarios {
-					levels := loads
-					if sc == "step" && !cmd.Flags().Changed("load") {
-						levels = []float64{1.4, 3} // the bench's realserver-step levels
+				for _, name := range scenarios {
+					sc, ok := scenarioInfo(name)
+					if !ok {
+						return usageError(fmt.Errorf("no scenario %q to simulate (known: %s)", name, strings.Join(scenarioNames(false), ", ")))
+					}
+					levels := []float64{1} // a fixed load: the level is ignored
+					switch {
+					case sc.Loads != nil && cmd.Flags().Changed("load"):
+						levels = loads
+					case sc.Loads != nil:
+						levels = sc.Loads
 					}
 					for _, l := range levels {
 						if l <= 0 || math.IsNaN(l) || math.IsInf(l, 0) {
 							return usageError(fmt.Errorf("--load %v: want a positive multiple of capacity", l))
 						}
-						wl, err := sim.Scenario(sc, l, duration, seed)
+						wl, err := sim.Scenario(name, l, duration, seed)
 						if err != nil {
 							return usageError(err)
 						}
@@ -94,15 +101,12 @@ class is critical, interactive, batch or background):
 							wl.QueueLimit = queueLimit
 						}
 						wls = append(wls, wl)
-						if !loadMatters(sc) {
-							break
-						}
 					}
 				}
 			}
 			var out []simReport
 			for _, wl := range wls {
-				rep := simReport{Workload: wl.Name, Slots: wl.Slots, Seconds: wl.Duration.Seconds(), Requests: len(wl.Requests), stepped: wl.StepAt > 0}
+				rep := simReport{Workload: wl.Name, Slots: wl.Slots, Seconds: wl.Duration.Seconds(), stepped: wl.StepAt > 0}
 				for _, p := range policies {
 					r, err := sim.Run(wl, p)
 					if err != nil {
@@ -126,15 +130,8 @@ class is critical, interactive, batch or background):
 		},
 	}
 	f := cmd.Flags()
-	var names, defaults []string
-	for _, s := range sim.Scenarios {
-		names = append(names, s.Name)
-		if s.Name != "step" {
-			defaults = append(defaults, s.Name)
-		}
-	}
-	f.StringSliceVar(&scenarios, "scenario", defaults, "the bench scenarios to replay: "+strings.Join(names, ", ")+" (step, realserver-step's, only when named)")
-	f.Float64SliceVar(&loads, "load", []float64{0.8, 2}, "offered load as multiples of capacity (the slots over the mean CPU time per request): service and inference, and step's level after its step (default 1.4,3 there)")
+	f.StringSliceVar(&scenarios, "scenario", scenarioNames(true), "the bench scenarios to replay: "+strings.Join(scenarioNames(false), ", ")+" (step, realserver-step's, only when named)")
+	f.Float64SliceVar(&loads, "load", nil, "offered load as multiples of capacity (the slots over the mean CPU time per request), for service and inference (default 0.8,2) and step's level after its step (default 1.4,3)")
 	f.Uint64Var(&seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
 	f.DurationVar(&duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
 	f.StringVar(&trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind])")
@@ -165,8 +162,26 @@ func knownPolicy(p string) bool {
 	return false
 }
 
-// loadMatters says whether a scenario's workload depends on --load.
-func loadMatters(sc string) bool { return sc == "service" || sc == "inference" || sc == "step" }
+// scenarioNames lists the scenarios simulate replays (byDefault: those it
+// replays when none is named).
+func scenarioNames(byDefault bool) []string {
+	var ns []string
+	for _, s := range sim.Scenarios {
+		if !byDefault || !s.Named {
+			ns = append(ns, s.Name)
+		}
+	}
+	return ns
+}
+
+func scenarioInfo(name string) (sim.ScenarioInfo, bool) {
+	for _, s := range sim.Scenarios {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return sim.ScenarioInfo{}, false
+}
 
 func traceWorkload(path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (*sim.Workload, error) {
 	if slots < 1 {
@@ -212,7 +227,6 @@ type simReport struct {
 	Workload string
 	Slots    int
 	Seconds  float64
-	Requests int // open-loop requests (closed loops add theirs)
 	results  []*sim.Result
 	stepped  bool
 }

@@ -138,8 +138,8 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	}
 	frac := fractionalQuota()
 	// The 1.5-CPU cgroup's comparisons need 5-80 pairs here: with
-	// --thorough, --repeat or --loads (defaultRunLoads).
-	if r.defaultRun() && len(r.cfg.Loads) == 0 {
+	// --thorough, --repeat or --loads.
+	if r.decidesOnly() {
 		frac = quotaCase{}
 		s.Notes = append(s.Notes, "the 1.5-CPU cgroup at 200% (long cgo calls under a fractional quota) runs with --thorough: its comparisons need more pairs here than the default run gives")
 	}

@@ -282,13 +282,17 @@ func (r *Runner) defaultRun() bool {
 	return r.cfg.Repeat == 0 && !r.cfg.Quick && !r.cfg.Thorough
 }
 
+// decidesOnly reports whether the load scenarios run only what the
+// default run can decide: the default run without --loads.
+func (r *Runner) decidesOnly() bool { return r.defaultRun() && len(r.cfg.Loads) == 0 }
+
 // defaultRunLoads is a load scenario's levels: loadLevels(def), but in
 // the default run without --loads only the overload levels (above
 // capacity), where its comparisons are decided in a few pairs; the
 // levels below capacity, the capacity search and the case beside a
 // competitor need tens of pairs here and run with --thorough or --loads.
 func (r *Runner) defaultRunLoads(def []float64) []float64 {
-	if r.defaultRun() && len(r.cfg.Loads) == 0 {
+	if r.decidesOnly() {
 		return slices.DeleteFunc(slices.Clone(def), func(l float64) bool { return l <= 1 })
 	}
 	return r.loadLevels(def)

@@ -291,7 +291,7 @@ func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 		"burst":     burstChecks(false),
 		"priority":  priorityChecks(Competitions),
 		"timers":    timerChecks(Competitions, false),
-		"quota":     quotaChecks([]float64{0.25, 1.25, 1.5}, false),
+		"quota":     quotaChecks([]float64{0.25, 1.25, 1.5}),
 		"neighbour": neighbourChecks(false),
 		"service":   serviceChecks([]float64{0.5, 0.8, 2}, 0.1),
 	}

@@ -221,15 +221,13 @@ type sliced struct {
 	runq  []*job // runq[head:] runnable
 	head  int
 	ps    []sliceP
-	left  map[*job]int64 // CPU time still to run
-	cont  int            // the P whose loop goroutine continues (-1: none)
+	cont  int // the P whose loop goroutine continues (-1: none)
 	slice int64
 }
 
 type sliceP struct {
 	j     *job
-	from  int64 // when j's current run began
-	slice int64 // when its time slice began
+	slice int64 // when j's time slice began
 	gen   uint64
 }
 
@@ -237,11 +235,10 @@ type sliceP struct {
 const timeSlice = int64(10 * time.Millisecond)
 
 func newSliced(s *sim) *sliced {
-	return &sliced{s: s, ps: make([]sliceP, s.wl.Slots), left: map[*job]int64{}, cont: -1, slice: timeSlice}
+	return &sliced{s: s, ps: make([]sliceP, s.wl.Slots), cont: -1, slice: timeSlice}
 }
 
 func (p *sliced) arrive(j *job) {
-	p.left[j] = int64(j.CPU)
 	if p.cont >= 0 && j.loop >= 0 {
 		i := p.cont
 		p.cont = -1
@@ -263,9 +260,10 @@ func (p *sliced) run(i int, j *job, slice int64) {
 		j.start = p.s.now
 	}
 	P := &p.ps[i]
-	P.j, P.from, P.slice = j, p.s.now, slice
+	j.from = p.s.now
+	P.j, P.slice = j, slice
 	P.gen++
-	p.s.push(min(p.s.now+p.left[j], slice+p.slice), evTick, nil, uint64(i)<<48|P.gen)
+	p.s.push(min(p.s.now+j.left, slice+p.slice), evTick, nil, uint64(i)<<48|P.gen)
 }
 
 func (p *sliced) tick(gen uint64) {
@@ -275,10 +273,9 @@ func (p *sliced) tick(gen uint64) {
 		return
 	}
 	j := P.j
-	p.left[j] -= p.s.now - P.from
+	j.left -= p.s.now - j.from
 	P.j = nil
-	if p.left[j] <= 0 {
-		delete(p.left, j)
+	if j.left <= 0 {
 		if j.loop >= 0 {
 			p.cont = i
 		}

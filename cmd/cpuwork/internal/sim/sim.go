@@ -12,6 +12,7 @@
 package sim
 
 import (
+	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -135,8 +136,8 @@ type job struct {
 	Request
 	loop    int   // index in Loops, -1: open-loop
 	step    int64 // Checkpoint interval under cpuwork, ns (0: none)
-	left    int64 // CPU time still to run under cpuwork, ns
-	from    int64 // when its current run began (cpuwork)
+	left    int64 // CPU time still to run, ns (cpuwork, goroutines)
+	from    int64 // when its current run began (cpuwork, goroutines)
 	held    int64 // when its current slot period began (cpuwork)
 	arrival int64
 	start   int64
@@ -151,7 +152,7 @@ const (
 	evArrive = iota
 	evDone
 	evExpire
-	evTick // a policy's own timer (processor sharing's next end)
+	evTick // a policy's own timer (a time slice's end)
 )
 
 type event struct {
@@ -162,12 +163,29 @@ type event struct {
 	gen  uint64
 }
 
+// events is the replay's event queue, earliest first (ties in the order
+// pushed): a container/heap.
+type events []event
+
+func (h events) Len() int { return len(h) }
+func (h events) Less(i, k int) bool {
+	return h[i].at < h[k].at || h[i].at == h[k].at && h[i].seq < h[k].seq
+}
+func (h events) Swap(i, k int) { h[i], h[k] = h[k], h[i] }
+func (h *events) Push(x any)   { *h = append(*h, x.(event)) }
+func (h *events) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return e
+}
+
 // sim is one replay.
 type sim struct {
 	wl   *Workload
 	now  int64
 	seq  uint64
-	heap []event
+	heap events
 	jobs []*job
 	pol  policy
 	next int // next open-loop request to arrive
@@ -187,42 +205,7 @@ const origin = int64(time.Second)
 
 func (s *sim) push(at int64, kind uint8, j *job, gen uint64) {
 	s.seq++
-	s.heap = append(s.heap, event{at: at, seq: s.seq, kind: kind, j: j, gen: gen})
-	h := s.heap
-	for i := len(h) - 1; i > 0; {
-		p := (i - 1) / 2
-		if !h[i].before(h[p]) {
-			break
-		}
-		h[i], h[p] = h[p], h[i]
-		i = p
-	}
-}
-
-func (e event) before(o event) bool { return e.at < o.at || e.at == o.at && e.seq < o.seq }
-
-func (s *sim) pop() event {
-	h := s.heap
-	top := h[0]
-	n := len(h) - 1
-	h[0] = h[n]
-	h = h[:n]
-	for i := 0; ; {
-		l, m := 2*i+1, i
-		if l < n && h[l].before(h[m]) {
-			m = l
-		}
-		if r := l + 1; r < n && h[r].before(h[m]) {
-			m = r
-		}
-		if m == i {
-			break
-		}
-		h[i], h[m] = h[m], h[i]
-		i = m
-	}
-	s.heap = h
-	return top
+	heap.Push(&s.heap, event{at: at, seq: s.seq, kind: kind, j: j, gen: gen})
 }
 
 // start runs j from now for its CPU time.
@@ -242,16 +225,22 @@ func (s *sim) waiting(j *job) {
 // end records how j ended and lets its loop's client submit again.
 func (s *sim) end(j *job, o outcome) {
 	j.out, j.end = o, s.now
-	if j.loop >= 0 && s.now < origin+int64(s.wl.Duration) {
-		l := s.wl.Loops[j.loop]
-		if o != served {
-			// A refused client backs off for one task's time rather than
-			// spinning at the same instant.
-			s.push(s.now+int64(l.CPU), evArrive, s.newJob(Request{At: time.Duration(s.now - origin + int64(l.CPU)), Class: l.Class, CPU: l.CPU, Kind: l.Kind}, j.loop), 0)
-			return
-		}
-		s.submit(s.newJob(Request{At: time.Duration(s.now - origin), Class: l.Class, CPU: l.CPU, Kind: l.Kind}, j.loop))
+	if j.loop < 0 || s.now >= origin+int64(s.wl.Duration) {
+		return
 	}
+	l := s.wl.Loops[j.loop]
+	at := s.now
+	if o != served {
+		// A refused client backs off for one task's time rather than
+		// spinning at the same instant.
+		at += int64(l.CPU)
+	}
+	next := s.newJob(Request{At: time.Duration(at - origin), Class: l.Class, CPU: l.CPU, Kind: l.Kind}, j.loop)
+	if at > s.now {
+		s.push(at, evArrive, next, 0)
+		return
+	}
+	s.pol.arrive(next)
 }
 
 func (s *sim) newJob(r Request, loop int) *job {
@@ -262,8 +251,6 @@ func (s *sim) newJob(r Request, loop int) *job {
 	s.jobs = append(s.jobs, j)
 	return j
 }
-
-func (s *sim) submit(j *job) { s.pol.arrive(j) }
 
 // Run replays wl through the named policy (Policies).
 func Run(wl *Workload, policy string) (*Result, error) {
@@ -301,7 +288,7 @@ func Run(wl *Workload, policy string) (*Result, error) {
 	}
 	s.arm()
 	for len(s.heap) > 0 {
-		e := s.pop()
+		e := heap.Pop(&s.heap).(event)
 		s.now = e.at
 		switch e.kind {
 		case evArrive:
@@ -310,7 +297,7 @@ func Run(wl *Workload, policy string) (*Result, error) {
 				s.next++
 				s.arm()
 			}
-			s.submit(e.j)
+			s.pol.arrive(e.j)
 		case evDone:
 			s.pol.done(e.j)
 		case evExpire:

@@ -120,16 +120,26 @@ func ParseClass(s string) (Class, error) {
 	return 0, fmt.Errorf("class %q: want critical, interactive, batch or background", s)
 }
 
+// ScenarioInfo describes a scenario Scenario builds.
+type ScenarioInfo struct {
+	Name, What string
+	// Loads are its default levels, multiples of capacity (nil: its load
+	// is fixed; Scenario ignores the level).
+	Loads []float64
+	// Named: replayed only when named, not by default.
+	Named bool
+}
+
 // Scenarios are the bench scenarios whose admission policy a simulation
 // can replay, with the sizes their runs measured on a 2-core machine;
 // all but step are the default run's (step is realserver-step's).
-var Scenarios = []struct{ Name, What string }{
-	{"service", "an HTTP service: 90 % small requests (77 µs) and 10 % large (34.33 ms), Poisson arrivals, objective 3x a large one, on 2 slots"},
-	{"inference", "ONNX Runtime: 90 % one image (5.89 ms) and 10 % four (one task of 23.56 ms here), Poisson arrivals, objective 3x a large one, on 2 slots"},
-	{"priority", "critical requests of 200 µs every 7 ms (each within 1 ms after its time) beside batch tasks of 1 ms from 2 clients that never stop, calling Checkpoint every 50 µs under cpuwork, on 2 slots"},
-	{"burst", "500 tasks of 1.5 ms arriving at once, on 2 slots"},
-	{"burst-long", "50 tasks of 40 ms arriving at once, on 2 slots"},
-	{"step", "imageproxy's mix (90 % thumbnails of 17.05 ms, 10 % smart crops of 258.52 ms), objective 3x a crop, clients giving up after twice it, Poisson arrivals at 80 % for 5 s, then at the load for 5 s; pool-503 is imgproxy's admitter (a queue of 4); with the served latency's recovery after the step"},
+var Scenarios = []ScenarioInfo{
+	{"service", "an HTTP service: 90 % small requests (77 µs) and 10 % large (34.33 ms), Poisson arrivals, objective 3x a large one, on 2 slots", []float64{0.8, 2}, false},
+	{"inference", "ONNX Runtime: 90 % one image (5.89 ms) and 10 % four (one task of 23.56 ms here), Poisson arrivals, objective 3x a large one, on 2 slots", []float64{0.8, 2}, false},
+	{"priority", "critical requests of 200 µs every 7 ms (each within 1 ms after its time) beside batch tasks of 1 ms from 2 clients that never stop, calling Checkpoint every 50 µs under cpuwork, on 2 slots", nil, false},
+	{"burst", "500 tasks of 1.5 ms arriving at once, on 2 slots", nil, false},
+	{"burst-long", "50 tasks of 40 ms arriving at once, on 2 slots", nil, false},
+	{"step", "imageproxy's mix (90 % thumbnails of 17.05 ms, 10 % smart crops of 258.52 ms), objective 3x a crop, clients giving up after twice it, Poisson arrivals at 80 % for 5 s, then at the load for 5 s; pool-503 is imgproxy's admitter (a queue of 4); with the served latency's recovery after the step", []float64{1.4, 3}, true},
 }
 
 // Scenario builds a scenario's workload at load, a multiple of its
