@@ -727,7 +727,7 @@ func nearestDecision(s *Scenario) string {
 		c := &s.Checks[i]
 		// The nearest of the comparisons the run judged: one left to
 		// --thorough says what it would take on its own line.
-		if c.PairsToDecide > 0 && !strings.HasPrefix(c.NotJudged, leftToThorough) && (best == nil || c.PairsToDecide < best.PairsToDecide) {
+		if c.PairsToDecide > 0 && !c.LeftToThorough && (best == nil || c.PairsToDecide < best.PairsToDecide) {
 			best = c
 		}
 	}

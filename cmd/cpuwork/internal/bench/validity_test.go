@@ -671,13 +671,13 @@ func TestTheDefaultRunLeavesThoroughComparisonsUnjudged(t *testing.T) {
 		judge(s, []check{c})
 		r := s.Checks[0]
 		switch {
-		case def && (r.Verdict != "" || !strings.Contains(r.NotJudged, "left to --thorough: measured 0.50x alt") || !strings.Contains(r.NotJudged, "cpuwork bench --scenario priority --thorough")):
+		case def && (r.Verdict != "" || !r.LeftToThorough || !strings.Contains(r.NotJudged, "left to --thorough: measured 0.50x alt") || !strings.Contains(r.NotJudged, "cpuwork bench --scenario priority --thorough")):
 			t.Errorf("default run: %s", r.line())
 		case def && s.undecided() != 0:
 			t.Error("a comparison left to --thorough counts as undecided: the default run would run pairs for it")
 		case def && !strings.Contains(s.Summary, "1 measured and left to --thorough"):
 			t.Errorf("default run: summary %q", s.Summary)
-		case !def && r.Verdict != Better:
+		case !def && (r.Verdict != Better || r.LeftToThorough):
 			t.Errorf("--thorough: %s, want better", r.line())
 		}
 	}

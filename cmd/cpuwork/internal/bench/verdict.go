@@ -146,6 +146,10 @@ type CheckResult struct {
 	// pairs looked at once would decide it at this run's per-pair spread
 	// (pairsToDecide); 0 otherwise.
 	PairsToDecide int `json:"pairs_to_decide,omitempty"`
+	// LeftToThorough: the default run measured this comparison and, its
+	// spread here needing more pairs than it gives, does not judge it
+	// (NotJudged says so with the estimate); --thorough and --repeat do.
+	LeftToThorough bool `json:"left_to_thorough,omitempty"`
 }
 
 // judge evaluates checks against s's variants and sets s.Status,
@@ -164,13 +168,13 @@ func judge(s *Scenario, checks []check) {
 			r.Verdict = ""
 		}
 		if c.thorough && s.defaultRun && r.Kind == "comparison" && r.NotJudged == "" {
-			r.Verdict = ""
+			r.Verdict, r.LeftToThorough = "", true
 			need := ""
 			if r.PairsToDecide > 0 && r.PairsToDecide < maxPairsToDecide {
 				need = fmt.Sprintf(", about %d pairs at this run's spread", r.PairsToDecide)
 			}
-			r.NotJudged = fmt.Sprintf("%s: measured %.2fx %s [%.2f-%.2fx] at %d pairs; deciding it takes more pairs than the default run gives here%s: cpuwork bench --scenario %s --thorough",
-				leftToThorough, r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, r.Pairs, need, s.Name)
+			r.NotJudged = fmt.Sprintf("left to --thorough: measured %.2fx %s [%.2f-%.2fx] at %d pairs; deciding it takes more pairs than the default run gives here%s: cpuwork bench --scenario %s --thorough",
+				r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, r.Pairs, need, s.Name)
 		}
 		s.Checks = append(s.Checks, r)
 	}
@@ -188,10 +192,6 @@ func judge(s *Scenario, checks []check) {
 		s.Verdict += ". " + strings.Join(lines, "; ")
 	}
 }
-
-// leftToThorough begins the NotJudged of a comparison the default run
-// measures and leaves to --thorough (check.thorough).
-const leftToThorough = "left to --thorough"
 
 // undecided counts the comparisons of s that are inconclusive and could
 // still be decided by more pairs.
@@ -223,7 +223,7 @@ func summarize(s *Scenario) (Status, string) {
 		if r.Kind != "comparison" {
 			continue
 		}
-		if strings.HasPrefix(r.NotJudged, leftToThorough) {
+		if r.LeftToThorough {
 			left++
 			continue
 		}
