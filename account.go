@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/budget"
 )
 
@@ -58,87 +59,20 @@ import (
 // Cost per accounted task: two or more reads of a per-thread schedstat
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
 // reads: ~13 µs (BenchmarkAccountedTask, docs/performance.md). Tasks are
-// accounted one in AccountOptions.Every (1024 by default), chosen at
+// accounted one in Options.Account.Every (1024 by default), chosen at
 // random (at the default Every, fewer where tasks are so short that this
 // would cost more than 1 % of their slot time: under ~1.3 µs), and every
-// task that waited at least AccountOptions.SlowWait for its slot, up to
-// AccountOptions.SlowLimit per second.
+// task that waited at least Options.Account.SlowWait for its slot, up to
+// Options.Account.SlowLimit per second.
 
-// Part is one part of a task's latency in a TaskAccount.
-type Part uint8
-
-const (
-	PartQueueWait Part = iota
-	PartOnCPU
-	PartKernelRunQueue
-	PartThrottled
-	PartGoRunQueue
-	PartGC
-	PartOther
-
-	// NumParts is the number of parts, for arrays indexed by Part.
-	NumParts = 7
-)
-
-var partNames = [NumParts]string{"queue_wait", "on_cpu", "kernel_run_queue", "throttled", "go_run_queue", "gc", "other"}
-
-// String returns the part's snake_case name ("queue_wait", ...), the
-// value of the part label in cpuwork/prom.
-func (p Part) String() string {
-	if p < NumParts {
-		return partNames[p]
-	}
-	return "part(?)"
-}
-
-// defaultAccountEvery is AccountOptions.Every's default: one task in 1024
-// is accounted (fewer of tasks under ~1.3 µs: AccountOptions.Every).
+// defaultAccountEvery is Options.Account.Every's default: one task in 1024
+// is accounted (fewer of tasks under ~1.3 µs: Options.Account.Every).
 const defaultAccountEvery = 1024
 
-// defaultAccountSlowLimit is AccountOptions.SlowLimit's default: at most
+// defaultAccountSlowLimit is Options.Account.SlowLimit's default: at most
 // 100 slow tasks accounted per second, ~1.3 ms of CPU per second at
 // ~13 µs each (0.13 % of one core).
 const defaultAccountSlowLimit = 100
-
-// AccountOptions configures where-the-time-went accounting
-// (Options.Account).
-type AccountOptions struct {
-	// Every accounts one task in Every, chosen at random. 0 means
-	// one in 1024; negative turns accounting off (SlowWait and
-	// OnTask then do nothing). At the default, fewer are chosen of a class
-	// whose tasks are so short that one in 1024 would cost more than 1 %
-	// of their slot time; a value set here is kept exactly.
-	Every int
-	// SlowWait, when positive, also accounts every task whose wait for
-	// its first slot was at least this long (known when it gets the slot),
-	// up to SlowLimit of them per second.
-	SlowWait time.Duration
-	// SlowLimit bounds the tasks SlowWait accounts per second (a
-	// one-second window of the monotonic clock): under overload every task
-	// waits, and accounting each (~13 µs, and its goroutine locked to its
-	// thread) would take CPU exactly when there is none to spare. 0 means
-	// 100 (~1.3 ms of CPU per second); negative means no bound. The
-	// random one in Every is not bounded by it.
-	SlowLimit int
-	// OnTask, when set, receives every account on the task's goroutine
-	// after the task ended and its slot was released (for request-level
-	// attribution: a log line, span attributes). It must not block.
-	OnTask func(TaskAccount)
-}
-
-// TaskAccount is where one task's time went: Wall, from its arrival to its
-// end, is the sum of Parts. See Part for each part's source.
-type TaskAccount struct {
-	Class Class
-	End   time.Time     // when the task ended
-	Wall  time.Duration // arrival to end
-	Run   time.Duration // first slot to end
-	// Parts, indexed by Part, sum to Wall.
-	Parts [NumParts]time.Duration
-	// Partial is empty when every stretch was read on one thread, else
-	// why the thread-level parts are incomplete (that time is in other).
-	Partial string
-}
 
 // accountant holds an executor's accounting state.
 type accountant struct {
@@ -147,7 +81,7 @@ type accountant struct {
 	capShort  bool   // Every is the default: short tasks are accounted less often (chosen)
 	slowWait  int64
 	slowLimit int64 // < 0: no bound
-	onTask    func(TaskAccount)
+	onTask    func(account.Task)
 
 	slowSec   atomic.Int64 // the second (now()/1e9) slowCount counts in
 	slowCount atomic.Int64
@@ -157,14 +91,14 @@ type accountant struct {
 	throttleDir string
 	cpus        float64 // CPUs throttling counts across
 
-	parts   [NumClasses]atomic.Pointer[[NumParts]histogram] // allocated at a class's first account
+	parts   [numClasses]atomic.Pointer[[account.NumParts]histogram] // allocated at a class's first account
 	slowest slowest
 }
 
 // defaultSlowWindow is how long the slowest-tasks window lasts.
 const defaultSlowWindow = 10 * time.Second
 
-func newAccountant(o AccountOptions, b budget.Budget, haveBudget bool) *accountant {
+func newAccountant(o account.Options, b budget.Budget, haveBudget bool) *accountant {
 	if o.Every < 0 {
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/cgroup"
 	"golang.org/x/sys/unix"
 )
@@ -68,7 +69,7 @@ func TestAnAccountedTaskKeepsItsThreadAndItsSleepsAreOther(t *testing.T) {
 			continue
 		}
 		checkSum(t, a, outside)
-		if a.Partial != "" || a.Parts[PartOther] < 2*time.Millisecond {
+		if a.Partial != "" || a.Parts[account.Other] < 2*time.Millisecond {
 			t.Errorf("task %d, 2.5 ms of sleeping: %+v, want a whole account with the sleeps in other", i, a)
 		}
 	}
@@ -78,8 +79,8 @@ func TestAnAccountedTaskKeepsItsThreadAndItsSleepsAreOther(t *testing.T) {
 // (TestThrottlingAndRunDelayAreWhereTheTimeWent): one accounted 120 ms
 // spinning task on one slot; prints its account as JSON.
 func accountChild() {
-	var acc TaskAccount
-	e, err := New(Options{Slots: 1, WatchInterval: -1, Account: AccountOptions{Every: 1, OnTask: func(a TaskAccount) { acc = a }}})
+	var acc account.Task
+	e, err := New(Options{Slots: 1, WatchInterval: -1, Account: account.Options{Every: 1, OnTask: func(a account.Task) { acc = a }}})
 	if err != nil {
 		fmt.Println(`{"err":"` + err.Error() + `"}`)
 		os.Exit(1)
@@ -95,7 +96,7 @@ func accountChild() {
 
 // runAccountChild starts the test binary as accountChild with extra env,
 // after prep (which may move it into a cgroup through its shell).
-func runAccountChild(t *testing.T, shell string, env ...string) TaskAccount {
+func runAccountChild(t *testing.T, shell string, env ...string) account.Task {
 	t.Helper()
 	cmd := exec.Command("sh", "-c", shell, "sh", os.Args[0])
 	cmd.Env = append(append(os.Environ(), "CPUWORK_ACCOUNT_CHILD=1", "GOMAXPROCS=1"), env...)
@@ -103,7 +104,7 @@ func runAccountChild(t *testing.T, shell string, env ...string) TaskAccount {
 	if err != nil {
 		t.Fatalf("child: %v: %s", err, out)
 	}
-	var a TaskAccount
+	var a account.Task
 	if err := json.Unmarshal(out, &a); err != nil {
 		t.Fatalf("child output %q: %v", out, err)
 	}
@@ -125,7 +126,7 @@ func TestThrottlingAndRunDelayAreWhereTheTimeWent(t *testing.T) {
 		if a.Partial != "" && !strings.Contains(a.Partial, "moved") {
 			t.Fatalf("partial account: %s", a.Partial)
 		}
-		if largest(a) != PartThrottled {
+		if largest(a) != account.Throttled {
 			t.Errorf("120 ms of CPU under a 0.2-CPU quota (~500 ms of wall): %+v, want throttled the largest part", a)
 		}
 	})
@@ -137,7 +138,7 @@ func TestThrottlingAndRunDelayAreWhereTheTimeWent(t *testing.T) {
 		if a.Partial != "" && !strings.Contains(a.Partial, "moved") {
 			t.Fatalf("partial account: %s", a.Partial)
 		}
-		if a.Parts[PartKernelRunQueue] < a.Run/4 {
+		if a.Parts[account.KernelRunQueue] < a.Run/4 {
 			t.Errorf("120 ms of CPU beside a busy loop on the same CPU: %+v, want a quarter or more in kernel_run_queue", a)
 		}
 	})

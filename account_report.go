@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+
+	"github.com/cpuwork/cpuwork/account"
 )
 
 // slowest keeps the slowest accounts (by Wall) of the current window and
@@ -13,7 +15,7 @@ type slowest struct {
 	mu         sync.Mutex
 	window     int64 // ns
 	start      int64 // now() when the current window began
-	cur, last  []TaskAccount
+	cur, last  []account.Task
 	keep       int
 	haveWindow bool
 	// floor is the Wall of the slowest-kept list's last entry once the
@@ -27,7 +29,7 @@ const slowestKeep = 8
 
 // add keeps acc if it is among the current window's slowest, in order
 // (slowest first): an insertion into at most slowestKeep accounts.
-func (s *slowest) add(acc TaskAccount, t int64) {
+func (s *slowest) add(acc account.Task, t int64) {
 	if int64(acc.Wall) <= s.floor.Load() && t < s.floorUntil.Load() {
 		return
 	}
@@ -66,44 +68,18 @@ func (s *slowest) roll(t int64) {
 	}
 }
 
-func (s *slowest) get(t int64) []TaskAccount {
+func (s *slowest) get(t int64) []account.Task {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.roll(t)
-	out := append(append([]TaskAccount(nil), s.cur...), s.last...)
+	out := append(append([]account.Task(nil), s.cur...), s.last...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Wall > out[j].Wall })
 	return out[:min(len(out), slowestKeep)]
 }
 
-// SlowTasks returns the slowest accounted tasks (by Wall, slowest
-// first, at most 8) of the current 10 s window and the one before, for a
-// debug endpoint (schedstat.Handler) or a log. Empty when accounting is
-// off (Options.Account.Every < 0) or nothing was accounted yet.
-func (e *Executor) SlowTasks() []TaskAccount {
-	mustExec(e)
-	if e.acct == nil {
-		return nil
-	}
-	return e.acct.slowest.get(now())
-}
-
-// PartHistogram returns class c's distribution of part p over the
-// accounted tasks (for a Prometheus collector); the zero Histogram when
-// accounting is off, nothing of c was accounted, or c or p is invalid.
-func (e *Executor) PartHistogram(c Class, p Part) Histogram {
-	mustExec(e)
-	if e.acct == nil || !c.valid() || p >= NumParts {
-		return Histogram{}
-	}
-	hp := e.acct.parts[c].Load()
-	if hp == nil {
-		return Histogram{}
-	}
-	return e.hist(&hp[p])
-}
-
-// partSummaries returns class c's part summaries (zero when none).
-func (e *Executor) partSummaries(c Class) (out [NumParts]Summary, n uint64) {
+// partHistograms returns class c's part distributions (zero when none)
+// and how many of its tasks were accounted.
+func (e *Executor) partHistograms(c Class) (out [account.NumParts]Histogram, n uint64) {
 	if e.acct == nil {
 		return out, 0
 	}
@@ -111,22 +87,8 @@ func (e *Executor) partSummaries(c Class) (out [NumParts]Summary, n uint64) {
 	if hp == nil {
 		return out, 0
 	}
-	for p := range Part(NumParts) {
-		out[p] = hp[p].summary()
+	for p := range account.NumParts {
+		out[p] = hp[p].snapshot()
 	}
-	return out, out[PartQueueWait].Count
+	return out, out[account.QueueWait].Count
 }
-
-// Debug is what an executor shows at a debug endpoint: its statistics and
-// its slowest accounted tasks. Serve it with schedstat.Handler:
-//
-//	mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Debug() }))
-//
-// `cpuwork doctor --url` reads it.
-type Debug struct {
-	Stats     Stats         `json:"stats"`
-	SlowTasks []TaskAccount `json:"slow_tasks"`
-}
-
-// Debug returns e's statistics and slowest accounted tasks (SlowTasks).
-func (e *Executor) Debug() Debug { return Debug{Stats: e.Stats(), SlowTasks: e.SlowTasks()} }

@@ -6,6 +6,8 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"time"
+
+	"github.com/cpuwork/cpuwork/account"
 )
 
 // begin starts accounting tk, which got its slot now (t) after arriving
@@ -185,36 +187,36 @@ func (e *Executor) accountEnd(tk *task, t int64) {
 		ta.partial = fmt.Sprintf("the goroutine moved threads %d times; %v between a thread's last reading and the move (over 5 %% of the run) is in other",
 			ta.moves, time.Duration(ta.lost).Round(time.Microsecond))
 	}
-	acc := TaskAccount{Class: tk.class, End: time.Now(), Wall: time.Duration(t - ta.arrival), Run: time.Duration(t - ta.start), Partial: ta.partial}
+	acc := account.Task{Class: tk.class.String(), End: time.Now(), Wall: time.Duration(t - ta.arrival), Run: time.Duration(t - ta.start), Partial: ta.partial}
 	// Each part takes what it measured, up to what is left of the wall
 	// time: the parts sum to Wall and other is what nothing explains.
 	left := t - ta.arrival
-	take := func(p Part, v int64) {
+	take := func(p account.Part, v int64) {
 		v = min(max(v, 0), left)
 		acc.Parts[p] = time.Duration(v)
 		left -= v
 	}
-	take(PartQueueWait, ta.queueWait)
-	take(PartOnCPU, ta.onCPU)
-	take(PartThrottled, thrDelay+ta.thrIdle)
-	take(PartKernelRunQueue, ta.delay-thrDelay)
-	take(PartGoRunQueue, ta.goQueue)
-	take(PartGC, gc)
-	acc.Parts[PartOther] = time.Duration(left)
-	e.recordAccount(acc)
+	take(account.QueueWait, ta.queueWait)
+	take(account.OnCPU, ta.onCPU)
+	take(account.Throttled, thrDelay+ta.thrIdle)
+	take(account.KernelRunQueue, ta.delay-thrDelay)
+	take(account.GoRunQueue, ta.goQueue)
+	take(account.GC, gc)
+	acc.Parts[account.Other] = time.Duration(left)
+	e.recordAccount(tk.class, acc)
 	if a.onTask != nil {
 		a.onTask(acc)
 	}
 }
 
-func (e *Executor) recordAccount(acc TaskAccount) {
+func (e *Executor) recordAccount(c Class, acc account.Task) {
 	a := e.acct
-	hp := a.parts[acc.Class].Load()
+	hp := a.parts[c].Load()
 	if hp == nil {
-		a.parts[acc.Class].CompareAndSwap(nil, new([NumParts]histogram))
-		hp = a.parts[acc.Class].Load()
+		a.parts[c].CompareAndSwap(nil, new([account.NumParts]histogram))
+		hp = a.parts[c].Load()
 	}
-	for p := range Part(NumParts) {
+	for p := range account.NumParts {
 		hp[p].record(int64(acc.Parts[p]), 1)
 	}
 	a.slowest.add(acc, now())

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/budget"
 )
 
@@ -28,7 +29,7 @@ func spinChecked(ctx context.Context, d time.Duration) {
 
 // accountOne runs fn as one Interactive task of e (every task accounted)
 // and returns its account and the latency seen from outside.
-func accountOne(t *testing.T, e *Executor, ctx context.Context, got chan TaskAccount, fn func(context.Context) error) (TaskAccount, time.Duration) {
+func accountOne(t *testing.T, e *Executor, ctx context.Context, got chan account.Task, fn func(context.Context) error) (account.Task, time.Duration) {
 	t.Helper()
 	var end time.Time
 	t0 := time.Now()
@@ -49,14 +50,14 @@ func accountOne(t *testing.T, e *Executor, ctx context.Context, got chan TaskAcc
 	case <-time.After(10 * time.Second):
 		t.Fatal("no account for the task")
 	}
-	return TaskAccount{}, 0
+	return account.Task{}, 0
 }
 
 // checkSum: the parts sum to Wall exactly, and Wall is the latency seen
 // from outside (from before Do to the end of the task's function) within
 // 5 % or 3 ms either way (the account's clock starts inside Do and stops
 // after its own readings at the task's end).
-func checkSum(t *testing.T, a TaskAccount, outside time.Duration) {
+func checkSum(t *testing.T, a account.Task, outside time.Duration) {
 	t.Helper()
 	var sum time.Duration
 	for _, p := range a.Parts {
@@ -73,9 +74,9 @@ func checkSum(t *testing.T, a TaskAccount, outside time.Duration) {
 	}
 }
 
-func largest(a TaskAccount) Part {
-	best := Part(0)
-	for p := range Part(NumParts) {
+func largest(a account.Task) account.Part {
+	best := account.Part(0)
+	for p := range account.Part(account.NumParts) {
 		if a.Parts[p] > a.Parts[best] {
 			best = p
 		}
@@ -83,9 +84,9 @@ func largest(a TaskAccount) Part {
 	return best
 }
 
-func accountExec(t *testing.T, o Options) (*Executor, chan TaskAccount) {
-	got := make(chan TaskAccount, 64)
-	o.Account = AccountOptions{Every: 1, OnTask: func(a TaskAccount) { got <- a }}
+func accountExec(t *testing.T, o Options) (*Executor, chan account.Task) {
+	got := make(chan account.Task, 64)
+	o.Account = account.Options{Every: 1, OnTask: func(a account.Task) { got <- a }}
 	return newExec(t, o), got
 }
 
@@ -105,7 +106,7 @@ func TestAQueuedTaskIsMostlyQueueWait(t *testing.T) {
 	// (one slot). They can arrive in either order: each is delivered after
 	// its task released its slot, and the holder's goroutine may be
 	// descheduled past this task's end.
-	var a TaskAccount
+	var a account.Task
 	for range 2 {
 		select {
 		case b := <-got:
@@ -117,7 +118,7 @@ func TestAQueuedTaskIsMostlyQueueWait(t *testing.T) {
 		}
 	}
 	checkSum(t, a, outside)
-	if largest(a) != PartQueueWait || a.Parts[PartQueueWait] < 40*time.Millisecond {
+	if largest(a) != account.QueueWait || a.Parts[account.QueueWait] < 40*time.Millisecond {
 		t.Errorf("queued 60 ms behind a held slot: %+v, want queue_wait the largest part", a)
 	}
 }
@@ -135,14 +136,14 @@ func TestASpinningTaskIsOnCPUAndSumsToItsLatency(t *testing.T) {
 	t.Logf("%+v", a)
 	// On a loaded machine the kernel takes some of it: judged is that the
 	// CPU the task used is there and that no part is missing or doubled.
-	if a.Parts[PartOnCPU] < 5*time.Millisecond {
-		t.Errorf("30 ms of spinning: on_cpu %v", a.Parts[PartOnCPU])
+	if a.Parts[account.OnCPU] < 5*time.Millisecond {
+		t.Errorf("30 ms of spinning: on_cpu %v", a.Parts[account.OnCPU])
 	}
 	// A whole account explains most of a spinning task's run on its
 	// thread (the rest: waits in Go's run queue after the runtime
 	// preempted it, which no reading sees, and are other).
-	if a.Partial == "" && a.Parts[PartOnCPU]+a.Parts[PartKernelRunQueue]+a.Parts[PartThrottled] < a.Run/2 {
-		t.Errorf("a whole account of a spinning task: on_cpu + run delay %v of a %v run", a.Parts[PartOnCPU]+a.Parts[PartKernelRunQueue], a.Run)
+	if a.Partial == "" && a.Parts[account.OnCPU]+a.Parts[account.KernelRunQueue]+a.Parts[account.Throttled] < a.Run/2 {
+		t.Errorf("a whole account of a spinning task: on_cpu + run delay %v of a %v run", a.Parts[account.OnCPU]+a.Parts[account.KernelRunQueue], a.Run)
 	}
 }
 
@@ -154,41 +155,42 @@ func TestSlowTasksHistogramsAndStatsCarryTheAccounts(t *testing.T) {
 			return nil
 		})
 	}
-	slow := e.SlowTasks()
+	stats := e.Stats()
+	slow := stats.SlowTasks
 	if len(slow) != 3 || slow[0].Wall < slow[1].Wall || slow[1].Wall < slow[2].Wall {
 		t.Fatalf("SlowTasks %+v: want 3, slowest first", slow)
 	}
-	st := e.Stats().Classes[Interactive]
-	if st.Accounted != 3 || st.Parts[PartQueueWait].Count != 3 {
+	st := stats.Classes[Interactive]
+	if st.Accounted != 3 || st.Parts[account.QueueWait].Count != 3 {
 		t.Errorf("stats: %d accounted, %+v", st.Accounted, st.Parts)
 	}
-	h := e.PartHistogram(Interactive, PartOther)
-	if n := len(h.Count); n == 0 || h.Count[n-1] != 3 {
-		t.Errorf("PartHistogram(other): %+v, want 3 observations", h)
+	h := st.Parts[account.Other]
+	if n := len(h.Cumulative); n == 0 || h.Cumulative[n-1] != 3 {
+		t.Errorf("Parts[other]: %+v, want 3 observations", h)
 	}
-	if h := e.PartHistogram(Batch, PartOther); len(h.Count) != 0 {
-		t.Errorf("PartHistogram of a class with no accounts: %+v", h)
+	if h := stats.Classes[Batch].Parts[account.Other]; len(h.Cumulative) != 0 || h.Count != 0 {
+		t.Errorf("Parts of a class with no accounts: %+v", h)
 	}
 }
 
 func TestAccountingOffAndSlowWait(t *testing.T) {
-	got := make(chan TaskAccount, 8)
-	e := newExec(t, Options{Slots: 1, Account: AccountOptions{Every: -1, OnTask: func(a TaskAccount) { got <- a }}})
+	got := make(chan account.Task, 8)
+	e := newExec(t, Options{Slots: 1, Account: account.Options{Every: -1, OnTask: func(a account.Task) { got <- a }}})
 	e.Do(context.Background(), Interactive, emptyTask)
-	if len(got) != 0 || e.SlowTasks() != nil || e.Stats().Classes[Interactive].Accounted != 0 {
+	if len(got) != 0 || e.Stats().SlowTasks != nil || e.Stats().Classes[Interactive].Accounted != 0 {
 		t.Error("Every < 0 accounted a task")
 	}
 	// SlowWait: a task that waited at least 20 ms is accounted although
 	// Every would almost never pick it.
-	e2 := newExec(t, Options{Slots: 1, Account: AccountOptions{Every: 1 << 30, SlowWait: 20 * time.Millisecond,
-		OnTask: func(a TaskAccount) { got <- a }}})
+	e2 := newExec(t, Options{Slots: 1, Account: account.Options{Every: 1 << 30, SlowWait: 20 * time.Millisecond,
+		OnTask: func(a account.Task) { got <- a }}})
 	e2.Do(context.Background(), Interactive, emptyTask) // no wait: not accounted
 	release := hold(t, e2, 1)
 	go func() { time.Sleep(40 * time.Millisecond); release() }()
 	e2.Do(context.Background(), Interactive, emptyTask)
 	select {
 	case a := <-got:
-		if a.Parts[PartQueueWait] < 20*time.Millisecond {
+		if a.Parts[account.QueueWait] < 20*time.Millisecond {
 			t.Errorf("accounted %+v", a)
 		}
 	case <-time.After(5 * time.Second):
@@ -214,11 +216,11 @@ func TestATaskDuringForcedGCsHasTheirPausesInGC(t *testing.T) {
 	checkSum(t, a, outside)
 	stw := after.PauseTotal - before.PauseTotal
 	t.Logf("stw %v, %+v", stw, a)
-	if a.Parts[PartGC] == 0 || stw == 0 {
-		t.Fatalf("30 forced collections: gc part %v, pauses %v", a.Parts[PartGC], stw)
+	if a.Parts[account.GC] == 0 || stw == 0 {
+		t.Fatalf("30 forced collections: gc part %v, pauses %v", a.Parts[account.GC], stw)
 	}
-	if d := a.Parts[PartGC] - stw; d > stw/2+100*time.Microsecond || -d > stw/2+100*time.Microsecond {
-		t.Errorf("gc part %v, the runtime's pause total %v", a.Parts[PartGC], stw)
+	if d := a.Parts[account.GC] - stw; d > stw/2+100*time.Microsecond || -d > stw/2+100*time.Microsecond {
+		t.Errorf("gc part %v, the runtime's pause total %v", a.Parts[account.GC], stw)
 	}
 }
 
@@ -231,8 +233,8 @@ func TestSlowWaitAccountsAtMostSlowLimitPerSecond(t *testing.T) {
 		min, max int64 // max < 0: SlowLimit per window spanned
 	}{{10, 1, -1}, {-1, 200, 200}} {
 		var n atomic.Int64
-		e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {QueueLimit: 1000}}, Account: AccountOptions{Every: 1 << 30, SlowWait: time.Nanosecond, SlowLimit: tc.limit,
-			OnTask: func(TaskAccount) { n.Add(1) }}})
+		e := newExec(t, Options{Slots: 1, Classes: [numClasses]ClassOptions{Interactive: {QueueLimit: 1000}}, Account: account.Options{Every: 1 << 30, SlowWait: time.Nanosecond, SlowLimit: tc.limit,
+			OnTask: func(account.Task) { n.Add(1) }}})
 		release := hold(t, e, 1)
 		var wg sync.WaitGroup
 		for range 200 {
@@ -279,9 +281,9 @@ func TestAccountingChoosesOneInEveryAndFewerOfShortTasksAtTheDefault(t *testing.
 		}
 		return c
 	}
-	def := newAccountant(AccountOptions{}, budget.Budget{}, false)
-	set := newAccountant(AccountOptions{Every: defaultAccountEvery}, budget.Budget{}, false)
-	all := newAccountant(AccountOptions{Every: 1}, budget.Budget{}, false)
+	def := newAccountant(account.Options{}, budget.Budget{}, false)
+	set := newAccountant(account.Options{Every: defaultAccountEvery}, budget.Budget{}, false)
+	all := newAccountant(account.Options{Every: 1}, budget.Budget{}, false)
 	short := int64(100) // ns: 1 % of it over accountCost is 1 in 13,000
 	for _, c := range []struct {
 		name    string
@@ -313,7 +315,7 @@ func TestSlowestKeepsTheSlowestInOrder(t *testing.T) {
 	s := slowest{window: int64(time.Hour)}
 	walls := []int{5, 1, 9, 3, 7, 2, 8, 6, 4, 10, 0, 11, 3}
 	for _, w := range walls {
-		s.add(TaskAccount{Wall: time.Duration(w)}, 1)
+		s.add(account.Task{Wall: time.Duration(w)}, 1)
 	}
 	got := s.get(2)
 	want := []time.Duration{11, 10, 9, 8, 7, 6, 5, 4}

@@ -33,7 +33,7 @@ func TestAtMostSlotsTasksRunAtOnce(t *testing.T) {
 				running.Add(-1)
 				return nil
 			}
-			c := Class(i % NumClasses)
+			c := Class(i % numClasses)
 			if i%3 == 0 {
 				t, err := e.Go(context.Background(), c, fn)
 				if err == nil {
@@ -86,7 +86,7 @@ func TestQueuedTasksAreServedCriticalFirstThenFIFO(t *testing.T) {
 func TestInteractiveAndBatchShareByWeight(t *testing.T) {
 	// One slot, both classes always queued, equal task cost: with weights
 	// 3:1 Interactive should get about 3 of every 4 slots.
-	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {Weight: 3}, Batch: {Weight: 1}}})
+	e := newExec(t, Options{Slots: 1, Classes: [numClasses]ClassOptions{Interactive: {Weight: 3}, Batch: {Weight: 1}}})
 	// The slot is held by a Critical task, outside the two classes'
 	// shares: held by an Interactive one, the hold's own slot time (the
 	// time the 80 submissions took to queue, longer on a loaded host) was
@@ -141,7 +141,7 @@ func TestInteractiveAndBatchShareByWeight(t *testing.T) {
 // Background progresses under sustained Interactive load: it gets a slot
 // after admission.BackgroundEvery grants to other classes while it waits.
 func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {QueueLimit: 4096}}})
+	e := newExec(t, Options{Slots: 1, Classes: [numClasses]ClassOptions{Interactive: {QueueLimit: 4096}}})
 	release := hold(t, e, 1)
 	var mu sync.Mutex
 	var order []Class

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cpuwork/cpuwork/account"
 )
 
 var emptyTask = func(context.Context) error { return nil }
@@ -217,7 +219,7 @@ func spin10us(context.Context) error {
 
 // benchAccount runs 10 µs tasks on one slot with accounting set to every.
 func benchAccount(b *testing.B, every int) {
-	e := newExec(b, Options{Slots: 1, Account: AccountOptions{Every: every}})
+	e := newExec(b, Options{Slots: 1, Account: account.Options{Every: every}})
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {

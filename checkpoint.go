@@ -2,12 +2,13 @@ package cpuwork
 
 import (
 	"context"
-	"github.com/cpuwork/cpuwork/internal/admission"
 	"runtime"
 	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
 
 	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
@@ -39,7 +40,7 @@ func Checkpoint(ctx context.Context) error {
 	if t == nil || ctx == nil || t.shared != 0 || t.noSlot != holdsSlot {
 		return checkpointSlow(ctx, t)
 	}
-	e, c := t.e, t.class&(NumClasses-1)
+	e, c := t.e, t.class&(numClasses-1)
 	if m := e.g.Mask(); m != 0 && (m&admission.MoreUrgent[c] != 0 ||
 		(m&(1<<c) != 0 && e.g.HeadDue(admission.Class(c)) < t.due())) {
 		return t.checkpoint(ctx)

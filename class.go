@@ -1,10 +1,6 @@
 package cpuwork
 
-import (
-	"fmt"
-
-	"github.com/cpuwork/cpuwork/internal/admission"
-)
+import "github.com/cpuwork/cpuwork/internal/admission"
 
 // Class is a task's priority class. Lower values are more urgent.
 type Class uint8
@@ -26,8 +22,7 @@ const (
 	// comes first.
 	Background
 
-	// NumClasses is the number of classes, for arrays indexed by Class.
-	NumClasses = 4
+	numClasses = 4
 )
 
 // String returns the class's lower-case name ("critical", ...), the value of
@@ -36,17 +31,7 @@ func (c Class) String() string {
 	return admission.Class(c).String() // one list of names, the admission core's
 }
 
-// ParseClass returns the class named s (as printed by String).
-func ParseClass(s string) (Class, error) {
-	for c := range Class(NumClasses) {
-		if c.String() == s {
-			return c, nil
-		}
-	}
-	return 0, fmt.Errorf("cpuwork: unknown class %q (want critical, interactive, batch or background)", s)
-}
-
-func (c Class) valid() bool { return c < NumClasses }
+func (c Class) valid() bool { return c < numClasses }
 
 // runsOnWorker reports whether tasks of c run on executor-owned worker
 // goroutines even when submitted with Do. Batch and Background do, so that

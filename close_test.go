@@ -43,7 +43,7 @@ func TestCloseDrainsQueuedTasksThenRejects(t *testing.T) {
 		t.Errorf("Close: %v", err)
 	}
 	for _, task := range tasks {
-		if err := task.Err(); err != nil {
+		if err := task.Wait(context.Background()); err != nil {
 			t.Error(err)
 		}
 	}

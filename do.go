@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/cpuwork/cpuwork/internal/admission"
 	"runtime/debug"
 	"runtime/trace"
 	"time"
 	"unsafe"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
 
 	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
@@ -203,36 +204,18 @@ func invalidClass(c Class) error {
 	return fmt.Errorf("cpuwork: invalid class %d (want Critical..Background)", uint8(c))
 }
 
-// Do waits for a slot for class c, runs fn, releases the slot and returns
-// fn's error.
+// Do waits for a slot of class c, runs fn(ctx), releases the slot and
+// returns fn's error. Critical and Interactive tasks run on the caller's
+// goroutine (its thread, stack and profiler labels stay); Batch and
+// Background tasks run on an executor worker while Do waits. A Do or For
+// on e inside fn runs on the slot fn holds; a goroutine fn starts holds
+// none, so fn must not wait for that goroutine's Do (fan out with For).
 //
-// Critical and Interactive tasks run on the caller's own goroutine: no
-// hand-off, and the caller's stack, thread (cgo) and profiler labels stay.
-// Batch and Background tasks are handed to an executor worker, and Do waits
-// for them to finish.
-//
-// fn receives ctx itself. The slot belongs to the goroutine that runs fn:
-// Checkpoint called on that goroutine hands it over when more urgent
-// work waits, and a Do or For on e called on that goroutine runs on the
-// slot already held instead of waiting for a second one (no nested
-// deadlock). A goroutine that fn starts holds no slot: a Do there waits
-// for a slot of its own, so fn must not wait for such a goroutine's Do
-// while it holds its slot (the nested-acquisition deadlock); fan out
-// inside a task with For, whose caller always works.
-//
-// A ctx that is already done returns ctx's error without running fn, in
-// every class. A nil ctx or a nil *Executor panics (programming errors).
-//
-// Errors: ErrClosed after Close; an error matching ErrSaturated
-// (errors.Is: the bare sentinel for a full queue, a wrapping error that
-// says why for a refusal by ClassOptions.MaxQueueWait or a deadline the queue
-// cannot meet); ctx's error when ctx ends while the task is queued (fn
-// then never runs); a *PanicError when fn panics; otherwise fn's error.
-//
-// Cost: no allocation for a Critical or Interactive task when a slot is
-// free and nobody waits, unless the calling goroutine has profiler labels
-// (then ctx's labels with the class's added are allocated), nor for one
-// that queues.
+// Errors: ErrClosed after Close; an error matching ErrSaturated (the bare
+// sentinel for a full queue, wrapped with the reason for MaxQueueWait or
+// ErrDeadline); ctx's error if ctx is done before fn runs; a *PanicError
+// when fn panics; otherwise fn's error. A nil ctx or *Executor panics.
+// No allocation for a Critical or Interactive task, queued or not.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
 	return e.do(ctx, c, 1, fn)
 }

@@ -3,6 +3,7 @@ package cpuwork
 import (
 	"errors"
 	"fmt"
+
 	"github.com/cpuwork/cpuwork/internal/admission"
 )
 

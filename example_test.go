@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/account"
 )
 
 func ExampleNew() {
@@ -144,16 +145,16 @@ func ExampleExecutor_Allow() {
 	// Output: 200 done
 }
 
-func ExampleExecutor_SlowTasks() {
+func ExampleStats_slowTasks() {
 	// Account every task (the default is one in 1024).
-	e, _ := cpuwork.New(cpuwork.Options{Slots: 1, Account: cpuwork.AccountOptions{Every: 1}})
+	e, _ := cpuwork.New(cpuwork.Options{Slots: 1, Account: account.Options{Every: 1}})
 	defer e.Close(context.Background())
 
 	e.Do(context.Background(), cpuwork.Interactive, func(ctx context.Context) error {
 		time.Sleep(2 * time.Millisecond) // blocking: mostly other (neither on a CPU nor queued)
 		return nil
 	})
-	for _, a := range e.SlowTasks() {
+	for _, a := range e.Stats().SlowTasks {
 		var sum time.Duration
 		for _, d := range a.Parts {
 			sum += d

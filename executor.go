@@ -3,7 +3,6 @@ package cpuwork
 import (
 	"context"
 	"fmt"
-	"github.com/cpuwork/cpuwork/internal/admission"
 	"log/slog"
 	"math"
 	"runtime"
@@ -11,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unsafe"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/osthread"
@@ -25,7 +26,7 @@ type Executor struct {
 	// the only methods that change it (internal/admission).
 	g admission.Granter
 
-	stats [NumClasses]classStats
+	stats [numClasses]classStats
 
 	// forMaxSlots is the For bound (Options.forMaxSlots in tests; 0: the default rule).
 	forMaxSlots int
@@ -56,9 +57,9 @@ type Executor struct {
 	// Options.Account.Every < 0.
 	acct *accountant
 
-	labels [NumClasses]context.Context
+	labels [numClasses]context.Context
 	// classLabels[c] is the goroutine label set of class c (labels.go).
-	classLabels [NumClasses]unsafe.Pointer
+	classLabels [numClasses]unsafe.Pointer
 	noLabels    bool
 	log         *slog.Logger
 	logSet      bool // Options.Logger was set (else capacity warnings go to slog.Default)
@@ -85,8 +86,8 @@ type Executor struct {
 // the CPU budget cannot be read (the error wraps budget's; set Slots to run
 // without it).
 func New(o Options) (*Executor, error) {
-	if o.Slots < 0 || o.Slots > MaxSlots {
-		return nil, fmt.Errorf("cpuwork: Options.Slots %d out of range 0..%d", o.Slots, MaxSlots)
+	if o.Slots < 0 || o.Slots > maxSlots {
+		return nil, fmt.Errorf("cpuwork: Options.Slots %d out of range 0..%d", o.Slots, maxSlots)
 	}
 	e := &Executor{
 		noLabels: o.noLabels,
@@ -96,7 +97,7 @@ func New(o Options) (*Executor, error) {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
-	cfg := admission.Config{DefaultQueueLimit: DefaultQueueLimit, SpareP: o.Batch.SpareP, Owner: (*owner)(e), Log: e.log}
+	cfg := admission.Config{DefaultQueueLimit: defaultQueueLimit, SpareP: o.Batch.SpareP, Owner: (*owner)(e), Log: e.log}
 	for c := range e.stats {
 		cfg.Classes[c] = admission.ClassConfig(o.Classes[c])
 		cfg.Counters[c] = &e.stats[c].Counters
@@ -106,8 +107,8 @@ func New(o Options) (*Executor, error) {
 	}
 	e.setCheckpointYield(o.checkpointYield)
 	e.initLabels()
-	if o.forMaxSlots < 0 || o.forMaxSlots > MaxSlots {
-		return nil, fmt.Errorf("cpuwork: forMaxSlots %d out of range 0..%d", o.forMaxSlots, MaxSlots)
+	if o.forMaxSlots < 0 || o.forMaxSlots > maxSlots {
+		return nil, fmt.Errorf("cpuwork: forMaxSlots %d out of range 0..%d", o.forMaxSlots, maxSlots)
 	}
 	e.forMaxSlots = o.forMaxSlots
 	batchSched := o.batchSched
@@ -348,15 +349,15 @@ func (e *Executor) Slots() int {
 	return int(e.g.Slots())
 }
 
-// SetSlots changes the number of slots to n (1..MaxSlots). Growing admits
+// SetSlots changes the number of slots to n (1..maxSlots). Growing admits
 // queued tasks at once; shrinking lets running tasks finish and admits no
 // new ones until fewer than n run. No task is lost or run twice. An executor
 // created with Options.Slots 0 also calls this when the budget changes, so
 // a manual value lasts until the next budget change.
 func (e *Executor) SetSlots(n int) error {
 	mustExec(e)
-	if n < 1 || n > MaxSlots {
-		return fmt.Errorf("cpuwork: SetSlots(%d): out of range 1..%d", n, MaxSlots)
+	if n < 1 || n > maxSlots {
+		return fmt.Errorf("cpuwork: SetSlots(%d): out of range 1..%d", n, maxSlots)
 	}
 	e.setSlots(n)
 	return nil

@@ -85,12 +85,12 @@ func waitQueued(t *testing.T, e *Executor, c Class, n int) {
 func TestNewRejectsInvalidOptions(t *testing.T) {
 	for _, o := range []Options{
 		{Slots: -1},
-		{Slots: MaxSlots + 1},
-		{Slots: 1, Classes: [NumClasses]ClassOptions{Batch: {QueueLimit: -1}}},
-		{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {Weight: -2}}},
-		{Slots: 1, Classes: [NumClasses]ClassOptions{Critical: {Weight: 2}}},
-		{Slots: 1, Classes: [NumClasses]ClassOptions{Batch: {MaxQueueWait: -time.Millisecond}}},
-		{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {LatencyTarget: -time.Millisecond}}},
+		{Slots: maxSlots + 1},
+		{Slots: 1, Classes: [numClasses]ClassOptions{Batch: {QueueLimit: -1}}},
+		{Slots: 1, Classes: [numClasses]ClassOptions{Interactive: {Weight: -2}}},
+		{Slots: 1, Classes: [numClasses]ClassOptions{Critical: {Weight: 2}}},
+		{Slots: 1, Classes: [numClasses]ClassOptions{Batch: {MaxQueueWait: -time.Millisecond}}},
+		{Slots: 1, Classes: [numClasses]ClassOptions{Interactive: {LatencyTarget: -time.Millisecond}}},
 		{Quota: QuotaStrict + 1},
 	} {
 		if _, err := New(o); err == nil {
@@ -190,20 +190,15 @@ func TestAZeroExecutorPanicsWithAMessage(t *testing.T) {
 	ctx := context.Background()
 	fn := func(context.Context) error { return nil }
 	for name, call := range map[string]func(){
-		"Do":                 func() { e.Do(ctx, Interactive, fn) },
-		"Go":                 func() { e.Go(ctx, Batch, fn) },
-		"TryGo":              func() { e.TryGo(ctx, Batch, fn) },
-		"For":                func() { e.For(ctx, Batch, 2, func(int, int) error { return nil }) },
-		"Allow":              func() { e.Allow(ctx, Interactive) },
-		"Close":              func() { e.Close(ctx) },
-		"Stats":              func() { e.Stats() },
-		"Slots":              func() { e.Slots() },
-		"SetSlots":           func() { e.SetSlots(2) },
-		"SlowTasks":          func() { e.SlowTasks() },
-		"Debug":              func() { e.Debug() },
-		"QueueWaitHistogram": func() { e.QueueWaitHistogram(Interactive) },
-		"SlotTimeHistogram":  func() { e.SlotTimeHistogram(Interactive) },
-		"PartHistogram":      func() { e.PartHistogram(Interactive, 0) },
+		"Do":       func() { e.Do(ctx, Interactive, fn) },
+		"Go":       func() { e.Go(ctx, Batch, fn) },
+		"TryGo":    func() { e.TryGo(ctx, Batch, fn) },
+		"For":      func() { e.For(ctx, Batch, 2, func(int, int) error { return nil }) },
+		"Allow":    func() { e.Allow(ctx, Interactive) },
+		"Close":    func() { e.Close(ctx) },
+		"Stats":    func() { e.Stats() },
+		"Slots":    func() { e.Slots() },
+		"SetSlots": func() { e.SetSlots(2) },
 	} {
 		func() {
 			defer func() {

@@ -3,10 +3,11 @@ package cpuwork
 import (
 	"context"
 	"fmt"
-	"github.com/cpuwork/cpuwork/internal/admission"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
 )
 
 // Chunk sizing targets for For: a chunk should take 100 µs - 1 ms, long
@@ -19,39 +20,15 @@ const (
 	forMinChunk = 100 * time.Microsecond // chunks are not cut below this to make more of them
 )
 
-// For runs fn over the index range [0, n) in chunks [lo, hi), in parallel,
-// under class c, and returns the first error.
-//
-// The caller always works: it first takes a slot for class c (as Do does,
-// queueing if needed) or, on a goroutine that runs a task of e, uses that
-// task's slot. It
-// runs chunks of 1, 2, 4, ... indexes until one takes at least 50 µs, sizes
-// the remaining chunks from the measured time per index (about 250 µs each,
-// at least 100 µs, and smaller only to give every slot several chunks).
-// Helper goroutines run chunks beside it: on slots that are free now and
-// that nobody waits for, and, up to max(2, ceil(slots/2)) slots with
-// the caller's, waiting in line for a slot at the loop's due (its task's),
-// so a large request split into parts gets the slots that free
-// up before later arrivals do, as the pool of a channel-fed worker pool
-// would. The caller never waits for a second slot, so a For nested in a
-// Do (or in another For) cannot deadlock. At chunk boundaries the caller
-// calls Checkpoint and the helpers hand their slot over as Checkpoint
-// would (to more urgent work or work due earlier; helpers beyond
-// that bound to anyone waiting); a helper within the bound then queues
-// again at its place. Helpers are not submissions: Stats counts the loop
-// once.
-//
-// The first error (fn's, a *PanicError, or ctx's) stops further chunks from
-// starting and is returned after running chunks finish. Chunks may run in
-// any order and concurrently: fn must be safe for that. n < 0 is an error;
-// n == 0 returns nil without running fn. A ctx that is done before the
-// loop starts returns ctx's error without running fn.
-//
-// Each chunk runs on a goroutine that holds a slot of e for the loop (the
-// caller's or a helper's): a Do or For of e called inside fn runs on that
-// slot (a nested For runs its chunks one after another), so nested use
-// cannot deadlock. Checkpoint inside fn only yields the P (steps 2 to 4
-// of Checkpoint): the loop itself hands slots over between chunks.
+// For runs fn over [0, n) in chunks [lo, hi), in parallel under class c,
+// and returns the first error (fn's, a *PanicError, or ctx's), after the
+// chunks already running finish. The caller takes one slot (as Do) and
+// always works; helpers run chunks on slots that are free or that free up
+// in the loop's turn, and give them back at chunk boundaries to more
+// urgent work. Chunks are sized to about 250 µs from measured time per
+// index. fn must be safe to call concurrently, in any order. n < 0 is an
+// error; n == 0 returns nil. Nested Do or For inside fn runs on the slot
+// its chunk holds, so nesting cannot deadlock; Stats counts the loop once.
 func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) error) error {
 	mustCtx(ctx)
 	mustExec(e)

@@ -62,15 +62,22 @@ func (h *histogram) record(d int64, weight uint64) {
 	}
 }
 
-// Summary describes a distribution of durations.
-type Summary struct {
-	Count uint64        // observations (sampled observations count with their weight)
+// Histogram is a distribution of durations: its count, mean and quantiles,
+// and its cumulative buckets for exporters (Cumulative[i] observations were
+// at most UpperSeconds[i] seconds; empty buckets at either end left out).
+// Quantiles are the midpoint of the bucket that holds them, at most Max.
+type Histogram struct {
+	Count uint64        // observations (sampled ones count with their weight)
 	Mean  time.Duration // arithmetic mean
 	P50   time.Duration // median
 	P90   time.Duration
 	P99   time.Duration
 	P999  time.Duration
 	Max   time.Duration // exact maximum observed
+
+	UpperSeconds []float64 `json:",omitempty"`
+	Cumulative   []uint64  `json:",omitempty"`
+	SumSeconds   float64
 }
 
 // quantile returns the q-quantile (0 <= q <= 1) of a bucket snapshot; the
@@ -104,14 +111,16 @@ func max64(a, b uint64) uint64 {
 	return b
 }
 
-func (h *histogram) summary() Summary {
+// snapshot returns h's distribution. Concurrent records may land between
+// the bucket reads; the quantiles come from one copy of the counts.
+func (h *histogram) snapshot() Histogram {
 	counts := make([]uint64, histBuckets)
 	var total uint64
 	for i := range counts {
 		counts[i] = h.counts[i].Load()
 		total += counts[i]
 	}
-	s := Summary{Count: total, Max: time.Duration(h.max.Load())}
+	s := Histogram{Count: total, Max: time.Duration(h.max.Load()), SumSeconds: time.Duration(h.sum.Load()).Seconds()}
 	if total == 0 {
 		return s
 	}
@@ -121,18 +130,17 @@ func (h *histogram) summary() Summary {
 	s.P90 = quantile(counts, total, 0.90, m)
 	s.P99 = quantile(counts, total, 0.99, m)
 	s.P999 = quantile(counts, total, 0.999, m)
+	s.UpperSeconds, s.Cumulative = cumulative(counts)
 	return s
 }
 
-// Buckets returns the cumulative bucket counts of h with upper bounds in
-// seconds, for exporters (Prometheus histograms). Empty leading and
-// trailing buckets are left out.
-func (h *histogram) buckets() (upper []float64, cumulative []uint64) {
-	var cum uint64
-	first := -1
-	last := -1
-	for i := range h.counts {
-		if h.counts[i].Load() != 0 {
+// cumulative returns the cumulative counts of a bucket snapshot with their
+// upper bounds in seconds, for exporters (Prometheus histograms). Empty
+// leading and trailing buckets are left out.
+func cumulative(counts []uint64) (upper []float64, cum []uint64) {
+	first, last := -1, -1
+	for i, c := range counts {
+		if c != 0 {
 			if first < 0 {
 				first = i
 			}
@@ -142,11 +150,11 @@ func (h *histogram) buckets() (upper []float64, cumulative []uint64) {
 	if first < 0 {
 		return nil, nil
 	}
+	var n uint64
 	for i := first; i <= last; i++ {
-		cum += h.counts[i].Load()
-		up := histLower(i + 1)
-		upper = append(upper, float64(up)/1e9)
-		cumulative = append(cumulative, cum)
+		n += counts[i]
+		upper = append(upper, float64(histLower(i+1))/1e9)
+		cum = append(cum, n)
 	}
-	return upper, cumulative
+	return upper, cum
 }

@@ -21,7 +21,7 @@ import (
 // holds while a task of the class runs.
 func (e *Executor) initLabels() {
 	old := goroutine.ProfLabels()
-	for c := range Class(NumClasses) {
+	for c := range Class(numClasses) {
 		e.labels[c] = pprof.WithLabels(context.Background(), pprof.Labels(labelKey, c.String()))
 		pprof.SetGoroutineLabels(e.labels[c])
 		e.classLabels[c] = goroutine.ProfLabels()

@@ -4,16 +4,17 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/osthread"
 )
 
-// DefaultQueueLimit is the per-class queue bound used when
+// defaultQueueLimit is the per-class queue bound used when
 // ClassOptions.QueueLimit is 0.
-const DefaultQueueLimit = 1024
+const defaultQueueLimit = 1024
 
-// MaxSlots is the largest slot count an executor accepts.
-const MaxSlots = 4096
+// maxSlots is the largest slot count an executor accepts.
+const maxSlots = 4096
 
 // QuotaPolicy is how an executor uses a CPU quota (Options.Quota).
 type QuotaPolicy uint8
@@ -35,11 +36,11 @@ const (
 // which the last is paced: QuotaFraction; else budget.Budget.Slots, the
 // whole cores of the budget, at least 1, at most GOMAXPROCS while the tasks
 // run Go code), each class
-// queues up to DefaultQueueLimit tasks, Interactive and Batch share slots
+// queues up to 1024 tasks, Interactive and Batch share slots
 // 4:1, and one task in 1024 is accounted.
 type Options struct {
 	// Slots fixes the number of tasks that run at once. 0 means follow the
-	// CPU budget, re-read every WatchInterval. Valid: 0..MaxSlots.
+	// CPU budget, re-read every WatchInterval. Valid: 0..4096.
 	Slots int
 
 	// Quota chooses how Slots 0 turns a CFS quota q into slots.
@@ -61,7 +62,7 @@ type Options struct {
 	// Classes configures each class's queue, latency target, queue-wait
 	// target and weight, indexed by Class. The zero value of each is the
 	// default (ClassOptions).
-	Classes [NumClasses]ClassOptions
+	Classes [4]ClassOptions
 
 	// Batch chooses how Batch and Background work is kept away from the
 	// Ps and cores of latency-sensitive work beyond the slot order: a P
@@ -71,10 +72,10 @@ type Options struct {
 
 	// Account records, for a sample of tasks, where their latency went:
 	// queue wait, on-CPU time, kernel run queue, throttling, Go run
-	// queue, GC and the unattributed rest (TaskAccount). The zero value
-	// accounts one task in 1024; Every < 0 turns it off. Results: Stats
-	// (per class and part), PartHistogram, SlowTasks, AccountOptions.OnTask.
-	Account AccountOptions
+	// queue, GC and the unattributed rest (package account). The zero
+	// value accounts one task in 1024; Every < 0 turns it off. Results:
+	// Stats (Parts per class, SlowTasks) and account.Options.OnTask.
+	Account account.Options
 
 	// CriticalLane, when set, runs Critical tasks admitted by Do on a
 	// dedicated lane of locked OS threads with these options (for cgo
@@ -94,12 +95,12 @@ type Options struct {
 }
 
 // ClassOptions configures one class (Options.Classes). The zero value is
-// the default: a queue of DefaultQueueLimit tasks, no latency target, a
+// the default: a queue of 1024 tasks, no latency target, a
 // queue-wait target of two of the class's slot times for the arrivals
 // that carry a latency target, and (Interactive and Batch) the default weight.
 type ClassOptions struct {
 	// QueueLimit bounds the class's queue; a submission to a full queue
-	// returns ErrSaturated at once. 0 means DefaultQueueLimit; negative
+	// returns ErrSaturated at once. 0 means 1024; negative
 	// values make New fail.
 	QueueLimit int
 

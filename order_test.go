@@ -95,7 +95,7 @@ func TestTargetsServeTheEarliestDueFirstAndTiesInArrivalOrder(t *testing.T) {
 }
 
 func TestAClassLatencyTargetOrdersAndTheCtxDeadlineWinsWhenEarlier(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {LatencyTarget: time.Hour}}})
+	e := newExec(t, Options{Slots: 1, Classes: [numClasses]ClassOptions{Interactive: {LatencyTarget: time.Hour}}})
 	release := hold(t, e, 1)
 	rec := &recorder{}
 	a := queueDo(t, e, context.Background(), Interactive, rec, "class-target")
@@ -576,7 +576,7 @@ func TestTheDoorCountsAQueuedLoopOnEverySlotItWillHold(t *testing.T) {
 // admission package's tests).
 func TestAllowRefusesAnInvalidClassAndAClosedExecutor(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
-	if err := e.Allow(context.Background(), Class(NumClasses)); err == nil {
+	if err := e.Allow(context.Background(), Class(numClasses)); err == nil {
 		t.Error("invalid class: nil, want an error")
 	}
 	if err := e.Allow(context.Background(), Interactive); err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/budget"
 )
 
@@ -20,7 +21,7 @@ func TestSlotsFollowTheBudgetWhenTasksRunOutsidePs(t *testing.T) {
 	detect := func() (budget.Budget, error) {
 		return budget.Budget{Cores: 2, Source: budget.SourceAffinity, GOMAXPROCS: 1, Affinity: 2, NumCPU: 2}, nil
 	}
-	e, err := New(Options{detect: detect, WatchInterval: time.Hour, Account: AccountOptions{Every: -1}})
+	e, err := New(Options{detect: detect, WatchInterval: time.Hour, Account: account.Options{Every: -1}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,13 +4,14 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"github.com/cpuwork/cpuwork/internal/goroutine"
 	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
 
 type ctxKey struct{}

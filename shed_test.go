@@ -9,7 +9,7 @@ import (
 )
 
 func TestFullQueueIsSaturatedAndNothingIsLost(t *testing.T) {
-	e := newExec(t, Options{Slots: 1, Classes: [NumClasses]ClassOptions{Interactive: {QueueLimit: 2}, Batch: {QueueLimit: 1}}})
+	e := newExec(t, Options{Slots: 1, Classes: [numClasses]ClassOptions{Interactive: {QueueLimit: 2}, Batch: {QueueLimit: 1}}})
 	release := hold(t, e, 1)
 	var ran atomic.Int64
 	errs := make(chan error, 3)
@@ -89,7 +89,7 @@ func TestADeadlineTheQueueCannotMeetIsShedAtOnce(t *testing.T) {
 // queued ones, a light load behind one long task shed: 28-29 % of an OPA
 // server's requests at 80 % of its capacity in one pair.)
 func TestAdmissionsOnAFreeSlotCountAsZeroWaits(t *testing.T) {
-	var mqw [NumClasses]ClassOptions
+	var mqw [numClasses]ClassOptions
 	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
 	e := newExec(t, Options{Slots: 1, Classes: mqw})
 	release := hold(t, e, 1)

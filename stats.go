@@ -1,9 +1,11 @@
 package cpuwork
 
 import (
-	"github.com/cpuwork/cpuwork/internal/admission"
 	"sync/atomic"
 	"time"
+
+	"github.com/cpuwork/cpuwork/account"
+	"github.com/cpuwork/cpuwork/internal/admission"
 )
 
 // classStats holds one class's counters and histograms. Every field is
@@ -65,16 +67,16 @@ type ClassStats struct {
 	// QueueWait is the time from submission to getting a slot; SlotTime
 	// the time a task held its slot (its service time, which includes any
 	// time the OS or the Go scheduler did not run it).
-	QueueWait Summary
-	SlotTime  Summary
+	QueueWait Histogram
+	SlotTime  Histogram
 	// SlotSeconds is the total slot time charged to the class, in seconds
 	// (what weighted sharing divides between Interactive and Batch).
 	SlotSeconds float64
 	// Accounted is how many of the class's tasks had where their time
-	// went recorded (Options.Account); Parts summarizes each part over
-	// them, indexed by Part (zero when none).
+	// went recorded (Options.Account); Parts is each part's distribution
+	// over them, indexed by account.Part (zero when none).
 	Accounted uint64
-	Parts     [NumParts]Summary
+	Parts     [account.NumParts]Histogram
 }
 
 // Stats is a snapshot of an executor.
@@ -86,81 +88,82 @@ type Stats struct {
 	// CPU budget (GOMAXPROCS below it while the tasks run Go code) and
 	// what to set; it is also logged once, to slog.Default without
 	// Options.Logger.
-	Warning string
-	Classes [NumClasses]ClassStats // indexed by Class
-	// Demotion reports the demotion of Batch and Background worker
-	// threads (Options.Batch.Demote) and what its starvation guard did.
-	Demotion struct {
-		Enabled bool // Options.Batch.Demote is set and the platform can demote
-		Active  bool // demotion is in force now: enabled and not suspended by the guard
-		// Suspensions counts the times the guard saw a demoted worker,
-		// while it ran a task, runnable but not running for 4 ms over
-		// consecutive 5 ms windows in each of which it ran less than half
-		// the time, and suspended demotion (for 10 s, doubling on repeats
-		// up to 10 min).
-		Suspensions uint64
-		// Promotions counts starved threads promoted in place (needs
-		// CAP_SYS_NICE); Retired counts worker threads replaced by fresh,
-		// undemoted ones because the kernel refused to undo their
-		// demotion.
-		Promotions, Retired uint64
-		// StarvedTime is the time demoted workers spent runnable but not
-		// running in the guard's starved windows while they ran tasks.
-		StarvedTime time.Duration
-	}
-	// Pacing reports the fractional slot's pacer (Options.Quota): under
-	// a CFS quota of q cores with a fraction (1.5), ceil(q) slots run of
-	// which the last is open only while the quota's cgroup uses less than
-	// Target x q. All zero when nothing is paced.
-	Pacing struct {
-		Paced bool // a fractional quota's extra slot is paced now
-		// Target is the share of the quota the pacer lets the cgroup use
-		// (0.5 to 0.97): lowered 5 % by each throttled period it could
-		// have prevented, raised 0.005 by each clean one. The period
-		// after a Held one is paced at the whole quota instead.
-		Target float64
-		// Closed is the total time the extra slot was closed.
-		Closed time.Duration
-		// Lowered counts the throttled periods that lowered Target;
-		// Held those that left it, because the throttle was not the
-		// extra slot's doing (a task over the count that could not give
-		// its slot back, or the always-open slots over the quota by
-		// themselves).
-		Lowered, Held uint64
-		// Occupancy is the slots held on average while a task queued,
-		// over about the last period (floor(q) to ceil(q); q until a
-		// task queued): the door divides the expected run time of the
-		// work queued by it (Little's law), not by q. Near ceil(q) when
-		// tasks cannot give the extra slot back at a Checkpoint (cgo).
-		Occupancy float64
-		// Warning, when not empty, says that the pacer cannot keep the
-		// cgroup under its quota — a quarter or more of a window of
-		// periods were Held — and what to set; it is also logged once,
-		// to slog.Default without Options.Logger.
-		Warning string
-	}
-	// NetWatch counts what WatchListener and Checkpoint's network polls
-	// did in this process (process-wide: every executor reports the same
-	// counts).
-	NetWatch struct {
-		// Watched is the listeners and connections registered; Unwatched
-		// those that could not be (no file descriptor, or epoll_ctl
-		// failed: they are served as without WatchListener).
-		Watched, Unwatched uint64
-		// Polls is the zero-timeout polls of the watched set; Wakes the
-		// polls that found an arrival and parked a task so its P polled
-		// the network.
-		Polls, Wakes uint64
-	}
+	Warning  string
+	Classes  [4]ClassStats // indexed by Class
+	Demotion DemotionStats
+	Pacing   PacingStats
+	NetWatch NetWatchStats
+	// SlowTasks are the slowest accounted tasks (by Wall, slowest first,
+	// at most 8) of the current 10 s window and the one before; empty when
+	// accounting is off or nothing was accounted yet.
+	SlowTasks []account.Task
 }
 
-// Stats returns a snapshot of the executor's counters and per-class
-// queue-wait and slot-time distributions. It costs a few microseconds
-// (it reads every histogram bucket); do not call it per task.
+// DemotionStats reports the demotion of Batch and Background worker
+// threads (Options.Batch.Demote) and what its starvation guard did.
+type DemotionStats struct {
+	Enabled bool // Options.Batch.Demote is set and the platform can demote
+	Active  bool // demotion is in force now: enabled and not suspended by the guard
+	// Suspensions counts the times the guard saw a demoted worker, while
+	// it ran a task, runnable but not running for 4 ms over consecutive
+	// 5 ms windows in each of which it ran less than half the time, and
+	// suspended demotion (for 10 s, doubling on repeats up to 10 min).
+	Suspensions uint64
+	// Promotions counts starved threads promoted in place (needs
+	// CAP_SYS_NICE); Retired counts worker threads replaced by fresh,
+	// undemoted ones because the kernel refused to undo their demotion.
+	Promotions, Retired uint64
+	// StarvedTime is the time demoted workers spent runnable but not
+	// running in the guard's starved windows while they ran tasks.
+	StarvedTime time.Duration
+}
+
+// PacingStats reports the fractional slot's pacer (Options.Quota): under a
+// CFS quota of q cores with a fraction (1.5), ceil(q) slots run of which
+// the last is open only while the quota's cgroup uses less than Target x q.
+// All zero when nothing is paced.
+type PacingStats struct {
+	Paced bool // a fractional quota's extra slot is paced now
+	// Target is the share of the quota the pacer lets the cgroup use (0.5
+	// to 0.97): lowered 5 % by each throttled period it could have
+	// prevented, raised 0.005 by each clean one.
+	Target float64
+	// Closed is the total time the extra slot was closed.
+	Closed time.Duration
+	// Lowered counts the throttled periods that lowered Target; Held
+	// those that left it, the throttle not being the extra slot's doing
+	// (a task that could not give its slot back, or the always-open slots
+	// over the quota by themselves).
+	Lowered, Held uint64
+	// Occupancy is the slots held on average while a task queued, over
+	// about the last period (floor(q) to ceil(q)): the door divides the
+	// expected run time of the queued work by it.
+	Occupancy float64
+	// Warning, when not empty, says that the pacer cannot keep the cgroup
+	// under its quota (a quarter or more of a window of periods were
+	// Held) and what to set; it is also logged once.
+	Warning string
+}
+
+// NetWatchStats counts what WatchListener and Checkpoint's network polls
+// did in this process (every executor reports the same counts).
+type NetWatchStats struct {
+	// Watched is the listeners and connections registered; Unwatched
+	// those that could not be (no file descriptor, or epoll_ctl failed:
+	// they are served as without WatchListener).
+	Watched, Unwatched uint64
+	// Polls is the zero-timeout polls of the watched set; Wakes the polls
+	// that found an arrival and parked a task so its P polled the network.
+	Polls, Wakes uint64
+}
+
+// Stats returns a snapshot of the executor's counters, distributions and
+// slowest accounted tasks, for an exporter or a debug endpoint. It reads
+// every histogram bucket and allocates: do not call it per task.
 func (e *Executor) Stats() Stats {
 	mustExec(e)
 	var st Stats
-	var queued [NumClasses]int
+	var queued [numClasses]int
 	st.Slots, st.Free, st.Closed, queued = e.g.Snapshot()
 	if w := e.capWarning.Load(); w != nil {
 		st.Warning = *w
@@ -183,7 +186,7 @@ func (e *Executor) Stats() Stats {
 	if w := e.paceWarning.Load(); w != nil {
 		st.Pacing.Warning = *w
 	}
-	for c := range Class(NumClasses) {
+	for c := range Class(numClasses) {
 		s := &e.stats[c]
 		cs := ClassStats{
 			Class:        c,
@@ -198,48 +201,17 @@ func (e *Executor) Stats() Stats {
 			Nested:       s.nested.Load(),
 			Yields:       s.yields.Load(),
 			Queued:       queued[c],
-			QueueWait:    s.queueWait.summary(),
-			SlotTime:     s.slotTime.summary(),
+			QueueWait:    s.queueWait.snapshot(),
+			SlotTime:     s.slotTime.snapshot(),
 		}
 		cs.Running = int(cs.Admitted - min(cs.Completed, cs.Admitted))
 		cs.Submitted = cs.Admitted + cs.Rejected + cs.Canceled + uint64(cs.Queued)
 		cs.SlotSeconds = time.Duration(s.Used.Load()).Seconds()
-		cs.Parts, cs.Accounted = e.partSummaries(c)
+		cs.Parts, cs.Accounted = e.partHistograms(c)
 		st.Classes[c] = cs
 	}
+	if e.acct != nil {
+		st.SlowTasks = e.acct.slowest.get(now())
+	}
 	return st
-}
-
-// Histogram is a cumulative histogram of durations for exporters: Count[i]
-// observations were at most UpperSeconds[i] seconds.
-type Histogram struct {
-	UpperSeconds []float64
-	Count        []uint64
-	SumSeconds   float64
-}
-
-// QueueWaitHistogram and SlotTimeHistogram return class c's raw
-// distributions (for a Prometheus collector), with empty buckets at either
-// end left out. An invalid class returns the zero Histogram (never another
-// class's data).
-func (e *Executor) QueueWaitHistogram(c Class) Histogram {
-	mustExec(e)
-	if !c.valid() {
-		return Histogram{}
-	}
-	return e.hist(&e.stats[c].queueWait)
-}
-
-// SlotTimeHistogram: see QueueWaitHistogram.
-func (e *Executor) SlotTimeHistogram(c Class) Histogram {
-	mustExec(e)
-	if !c.valid() {
-		return Histogram{}
-	}
-	return e.hist(&e.stats[c].slotTime)
-}
-
-func (e *Executor) hist(h *histogram) Histogram {
-	up, cum := h.buckets()
-	return Histogram{UpperSeconds: up, Count: cum, SumSeconds: time.Duration(h.sum.Load()).Seconds()}
 }

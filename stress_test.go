@@ -251,7 +251,7 @@ var errTask = errors.New("task error")
 func r2(seed uint64, n int32) int { return int((seed + uint64(n)) % 3) }
 
 func runOne(e *Executor, r *rand.Rand, o *outcome) {
-	c := Class(r.IntN(NumClasses))
+	c := Class(r.IntN(numClasses))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	switch r.IntN(8) {
@@ -353,7 +353,7 @@ func submit(e *Executor, ctx context.Context, c Class, mode int, r *rand.Rand, b
 			return
 		}
 		<-t.Done()
-		report(t.Err())
+		report(t.Wait(context.Background()))
 	case 3:
 		t, err := e.TryGo(ctx, c, body)
 		if err != nil {

@@ -3,8 +3,9 @@ package cpuwork
 import (
 	"context"
 	"errors"
-	"github.com/cpuwork/cpuwork/internal/admission"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
 )
 
 // Target is a request's latency target, for WithTarget.
@@ -48,22 +49,15 @@ func WithTarget(ctx context.Context, t Target) context.Context {
 // errors.Is(err, ErrDeadline) tells it apart from a full queue.
 var ErrDeadline = errors.New("cpuwork: latency target cannot be met")
 
-// Allow is the door's verdict on a task of class c submitted now with
-// ctx, without submitting one: nil when Do, Go or For would run it at
-// once or queue it; else the error they would return there — ErrClosed,
-// ctx's error, ErrSaturated (its queue is full), an error wrapping
-// ErrSaturated (its queue stood above ClassOptions.MaxQueueWait), or one also
-// wrapping ErrDeadline (its latency target cannot be met, beyond its
-// class's late budget). It reserves nothing. Call it before the
-// work a refused request should not cost — reading and decoding a large
-// request body — with the ctx that carries the request's target
-// (WithTarget, made when it arrives, with the Service it will need), then
-// submit as usual: the submission's own door decides again, so a request
-// allowed here can still be refused there (the queue grew meanwhile). A
-// refusal is counted as a submission's would be (Rejected, Shed), so the
-// shed rate an autoscaler reads stays whole; an allowed call counts
-// nothing, a done ctx neither. It panics on a nil ctx or executor and
-// returns an error for an invalid class. It allocates nothing.
+// Allow is the door's verdict on a task of class c submitted now with ctx,
+// without submitting one: nil when Do, Go or For would run or queue it,
+// else the error they would return (ErrClosed, ctx's error, an error
+// matching ErrSaturated, possibly wrapping ErrDeadline). It reserves
+// nothing: call it before work a refused request should not cost (reading
+// a large body), with the ctx that carries the request's target, then
+// submit as usual; the submission decides again. A refusal counts as a
+// submission's would (Rejected, Shed); an allowed call counts nothing. It
+// allocates nothing; a nil ctx or executor panics.
 func (e *Executor) Allow(ctx context.Context, c Class) error {
 	mustCtx(ctx)
 	mustExec(e)

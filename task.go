@@ -20,20 +20,11 @@ type Task struct {
 // Done is closed when the task has finished or failed.
 func (t *Task) Done() <-chan struct{} { return t.done }
 
-// Err returns the task's error once Done is closed (fn's error, a
-// *PanicError, ctx's error if it ended while queued, or ErrClosed if Close
-// failed the queue), and nil before.
-func (t *Task) Err() error {
-	select {
-	case <-t.done:
-		return t.err
-	default:
-		return nil
-	}
-}
-
-// Wait blocks until the task finishes and returns its error, or returns
-// ctx's error if ctx ends first (the task keeps its place and still runs).
+// Wait blocks until the task finishes and returns its error (fn's error, a
+// *PanicError, ErrGoexit, ctx's error if it ended while queued, or
+// ErrClosed if Close failed the queue), or returns ctx's error if ctx ends
+// first (the task keeps its place and still runs). After Done is closed,
+// Wait returns at once.
 func (t *Task) Wait(ctx context.Context) error {
 	select {
 	case <-t.done:
@@ -43,22 +34,14 @@ func (t *Task) Wait(ctx context.Context) error {
 	}
 }
 
-// Class returns the task's class.
-func (t *Task) Class() Class { return t.tc.class }
-
-// Go submits fn to run asynchronously on an executor worker under a slot of
-// class c and returns its handle; the task's error reaches the submitter
-// through Task.Wait or Task.Err. If a slot is free the task starts now,
-// otherwise it queues.
+// Go submits fn to run asynchronously on an executor worker under a slot
+// of class c and returns its handle (Task.Wait gives fn's error). The task
+// starts now if a slot is free, else it queues; if ctx ends while it is
+// queued, it finishes with ctx's error without running.
 //
-// Errors (the task is then not started and no handle is returned):
-// ErrClosed after Close; ErrSaturated when c's queue is full; an error
-// wrapping ErrSaturated when c's queue stands above ClassOptions.MaxQueueWait,
-// or wrapping ErrSaturated and ErrDeadline when its latency target cannot
-// be met; ctx's error if ctx has already ended; an error for an
-// invalid class or a nil fn. A nil ctx panics. If ctx ends while the task
-// is queued, the task is removed and finishes with ctx's error without
-// running.
+// Errors (the task is then not started): ErrClosed after Close; an error
+// matching ErrSaturated as for Do; ctx's error if ctx has ended; an error
+// for an invalid class or a nil fn. A nil ctx panics.
 func (e *Executor) Go(ctx context.Context, c Class, fn func(context.Context) error) (*Task, error) {
 	if err := e.checkArgs(ctx, c, fn); err != nil {
 		return nil, err

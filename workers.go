@@ -36,7 +36,7 @@ func (c Class) pool() int {
 }
 
 func newPool(e *Executor, name string, g *guard) *workerPool {
-	return &workerPool{name: name, runq: make(chan *Task, 2*MaxSlots+64), guard: g, runTask: e.runTask}
+	return &workerPool{name: name, runq: make(chan *Task, 2*maxSlots+64), guard: g, runTask: e.runTask}
 }
 
 // resize starts or stops workers so that n run (spares aside).

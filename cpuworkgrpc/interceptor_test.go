@@ -126,7 +126,7 @@ func waitFor(t *testing.T, cond func() bool) {
 	}
 }
 
-var one = [cpuwork.NumClasses]cpuwork.ClassOptions{{QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}}
+var one = [4]cpuwork.ClassOptions{{QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}}
 
 func TestUnaryCallsRunOnlyWhileHoldingASlot(t *testing.T) {
 	e := newExecutor(t, cpuwork.Options{Slots: 1})

@@ -130,7 +130,7 @@ func (b countingBody) Read(p []byte) (int, error) {
 }
 
 // one is a queue of one task per class.
-var one = [cpuwork.NumClasses]cpuwork.ClassOptions{{QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}}
+var one = [4]cpuwork.ClassOptions{{QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit: 1}}
 
 func TestRefusedRequestGets503WithRetryAfterAndItsBodyIsNeverRead(t *testing.T) {
 	e := newExecutor(t, cpuwork.Options{Slots: 1, Classes: one})

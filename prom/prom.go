@@ -25,6 +25,7 @@ import (
 	"sync"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/schedstat"
 	"github.com/prometheus/client_golang/prometheus"
@@ -141,23 +142,21 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Lowered), "lowered")
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Held), "held")
 	}
-	for cl := range cpuwork.NumClasses {
-		class := cpuwork.Class(cl)
-		s := st.Classes[cl]
-		name := class.String()
+	for _, s := range st.Classes {
+		name := s.Class.String()
 		for outcome, v := range map[string]uint64{"admitted": s.Admitted, "completed": s.Completed, "rejected": s.Rejected,
 			"shed": s.Shed, "canceled": s.Canceled, "panicked": s.Panicked, "admitted_late": s.AdmittedLate, "ended_late": s.EndedLate} {
 			ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_tasks_total"], prometheus.CounterValue, float64(v), name, outcome)
 		}
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_queued"], prometheus.GaugeValue, float64(s.Queued), name)
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_running"], prometheus.GaugeValue, float64(s.Running), name)
-		ch <- c.histogram("cpuwork_queue_wait_seconds", c.e.QueueWaitHistogram(class), name)
-		ch <- c.histogram("cpuwork_slot_seconds", c.e.SlotTimeHistogram(class), name)
+		ch <- c.histogram("cpuwork_queue_wait_seconds", s.QueueWait, name)
+		ch <- c.histogram("cpuwork_slot_seconds", s.SlotTime, name)
 		if s.Accounted == 0 {
 			continue
 		}
-		for p := range cpuwork.Part(cpuwork.NumParts) {
-			ch <- c.histogram("cpuwork_task_latency_seconds", c.e.PartHistogram(class, p), name, p.String())
+		for p := range account.Part(account.NumParts) {
+			ch <- c.histogram("cpuwork_task_latency_seconds", s.Parts[p], name, p.String())
 		}
 	}
 }
@@ -165,11 +164,7 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 // histogram re-buckets a cumulative cpuwork histogram to the collector's
 // buckets.
 func (c *Collector) histogram(name string, h cpuwork.Histogram, labels ...string) prometheus.Metric {
-	var total uint64
-	if n := len(h.Count); n > 0 {
-		total = h.Count[n-1]
-	}
-	return prometheus.MustNewConstHistogram(c.descs[name], total, h.SumSeconds, rebucket(h.UpperSeconds, h.Count, c.o.Buckets), labels...)
+	return prometheus.MustNewConstHistogram(c.descs[name], h.Count, h.SumSeconds, rebucket(h.UpperSeconds, h.Cumulative, c.o.Buckets), labels...)
 }
 
 // rebucket maps cumulative counts at source bounds to cumulative counts at

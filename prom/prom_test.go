@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -18,7 +19,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestCollectorExportsTheExecutorAndLintsClean(t *testing.T) {
-	e, err := cpuwork.New(cpuwork.Options{Slots: 1, Classes: [cpuwork.NumClasses]cpuwork.ClassOptions{cpuwork.Batch: {QueueLimit: 1}}})
+	e, err := cpuwork.New(cpuwork.Options{Slots: 1, Classes: [4]cpuwork.ClassOptions{cpuwork.Batch: {QueueLimit: 1}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +138,7 @@ func TestRebucketNeverCountsAnObservationBelowItsBound(t *testing.T) {
 // Accounted tasks are exported per class and part, one series per part,
 // each counting every accounted task.
 func TestTaskLatencyPartsAreExported(t *testing.T) {
-	e, err := cpuwork.New(cpuwork.Options{Slots: 1, Account: cpuwork.AccountOptions{Every: 1}})
+	e, err := cpuwork.New(cpuwork.Options{Slots: 1, Account: account.Options{Every: 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,8 +173,8 @@ func TestTaskLatencyPartsAreExported(t *testing.T) {
 			parts[part] = m.Histogram.GetSampleCount()
 		}
 	}
-	if len(parts) != cpuwork.NumParts {
-		t.Fatalf("parts exported: %v, want %d", parts, cpuwork.NumParts)
+	if len(parts) != account.NumParts {
+		t.Fatalf("parts exported: %v, want %d", parts, account.NumParts)
 	}
 	for p, n := range parts {
 		if n != 5 {

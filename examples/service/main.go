@@ -76,7 +76,7 @@ func main() {
 // newServer builds the service's handler; cleanup closes the executor and
 // the sampler.
 func newServer(log *slog.Logger) (http.Handler, func(), error) {
-	e, err := cpuwork.New(cpuwork.Options{Logger: log, Classes: [cpuwork.NumClasses]cpuwork.ClassOptions{
+	e, err := cpuwork.New(cpuwork.Options{Logger: log, Classes: [4]cpuwork.ClassOptions{
 		cpuwork.Interactive: {MaxQueueWait: 20 * time.Millisecond},
 		cpuwork.Batch:       {MaxQueueWait: 500 * time.Millisecond},
 	}})
@@ -94,7 +94,7 @@ func newServer(log *slog.Logger) (http.Handler, func(), error) {
 	mux.Handle("/hash", work(e, cpuwork.Interactive, 200))
 	mux.Handle("/batch", work(e, cpuwork.Batch, 20000))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Debug() }))
+	mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Stats() }))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	return mux, func() { s.Close(); e.Close(context.Background()) }, nil
 }

@@ -226,9 +226,9 @@ func (r *Runner) burstOnce(variant string, n int, w workload.Workload) (hist *hi
 // queues deep enough for n tasks (the scenarios measure latency, not
 // shedding).
 func (r *Runner) executor(n int) (*cpuwork.Executor, error) {
-	var cl [cpuwork.NumClasses]cpuwork.ClassOptions
+	var cl [4]cpuwork.ClassOptions
 	for i := range cl {
-		cl[i].QueueLimit = max(n, cpuwork.DefaultQueueLimit)
+		cl[i].QueueLimit = max(n, 1024)
 	}
 	return cpuwork.New(cpuwork.Options{Slots: r.slots, Classes: cl, WatchInterval: -1})
 }

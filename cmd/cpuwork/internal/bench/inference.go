@@ -388,7 +388,7 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			watch = 0
 		}
 		o := cpuwork.Options{Slots: slots, WatchInterval: watch,
-			Classes: [cpuwork.NumClasses]cpuwork.ClassOptions{cpuwork.Interactive: {QueueLimit: 256}}}
+			Classes: [4]cpuwork.ClassOptions{cpuwork.Interactive: {QueueLimit: 256}}}
 		if variant == "cpuwork-strict" {
 			o.Quota = cpuwork.QuotaStrict
 		}

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/account"
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
@@ -115,7 +115,7 @@ func WriteScenario(w io.Writer, s *Scenario) {
 	}
 	for _, v := range splitVariants(s) {
 		fmt.Fprintf(w, "where the p99 tasks' time went (%s, mean of the slowest 1 %% of %s's accounted tasks, from arrival at the executor):", v.Name, v.Name)
-		for part := range cpuwork.Part(cpuwork.NumParts) {
+		for part := range account.Part(account.NumParts) {
 			if x := v.Extra[splitKey(part)]; x > 0 {
 				fmt.Fprintf(w, " %s %s", part, ms(x))
 			}
@@ -623,7 +623,7 @@ func splitPlot(s *Scenario) (template.HTML, bool, error) {
 		names = append(names, v.Name)
 	}
 	var below *plotter.BarChart
-	for part := range cpuwork.Part(cpuwork.NumParts) {
+	for part := range account.Part(account.NumParts) {
 		var vals plotter.Values
 		for _, v := range vs {
 			vals = append(vals, v.Extra[splitKey(part)]*1000)

@@ -411,7 +411,7 @@ func (r *Runner) priorityOnce(variant string, crit, unit *workload.Spin, interva
 		}
 		cleanup = append(cleanup, func() { close(ch) })
 	case "cpuwork", "cpuwork-demote", "cpuwork-nocheckpoint", "cpuwork-sparep":
-		var cl [cpuwork.NumClasses]cpuwork.ClassOptions
+		var cl [4]cpuwork.ClassOptions
 		for i := range cl {
 			cl[i].QueueLimit = 4096
 		}

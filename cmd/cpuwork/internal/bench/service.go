@@ -149,7 +149,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 			defer runtime.SetDefaultGOMAXPROCS()
 		}
 		var err error
-		cl := [cpuwork.NumClasses]cpuwork.ClassOptions{cpuwork.Interactive: {QueueLimit: 256}, cpuwork.Batch: {QueueLimit: 64}}
+		cl := [4]cpuwork.ClassOptions{cpuwork.Interactive: {QueueLimit: 256}, cpuwork.Batch: {QueueLimit: 64}}
 		sparep := variant == "cpuwork-sparep"
 		if sparep {
 			cl[cpuwork.Interactive].MaxQueueWait, cl[cpuwork.Batch].MaxQueueWait = 10*time.Millisecond, 50*time.Millisecond

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/account"
 )
 
 // split collects where the time went for the accounted tasks of one run
@@ -16,7 +17,7 @@ import (
 // which is what the slowest 1 % are made of anyway.)
 type split struct {
 	mu    sync.Mutex
-	accts []cpuwork.TaskAccount
+	accts []account.Task
 	// exec is the run's executor: record also sets ended_late_share, the
 	// share of its completed tasks that ended past their due in it
 	// (ClassStats.EndedLate), beside the client's served_late_share.
@@ -27,11 +28,11 @@ type split struct {
 const splitCap = 200_000
 
 // account is the executor option that feeds s.
-func (s *split) account() cpuwork.AccountOptions {
-	return cpuwork.AccountOptions{Every: 1, OnTask: s.add}
+func (s *split) account() account.Options {
+	return account.Options{Every: 1, OnTask: s.add}
 }
 
-func (s *split) add(a cpuwork.TaskAccount) {
+func (s *split) add(a account.Task) {
 	s.mu.Lock()
 	if len(s.accts) < splitCap {
 		s.accts = append(s.accts, a)
@@ -40,7 +41,7 @@ func (s *split) add(a cpuwork.TaskAccount) {
 }
 
 // splitKey is the Extra key of a part's mean over the p99 tasks.
-func splitKey(p cpuwork.Part) string { return "split_" + p.String() + "_s" }
+func splitKey(p account.Part) string { return "split_" + p.String() + "_s" }
 
 // record sets, on v's latest repeat and as the median over its repeats,
 // each part's mean (seconds) over the tasks at or above the p99 of the
@@ -62,10 +63,10 @@ func (s *split) record(v *Variant) {
 	if len(accts) == 0 {
 		return
 	}
-	slices.SortFunc(accts, func(a, b cpuwork.TaskAccount) int { return int(b.Wall - a.Wall) })
+	slices.SortFunc(accts, func(a, b account.Task) int { return int(b.Wall - a.Wall) })
 	top := accts[:max(len(accts)/100, 1)]
 	partial := 0
-	var sums [cpuwork.NumParts]float64
+	var sums [account.NumParts]float64
 	for _, a := range top {
 		for p, d := range a.Parts {
 			sums[p] += d.Seconds()
@@ -74,7 +75,7 @@ func (s *split) record(v *Variant) {
 			partial++
 		}
 	}
-	for p := range cpuwork.Part(cpuwork.NumParts) {
+	for p := range account.Part(account.NumParts) {
 		v.setRepeatExtra(splitKey(p), sums[p]/float64(len(top)))
 		v.setExtra(splitKey(p), median(v.repeatExtras(splitKey(p))))
 	}

@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/schedstat"
 )
@@ -83,7 +84,7 @@ type Window struct {
 	ThrottlingUnknown string            `json:"throttling_unknown,omitempty"`
 	LimitDir          string            `json:"limit_dir"`
 	Runtime           *schedstat.Sample `json:"runtime,omitempty"` // the target's last sample, with --url
-	// Executor is the target's executor view (cpuwork.Executor.Debug at
+	// Executor is the target's executor view (cpuwork.Executor.Stats at
 	// /debug/cpuwork), with --url.
 	Executor *ExecutorView `json:"executor,omitempty"`
 	Trace    *TraceView    `json:"trace,omitempty"`   // the target's execution trace, with --url and net/http/pprof
@@ -472,7 +473,7 @@ func environReadable(pid int) bool {
 }
 
 // fetch reads the target's schedstat.Handler, within ctx: the sampler's
-// last sample and, when the target serves it (cpuwork.Executor.Debug), its
+// last sample and, when the target serves it (cpuwork.Executor.Stats), its
 // executor's view.
 func fetch(ctx context.Context, base string) (*schedstat.Sample, *ExecutorView, error) {
 	u := strings.TrimSuffix(base, "/") + "/debug/cpuwork"
@@ -511,11 +512,11 @@ func readDebug(r io.Reader) (*schedstat.Sample, *ExecutorView, error) {
 }
 
 // ExecutorView is what the target's executor shows at /debug/cpuwork
-// (cpuwork.Executor.Debug): per class, where its accounted tasks' time
+// (cpuwork.Executor.Stats): per class, where its accounted tasks' time
 // went, and its slowest accounted tasks.
 type ExecutorView struct {
-	Classes   []ClassView           `json:"classes"`
-	SlowTasks []cpuwork.TaskAccount `json:"slow_tasks"`
+	Classes   []ClassView    `json:"classes"`
+	SlowTasks []account.Task `json:"slow_tasks"`
 }
 
 // ClassView is one class's accounted latency: P99 of each part over its
@@ -523,22 +524,22 @@ type ExecutorView struct {
 type ClassView struct {
 	Class      string                          `json:"class"`
 	Accounted  uint64                          `json:"accounted"`
-	PartsP99   [cpuwork.NumParts]time.Duration `json:"parts_p99_ns"`
+	PartsP99   [account.NumParts]time.Duration `json:"parts_p99_ns"`
 	LatencyP99 time.Duration                   `json:"latency_p99_ns"`
 }
 
-// parseExecutorView reads cpuwork.Executor.Debug's JSON; nil when raw is
+// parseExecutorView reads cpuwork.Executor.Stats's JSON; nil when raw is
 // not that (an executor served another way, or none).
 func parseExecutorView(raw json.RawMessage) *ExecutorView {
 	if len(raw) == 0 {
 		return nil
 	}
-	var d cpuwork.Debug
+	var d cpuwork.Stats
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return nil
 	}
 	v := &ExecutorView{SlowTasks: d.SlowTasks}
-	for _, cs := range d.Stats.Classes {
+	for _, cs := range d.Classes {
 		if cs.Accounted == 0 {
 			continue
 		}
@@ -561,12 +562,12 @@ func throttleImpact(w *Window) string {
 	var parts []string
 	for _, cv := range latencyClasses(w) {
 		parts = append(parts, fmt.Sprintf("%v to the p99 of %s (p99 of the throttled part over %d accounted tasks, whose latency p99 is %v)",
-			short(cv.PartsP99[cpuwork.PartThrottled]), cv.Class, cv.Accounted, short(cv.LatencyP99)))
+			short(cv.PartsP99[account.Throttled]), cv.Class, cv.Accounted, short(cv.LatencyP99)))
 	}
 	if len(parts) == 0 {
 		return ""
 	}
-	return "throttling added " + strings.Join(parts, "; ") + " (/debug/cpuwork, cpuwork.Executor.Debug)"
+	return "throttling added " + strings.Join(parts, "; ") + " (/debug/cpuwork, cpuwork.Executor.Stats)"
 }
 
 // latencyClasses are the target executor's accounted Critical and
@@ -593,7 +594,7 @@ func latencyClasses(w *Window) []ClassView {
 func throttlingImpact(w *Window) (Finding, bool) {
 	worst, worstShare := ClassView{}, 0.0
 	for _, cv := range latencyClasses(w) {
-		th := cv.PartsP99[cpuwork.PartThrottled]
+		th := cv.PartsP99[account.Throttled]
 		if th < impactMin || cv.LatencyP99 <= 0 {
 			continue
 		}
@@ -608,7 +609,7 @@ func throttlingImpact(w *Window) (Finding, bool) {
 	if worstShare >= impactCritical {
 		sev = Critical
 	}
-	th := worst.PartsP99[cpuwork.PartThrottled]
+	th := worst.PartsP99[account.Throttled]
 	return Finding{ID: "throttling-impact", Severity: sev,
 		Summary:  fmt.Sprintf("throttling added %v to the p99 of %s tasks (%.0f%% of their %v p99)", short(th), worst.Class, 100*worstShare, short(worst.LatencyP99)),
 		Evidence: []string{throttleImpact(w), fmt.Sprintf("%d of %d CFS periods throttled in the window (%s/cpu.stat)", w.Throttling.ThrottledPeriods, w.Throttling.Periods, w.LimitDir)},
@@ -976,7 +977,7 @@ func (r *Result) Text(out io.Writer) {
 			fmt.Fprintf(out, "    %s %v:", a.Class, short(a.Wall))
 			for p, d := range a.Parts {
 				if d > 0 {
-					fmt.Fprintf(out, " %s %v", cpuwork.Part(p), short(d))
+					fmt.Fprintf(out, " %s %v", account.Part(p), short(d))
 				}
 			}
 			if a.Partial != "" {

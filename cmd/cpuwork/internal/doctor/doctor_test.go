@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/cpuwork/cpuwork/schedstat"
@@ -100,19 +101,19 @@ func sick(ill string) {
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		serveLoopback(mux)
 		spinners = n
-	case "executor": // n loops of accounted 2 ms Interactive tasks behind /debug/cpuwork serving Executor.Debug
+	case "executor": // n loops of accounted 2 ms Interactive tasks behind /debug/cpuwork serving Executor.Stats
 		s, err := schedstat.Start(schedstat.Options{Interval: 500 * time.Millisecond})
 		if err != nil {
 			panic(err)
 		}
 		// Slots from the budget, followed each second: the process is
 		// moved into its quota cgroup after it started.
-		e, err := cpuwork.New(cpuwork.Options{Account: cpuwork.AccountOptions{Every: 1}})
+		e, err := cpuwork.New(cpuwork.Options{Account: account.Options{Every: 1}})
 		if err != nil {
 			panic(err)
 		}
 		mux := http.NewServeMux()
-		mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Debug() }))
+		mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Stats() }))
 		serveLoopback(mux)
 		for range n {
 			go func() {

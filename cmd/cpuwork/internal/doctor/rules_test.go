@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/schedstat"
 )
@@ -268,7 +268,7 @@ func TestThrottlingImpactAtItsThresholds(t *testing.T) {
 	at := func(class string, throttled, p99 time.Duration) *Window {
 		w := quotaWindow(1.5, 2)
 		cv := ClassView{Class: class, Accounted: 100, LatencyP99: p99}
-		cv.PartsP99[cpuwork.PartThrottled] = throttled
+		cv.PartsP99[account.Throttled] = throttled
 		w.Executor = &ExecutorView{Classes: []ClassView{cv}}
 		return w
 	}

@@ -112,7 +112,7 @@ func runners() []runner {
 func newExec(b *testing.B) *cpuwork.Executor {
 	// An unbounded-enough queue: pond and the goroutine variants queue
 	// without limit too, and this benchmark measures overhead, not shedding.
-	var cl [cpuwork.NumClasses]cpuwork.ClassOptions
+	var cl [4]cpuwork.ClassOptions
 	for i := range cl {
 		cl[i].QueueLimit = 1 << 30
 	}
