@@ -31,11 +31,9 @@ func Checkpoint(ctx context.Context) error {
 	// The calling goroutine's task (runningTask, written out: the
 	// goroutine's entry is most often the first of its bucket).
 	g := goroutine.ID()
-	var t *task
-	if en := &running.buckets[bucketIndex(g)][0]; en.g.Load() == g {
-		t = en.t
-	} else {
-		t, _ = lookupRunning(g)
+	t, ok := running.First(g)
+	if !ok {
+		t, _ = running.Lookup(g)
 	}
 	if t == nil || ctx == nil || t.shared != 0 || t.noSlot != holdsSlot {
 		return checkpointSlow(ctx, t)
@@ -371,4 +369,28 @@ func (e *Executor) slotBack(ctx context.Context, t *task, onWorker bool, r admis
 	}
 	e.timeQueued(t)
 	return nil
+}
+
+type lostSlot uint8
+
+const (
+	holdsSlot lostSlot = iota
+	lostByCtx
+	lostByClose
+	handedBack
+)
+
+// err is what a Checkpoint repeats once the slot is lost.
+func (l lostSlot) err(ctx context.Context) error {
+	if l == lostByClose {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// charge records the slot time of t's current slot period, ending at end.
+func (e *Executor) charge(t *task, end int64) {
+	p := t.period(end)
+	e.stats[t.class].slotTime.record(p.Slot, uint64(p.Weight))
+	e.g.RecordSlot(admission.Class(t.class), p)
 }

@@ -10,13 +10,12 @@ import (
 	"unsafe"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
-
 	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
 
 // The admission fast path times one task in 1, 2, 4, ... up to
 // maxTimingStride (a clock read costs about a third of the fast path) and
-// records it with that weight; queued tasks are always timed. The stride
+// records it with that weight; queued tasks likewise (timeQueued). The stride
 // adapts per class so that timed tasks start about every
 // timingGapMin..timingGapMax: every task is timed at low rates, one in
 // maxTimingStride at millions per second.
@@ -62,15 +61,14 @@ func (s *classStats) adaptStride(mask uint64, at int64) {
 	}
 }
 
-// task is the state of one task while it is submitted and runs (a Do,
-// a Go task, a For loop's caller): its slot, its place in line (its
-// waiter) and Checkpoint's counters. It is not a context: fn receives the
-// submitter's ctx unchanged, and the goroutine that runs fn finds its
-// task in the running table (running.go), so Checkpoint can hand the
-// slot over and a nested Do or For on the same executor runs on it
-// instead of waiting for a second slot. A Do that takes a free slot at
-// once uses its goroutine's running-table entry's own record; any other
-// task has one of its own (newRecord, a Task's).
+// task is the state of one task while it is submitted and runs (a Do, a
+// Go task, a For loop's caller): its slot, its place in line (its waiter)
+// and Checkpoint's counters. It is not a context: fn receives the
+// submitter's ctx unchanged, and the goroutine that runs fn finds its task
+// in the running table, so Checkpoint can hand the slot over and a nested
+// Do or For on the same executor runs on it. A Do on its own goroutine
+// uses the goroutine's running-table entry's own record; any other task
+// has one of its own (newRecord, a Task's).
 type task struct {
 	// Checkpoint's fast path reads e, stride, calls, shared, class and
 	// noSlot: they come first, in one cache line.
@@ -92,7 +90,7 @@ type task struct {
 	ctx    context.Context // the submitter's: fn receives it
 	// outer is the task its goroutine ran before this one began (a task
 	// of another executor, or one of e whose slot was lost), while this
-	// one runs (running.go); pushed says t's goroutine ran it (its entry
+	// one runs (enter); pushed says t's goroutine ran it (its entry
 	// points back to it at leave). inherit is the innermost task of a
 	// submitter that waits for t (a Do run on a worker or the critical
 	// lane): t's outer when its goroutine ran none.
@@ -124,21 +122,9 @@ type task struct {
 	// or claimOwn, until leave).
 	entered bool
 	// onCaller: fn runs on the submitter's goroutine (a Do not on the
-	// critical lane), which keeps its own profiler labels (labels.go).
+	// critical lane), which keeps its own profiler labels.
 	onCaller bool
 	w        admission.Waiter
-}
-
-// newRecord returns a record for a task of class c of e submitted with
-// ctx that does not use a running-table entry's own: a task that
-// queues, a nested one, one run on the critical lane. It is allocated:
-// a sync.Pool of records measured 10-22 % slower for tasks that queue
-// (docs/performance.md), and a task that queues pays far more for its
-// park and wake-up than for the allocation.
-func newRecord(ctx context.Context, e *Executor, c Class) *task {
-	t := &task{ctx: ctx, e: e, class: c}
-	t.w.Class = admission.Class(c)
-	return t
 }
 
 // reset makes t a new task of class c of e submitted with ctx; the
@@ -149,21 +135,63 @@ func (t *task) reset(ctx context.Context, e *Executor, c Class) {
 	t.w.Ready, t.w.Class = ready, admission.Class(c)
 }
 
-type lostSlot uint8
+// running maps each goroutine that runs a task (fn of a Do, a Go task on
+// its worker, a For helper's chunks) to its innermost task; that task's
+// outer link leads to the others (of other executors, or of e with a lost
+// slot).
+var running goroutine.Table[task]
 
-const (
-	holdsSlot lostSlot = iota
-	lostByCtx
-	lostByClose
-	handedBack
-)
+// runningTask returns the innermost task the calling goroutine runs, or
+// nil.
+func runningTask() *task { t, _ := running.Lookup(goroutine.ID()); return t }
 
-// err is what a Checkpoint repeats once the slot is lost.
-func (l lostSlot) err(ctx context.Context) error {
-	if l == lostByClose {
-		return ErrClosed
+// claimOwn claims an entry for goroutine g, which has none, and returns
+// the entry's own record, reset to a task of class c of e submitted with
+// ctx and registered as g's running task; nil when g's bucket is full.
+// The record is the goroutine's until leave.
+func claimOwn(g uintptr, ctx context.Context, e *Executor, c Class) *task {
+	t, i := running.ClaimOwn(g)
+	if t != nil {
+		t.reset(ctx, e, c)
+		t.g, t.entry, t.entered = g, i, true
 	}
-	return ctx.Err()
+	return t
+}
+
+// enter makes t the calling goroutine's innermost task until leave. The
+// task it ran before becomes t.outer; a goroutine that ran none gets an
+// entry, and t.outer is t.inherit: the tasks of a submitter that waits,
+// holding their slots idle, while t runs on a worker or the critical lane,
+// so that a Do of their executor inside t runs on their slot.
+func (t *task) enter() {
+	t.g, t.entered = goroutine.ID(), true
+	outer, i := running.Enter(t.g, t)
+	t.entry, t.pushed, t.outer = i, outer != nil, outer
+	if outer == nil {
+		t.outer = t.inherit
+	}
+}
+
+// leave ends t as the calling goroutine's innermost task: the task it was
+// pushed on becomes the innermost again, or the entry is freed. It is the
+// last use of an entry's own record: another goroutine may claim it.
+func (t *task) leave() {
+	g, i, outer := t.g, t.entry, t.outer
+	if !t.pushed {
+		outer = nil
+	}
+	t.outer, t.g, t.entered, t.pushed = nil, 0, false, false
+	running.Leave(g, i, outer)
+}
+
+// of returns the innermost task of e among t and its outer tasks, or nil.
+func (t *task) of(e *Executor) *task {
+	for ; t != nil; t = t.outer {
+		if t.e == e {
+			return t
+		}
+	}
+	return nil
 }
 
 var errNilFunc = errors.New("cpuwork: nil task function")
@@ -228,7 +256,7 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		return err
 	}
 	g := goroutine.ID()
-	cur, _ := lookupRunning(g)
+	cur, _ := running.Lookup(g)
 	// A nested call (this goroutine holds a slot of e) runs on that
 	// slot: counted in Nested only, whether it runs or its ctx has
 	// ended, never as a submission (ClassStats.Nested).
@@ -334,7 +362,7 @@ func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 	}
 	var restore unsafe.Pointer
 	if !e.noLabels {
-		restore = e.setLabels(t, t.onCaller)
+		restore = goroutine.TaskLabels(t.ctx, e.classLabels[t.class], t.onCaller, labelKey, t.class.String())
 	}
 	defer e.end(t, restore, &err) // one deferred call: recover, labels, finish
 	if trace.IsEnabled() {
@@ -405,9 +433,18 @@ func (t *task) period(end int64) admission.SlotPeriod {
 	return p
 }
 
-// charge records the slot time of t's current slot period, ending at end.
-func (e *Executor) charge(t *task, end int64) {
-	p := t.period(end)
-	e.stats[t.class].slotTime.record(p.Slot, uint64(p.Weight))
-	e.g.RecordSlot(admission.Class(t.class), p)
+// owner is the executor as the granter's admission.Owner.
+type owner Executor
+
+// Released follows each release of a slot and each cancellation of a
+// queued waiter: after Close it signals a drained executor, and it lets
+// the fractional pacer re-check the quota.
+func (o *owner) Released() {
+	e := (*Executor)(o)
+	if e.g.IsClosed() {
+		e.checkDrained()
+	}
+	if p := e.frac.Load(); p != nil {
+		p.maybeStep()
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
+	"github.com/cpuwork/cpuwork/internal/goroutine"
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/osthread"
@@ -57,8 +58,9 @@ type Executor struct {
 	// Options.Account.Every < 0.
 	acct *accountant
 
-	labels [numClasses]context.Context
-	// classLabels[c] is the goroutine label set of class c (labels.go).
+	// classLabels[c] is the profiler label set cpuwork.class=c
+	// (goroutine.LabelSet): a task of class c runs with it when it has no
+	// labels of its own.
 	classLabels [numClasses]unsafe.Pointer
 	noLabels    bool
 	log         *slog.Logger
@@ -106,7 +108,9 @@ func New(o Options) (*Executor, error) {
 		return nil, err
 	}
 	e.setCheckpointYield(o.checkpointYield)
-	e.initLabels()
+	for c := range Class(numClasses) {
+		e.classLabels[c] = goroutine.LabelSet(labelKey, c.String())
+	}
 	if o.forMaxSlots < 0 || o.forMaxSlots > maxSlots {
 		return nil, fmt.Errorf("cpuwork: forMaxSlots %d out of range 0..%d", o.forMaxSlots, maxSlots)
 	}
@@ -185,8 +189,10 @@ func New(o Options) (*Executor, error) {
 }
 
 // labelKey is the pprof label key under which tasks run; its value is the
-// class name (doc.go: profiles split with `go tool pprof -tagfocus
-// cpuwork.class=batch`).
+// class name. A task runs with it added to the profiler labels of its
+// submission (profiles split with `go tool pprof -tagfocus
+// cpuwork.class=batch`), and its goroutine's labels are put back when it
+// ends, through the runtime's hooks (internal/goroutine says why).
 const labelKey = "cpuwork.class"
 
 func (e *Executor) warnOnce(msg string, args ...any) {
@@ -372,47 +378,4 @@ func (e *Executor) setSlots(n int) {
 		p.resize(n)
 	}
 	e.g.SetSlots(n)
-}
-
-// owner is the executor as the granter's admission.Owner.
-type owner Executor
-
-// Wake wakes a waiter the granter granted or refused: a blocked caller
-// or helper through its ready channel, a task by sending it to the
-// workers (granted) or failing it (refused).
-func (o *owner) Wake(w *admission.Waiter, keep *admission.Keep) {
-	e := (*Executor)(o)
-	if w.Kind != admission.KindTask || w.Requeued {
-		w.Ready <- struct{}{}
-		return
-	}
-	t := w.Task.(*Task)
-	if err := w.Refusal(); err != nil {
-		if t.stop != nil {
-			t.stop()
-		}
-		t.err = err
-		close(t.done)
-		e.checkDrained()
-		return
-	}
-	pool := Class(w.Class).pool()
-	if keep != nil && keep.Task == nil && keep.Pool == pool {
-		keep.Task = t
-		return
-	}
-	e.pools[pool].runq <- t
-}
-
-// Released follows each release of a slot and each cancellation of a
-// queued waiter: after Close it signals a drained executor, and it lets
-// the fractional pacer re-check the quota.
-func (o *owner) Released() {
-	e := (*Executor)(o)
-	if e.g.IsClosed() {
-		e.checkDrained()
-	}
-	if p := e.frac.Load(); p != nil {
-		p.maybeStep()
-	}
 }

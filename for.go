@@ -42,7 +42,7 @@ func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) 
 	case !c.valid():
 		return invalidClass(c)
 	}
-	if t := e.holding(); t != nil && t.noSlot == holdsSlot {
+	if t := runningTask().of(e); t != nil && t.noSlot == holdsSlot {
 		e.stats[t.class].nested.Add(1) // as a nested Do: in Nested only
 		if err := ctx.Err(); err != nil {
 			return err
@@ -53,7 +53,7 @@ func (e *Executor) For(ctx context.Context, c Class, n int, fn func(lo, hi int) 
 		return e.forBody(ctx, t, n, fn, false)
 	}
 	return e.do(ctx, c, min(n, e.forBound()), func(ctx context.Context) error {
-		return e.forBody(ctx, e.holding(), n, fn, true)
+		return e.forBody(ctx, runningTask().of(e), n, fn, true)
 	})
 }
 

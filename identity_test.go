@@ -40,7 +40,7 @@ func BenchmarkIdentityTable(b *testing.B) {
 	}
 	defer t.leave()
 	for b.Loop() {
-		if cur, _ := lookupRunning(goroutine.ID()); cur != t {
+		if cur, _ := running.Lookup(goroutine.ID()); cur != t {
 			b.Fatal("lookup")
 		}
 	}
@@ -103,13 +103,13 @@ func BenchmarkIdentityLabelsHooks(b *testing.B) {
 // ctx carries labels (a walk of its chain), sets the class's from a
 // context and puts back the ctx's.
 func BenchmarkIdentityLabelsPprof(b *testing.B) {
-	e := newExec(b, Options{Slots: 1})
+	classCtx := pprof.WithLabels(context.Background(), pprof.Labels(labelKey, Interactive.String()))
 	ctx, cancel := requestCtx()
 	defer cancel()
 	b.ReportAllocs()
 	for b.Loop() {
-		hasLabels(ctx)
-		pprof.SetGoroutineLabels(e.labels[Interactive])
+		goroutine.HasLabels(ctx)
+		pprof.SetGoroutineLabels(classCtx)
 		pprof.SetGoroutineLabels(ctx)
 	}
 }

@@ -136,7 +136,7 @@ func TestDoInsideForChunksRunsOnTheChunksSlot(t *testing.T) {
 // buckets hold (the overflow map): each finds its own task, nested calls
 // run on its own slot, and the table is empty afterwards.
 func TestEveryRunningGoroutineFindsItsOwnTask(t *testing.T) {
-	const n = 3 * runningBuckets * bucketEntries / 2
+	const n = 3 * 128 * 4 / 2 // the table has 128 buckets of 4 entries
 	e := newExec(t, Options{Slots: n})
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -174,21 +174,8 @@ func TestEveryRunningGoroutineFindsItsOwnTask(t *testing.T) {
 	if st := e.Stats().Classes[Interactive]; st.Nested != n || st.Admitted != n {
 		t.Errorf("nested %d, admitted %d; want %d each", st.Nested, st.Admitted, n)
 	}
-	for bi := range running.buckets {
-		for i := range running.buckets[bi] {
-			if g := running.buckets[bi][i].g.Load(); g != 0 {
-				t.Fatalf("bucket %d entry %d still held by %#x", bi, i, g)
-			}
-		}
-		if running.over[bi].Load() != 0 {
-			t.Fatalf("bucket %d still has goroutines in the overflow map", bi)
-		}
-	}
-	running.mu.Lock()
-	left := len(running.overflow)
-	running.mu.Unlock()
-	if left != 0 {
-		t.Fatalf("%d goroutines left in the overflow map", left)
+	if n := running.Held(); n != 0 {
+		t.Fatalf("%d running-table entries still held", n)
 	}
 }
 

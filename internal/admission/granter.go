@@ -176,11 +176,12 @@ func (c *Sharded) Load() uint64 {
 
 // Owner is what the Granter calls back: the executor.
 type Owner interface {
-	// Wake wakes a waiter granted or refused under the lock, after it is
-	// released: a KindCaller or KindHelper waiter through its Ready
-	// channel (one send), a KindTask one by running or failing its task.
-	// keep (nil, or a pool with no task yet) takes the first task granted
-	// to its pool instead of sending it.
+	// Wake wakes a KindTask waiter granted or refused under the lock,
+	// after it is released: it runs or fails its task, or resumes one
+	// re-queued at a Checkpoint. The Granter wakes KindCaller and
+	// KindHelper waiters itself, through their Ready channel. keep (nil,
+	// or a pool with no task yet) takes the first task granted to its
+	// pool instead of sending it.
 	Wake(w *Waiter, keep *Keep)
 	// Released follows every release and every cancellation of a queued
 	// waiter: the executor may have drained (Close) or its pacer may
@@ -874,6 +875,10 @@ func (g *Granter) unlockWaking(keep *Keep) {
 	g.pending = g.pending[:0]
 	g.mu.Unlock()
 	for _, w := range ws {
+		if w.Kind != KindTask {
+			w.Ready <- struct{}{} // a blocked caller or helper: Await returns
+			continue
+		}
 		g.owner.Wake(w, keep)
 	}
 }

@@ -70,9 +70,10 @@ func (t *testTask) Wait(ctx context.Context) error {
 }
 
 // Wake is the Owner's: a task granted runs on a goroutine, one refused
-// fails; a blocked caller is signalled.
+// fails, one re-queued at a Checkpoint is signalled (the Granter signals
+// blocked callers itself).
 func (e *testExec) Wake(w *Waiter, _ *Keep) {
-	if w.Kind != KindTask || w.Requeued {
+	if w.Requeued {
 		w.Ready <- struct{}{}
 		return
 	}
