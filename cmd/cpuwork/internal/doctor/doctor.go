@@ -651,7 +651,21 @@ const (
 	// at most every 10 ms while every P is busy (runtime/proc.go, sysmon),
 	// so a server whose Ps are all busy answers in ~10 ms
 	slowAnswer = 5 * time.Millisecond
+	// a slow answer is the process's own (its Ps busy) only while it uses
+	// at least this share of the cores its Ps can use (busyCores): an idle
+	// process that answers slowly waits for a CPU another takes
+	busyForSlowAnswer = 0.5
 )
+
+// busyCores is the cores the process's Ps can use: GOMAXPROCS (when
+// known) within the budget.
+func busyCores(w *Window) float64 {
+	c := w.Budget.Cores
+	if w.GOMAXPROCS > 0 && (c <= 0 || float64(w.GOMAXPROCS) < c) {
+		c = float64(w.GOMAXPROCS)
+	}
+	return c
+}
 
 func diagnose(w *Window) []Finding {
 	var out []Finding
@@ -805,7 +819,7 @@ func diagnose(w *Window) []Finding {
 				Evidence: []string{ev, fmt.Sprintf("CPU used %.2f cores of %.2f; %.1f threads runnable on average", w.CPUCores, b.Cores, w.RunnableThreads)},
 				Fix:      "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or Options.Batch.SpareP), and shed load at the door instead of queueing it behind busy goroutines",
 			})
-		case p.Answered > 0 && p.median() >= slowAnswer:
+		case p.Answered > 0 && p.median() >= slowAnswer && w.CPUCores >= busyForSlowAnswer*busyCores(w):
 			out = append(out, Finding{ID: "slow-to-answer", Severity: Warning,
 				Summary:  fmt.Sprintf("a trivial request takes %v (median) to answer: requests wait for a P behind CPU-bound work", short(p.median())),
 				Evidence: []string{ev},

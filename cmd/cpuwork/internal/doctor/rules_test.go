@@ -166,18 +166,28 @@ func TestAtCapacityAndProbes(t *testing.T) {
 	if _, ok := find(diagnose(w), "at-capacity"); ok {
 		t.Error("89 %: at-capacity")
 	}
+	slow := []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Millisecond, time.Millisecond}
 	probeCases := []struct {
 		p    Probes
+		cpu  float64 // cores the process used (plainWindow's 0.5 when 0)
 		want string
 	}{
-		{Probes{Sent: 5, Answered: 2, TimedOut: 3, Latency: []time.Duration{time.Second, time.Second}}, "unresponsive"},
-		{Probes{Sent: 4, Answered: 2, TimedOut: 2, Latency: []time.Duration{time.Millisecond, time.Millisecond}}, "unresponsive"},                                                          // half timed out
-		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{5 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond, time.Millisecond, time.Millisecond}}, "slow-to-answer"}, // every P busy: the 10 ms network poll
-		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{4900 * time.Microsecond, 99 * time.Millisecond, 99 * time.Millisecond, time.Millisecond, time.Millisecond}}, ""},
-		{Probes{Sent: 5, Refused: 5}, ""}, // nothing listens: unread, not a finding
+		{Probes{Sent: 5, Answered: 2, TimedOut: 3, Latency: []time.Duration{time.Second, time.Second}}, 0, "unresponsive"},
+		{Probes{Sent: 4, Answered: 2, TimedOut: 2, Latency: []time.Duration{time.Millisecond, time.Millisecond}}, 0, "unresponsive"}, // half timed out
+		{Probes{Sent: 5, Answered: 5, Latency: slow}, 2, "slow-to-answer"},                                                           // every P busy: the 10 ms network poll
+		{Probes{Sent: 5, Answered: 5, Latency: slow}, 1, "slow-to-answer"},                                                           // half the Ps' worth
+		// An idle process that answers slowly waits for the CPU (another
+		// process's load), not for a P behind its own work: not its finding.
+		{Probes{Sent: 5, Answered: 5, Latency: slow}, 0.01, ""},
+		{Probes{Sent: 5, Answered: 5, Latency: slow}, 0.99, ""},
+		{Probes{Sent: 5, Answered: 5, Latency: []time.Duration{4900 * time.Microsecond, 99 * time.Millisecond, 99 * time.Millisecond, time.Millisecond, time.Millisecond}}, 2, ""},
+		{Probes{Sent: 5, Refused: 5}, 0, ""}, // nothing listens: unread, not a finding
 	}
 	for _, c := range probeCases {
 		w := plainWindow()
+		if c.cpu > 0 {
+			w.CPUCores = c.cpu
+		}
 		p := c.p
 		w.Probes = &p
 		fs := diagnose(w)
