@@ -72,8 +72,9 @@ type Granter struct {
 	// and the capacity in one word (slotWord): a release compares the
 	// two at one instant.
 	free     slotWord
-	waiting  atomic.Int64  // queued waiters, all classes
-	waitMask atomic.Uint32 // bit c set while class c has queued waiters
+	// waitMask has bit c set while class c has queued waiters; it is
+	// non-zero exactly while any task waits.
+	waitMask atomic.Uint32
 	// woken counts the waiters granted a slot and signalled that have not
 	// yet returned from Await: their goroutines are runnable, most often
 	// next on the P of the task that released the slot.
@@ -313,11 +314,11 @@ func (g *Granter) Mask() uint32 { return g.waitMask.Load() }
 func (g *Granter) HeadDue(c Class) int64 { return g.headDue[c].Load() }
 
 // HasWaiters reports whether any task is queued.
-func (g *Granter) HasWaiters() bool { return g.waiting.Load() != 0 }
+func (g *Granter) HasWaiters() bool { return g.waitMask.Load() != 0 }
 
 // freeNow reports whether a slot is free and nobody is queued: a new
 // task would take it at once.
-func (g *Granter) freeNow() bool { return g.free.freeSlots() > 0 && g.waiting.Load() == 0 }
+func (g *Granter) freeNow() bool { return g.free.freeSlots() > 0 && g.waitMask.Load() == 0 }
 
 // OverCommitted reports whether more slots are held than the capacity
 // allows (it shrank, or the fractional slot closed): a running task
@@ -329,7 +330,7 @@ func (g *Granter) OverCommitted() bool { return g.free.freeSlots() < 0 }
 // whether a task is queued: the fractional pacer's occupancy sample.
 func (g *Granter) Occupied() (held int64, queued bool) {
 	free, capacity := unpackSlots(g.free.v.Load())
-	return capacity - free, g.waiting.Load() > 0
+	return capacity - free, g.waitMask.Load() != 0
 }
 
 // IsClosed reports whether the door is closed (Close).
@@ -579,9 +580,12 @@ func (g *Granter) ChargeUsed(c Class, d int64) { g.cnt[c].Used.Add(d) }
 // for the worker that is releasing to run next. Then it tells the Owner
 // (released).
 //
-// A Waiter increments waiting before it looks at free, and Release adds to
-// free before it looks at waiting, so (sequentially consistent atomics) one
-// of the two always sees the other: no slot stays free while a task waits.
+// waitMask is set (bit c, an atomic Or, when class c's queue goes from
+// empty to one) before a queued Waiter's dispatch looks at free, and
+// Release adds to free before it looks at waitMask, so (sequentially
+// consistent atomics) one of the two always sees the other: no slot stays
+// free while a task waits. A Waiter that joins a class already waiting
+// sets no bit: the one that set it looked at free after setting it.
 //
 // A Release that would leave more slots free than the capacity is a
 // double Release (a slot given back twice): it is undone, logged and
@@ -602,7 +606,7 @@ func (g *Granter) Release(c Class, est *int64, keep *Keep) {
 		g.log.Error("cpuwork: internal error: a slot was released twice; the release is ignored", "class", c, "free", f-1, "capacity", capacity)
 		return
 	}
-	if f > 0 && g.waiting.Load() > 0 {
+	if f > 0 && g.waitMask.Load() != 0 {
 		// Dispatch the slot, or have the lock's holder do it before it
 		// lets the lock go (serveDispatch): a releaser that parked on the
 		// lock left its slot idle until it was scheduled again.
@@ -724,7 +728,7 @@ func (g *Granter) ServiceSlots() float64 {
 // TryAcquire takes a free slot if one is free and nobody is queued (queued
 // tasks are served first; a fresh arrival does not overtake them).
 func (g *Granter) TryAcquire() bool {
-	if g.waiting.Load() != 0 {
+	if g.waitMask.Load() != 0 {
 		return false
 	}
 	return g.free.take()
@@ -772,7 +776,7 @@ type Keep struct {
 // t is the time read before mu was taken (clockFor; 0: read here, once,
 // if a decision needs it).
 func (g *Granter) dispatchLocked(t *int64) {
-	for g.waiting.Load() > 0 {
+	for g.waitMask.Load() != 0 {
 		if !g.free.take() {
 			return
 		}
@@ -838,7 +842,7 @@ func (g *Granter) lock() {
 			return
 		}
 		for range 8 {
-			if g.waiting.Load() < 0 { // a shared read as a pause: never true
+			if g.waitMask.Load() == 1<<31 { // a shared read as a pause: never true
 				break
 			}
 		}

@@ -209,8 +209,8 @@ func TestWokenWaitersAreUncounted(t *testing.T) {
 	if n := e.g.woken.Load(); n != 0 {
 		t.Errorf("%d waiters still counted as woken after every task returned", n)
 	}
-	if n := e.g.waiting.Load(); n != 0 {
-		t.Errorf("%d waiters still queued", n)
+	if m := e.g.waitMask.Load(); m != 0 {
+		t.Errorf("classes %b still have waiters queued", m)
 	}
 }
 

@@ -205,7 +205,6 @@ func (g *Granter) enqueueLocked(w *Waiter) {
 	if after == nil { // a new head
 		g.queuedLocked(c)
 	}
-	g.waiting.Add(1)
 	if q.n == 1 {
 		g.waitMask.Or(1 << c)
 	}
@@ -235,7 +234,6 @@ func (g *Granter) queuedLocked(c Class) { g.headDue[c].Store(g.queues[c].headDue
 // change: every submitter reads them.
 func (g *Granter) dequeuedLocked(w *Waiter, head bool) {
 	c := w.Class
-	g.waiting.Add(-1)
 	if w.clocked() {
 		g.clocked.Add(-1)
 	}
