@@ -71,7 +71,7 @@ type Granter struct {
 	// free holds the free slots (negative while the slot count shrinks)
 	// and the capacity in one word (slotWord): a release compares the
 	// two at one instant.
-	free     slotWord
+	free slotWord
 	// waitMask has bit c set while class c has queued waiters; it is
 	// non-zero exactly while any task waits.
 	waitMask atomic.Uint32
