@@ -129,7 +129,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	// ~13 µs per accounted task (small requests take ~100 µs): one in 8 at
 	// random, and every request that waited a quarter of the objective
 	// for its slot (the slow ones, which the split is about), at most
-	// AccountOptions' default 100 of those per second.
+	// account.Options' default 100 of those per second.
 	acct.Every, acct.SlowWait = 8, sv.slo/4
 	var pool *boundedPool
 	switch variant {
