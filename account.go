@@ -74,12 +74,37 @@ const defaultAccountEvery = 1024
 // ~13 µs each (0.13 % of one core).
 const defaultAccountSlowLimit = 100
 
+// accounting is the executor's one seam to task accounting: nil when
+// Options.Account.Every < 0. The executor picks tasks (the sampler on the
+// fast path, pickQueued for a task that queued), hands a picked task to
+// begin at its slot and to end after its release, and reads the reports;
+// a picked task's Checkpoints read it through its taskAccount.
+type accounting interface {
+	pickQueued(wait, avgSlot int64) bool
+	begin(t *task, arrival, start int64)
+	end(t *task, end int64)
+	slowTasks(now int64) []account.Task
+	parts(c Class) (out [account.NumParts]Histogram, n uint64)
+	reconfigure(b budget.Budget)
+	close()
+}
+
+// accountSampler is the fast path's draw (pickAdmitted), held by the
+// executor by value so that a task that takes a free slot crosses no seam
+// unless it is picked. Zero when accounting is off.
+type accountSampler struct {
+	below    uint64 // 2^32 / every: a draw's top 32 bits below it pick the task (chosen)
+	seed     uint64 // pickAdmitted's draw is mixed from it
+	capShort bool   // Every is the default: short tasks are accounted less often (chosen)
+	// slowWait: every task that waited this long (ns) for its slot is
+	// accounted (up to SlowLimit a second); > 0 makes every queued task
+	// timed (timeQueued).
+	slowWait int64
+}
+
 // accountant holds an executor's accounting state.
 type accountant struct {
-	below     uint64 // 2^32 / every: a draw's top 32 bits below it pick the task (chosen)
-	seed      uint64 // pickAdmitted's draw is mixed from it
-	capShort  bool   // Every is the default: short tasks are accounted less often (chosen)
-	slowWait  int64
+	accountSampler
 	slowLimit int64 // < 0: no bound
 	onTask    func(account.Task)
 
@@ -91,19 +116,20 @@ type accountant struct {
 	throttleDir string
 	cpus        float64 // CPUs throttling counts across
 
-	parts   [numClasses]atomic.Pointer[[account.NumParts]histogram] // allocated at a class's first account
-	slowest slowest
+	partHist [numClasses]atomic.Pointer[[account.NumParts]histogram] // allocated at a class's first account
+	slowest  slowest
 }
 
 // defaultSlowWindow is how long the slowest-tasks window lasts.
 const defaultSlowWindow = 10 * time.Second
 
+// newAccountant returns the accountant of o, or nil when o.Every < 0.
 func newAccountant(o account.Options, b budget.Budget, haveBudget bool) *accountant {
 	if o.Every < 0 {
 		return nil
 	}
 	every := uint64(o.Every)
-	a := &accountant{slowWait: int64(o.SlowWait), slowLimit: int64(o.SlowLimit), onTask: o.OnTask}
+	a := &accountant{accountSampler: accountSampler{slowWait: int64(o.SlowWait)}, slowLimit: int64(o.SlowLimit), onTask: o.OnTask}
 	if every == 0 {
 		every, a.capShort = defaultAccountEvery, true
 	}
@@ -121,9 +147,6 @@ func newAccountant(o account.Options, b budget.Budget, haveBudget bool) *account
 // reconfigure follows a budget change: the cgroup that sets the quota
 // (its cpu.stat is reopened when it changed) and the CPUs.
 func (a *accountant) reconfigure(b budget.Budget) {
-	if a == nil {
-		return
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	dir := ""
@@ -154,11 +177,8 @@ func (a *accountant) throttled() (uint64, bool) {
 	return a.throttle.read()
 }
 
-// close releases the accountant's descriptor (nil-safe).
+// close releases the accountant's descriptor.
 func (a *accountant) close() {
-	if a == nil {
-		return
-	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.throttle != nil {
@@ -199,9 +219,9 @@ type threadStretch struct {
 	ok         bool
 }
 
-// pick decides whether a task that waited wait ns for its slot is
+// pickQueued decides whether a task that waited wait ns for its slot is
 // accounted.
-func (a *accountant) pick(wait, avgSlot int64) bool {
+func (a *accountant) pickQueued(wait, avgSlot int64) bool {
 	return (a.slowWait > 0 && wait >= a.slowWait && a.slowToken()) || a.chosen(rand.Uint64(), avgSlot)
 }
 
@@ -211,7 +231,7 @@ func (a *accountant) pick(wait, avgSlot int64) bool {
 // pseudorandom number generators", OOPSLA 2014), a few nanoseconds
 // cheaper on the fast path than a draw from the runtime's generator; a
 // workload cannot line up with it without knowing the seed.
-func (a *accountant) pickAdmitted(n uint64, avgSlot int64) bool {
+func (a *accountSampler) pickAdmitted(n uint64, avgSlot int64) bool {
 	z := n ^ a.seed
 	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
 	z = (z ^ z>>27) * 0x94d049bb133111eb
@@ -235,7 +255,7 @@ const (
 // class whose average slot time is avgSlot ns (0: not measured yet): with
 // probability 1/Every, or, at the default Every, avgSlot*accountShare/
 // accountCost when that is lower; a comparison instead of a division.
-func (a *accountant) chosen(draw uint64, avgSlot int64) bool {
+func (a *accountSampler) chosen(draw uint64, avgSlot int64) bool {
 	below := a.below
 	if a.capShort && avgSlot > 0 {
 		below = min(below, uint64(avgSlot)*shareBelow)

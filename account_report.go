@@ -77,13 +77,13 @@ func (s *slowest) get(t int64) []account.Task {
 	return out[:min(len(out), slowestKeep)]
 }
 
-// partHistograms returns class c's part distributions (zero when none)
-// and how many of its tasks were accounted.
-func (e *Executor) partHistograms(c Class) (out [account.NumParts]Histogram, n uint64) {
-	if e.acct == nil {
-		return out, 0
-	}
-	hp := e.acct.parts[c].Load()
+// slowTasks is Stats.SlowTasks at now.
+func (a *accountant) slowTasks(now int64) []account.Task { return a.slowest.get(now) }
+
+// parts returns class c's part distributions (zero when none) and how
+// many of its tasks were accounted.
+func (a *accountant) parts(c Class) (out [account.NumParts]Histogram, n uint64) {
+	hp := a.partHist[c].Load()
 	if hp == nil {
 		return out, 0
 	}

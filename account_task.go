@@ -12,8 +12,7 @@ import (
 
 // begin starts accounting tk, which got its slot now (t) after arriving
 // at arrival.
-func (e *Executor) accountBegin(tk *task, arrival, t int64) {
-	a := e.acct
+func (a *accountant) begin(tk *task, arrival, t int64) {
 	ta := &taskAccount{arrival: arrival, start: t, queueWait: t - arrival, acct: a}
 	ta.pauses = []metrics.Sample{{Name: gcPausesName}}
 	metrics.Read(ta.pauses)
@@ -37,21 +36,20 @@ const (
 	gapQueue                // handed its slot over: idle time is queue wait
 )
 
-// accountPause reads an accounted task's thread before it yields its P
-// (gapGo) or its slot (gapQueue), and unlocks its goroutine from the
-// thread for the wait: a locked goroutine that yields costs two thread
-// hand-offs of its P (stoplockedm/startlockedm in runtime/proc.go), which
-// delayed the timers of that P. The caller reads it again with resume
-// once it runs again, on whatever thread.
-func (e *Executor) accountPause(tk *task, kind gapKind) *taskAccount {
-	ta := tk.acct
+// pause reads an accounted task's thread before it yields its P (gapGo)
+// or its slot (gapQueue), and unlocks its goroutine from the thread for
+// the wait: a locked goroutine that yields costs two thread hand-offs of
+// its P (stoplockedm/startlockedm in runtime/proc.go), which delayed the
+// timers of that P. The caller reads it again with resume once it runs
+// again, on whatever thread. Both do nothing on a nil taskAccount (the
+// task is not accounted).
+func (ta *taskAccount) pause(kind gapKind) {
 	if ta == nil {
-		return nil
+		return
 	}
 	ta.check()
 	ta.gap, ta.pauseT = kind, now()
 	runtime.UnlockOSThread()
-	return ta
 }
 
 // resume locks the task's goroutine to its (possibly new) thread again
@@ -168,9 +166,8 @@ func (ta *taskAccount) endStretch() {
 	ta.seg.ok = false
 }
 
-// accountEnd finishes tk's account at t, after its slot was released.
-func (e *Executor) accountEnd(tk *task, t int64) {
-	a := e.acct
+// end finishes tk's account at t, after its slot was released.
+func (a *accountant) end(tk *task, t int64) {
 	ta := tk.acct
 	tk.accounted, tk.acct = false, nil
 	if ta == nil {
@@ -203,18 +200,18 @@ func (e *Executor) accountEnd(tk *task, t int64) {
 	take(account.GoRunQueue, ta.goQueue)
 	take(account.GC, gc)
 	acc.Parts[account.Other] = time.Duration(left)
-	e.recordAccount(tk.class, acc)
+	a.record(tk.class, acc)
 	if a.onTask != nil {
 		a.onTask(acc)
 	}
 }
 
-func (e *Executor) recordAccount(c Class, acc account.Task) {
-	a := e.acct
-	hp := a.parts[c].Load()
+// record adds acc to class c's part distributions and the slowest.
+func (a *accountant) record(c Class, acc account.Task) {
+	hp := a.partHist[c].Load()
 	if hp == nil {
-		a.parts[c].CompareAndSwap(nil, new([account.NumParts]histogram))
-		hp = a.parts[c].Load()
+		a.partHist[c].CompareAndSwap(nil, new([account.NumParts]histogram))
+		hp = a.partHist[c].Load()
 	}
 	for p := range account.NumParts {
 		hp[p].record(int64(acc.Parts[p]), 1)

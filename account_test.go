@@ -275,7 +275,7 @@ func TestAccountingChoosesOneInEveryAndFewerOfShortTasksAtTheDefault(t *testing.
 	count := func(a *accountant, avgSlot int64, admitted bool) int {
 		c := 0
 		for i := range uint64(n) {
-			if (admitted && a.pickAdmitted(i+1, avgSlot)) || (!admitted && a.pick(0, avgSlot)) {
+			if (admitted && a.pickAdmitted(i+1, avgSlot)) || (!admitted && a.pickQueued(0, avgSlot)) {
 				c++
 			}
 		}

@@ -81,8 +81,16 @@ func BenchmarkChanSemaphoreSaturated(b *testing.B) {
 
 // BenchmarkDoSaturated: 4xGOMAXPROCS goroutines submit empty tasks to
 // GOMAXPROCS slots, so most calls queue.
-func BenchmarkDoSaturated(b *testing.B) {
-	e := newExec(b, Options{Slots: 2})
+func BenchmarkDoSaturated(b *testing.B) { benchDoSaturated(b, Options{Slots: 2}) }
+
+// BenchmarkDoSaturatedAccountOff is BenchmarkDoSaturated with accounting
+// off: what the default accounting costs the queued path.
+func BenchmarkDoSaturatedAccountOff(b *testing.B) {
+	benchDoSaturated(b, Options{Slots: 2, Account: account.Options{Every: -1}})
+}
+
+func benchDoSaturated(b *testing.B, o Options) {
+	e := newExec(b, o)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.SetParallelism(4)

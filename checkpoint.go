@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
+	"github.com/cpuwork/cpuwork/internal/netwatch"
 
 	"github.com/cpuwork/cpuwork/internal/goroutine"
 )
@@ -160,7 +161,7 @@ func (t *task) check(ctx context.Context) error {
 	}
 	runnable, busy := schedNow(n)
 	switch {
-	case busy && !runnable && networkArrived(n):
+	case busy && !runnable && netwatch.Arrived(n):
 		// A request arrived on a watched connection (WatchListener) and
 		// no P will poll the network soon: park so this P does, with the
 		// slot given up meanwhile so the request's task can take it.
@@ -247,7 +248,8 @@ var yieldP = runtime.Gosched
 // accounting paused around it, and restarts the yield interval.
 func (t *task) pause(wait func()) {
 	if t.accounted {
-		ta := t.e.accountPause(t, gapGo)
+		ta := t.acct
+		ta.pause(gapGo)
 		wait()
 		ta.resume()
 	} else {
@@ -259,8 +261,8 @@ func (t *task) pause(wait func()) {
 func checkpointFree(ctx context.Context) error {
 	t := now()
 	switch runnable, busy := schedNow(t); {
-	case busy && !runnable && networkArrived(t):
-		parkForNetwork()
+	case busy && !runnable && netwatch.Arrived(t):
+		netwatch.Park()
 	case runnable && busy:
 		runtime.Gosched()
 	}
@@ -287,14 +289,15 @@ func (e *Executor) yield(ctx context.Context, t *task) error {
 	onWorker := e.leaveSlot(t)
 	var ta *taskAccount
 	if t.accounted {
-		ta = e.accountPause(t, gapQueue)
+		ta = t.acct
+		ta.pause(gapQueue)
 	}
 	r := e.g.Await(ctx.Done(), w)
 	ta.resume()
 	return e.slotBack(ctx, t, onWorker, r)
 }
 
-// parkOffSlot is Checkpoint's park for the network (parkForNetwork) with
+// parkOffSlot is Checkpoint's park for the network (netwatch.Park) with
 // t's slot given up for the park: the request that arrived finds a free
 // slot instead of queueing behind a parked task, and the park's idle P
 // costs the task's class no slot. After the park t takes a slot again
@@ -304,7 +307,7 @@ func (e *Executor) yield(ctx context.Context, t *task) error {
 // closing) parks holding it.
 func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
 	if e.g.IsClosed() || t.shared != 0 || t.noSlot != holdsSlot {
-		t.pause(parkForNetwork)
+		t.pause(netwatch.Park)
 		return nil
 	}
 	w := &t.w
@@ -319,7 +322,7 @@ func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
 	w.Est = 0
 	e.releaseSlot(t.class, &est)
 	onWorker := e.leaveSlot(t)
-	t.pause(parkForNetwork)
+	t.pause(netwatch.Park)
 	w.Enq = now() // its wait for the slot starts after the park
 	if e.g.TryAcquireFor(admission.Class(t.class)) {
 		return e.slotBack(ctx, t, onWorker, admission.WaitGranted)
@@ -327,7 +330,8 @@ func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
 	e.g.Rejoin(w, false)
 	var ta *taskAccount
 	if t.accounted {
-		ta = e.accountPause(t, gapQueue)
+		ta = t.acct
+		ta.pause(gapQueue)
 	}
 	r := e.g.Await(ctx.Done(), w)
 	ta.resume()

@@ -63,8 +63,15 @@ func (e *Executor) shutdown() {
 	if e.critLane != nil {
 		e.laneErr = e.critLane.Close(context.Background()) // its tasks are done: it stops at once
 	}
-	e.acct.close()
+	e.closeAccounting()
 	close(e.shutDown)
+}
+
+// closeAccounting releases accounting's descriptor, if accounting is on.
+func (e *Executor) closeAccounting() {
+	if e.acct != nil {
+		e.acct.close()
+	}
 }
 
 // idle reports whether no task is queued or running. The queue and the

@@ -38,7 +38,7 @@ func (e *Executor) timeQueued(t *task) {
 	t.waited, t.weight = true, 0
 	mask := s.timingMask.Load()
 	weight := mask + 1
-	if w := &t.w; (w.DueSet && w.HasTarget()) || (e.acct != nil && e.acct.slowWait > 0) {
+	if w := &t.w; (w.DueSet && w.HasTarget()) || e.sample.slowWait > 0 {
 		weight = 1
 	} else if (uint64(w.Enq)>>6)&mask != 0 {
 		return
@@ -347,14 +347,14 @@ func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 			if t.weight != 0 {
 				wait = t.start - t.w.Enq
 			}
-			t.accounted = a.pick(wait, e.stats[t.class].AvgSlotNs.Load())
+			t.accounted = a.pickQueued(wait, e.stats[t.class].AvgSlotNs.Load())
 		}
 		if t.accounted {
 			n := now()
 			if t.waited && t.weight == 0 {
 				wait = n - t.w.Enq // not timed: its wait ends now
 			}
-			e.accountBegin(t, n-wait, n)
+			a.begin(t, n-wait, n)
 		}
 	}
 	if !t.entered {
@@ -417,7 +417,7 @@ func (e *Executor) finish(t *task) {
 		}
 	}
 	if t.accounted {
-		e.accountEnd(t, now())
+		e.acct.end(t, now())
 	}
 	t.leave() // the last use of t: an entry's own record may be claimed at once
 }

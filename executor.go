@@ -43,7 +43,7 @@ type Executor struct {
 	yieldGap, yieldAfter, checkMin, checkMax int64
 	warned                                   sync.Once
 	demote                                   bool
-	guard                                    *guard // nil when Batch and Background are not demoted
+	guard                                    starvationGuard // nil when Batch and Background are not demoted
 	critLane                                 *osthread.Lane
 	// frac opens and closes the extra slot of a fractional quota
 	// (fraction.go), made by New or, for a quota that appears later, by
@@ -55,8 +55,9 @@ type Executor struct {
 	fracDone chan struct{}
 
 	// acct records where sampled tasks' time went (account.go); nil when
-	// Options.Account.Every < 0.
-	acct *accountant
+	// Options.Account.Every < 0. sample is its fast-path draw (zero then).
+	acct   accounting
+	sample accountSampler
 
 	// classLabels[c] is the profiler label set cpuwork.class=c
 	// (goroutine.LabelSet): a task of class c runs with it when it has no
@@ -146,11 +147,12 @@ func New(o Options) (*Executor, error) {
 	if o.Account.Every >= 0 {
 		// Accounting reads throttling from the cgroup that sets the
 		// quota; without a readable budget it goes without (Slots set).
-		e.acct = newAccountant(o.Account, b, berr == nil)
+		a := newAccountant(o.Account, b, berr == nil)
+		e.acct, e.sample = a, a.accountSampler
 	}
 	if slots == 0 {
 		if berr != nil {
-			e.acct.close()
+			e.closeAccounting()
 			return nil, fmt.Errorf("cpuwork: detect CPU budget (set Options.Slots to run without it): %w", berr)
 		}
 		slots = b.Slots()
@@ -167,7 +169,7 @@ func New(o Options) (*Executor, error) {
 	if o.CriticalLane != nil {
 		lane, err := osthread.Start(*o.CriticalLane)
 		if err != nil {
-			e.acct.close()
+			e.closeAccounting()
 			return nil, fmt.Errorf("cpuwork: start the critical lane: %w", err)
 		}
 		e.critLane = lane
@@ -239,7 +241,9 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 				continue
 			}
 			cur = c.Budget
-			e.acct.reconfigure(cur)
+			if e.acct != nil {
+				e.acct.reconfigure(cur)
+			}
 			sampling()
 			e.applyBudget(out.effective(cur), "cpuwork: CPU budget changed")
 		case <-tick:
@@ -304,13 +308,9 @@ func (e *Executor) newFrac(b budget.Budget) *fracPacer {
 	if e.quota != QuotaFraction && e.quota != QuotaStrict {
 		return nil
 	}
-	p := newFracPacer(b, e.quota == QuotaStrict, e.setExtraOpen)
+	p := newFracPacer(b, e.quota == QuotaStrict, (*pacerHost)(e))
 	if p != nil {
-		p.stuck = e.g.OverCommitted
-		p.occupied, p.onCapacity = e.g.Occupied, e.g.SetPacedCapacity
-		p.setSlots = func(n int) { e.SetSlots(n) }
-		p.runDelay = processRunDelay
-		p.warn = e.pacingWarning
+		p.runDelay, p.busySlots = processRunDelay, true
 	}
 	return p
 }

@@ -55,8 +55,8 @@ func (e *Executor) admitFastTask(t *task, key uintptr) error {
 		t.w.Enq = at
 	}
 	e.timeFast(t, n, at)
-	if a := e.acct; a != nil {
-		t.accounted = a.pickAdmitted(n^uint64(shard)<<56, e.stats[c].AvgSlotNs.Load())
+	if e.acct != nil {
+		t.accounted = e.sample.pickAdmitted(n^uint64(shard)<<56, e.stats[c].AvgSlotNs.Load())
 	}
 	return nil
 }

@@ -107,22 +107,22 @@ const (
 // fracPacer opens and closes the extra slot. Its clock and counters are
 // injectable for tests.
 type fracPacer struct {
-	mu      sync.Mutex
-	n       int     // floor(quota): slots always open
-	frac    float64 // quota - n; 0: nothing to pace
-	strict  bool    // QuotaStrict: whole quotas paced too
-	period  time.Duration
-	target  float64
-	tokens  float64 // ns of CPU the process may still use above its pace
-	open    bool
-	setOpen func(open bool) // called with mu held, on every change
+	mu     sync.Mutex
+	n      int     // floor(quota): slots always open
+	frac   float64 // quota - n; 0: nothing to pace
+	strict bool    // QuotaStrict: whole quotas paced too
+	period time.Duration
+	target float64
+	tokens float64 // ns of CPU the process may still use above its pace
+	open   bool
+	// host is what the pacer steers: the executor (pacerHost) or a
+	// test's model; nil in tests that need none.
+	host paceHost
 
 	usage     func() (time.Duration, error) // cumulative CPU of the cgroup (or process)
 	throttled func() (uint64, bool)         // cumulative nr_throttled, if readable
-	// stuck reports that the extra slot is closed but a task still runs
-	// over the count (it has not reached a Checkpoint or its end); nil:
-	// never. stuckNs is how long that lasted in the current period.
-	stuck   func() bool
+	// stuckNs is how long, in the current period, the extra slot was
+	// closed while a task still ran over the count (paceHost.overCommitted).
 	stuckNs int64
 	// closedOver: in the current period, a tick in which the extra slot
 	// was closed (and nothing ran over the count) used more than the
@@ -138,12 +138,8 @@ type fracPacer struct {
 	lowered, held uint64
 	// occupancy is the slots held on average while a task queued, a
 	// moving average over about one period (occupancySample): the door's
-	// divisor of the work queued (capacity). occupied reads the slots
-	// held now and whether a task is queued; onCapacity hands each new
-	// capacity to the granter. nil: not measured (the quota's cores).
-	occupancy  float64
-	occupied   func() (held int64, queued bool)
-	onCapacity func(float64)
+	// divisor of the work queued (capacity).
+	occupancy float64
 
 	lastT, lastU       int64 // at the last step
 	periodT            int64 // start of the current feedback period
@@ -157,13 +153,14 @@ type fracPacer struct {
 	stopped bool
 
 	// extra is the slots opened beyond n+1 while the quota stays
-	// under-used with tasks queued (fracBusyMargin), at most n+1; setSlots
-	// hands each new count (n+1+extra) to the executor (nil: not
-	// followed). periodU is the usage at the current period's start;
-	// queuedTicks and ticks count the period's steps with a task queued
-	// and in all.
+	// under-used with tasks queued (fracBusyMargin), at most n+1; each new
+	// count (n+1+extra) goes to paceHost.setSlots; only with busySlots
+	// (the executor's pacer; tests of the paced slot alone leave it
+	// off). periodU is the usage at
+	// the current period's start; queuedTicks and ticks count the
+	// period's steps with a task queued and in all.
 	extra              int
-	setSlots           func(int)
+	busySlots          bool
 	periodU            int64
 	queuedTicks, ticks int
 	// runDelay reads the process's cumulative kernel run delay (nil: not
@@ -176,11 +173,32 @@ type fracPacer struct {
 	// winPeriods and winHeld count the periods of the current window of
 	// fracUnpaceableWindow and the held ones among them; unpaceable is
 	// set, for good, when a window held fracUnpaceableShare of them or
-	// more, and warn is then called, by the step that set it, without mu
-	// held, with the window's counts (nil: not called).
+	// more, and paceHost.unpaceable is then called, by the step that set
+	// it, without mu held, with the window's counts.
 	winPeriods, winHeld int
 	unpaceable          bool
-	warn                func(held, periods int)
+}
+
+// paceHost is the pacer's one seam to what it paces: the executor
+// (pacerHost) or a test's model. The pacer calls it; nothing else of
+// the executor is known to it.
+type paceHost interface {
+	// setExtraOpen opens or closes the extra slot; called with the
+	// pacer's mu held, on every change.
+	setExtraOpen(open bool)
+	// overCommitted reports that the extra slot is closed but a task
+	// still runs over the count (it has not reached a Checkpoint or its
+	// end).
+	overCommitted() bool
+	// occupied reads the slots held now and whether a task is queued.
+	occupied() (held int64, queued bool)
+	// setPacedCapacity hands the door each new capacity (occupancy).
+	setPacedCapacity(c float64)
+	// setSlots sets the slot count (n+1+extra).
+	setSlots(n int)
+	// unpaceable says, once, that held of the last periods periods were
+	// throttled by tasks the pacer could not stop.
+	unpaceable(held, periods int)
 }
 
 // fracUnpaceableWindow, fracUnpaceableShare: a pacer whose window of
@@ -193,10 +211,10 @@ const (
 	fracUnpaceableShare  = 0.25
 )
 
-// newFracPacer returns the pacer of b's quota, or nil when b has no
-// fractional quota. setOpen is the executor's callback.
-func newFracPacer(b budget.Budget, strict bool, setOpen func(bool)) *fracPacer {
-	p := &fracPacer{target: fracTargetMax, open: true, setOpen: setOpen, strict: strict}
+// newFracPacer returns the pacer of b's quota steering host, or nil when
+// b has no fractional quota.
+func newFracPacer(b budget.Budget, strict bool, host paceHost) *fracPacer {
+	p := &fracPacer{target: fracTargetMax, open: true, host: host, strict: strict}
 	if !p.configure(b) {
 		return nil
 	}
@@ -288,10 +306,10 @@ func (p *fracPacer) capacityLocked() float64 {
 // It also counts the period's ticks and those with a task queued, for
 // busyLocked: one read of the slots per step.
 func (p *fracPacer) occupancySample(dt float64) {
-	if p.occupied == nil {
+	if p.host == nil {
 		return
 	}
-	held, queued := p.occupied()
+	held, queued := p.host.occupied()
 	p.ticks++
 	if !queued {
 		return
@@ -299,9 +317,7 @@ func (p *fracPacer) occupancySample(dt float64) {
 	p.queuedTicks++
 	a := min(1, dt/float64(p.period))
 	p.occupancy += (float64(held) - p.occupancy) * a
-	if p.onCapacity != nil {
-		p.onCapacity(p.capacityLocked())
-	}
+	p.host.setPacedCapacity(p.capacityLocked())
 }
 
 // unpaceableLocked counts a period (held: throttled by what the pacer
@@ -335,11 +351,11 @@ func (p *fracPacer) step(t int64) {
 	p.mu.Lock()
 	was := p.unpaceable
 	p.stepLocked(t)
-	warn := !was && p.unpaceable && p.warn != nil
+	warn := !was && p.unpaceable && p.host != nil
 	held, periods := p.winHeld, p.winPeriods
 	p.mu.Unlock()
 	if warn {
-		p.warn(held, periods)
+		p.host.unpaceable(held, periods)
 	}
 }
 
@@ -368,7 +384,7 @@ func (p *fracPacer) stepLocked(t int64) {
 	}
 	switch {
 	case p.open:
-	case p.stuck != nil && p.stuck():
+	case p.host != nil && p.host.overCommitted():
 		p.stuckNs += t - p.lastT
 	case du > (float64(p.n)+p.frac)*dt:
 		p.closedOver = true

@@ -21,7 +21,7 @@ import (
 // admission follows the CPU the slots really use, not only how many are
 // held. t is now().
 func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
-	if p.setSlots == nil || p.frac >= 1 {
+	if !p.busySlots || p.host == nil || p.frac >= 1 {
 		// QuotaStrict's paced whole slot keeps the process under a whole
 		// quota: no slot beyond it.
 		return
@@ -43,7 +43,7 @@ func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
 	p.queuedTicks, p.ticks = 0, 0
 	if extra != p.extra {
 		p.extra = extra
-		p.setSlots(p.n + 1 + extra)
+		p.host.setSlots(p.n + 1 + extra)
 	}
 }
 
@@ -71,7 +71,9 @@ func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
 func (p *fracPacer) setOpenLocked(open bool) {
 	if open != p.open {
 		p.open = open
-		p.setOpen(open)
+		if p.host != nil {
+			p.host.setExtraOpen(open)
+		}
 	}
 }
 
@@ -179,13 +181,23 @@ func usageReader(dir string, version int) (read func() (time.Duration, error), c
 	return read, func() { f.Close() }
 }
 
-// setExtraOpen is the fractional pacer's callback: closing takes the
-// extra slot out of the free count (it may go negative: the task over the
-// count hands its slot back at its next Checkpoint); opening gives it
-// back and admits the next waiter. Called with the pacer's lock held.
-func (e *Executor) setExtraOpen(open bool) {
-	e.g.SetExtraOpen(open)
-}
+// pacerHost is the executor as the fractional pacer's paceHost.
+type pacerHost Executor
+
+// setExtraOpen: closing takes the extra slot out of the free count (it
+// may go negative: the task over the count hands its slot back at its
+// next Checkpoint); opening gives it back and admits the next waiter.
+func (h *pacerHost) setExtraOpen(open bool) { h.g.SetExtraOpen(open) }
+
+func (h *pacerHost) overCommitted() bool { return h.g.OverCommitted() }
+
+func (h *pacerHost) occupied() (held int64, queued bool) { return h.g.Occupied() }
+
+func (h *pacerHost) setPacedCapacity(c float64) { h.g.SetPacedCapacity(c) }
+
+func (h *pacerHost) setSlots(n int) { (*Executor)(h).SetSlots(n) }
+
+func (h *pacerHost) unpaceable(held, periods int) { (*Executor)(h).pacingWarning(held, periods) }
 
 // quotaOf reports whether b comes from a CFS quota, and its period and
 // the cgroup directory that set it.

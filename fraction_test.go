@@ -22,6 +22,7 @@ import (
 // lag (the task on the extra slot runs to its next Checkpoint or end).
 type sim struct {
 	p        *fracPacer
+	host     testHost
 	t, u     int64 // fake now() and cumulative usage, ns
 	open     bool
 	closeAt  int64 // when a pending close takes effect (0: none)
@@ -40,10 +41,54 @@ type sim struct {
 	heldNs, queuedNs int64
 }
 
+// testHost is a paceHost of settable functions; a nil one does nothing
+// (occupied: no slot held, nothing queued).
+type testHost struct {
+	open      func(bool)
+	stuck     func() bool
+	occupied_ func() (int64, bool)
+	capacity  func(float64)
+	slots     func(int)
+	warn      func(held, periods int)
+}
+
+func (h *testHost) setExtraOpen(open bool) {
+	if h.open != nil {
+		h.open(open)
+	}
+}
+
+func (h *testHost) overCommitted() bool { return h.stuck != nil && h.stuck() }
+
+func (h *testHost) occupied() (int64, bool) {
+	if h.occupied_ == nil {
+		return 0, false
+	}
+	return h.occupied_()
+}
+
+func (h *testHost) setPacedCapacity(c float64) {
+	if h.capacity != nil {
+		h.capacity(c)
+	}
+}
+
+func (h *testHost) setSlots(n int) {
+	if h.slots != nil {
+		h.slots(n)
+	}
+}
+
+func (h *testHost) unpaceable(held, periods int) {
+	if h.warn != nil {
+		h.warn(held, periods)
+	}
+}
+
 func newSim(q float64, period time.Duration, lag time.Duration) *sim {
 	s := &sim{open: true, lag: int64(lag)}
-	s.p = &fracPacer{target: fracTargetMax, open: true}
-	s.p.setOpen = func(open bool) {
+	s.p = &fracPacer{target: fracTargetMax, open: true, host: &s.host}
+	s.host.open = func(open bool) {
 		if open {
 			s.open, s.closeAt = true, 0
 		} else {
@@ -52,7 +97,7 @@ func newSim(q float64, period time.Duration, lag time.Duration) *sim {
 	}
 	s.p.usage = func() (time.Duration, error) { return time.Duration(s.u), nil }
 	s.p.throttled = func() (uint64, bool) { return s.throttle, true }
-	s.p.occupied = func() (int64, bool) { return s.held(), !s.idle }
+	s.host.occupied_ = func() (int64, bool) { return s.held(), !s.idle }
 	s.setQuota(q, period)
 	return s
 }
@@ -263,34 +308,34 @@ func TestFractionalPacerForFractionalQuotasAndStrictWholeOnes(t *testing.T) {
 		return budget.Budget{Cores: q, GOMAXPROCS: gomaxprocs, Affinity: 4, Source: budget.SourceCgroupV1,
 			Limits: []budget.Limit{{Dir: t.TempDir(), Period: 100 * time.Millisecond, Cores: q}}}
 	}
-	if p := newFracPacer(mk(2, 2), false, func(bool) {}); p != nil {
+	if p := newFracPacer(mk(2, 2), false, &testHost{}); p != nil {
 		t.Error("a whole quota got a pacer")
 	}
-	if p := newFracPacer(mk(1, 2), false, func(bool) {}); p != nil {
+	if p := newFracPacer(mk(1, 2), false, &testHost{}); p != nil {
 		t.Error("QuotaFraction paced a whole quota")
 	}
-	if p := newFracPacer(mk(1, 2), true, func(bool) {}); p == nil || p.slots() != 1 || p.n != 0 || p.frac != 1 {
+	if p := newFracPacer(mk(1, 2), true, &testHost{}); p == nil || p.slots() != 1 || p.n != 0 || p.frac != 1 {
 		t.Errorf("QuotaStrict, 1 core at GOMAXPROCS 2 (Go's default): want the one slot paced, got %+v", p)
 	}
-	if p := newFracPacer(mk(2, 3), true, func(bool) {}); p == nil || p.slots() != 2 || p.n != 1 || p.frac != 1 {
+	if p := newFracPacer(mk(2, 3), true, &testHost{}); p == nil || p.slots() != 2 || p.n != 1 || p.frac != 1 {
 		t.Errorf("QuotaStrict, 2 cores at GOMAXPROCS 3: want 2 slots, the second paced, got %+v", p)
 	}
-	if p := newFracPacer(mk(2, 2), true, func(bool) {}); p != nil {
+	if p := newFracPacer(mk(2, 2), true, &testHost{}); p != nil {
 		t.Error("QuotaStrict, a whole quota with GOMAXPROCS at the quota (nothing can run beside the slots) got a pacer")
 	}
-	if p := newFracPacer(mk(1, 0), true, func(bool) {}); p != nil {
+	if p := newFracPacer(mk(1, 0), true, &testHost{}); p != nil {
 		t.Error("QuotaStrict, a whole quota with GOMAXPROCS unknown got a pacer")
 	}
-	if p := newFracPacer(mk(0.5, 2), false, func(bool) {}); p != nil {
+	if p := newFracPacer(mk(0.5, 2), false, &testHost{}); p != nil {
 		t.Error("below one core the one slot got a pacer")
 	}
-	if p := newFracPacer(mk(1.25, 1), false, func(bool) {}); p != nil {
+	if p := newFracPacer(mk(1.25, 1), false, &testHost{}); p != nil {
 		t.Error("GOMAXPROCS 1 leaves no P for the extra slot, yet a pacer was made")
 	}
-	if p := newFracPacer(mk(1.25, 2), false, func(bool) {}); p == nil || p.slots() != 2 {
+	if p := newFracPacer(mk(1.25, 2), false, &testHost{}); p == nil || p.slots() != 2 {
 		t.Errorf("1.25 cores: %+v", p)
 	}
-	if p := newFracPacer(budget.Budget{Cores: 1.5, Affinity: 2, Source: budget.SourceAffinity}, false, func(bool) {}); p != nil {
+	if p := newFracPacer(budget.Budget{Cores: 1.5, Affinity: 2, Source: budget.SourceAffinity}, false, &testHost{}); p != nil {
 		t.Error("a budget without a quota got a pacer")
 	}
 }
@@ -402,7 +447,7 @@ func (s *syncBuffer) String() string {
 func TestThrottlingFromTasksThatCannotYieldKeepsTheTarget(t *testing.T) {
 	for _, q := range []float64{1.25, 1.5} {
 		s := newSim(q, 100*time.Millisecond, 60*time.Millisecond)
-		s.p.stuck = func() bool { return s.open && !s.p.open }
+		s.host.stuck = func() bool { return s.open && !s.p.open }
 		s.runPeriods(q, 100*time.Millisecond, 50)
 		if s.throttle == 0 {
 			t.Fatalf("quota %v: no period over the quota: the case does not overshoot", q)
@@ -425,7 +470,7 @@ func TestAfterAThrottleThePacerCouldNotStopItPacesTheWholeQuota(t *testing.T) {
 	const q = 1.5
 	period := 100 * time.Millisecond
 	s := newSim(q, period, 60*time.Millisecond)
-	s.p.stuck = func() bool { return s.open && !s.p.open }
+	s.host.stuck = func() bool { return s.open && !s.p.open }
 	// Run in 1 ms steps, counting a throttle for each window of one
 	// period over the quota (as runPeriods does), and stop at the
 	// pacer's period boundary that holds its target.
@@ -604,9 +649,9 @@ func TestTheDoorDividesTheQueueByTheSlotsHeldWhileTasksQueue(t *testing.T) {
 	} {
 		period := 100 * time.Millisecond
 		s := newSim(c.q, period, c.lag)
-		s.p.stuck = func() bool { return s.open && !s.p.open }
+		s.host.stuck = func() bool { return s.open && !s.p.open }
 		var got float64
-		s.p.onCapacity = func(v float64) { got = v }
+		s.host.capacity = func(v float64) { got = v }
 		s.runPeriods(c.q, period, 20)
 		s.heldNs, s.queuedNs = 0, 0
 		s.runPeriods(c.q, period, 10)
@@ -675,7 +720,7 @@ func quota15(t *testing.T) func() (budget.Budget, error) {
 // paced whole slot never gets one.
 func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 	var got []int
-	p := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, setSlots: func(n int) { got = append(got, n) }}
+	p := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, busySlots: true, host: &testHost{slots: func(n int) { got = append(got, n) }}}
 	period := func(use float64, queued, ticks int, throttled bool) int {
 		p.queuedTicks, p.ticks = queued, ticks
 		p.busyLocked(use, throttled, 0)
@@ -708,12 +753,12 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 	if want := []int{3, 4, 3, 2}; !slices.Equal(got, want) {
 		t.Errorf("slot counts handed to the executor %v, want %v", got, want)
 	}
-	strict := &fracPacer{n: 0, frac: 1, target: fracTargetMax, setSlots: func(n int) { t.Errorf("QuotaStrict's paced slot got %d slots", n) }}
+	strict := &fracPacer{n: 0, frac: 1, target: fracTargetMax, busySlots: true, host: &testHost{slots: func(n int) { t.Errorf("QuotaStrict's paced slot got %d slots", n) }}}
 	strict.queuedTicks, strict.ticks = 50, 50
 	strict.busyLocked(0.5, false, 0)
 	// Run delay over a tenth of the quota's cores: the quota idles because
 	// another process wants the CPUs; no slot is added, and one is closed.
-	delayed := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, period: 100 * time.Millisecond, extra: 1, setSlots: func(int) {}}
+	delayed := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, period: 100 * time.Millisecond, extra: 1, busySlots: true, host: &testHost{}}
 	var d time.Duration
 	delayed.runDelay = func() (time.Duration, bool) { return d, true }
 	// each period: under-used, queued throughout, run delay grown by add.
@@ -742,8 +787,8 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 func TestAPacerThatCannotPaceSaysSo(t *testing.T) {
 	var calls, held, periods int
 	s := newSim(1.5, 100*time.Millisecond, 60*time.Millisecond)
-	s.p.stuck = func() bool { return s.open && !s.p.open }
-	s.p.warn = func(h, n int) { calls, held, periods = calls+1, h, n }
+	s.host.stuck = func() bool { return s.open && !s.p.open }
+	s.host.warn = func(h, n int) { calls, held, periods = calls+1, h, n }
 	s.runPeriods(1.5, 100*time.Millisecond, 2*fracUnpaceableWindow+10)
 	if calls != 1 || float64(held) < fracUnpaceableShare*float64(periods) || periods != fracUnpaceableWindow {
 		t.Errorf("closes 60 ms late, %d periods held: warned %d times with %d of %d held; want once, with a quarter or more of %d",
@@ -752,7 +797,7 @@ func TestAPacerThatCannotPaceSaysSo(t *testing.T) {
 	for _, lag := range []time.Duration{0, 200 * time.Microsecond} {
 		calls = 0
 		s := newSim(1.5, 100*time.Millisecond, lag)
-		s.p.warn = func(h, n int) { calls++ }
+		s.host.warn = func(h, n int) { calls++ }
 		s.runPeriods(1.5, 100*time.Millisecond, 3*fracUnpaceableWindow)
 		if calls != 0 || s.p.unpaceable {
 			t.Errorf("closes %v late, %d periods held: warned %d times, want none", lag, s.p.held, calls)
@@ -765,7 +810,7 @@ func TestAPacerThatCannotPaceSaysSo(t *testing.T) {
 	if w := e.Stats().Pacing.Warning; w != "" {
 		t.Fatalf("a new executor's pacing warning %q, want none", w)
 	}
-	e.frac.Load().warn(14, fracUnpaceableWindow)
+	e.frac.Load().host.unpaceable(14, fracUnpaceableWindow)
 	if w := e.Stats().Pacing.Warning; !strings.Contains(w, "14 of 40") || !strings.Contains(w, "QuotaFloor") {
 		t.Errorf("Stats.Pacing.Warning %q: want the counts and what to set", w)
 	}

@@ -62,7 +62,7 @@ func TestTheFractionalSlotChangesCapacityNotReleases(t *testing.T) {
 	started := make(chan struct{})
 	go e.Do(ctx, Interactive, func(context.Context) error { close(started); <-hold; return nil })
 	<-started
-	e.setExtraOpen(false) // 1 slot of capacity, held
+	e.g.SetExtraOpen(false) // 1 slot of capacity, held
 	close(hold)
 	deadline := time.Now().Add(10 * time.Second)
 	for e.Stats().Classes[Interactive].Running != 0 && time.Now().Before(deadline) {
@@ -71,7 +71,7 @@ func TestTheFractionalSlotChangesCapacityNotReleases(t *testing.T) {
 	if st := e.Stats(); st.Free != 1 {
 		t.Fatalf("%d free with the extra slot closed and nothing running, want 1", st.Free)
 	}
-	e.setExtraOpen(true)
+	e.g.SetExtraOpen(true)
 	if st := e.Stats(); st.Free != 2 {
 		t.Fatalf("%d free with the extra slot open again, want 2", st.Free)
 	}
@@ -111,11 +111,11 @@ func TestAReleaseRacingAShrinkingCapacityIsNotADoubleRelease(t *testing.T) {
 	deadline := time.Now().Add(300 * time.Millisecond)
 	for i := 0; time.Now().Before(deadline) && e.g.DoubleReleases() == 0; i++ {
 		e.SetSlots(1 + 3*(i%2))
-		e.setExtraOpen(i%3 != 0)
+		e.g.SetExtraOpen(i%3 != 0)
 	}
 	close(stop)
 	wg.Wait()
-	e.setExtraOpen(true)
+	e.g.SetExtraOpen(true)
 	if n := e.g.DoubleReleases(); n != 0 {
 		t.Fatalf("%d correct releases taken for double releases", n)
 	}

@@ -44,6 +44,19 @@ const (
 // suspension is process-wide (internal/suspension).
 var suspension = &suspensionpkg.Process
 
+// starvationGuard is the executor's one seam to the starvation guard of
+// its demoted pool: nil when Batch and Background are not demoted. A
+// demoted worker registers its thread, asks adjust before each task
+// (false: retire the thread) and unregisters as it exits.
+type starvationGuard interface {
+	start()
+	register(tid int) *guardedWorker
+	unregister(w *guardedWorker)
+	adjust(w *guardedWorker) bool
+	stats() DemotionStats
+	close()
+}
+
 // guard is the starvation guard of one executor's demoted pool.
 type guard struct {
 	sched osthread.Sched                // what demoted workers apply
@@ -74,6 +87,13 @@ type guardedWorker struct {
 	sampled           bool
 	starving          int64       // ns not running over consecutive starved windows
 	promoteTried      atomic.Bool // an in-place promotion was tried since the last demotion
+}
+
+// stats is Stats.Demotion while demotion is enabled.
+func (g *guard) stats() DemotionStats {
+	return DemotionStats{Enabled: true, Active: g.allowed(),
+		Suspensions: g.suspensions.Load(), Promotions: g.promotions.Load(),
+		Retired: g.retired.Load(), StarvedTime: time.Duration(g.starvedNs.Load())}
 }
 
 func newGuard(sched osthread.Sched, warn, info func(string, ...any)) *guard {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/internal/admission"
+	"github.com/cpuwork/cpuwork/internal/netwatch"
 )
 
 // classStats holds one class's counters and histograms. Every field is
@@ -168,12 +169,9 @@ func (e *Executor) Stats() Stats {
 	if w := e.capWarning.Load(); w != nil {
 		st.Warning = *w
 	}
-	st.NetWatch.Watched, st.NetWatch.Unwatched = netStats.watched.Load(), netStats.unwatched.Load()
-	st.NetWatch.Polls, st.NetWatch.Wakes = netStats.polls.Load(), netStats.wakes.Load()
-	if g := e.guard; g != nil {
-		st.Demotion.Enabled, st.Demotion.Active = true, g.allowed()
-		st.Demotion.Suspensions, st.Demotion.Promotions = g.suspensions.Load(), g.promotions.Load()
-		st.Demotion.Retired, st.Demotion.StarvedTime = g.retired.Load(), time.Duration(g.starvedNs.Load())
+	st.NetWatch = NetWatchStats(netwatch.Read())
+	if e.guard != nil {
+		st.Demotion = e.guard.stats()
 	}
 	if p := e.frac.Load(); p != nil {
 		p.mu.Lock()
@@ -207,11 +205,13 @@ func (e *Executor) Stats() Stats {
 		cs.Running = int(cs.Admitted - min(cs.Completed, cs.Admitted))
 		cs.Submitted = cs.Admitted + cs.Rejected + cs.Canceled + uint64(cs.Queued)
 		cs.SlotSeconds = time.Duration(s.Used.Load()).Seconds()
-		cs.Parts, cs.Accounted = e.partHistograms(c)
+		if e.acct != nil {
+			cs.Parts, cs.Accounted = e.acct.parts(c)
+		}
 		st.Classes[c] = cs
 	}
 	if e.acct != nil {
-		st.SlowTasks = e.acct.slowest.get(now())
+		st.SlowTasks = e.acct.slowTasks(now())
 	}
 	return st
 }

@@ -18,7 +18,7 @@ type workerPool struct {
 	stopped bool // stop ran: no worker starts again
 	// guard, when set, runs each worker on its own locked OS thread,
 	// demoted while the starvation guard allows it.
-	guard   *guard
+	guard   starvationGuard // nil: the pool's threads are not demoted
 	wg      sync.WaitGroup
 	runTask func(*Task) (next *Task)
 }
@@ -35,7 +35,7 @@ func (c Class) pool() int {
 	return poolNormal
 }
 
-func newPool(e *Executor, name string, g *guard) *workerPool {
+func newPool(e *Executor, name string, g starvationGuard) *workerPool {
 	return &workerPool{name: name, runq: make(chan *Task, 2*maxSlots+64), guard: g, runTask: e.runTask}
 }
 

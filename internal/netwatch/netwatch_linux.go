@@ -1,4 +1,4 @@
-package cpuwork
+package netwatch
 
 import (
 	"os"
@@ -85,10 +85,10 @@ type parker struct {
 // parkers are timerfds free for the next park.
 var parkers = make(chan parker, 64)
 
-// parkForNetwork parks the calling goroutine for netParkFor on a timerfd
+// Park parks the calling goroutine for netParkFor on a timerfd
 // the runtime's netpoller watches. Where no timerfd can be made it
 // returns at once.
-func parkForNetwork() {
+func Park() {
 	var p parker
 	select {
 	case p = <-parkers:

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package cpuwork
+package netwatch
 
 import "sync/atomic"
 
@@ -14,4 +14,4 @@ func watchConn(c any) bool { return false }
 
 func arrived() bool { return false }
 
-func parkForNetwork() {}
+func Park() {}

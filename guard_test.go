@@ -1,0 +1,123 @@
+//go:build linux
+
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	suspensionpkg "github.com/cpuwork/cpuwork/internal/suspension"
+	"github.com/cpuwork/cpuwork/osthread"
+)
+
+// A demoted worker pinned to one CPU beside a CPU-bound process pinned to
+// the same CPU is starved by the kernel while it holds a P: the guard must
+// notice, suspend demotion, and the worker's next task must run at the
+// thread's original policy (promoted in place with CAP_SYS_NICE, or on a
+// fresh thread without). No timing is asserted beyond generous bounds.
+func TestStarvationGuardUndoesDemotionOfAStarvedWorker(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs: the test pins a competitor to CPU 1")
+	}
+	cpu := []int{1}
+	// The suspension is process-wide: start as a fresh process would
+	// (another test's guard may have fired), and end it for the others.
+	suspensionpkg.Resume()
+	defer suspensionpkg.Resume()
+	e := newExec(t, Options{Slots: 1, Batch: BatchOptions{Demote: true}, batchSched: osthread.Sched{Policy: osthread.Idle, CPUs: cpu}})
+	hog := exec.Command("sh", "-c", "while :; do :; done")
+	if err := hog.Start(); err != nil {
+		t.Skipf("cannot start a CPU-bound competitor: %v", err)
+	}
+	defer func() { hog.Process.Kill(); hog.Wait() }()
+	var set unix.CPUSet
+	set.Set(cpu[0])
+	if err := unix.SchedSetaffinity(hog.Process.Pid, &set); err != nil {
+		t.Fatalf("pin the competitor: %v", err)
+	}
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	var sawIdle bool
+	err := e.Do(ctx, Batch, func(ctx context.Context) error {
+		s, _, err := policyHere()
+		sawIdle = err == nil && s.Policy == osthread.Idle
+		for e.Stats().Demotion.Suspensions == 0 {
+			if time.Now().After(deadline) {
+				return errors.New("the guard never fired while the worker was starved")
+			}
+			spin(100 * time.Microsecond)
+			Checkpoint(ctx)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !sawIdle {
+		t.Fatal("the first batch task did not run on a SCHED_IDLE thread")
+	}
+	// Demotion is suspended (for at least guardCooldown): the next task runs
+	// at the original policy.
+	err = e.Do(ctx, Batch, func(context.Context) error {
+		s, tid, err := policyHere()
+		if err == nil && s.Policy != osthread.Other {
+			err = fmt.Errorf("after the guard fired, batch runs %s on thread %d", s.Policy, tid)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stats().Demotion
+	if st.Suspensions < 1 || st.Active || st.Promotions+st.Retired < 1 || st.StarvedTime <= 0 {
+		t.Fatalf("demotion stats %+v", st)
+	}
+	t.Logf("demotion stats %+v", st)
+}
+
+// The guard reads a thread's state from field 3 of its stat file, after
+// the command, which may hold spaces and parentheses.
+func TestThreadRunnableReadsTheStateAfterTheCommand(t *testing.T) {
+	for _, c := range []struct {
+		stat string
+		want bool
+	}{
+		{"4242 (worker) R 1 4242 0", true},
+		{"4242 (a) b) R) S 1 4242 0", false},
+		{"4242 (a (b) R) R 1 4242 0", true},
+		{"4242 (cmd) S 1 4242 0", false},
+		{"4242 (cmd)", false},
+		{"", false},
+	} {
+		f, err := os.CreateTemp(t.TempDir(), "stat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(c.stat)
+		if got := threadRunnable(f, make([]byte, 256)); got != c.want {
+			t.Errorf("threadRunnable(%q) = %v, want %v", c.stat, got, c.want)
+		}
+		f.Close()
+	}
+}
+
+// Stats.Demotion is the guard's counters while demotion is enabled.
+func TestDemotionStatsComeFromTheGuard(t *testing.T) {
+	var g guard
+	g.suspensions.Store(2)
+	g.promotions.Store(3)
+	g.retired.Store(1)
+	g.starvedNs.Store(int64(5 * time.Millisecond))
+	st := g.stats()
+	if !st.Enabled || st.Suspensions != 2 || st.Promotions != 3 || st.Retired != 1 || st.StarvedTime != 5*time.Millisecond {
+		t.Errorf("stats %+v", st)
+	}
+}
