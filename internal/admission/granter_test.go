@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -158,18 +159,8 @@ func TestNoClockReadUnderTheLock(t *testing.T) {
 // docs/performance.md: one lock serves at most 1/h queued tasks a
 // second, so P cores queue tasks shorter than P x h faster than it can.
 func BenchmarkLockHold(b *testing.B) {
-	var g Granter
-	var cnt [NumClasses]Counters
 	own := &recordingOwner{}
-	cfg := Config{DefaultQueueLimit: 1 << 20, Owner: own, Log: slog.New(slog.DiscardHandler)}
-	for c := range cnt {
-		cfg.Counters[c] = &cnt[c]
-	}
-	if err := g.Init(cfg); err != nil {
-		b.Fatal(err)
-	}
-	g.SetSlots(1)
-	g.TryAcquire() // the one slot is held: every Admit queues
+	g := heldGranter(b, own)
 	ctx := context.Background()
 	ws := make([]Waiter, 1024)
 	b.ReportAllocs()
@@ -183,6 +174,57 @@ func BenchmarkLockHold(b *testing.B) {
 		own.woken = own.woken[:0]
 		i++
 	}
+}
+
+// heldGranter is a Granter of one slot, held: every Admit queues.
+func heldGranter(b *testing.B, own Owner) *Granter {
+	g := new(Granter)
+	var cnt [NumClasses]Counters
+	cfg := Config{DefaultQueueLimit: 1 << 20, Owner: own, Log: slog.New(slog.DiscardHandler)}
+	for c := range cnt {
+		cfg.Counters[c] = &cnt[c]
+	}
+	if err := g.Init(cfg); err != nil {
+		b.Fatal(err)
+	}
+	g.SetSlots(1)
+	g.TryAcquire()
+	return g
+}
+
+// countingOwner is an Owner safe for concurrent use that wakes nobody.
+type countingOwner struct{ woken atomic.Int64 }
+
+func (o *countingOwner) Wake(*Waiter, *Keep) { o.woken.Add(1) }
+func (o *countingOwner) Released()           {}
+
+// BenchmarkLockHoldContended is BenchmarkLockHold from GOMAXPROCS
+// goroutines at once on one Granter: each queues a task and releases the
+// one slot, which grants the oldest waiter, whoever queued it. Its time
+// per task is the lock's: the sections of all goroutines run one at a
+// time, so when the lock is the bottleneck the wall time per task is the
+// hold time under contention, the moves of its cache lines between cores
+// included (h_c in docs/performance.md); when it is not, it is
+// BenchmarkLockHold's time over GOMAXPROCS.
+func BenchmarkLockHoldContended(b *testing.B) {
+	g := heldGranter(b, &countingOwner{})
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		// A waiter is reused 1024 of this goroutine's tasks later: long
+		// granted by then (FIFO, at most one waiter queued per goroutine
+		// beyond the one granted per release).
+		ws := make([]Waiter, 1024)
+		i := 0
+		for pb.Next() {
+			w := &ws[i%len(ws)]
+			*w = Waiter{Class: Interactive, Kind: KindTask}
+			g.Admit(ctx, w)
+			var est int64
+			g.Release(Interactive, &est, nil)
+			i++
+		}
+	})
 }
 
 // Every waiter counted as woken (granted, signalled, not yet back from
