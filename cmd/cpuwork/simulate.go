@@ -57,7 +57,7 @@ class is critical, interactive, batch or background):
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, p := range policies {
 				if !knownPolicy(p) {
-					return usageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(), ", ")))
+					return usageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(true), ", ")))
 				}
 			}
 			if queueLimit < 1 {
@@ -140,15 +140,19 @@ class is critical, interactive, batch or background):
 	f.BoolVar(&targets, "targets", true, "with --trace: cpuwork's requests carry their class's objective as their target (cpuworkhttp's Objective)")
 	f.BoolVar(&declared, "declared", false, "with --trace: cpuwork's requests give their CPU time as their expected run time (cpuworkhttp's Service)")
 	f.IntVar(&queueLimit, "queue-limit", 64, "the bounded pool's queue (pool-503; step's default is 4, imgproxy's)")
-	f.StringSliceVar(&policies, "policies", policyNames(), "policies to replay")
+	f.StringSliceVar(&policies, "policies", policyNames(false), "policies to replay (known: "+strings.Join(policyNames(true), ", ")+")")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
 	return cmd
 }
 
-func policyNames() []string {
+// policyNames lists the policies replayed by default, or all of them
+// (named: also those replayed only when named).
+func policyNames(named bool) []string {
 	var ns []string
 	for _, p := range sim.Policies {
-		ns = append(ns, p.Name)
+		if named || !p.Named {
+			ns = append(ns, p.Name)
+		}
 	}
 	return ns
 }

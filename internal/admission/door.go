@@ -159,7 +159,43 @@ type shedState struct {
 	perDone   int64
 	perDoneAt int64
 	usedAt    [NumClasses]int64
+	// hold is the share of its held queue (standingPeak times the
+	// target) that a shedding class without ClassOptions.MaxQueueWait
+	// admits up to (0 stands for 1): 1 when the shedding starts, lowered after each
+	// interval in which (nearly) no arrival found a free slot — the slots
+	// never idled, so the queue bought no work, only wait — and raised
+	// after one in which arrivals found slots free (holdIdleLow,
+	// holdIdleHigh).
+	hold float64
+	// holdSeen, holdFree: the arrivals since the hold last moved, and
+	// those of them that took a free slot at once.
+	holdSeen, holdFree uint64
 }
+
+// holdShare is st.hold, 1 for its zero value.
+func (st *shedState) holdShare() float64 {
+	if st.hold == 0 {
+		return 1
+	}
+	return st.hold
+}
+
+// holdIdleLow, holdIdleHigh, holdDown, holdUp, holdMin: once a
+// shedding class has seen holdArrivals arrivals since its hold last
+// moved, the hold is multiplied by holdDown if at most holdIdleLow of
+// them took a free slot at once, and by holdUp, up to 1, if more than
+// holdIdleHigh did; never below holdMin. Poisson arrivals see the
+// slots as time does (PASTA): the share that found a slot free is the
+// share of the time one idled, so the hold settles at the shortest queue
+// that keeps the slots busy but for a few percent of the time.
+const (
+	holdIdleLow  = 0.01
+	holdIdleHigh = 0.03
+	holdDown     = 0.7
+	holdUp       = 1.5
+	holdMin      = 1.0 / 64
+	holdArrivals = 64
+)
 
 // shedCalmArrivals, shedCalmTime: a shedding class stops once its calm
 // intervals in a row held shedCalmArrivals arrivals or lasted
@@ -251,7 +287,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 		}
 		limit := st.target
 		if st.auto {
-			limit *= standingPeak
+			limit = int64(float64(limit*standingPeak) * st.holdShare())
 		}
 		if st.shedding && wait > limit {
 			st.refused++
@@ -317,7 +353,9 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 		return
 	}
 	admitted := g.cnt[c].Admitted.Load()
+	var free uint64 // the interval's arrivals that took a free slot at once
 	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
+		free = atOnce - st.grants
 		st.minWait = 0 // some took a free slot at once: the queue drained
 		st.offered += int64(atOnce-st.grants) * g.cnt[c].AvgSlotNs.Load()
 		st.arrivals += atOnce - st.grants
@@ -363,6 +401,17 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 			st.calmArrivals, st.calmFor = 0, 0
 		}
 		st.shedding = st.calmArrivals < shedCalmArrivals && st.calmFor < int64(shedCalmTime)
+		st.holdSeen += st.arrivals
+		st.holdFree += free
+		if st.holdSeen >= holdArrivals {
+			switch idle := float64(st.holdFree) / float64(st.holdSeen); {
+			case idle <= holdIdleLow:
+				st.hold = max(holdMin, st.holdShare()*holdDown)
+			case idle > holdIdleHigh:
+				st.hold = min(1, st.holdShare()*holdUp)
+			}
+			st.holdSeen, st.holdFree = 0, 0
+		}
 	case st.minWait != math.MaxInt64:
 		// A queue standing while the arrivals fall behind the slots
 		// drains by itself: shedding it refuses work the slots would do
@@ -370,6 +419,7 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 		// door").
 		st.shedding = st.minWait > st.target && outrun && sustained
 		st.calmArrivals, st.calmFor = 0, 0
+		st.hold, st.holdSeen, st.holdFree = 0, 0, 0
 	}
 	st.severe = st.shedding && severe
 	if st.minWait != math.MaxInt64 && st.minWait > st.target && done > 0 {

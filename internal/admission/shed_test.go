@@ -679,3 +679,62 @@ func TestAnIntervalThatOutrunsTheSlotsByChanceStartsNoShedding(t *testing.T) {
 	}
 	t.Fatal("two intervals at twice the slots' work after a run at 0.8x did not start shedding")
 }
+
+// A shedding class whose slots never idled — none of its arrivals found
+// one free, so its queue bought no work, only wait — admits a shorter
+// queue with every holdArrivals arrivals, down to holdMin of the held
+// one; once arrivals find slots free again (the queue ran dry under them)
+// the hold grows back; a new onset starts from the whole held queue.
+func TestAShedQueueThatBuysNoWorkIsHeldShorter(t *testing.T) {
+	e, st := codelAtZero(t, 2)
+	iv := int64(codelInterval)
+	adm := &e.stats[Interactive].Admitted
+	at := int64(0)
+	// interval ends an interval whose arrivals queued, but free of them
+	// took a free slot at once, while the class shed (refusing, outrun).
+	interval := func(queued, free uint64) {
+		at += iv + 1
+		st.shedding, st.refused, st.offered, st.arrivals = true, 1, 4*iv, queued
+		for range free + 1 { // the grant below is one admission
+			adm.Inc(0)
+		}
+		e.g.codelGrantLocked(Interactive, int64(time.Millisecond), at)
+	}
+	for i := range 4 {
+		interval(holdArrivals, 0)
+		if want := math.Pow(holdDown, float64(i+1)); math.Abs(st.hold-want) > 1e-9 {
+			t.Fatalf("after %d windows of %d arrivals none of which found a free slot: hold %v, want %v", i+1, holdArrivals, st.hold, want)
+		}
+	}
+	for range 20 {
+		interval(holdArrivals, 0)
+	}
+	if st.hold != holdMin {
+		t.Fatalf("after 24 such windows: hold %v, want its floor %v", st.hold, holdMin)
+	}
+	interval(holdArrivals-6, 6) // 6 of 64 found a free slot: the slots idled 9 % of the time
+	if want := holdMin * holdUp; math.Abs(st.hold-want) > 1e-9 {
+		t.Fatalf("after a window whose arrivals found a free slot 9 %% of the time: hold %v, want %v", st.hold, want)
+	}
+	st.shedding = false
+	st.minWait, st.offered = int64(time.Second), 4*iv
+	e.g.codelGrantLocked(Interactive, int64(time.Second), at+iv+1)
+	if !st.shedding || st.holdShare() != 1 {
+		t.Fatalf("a new onset: shedding %v, hold %v; want shedding from the whole held queue (1)", st.shedding, st.holdShare())
+	}
+}
+
+// While a class's hold is below 1, the door admits up to that share of
+// its held queue (standingPeak times the target): at a quarter, an
+// arrival whose estimated wait is 90 ms is refused at a 100 ms target.
+func TestAShedClassAdmitsUpToItsHoldOfTheHeldQueue(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := sync.OnceFunc(hold(t, e, 1))
+	defer release()
+	e.stats[Interactive].AvgSlotNs.Store(int64(45 * time.Millisecond))
+	e.g.lock()
+	e.g.shed[Interactive].hold = 0.25 // admitted up to 50 ms of estimated wait
+	e.g.unlock()
+	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
+	shedInTurn(t, e, release, obj, []bool{true, false, false}, "queued tasks of 45 ms, shedding at a 100 ms target held at a quarter")
+}

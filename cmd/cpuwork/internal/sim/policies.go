@@ -165,7 +165,7 @@ type fifo struct {
 	queue   []*job // queue[head:] waits
 	head    int
 	leave   bool // a task whose client gave up leaves the queue (semaphore)
-	limit   int  // > 0: refuse an arrival that finds this many queued
+	limit   int  // > 0: refuse an arrival that finds this many queued; < 0: refuse one that would queue
 }
 
 func (p *fifo) arrive(j *job) {
@@ -174,7 +174,7 @@ func (p *fifo) arrive(j *job) {
 		p.s.start(j)
 		return
 	}
-	if p.limit > 0 && len(p.queue)-p.head >= p.limit {
+	if p.limit < 0 || p.limit > 0 && len(p.queue)-p.head >= p.limit {
 		p.s.end(j, refused)
 		return
 	}

@@ -112,13 +112,18 @@ func checkClass(c Class) error {
 	return nil
 }
 
-// Policies are the policies Run knows, in report order.
-var Policies = []struct{ Name, What string }{
-	{"cpuwork", "cpuwork's admission code (its Granter: door, ordering, shares, shedding, late budget) on the slots"},
-	{"goroutines", "a goroutine per request: the slots are Ps, runnable goroutines wait in one run queue, each runs up to a 10 ms time slice and then goes to the back"},
-	{"pool", "worker goroutines, one per slot, fed by a channel in arrival order; a request runs even after its client gave up"},
-	{"semaphore", "a semaphore of one per slot taken in arrival order; a request whose client gave up while it waited leaves (x/sync's Acquire with the request's context)"},
-	{"pool-503", "the pool with a bounded queue (QueueLimit): a request that finds it full is refused at once"},
+// Policies are the policies Run knows, in report order; a Named one is
+// replayed only when asked for by name.
+var Policies = []struct {
+	Name, What string
+	Named      bool
+}{
+	{"cpuwork", "cpuwork's admission code (its Granter: door, ordering, shares, shedding, late budget) on the slots", false},
+	{"goroutines", "a goroutine per request: the slots are Ps, runnable goroutines wait in one run queue, each runs up to a 10 ms time slice and then goes to the back", false},
+	{"pool", "worker goroutines, one per slot, fed by a channel in arrival order; a request runs even after its client gave up", false},
+	{"semaphore", "a semaphore of one per slot taken in arrival order; a request whose client gave up while it waited leaves (x/sync's Acquire with the request's context)", false},
+	{"pool-503", "the pool with a bounded queue (QueueLimit): a request that finds it full is refused at once", false},
+	{"no-queue", "the pool without a queue: a request that finds every slot busy is refused at once (a semaphore's TryAcquire, as cgo servers ship theirs)", true},
 }
 
 // outcome is how a job ended.
@@ -277,6 +282,8 @@ func Run(wl *Workload, policy string) (*Result, error) {
 			lim = 64
 		}
 		s.pol = &fifo{s: s, limit: lim}
+	case "no-queue":
+		s.pol = &fifo{s: s, limit: -1}
 	default:
 		return nil, fmt.Errorf("no policy %q (known: %s)", policy, policyNames())
 	}
