@@ -102,15 +102,16 @@ func TestAQueuedTaskIsMostlyQueueWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	outside := time.Since(t0)
-	// Two accounts: the holding task's and this one's, which ended later
-	// (one slot). They can arrive in either order: each is delivered after
-	// its task released its slot, and the holder's goroutine may be
-	// descheduled past this task's end.
+	// Two accounts: the holding task's (a run of 60 ms or more) and this
+	// one's (a run of 5 ms). They can arrive in either order, and their
+	// End too: each is taken after its task released its slot, and the
+	// holder's goroutine may be descheduled past this task's end. This
+	// one's is the shorter run.
 	var a account.Task
 	for range 2 {
 		select {
 		case b := <-got:
-			if b.End.After(a.End) {
+			if a.Run == 0 || b.Run < a.Run {
 				a = b
 			}
 		case <-time.After(10 * time.Second):
