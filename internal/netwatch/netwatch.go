@@ -92,7 +92,8 @@ func (l *watchedListener) Accept() (net.Conn, error) {
 	return c, err
 }
 
-// Arrived is Checkpoint's network poll, at t, with every P busy
+// Arrived is Checkpoint's network poll, at t (ns on the caller's
+// monotonic clock, the same on every call), with every P busy
 // and no goroutine runnable: it reports whether the watched set saw an
 // arrival, and the caller then parks (Park) so its P polls the
 // network. One caller per netPollInterval in the process polls.
