@@ -299,6 +299,9 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
 				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
+				if h := st.holdShare(); h < 1 {
+					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
+				}
 			}
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(st.target), why, time.Duration(wait).Round(time.Microsecond))}
 		}

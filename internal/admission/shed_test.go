@@ -738,3 +738,31 @@ func TestAShedClassAdmitsUpToItsHoldOfTheHeldQueue(t *testing.T) {
 	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
 	shedInTurn(t, e, release, obj, []bool{true, false, false}, "queued tasks of 45 ms, shedding at a 100 ms target held at a quarter")
 }
+
+// A refusal under a hold below 1 says so, with the share.
+func TestARefusalUnderAHoldSaysTheHold(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := sync.OnceFunc(hold(t, e, 1))
+	defer release()
+	e.stats[Interactive].AvgSlotNs.Store(int64(45 * time.Millisecond))
+	obj := WithTarget(context.Background(), Target{Latency: time.Second})
+	noop := func(context.Context) error { return nil }
+	queued, err := e.Go(obj, Interactive, noop)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.g.lock()
+	st := &e.g.shed[Interactive]
+	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 0.25
+	e.g.unlock()
+	for range 2 { // the second waits 90 ms by the estimate: over 50 ms
+		if _, err = e.Go(obj, Interactive, noop); err != nil {
+			break
+		}
+	}
+	if err == nil || !strings.Contains(err.Error(), "held at 0.25 of that") {
+		t.Errorf("a refusal at a quarter's hold: %v, want it to say the hold", err)
+	}
+	release()
+	queued.Wait(context.Background())
+}
