@@ -116,7 +116,7 @@ type fracPacer struct {
 	tokens float64 // ns of CPU the process may still use above its pace
 	open   bool
 	// host is what the pacer steers: the executor (pacerHost) or a
-	// test's model; nil in tests that need none.
+	// test's model.
 	host paceHost
 
 	usage     func() (time.Duration, error) // cumulative CPU of the cgroup (or process)
@@ -154,11 +154,10 @@ type fracPacer struct {
 
 	// extra is the slots opened beyond n+1 while the quota stays
 	// under-used with tasks queued (fracBusyMargin), at most n+1; each new
-	// count (n+1+extra) goes to paceHost.setSlots; only with busySlots
-	// (the executor's pacer; tests of the paced slot alone leave it
-	// off). periodU is the usage at
-	// the current period's start; queuedTicks and ticks count the
-	// period's steps with a task queued and in all.
+	// count (n+1+extra) goes to paceHost.setSlots. Only with busySlots
+	// (the executor's pacer; tests of the paced slot alone leave it off).
+	// periodU is the usage at the current period's start; queuedTicks and
+	// ticks count the period's steps with a task queued and in all.
 	extra              int
 	busySlots          bool
 	periodU            int64
@@ -306,9 +305,6 @@ func (p *fracPacer) capacityLocked() float64 {
 // It also counts the period's ticks and those with a task queued, for
 // busyLocked: one read of the slots per step.
 func (p *fracPacer) occupancySample(dt float64) {
-	if p.host == nil {
-		return
-	}
 	held, queued := p.host.occupied()
 	p.ticks++
 	if !queued {
@@ -351,7 +347,7 @@ func (p *fracPacer) step(t int64) {
 	p.mu.Lock()
 	was := p.unpaceable
 	p.stepLocked(t)
-	warn := !was && p.unpaceable && p.host != nil
+	warn := !was && p.unpaceable
 	held, periods := p.winHeld, p.winPeriods
 	p.mu.Unlock()
 	if warn {
@@ -384,7 +380,7 @@ func (p *fracPacer) stepLocked(t int64) {
 	}
 	switch {
 	case p.open:
-	case p.host != nil && p.host.overCommitted():
+	case p.host.overCommitted():
 		p.stuckNs += t - p.lastT
 	case du > (float64(p.n)+p.frac)*dt:
 		p.closedOver = true

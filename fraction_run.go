@@ -21,7 +21,7 @@ import (
 // admission follows the CPU the slots really use, not only how many are
 // held. t is now().
 func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
-	if !p.busySlots || p.host == nil || p.frac >= 1 {
+	if !p.busySlots || p.frac >= 1 {
 		// QuotaStrict's paced whole slot keeps the process under a whole
 		// quota: no slot beyond it.
 		return
@@ -71,9 +71,7 @@ func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
 func (p *fracPacer) setOpenLocked(open bool) {
 	if open != p.open {
 		p.open = open
-		if p.host != nil {
-			p.host.setExtraOpen(open)
-		}
+		p.host.setExtraOpen(open)
 	}
 }
 

@@ -57,10 +57,10 @@ const netPollInterval = 200 * time.Microsecond
 // raised the critical p99 (docs/raw/netpark-2026-11-24.txt).
 const netParkFor = 30 * time.Microsecond
 
-// stats are the process's counters (Read).
+// netStats are the process's counters (Read).
 var netStats struct {
 	watched, unwatched, polls, wakes atomic.Uint64
-	last                             atomic.Int64 // now() of the last poll
+	last                             atomic.Int64 // Arrived's t of the last poll
 }
 
 // Counts are the process's watch counters: descriptors watched and not,
