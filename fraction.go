@@ -57,8 +57,9 @@ import (
 //     called no Checkpoint: cgo, a third-party library's loop) leaves it
 //     as it is, since a lower target would not have stopped that task
 //     and would leave the quota idle between such tasks; so does one with
-//     a tick in which the process used more than the quota while the extra
-//     slot was closed (the always-open slots passed it by themselves: a task that
+//     a stretch of ticks (20 ms or more, the close in effect throughout) in
+//     which the process used more than the quota while the extra slot was
+//     closed (the always-open slots passed it by themselves: a task that
 //     fans out over several threads, like an image library's parallel
 //     resize, or work outside the executor). The period after such a
 //     held one is paced at the whole quota instead of target·q: the
@@ -102,6 +103,14 @@ const (
 	// closed: the quota idles because another process wants the CPUs, not
 	// because the slots hold tasks that are off them.
 	fracBusyDelay = 0.10
+	// fracStretchTicks, fracSlackCores: a stretch of ticks with the extra
+	// slot closed passes the quota (closedOver) when it is at least
+	// fracStretchTicks long (20 ms of a 100 ms period) and used more than
+	// fracSlackCores of a core over the quota on average: long and large
+	// enough that the usage counter's lag (a kernel tick per running
+	// thread) and the runtime's own threads do not pass for a second core.
+	fracStretchTicks = 10
+	fracSlackCores   = 0.25
 )
 
 // fracPacer opens and closes the extra slot. Its clock and counters are
@@ -127,7 +136,12 @@ type fracPacer struct {
 	// closedOver: in the current period, a tick in which the extra slot
 	// was closed (and nothing ran over the count) used more than the
 	// quota: the slots that are always open passed it by themselves.
-	closedOver bool
+	// settled: the tick now running started with the close in effect
+	// (closed at the last two steps, nothing over the count); only a
+	// stretch of such ticks can set closedOver: stretchNs long, its use
+	// overNs over the quota.
+	closedOver, settled bool
+	overNs, stretchNs   float64
 	// whole: the last period was throttled by what the pacer could not
 	// stop (held): this one is paced at the whole quota, not target·q.
 	whole bool
@@ -266,7 +280,7 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 		}
 		return st.ThrottledPeriods, true
 	}
-	p.started, p.whole = false, false
+	p.started, p.whole, p.settled = false, false, false
 	return true
 }
 
@@ -375,15 +389,27 @@ func (p *fracPacer) stepLocked(t int64) {
 		return
 	}
 	dt, du := float64(t-p.lastT), float64(int64(u)-p.lastU)
-	if !p.open {
+	closed := !p.open // through the tick that ends now
+	stuck := closed && p.host.overCommitted()
+	if closed {
 		p.closedTotal += t - p.lastT
 	}
 	switch {
-	case p.open:
-	case p.host.overCommitted():
+	case stuck:
 		p.stuckNs += t - p.lastT
-	case du > (float64(p.n)+p.frac)*dt:
-		p.closedOver = true
+	case p.settled:
+		// A stretch of ticks closed: its use is judged as a whole, since
+		// the usage counter charges a running thread's time at the
+		// kernel's tick, late by up to one (4 ms at HZ=250), which over
+		// a single 2 ms tick looks like a second core.
+		p.overNs += du - (float64(p.n)+p.frac)*dt
+		p.stretchNs += dt
+		if p.stretchNs >= fracStretchTicks*float64(p.tickNs.Load()) && p.overNs > fracSlackCores*p.stretchNs {
+			p.closedOver = true
+		}
+	}
+	if !p.settled {
+		p.overNs, p.stretchNs = 0, 0
 	}
 	p.occupancySample(dt)
 	p.lastT, p.lastU = t, int64(u)
@@ -438,4 +464,9 @@ func (p *fracPacer) stepLocked(t int64) {
 		p.unpaceableLocked(p.held > held)
 	}
 	p.setOpenLocked(p.tokens > 0)
+	// The next tick runs with the extra slot's close in effect only when
+	// the slot was closed through this one too and nothing ran over the
+	// count at its end: the tick after a close holds the overshoot of
+	// the task that runs on to its Checkpoint, which is the pacer's own.
+	p.settled = closed && !stuck && !p.open
 }

@@ -818,3 +818,38 @@ func TestAPacerThatCannotPaceSaysSo(t *testing.T) {
 		t.Errorf("log %q: want the warning", buf.String())
 	}
 }
+
+// Under QuotaStrict with a whole quota of one core no slot is always
+// open: a tick with the paced slot closed that uses more than the quota
+// holds the close's own overshoot (the task runs on to its Checkpoint)
+// beside work outside the executor, and a throttle then is the pacer's
+// to prevent with a lower target, not one it could not stop. Work
+// outside that runs in bursts (3 ms of a core every 8 ms, as request
+// handlers do) must not make every throttle a held one: that kept the
+// target at its maximum and paced the next period at the whole quota,
+// throttled again (a real 1-CPU cgroup: 4 of 15 periods throttled).
+func TestBurstsOutsideTheExecutorAreNotOpenSlotsPassingTheQuota(t *testing.T) {
+	const q = 1
+	period := 100 * time.Millisecond
+	s := newSim(q, period, 100*time.Microsecond)
+	s.fanOut = func(t int64) float64 {
+		if (t/int64(time.Millisecond))%8 < 3 {
+			return 1
+		}
+		return 0
+	}
+	s.run(period)
+	for range 5 {
+		// The kernel throttles the period (a late tick, another
+		// process's wake-up: what the margin below the quota is for).
+		s.run(period)
+		s.throttle++
+	}
+	s.p.mu.Lock()
+	held, lowered, target := s.p.held, s.p.lowered, s.p.target
+	s.p.mu.Unlock()
+	if held > 0 || lowered == 0 {
+		t.Errorf("5 throttled periods: %d lowered the target (now %.3f), %d taken as throttles the pacer could not stop: want every one to lower it",
+			lowered, target, held)
+	}
+}
