@@ -51,13 +51,14 @@ func Checkpoint(ctx context.Context) error {
 	return t.check(ctx)
 }
 
-// due is the task's due (internal/admission), computed from its context the first
-// time it is needed.
+// due is the task's rank in its class (internal/admission: its due, plus
+// its key's lead), computed from its context the first time it is
+// needed.
 func (t *task) due() int64 {
 	if !t.w.DueSet {
 		t.e.g.SetDue(t.ctx, &t.w, t.w.Enq)
 	}
-	return t.w.Due
+	return t.w.Rank
 }
 
 // handOver reports whether the task should hand its slot over now: more

@@ -31,14 +31,15 @@ func now() int64 { return admission.Now() }
 // timeQueued marks t as granted its slot after queuing since t.w.Enq
 // and times it as the fast path does, one in the class's stride (drawn
 // from the low bits of its arrival time) with that weight; a task with a
-// latency target is always timed (its end decides EndedLate), and so is
-// every task while SlowWait accounting is on (it needs the wait).
+// latency target is always timed (its end decides EndedLate), and so are
+// a keyed task (its slot time is its key's) and every task while
+// SlowWait accounting is on (it needs the wait).
 func (e *Executor) timeQueued(t *task) {
 	s := &e.stats[t.class]
 	t.waited, t.weight = true, 0
 	mask := s.timingMask.Load()
 	weight := mask + 1
-	if w := &t.w; (w.DueSet && w.HasTarget()) || e.sample.slowWait > 0 {
+	if w := &t.w; (w.DueSet && w.HasTarget()) || w.Keyed() || e.sample.slowWait > 0 {
 		weight = 1
 	} else if (uint64(w.Enq)>>6)&mask != 0 {
 		return
@@ -400,6 +401,9 @@ func (e *Executor) finish(t *task) {
 		p = t.period(end)
 		e.g.RecordSlot(admission.Class(t.class), p)
 	}
+	if t.w.Keyed() {
+		e.g.KeyDone(&t.w) // after its last period
+	}
 	s.Completed.Inc(t.g)
 	if t.noSlot == holdsSlot {
 		var keep *admission.Keep // a task on a worker: the worker's next task
@@ -426,7 +430,7 @@ func (e *Executor) finish(t *task) {
 // (granter.recordSlot): a task given a run time that yielded ran it over
 // several periods, so none of them scales given run times.
 func (t *task) period(end int64) admission.SlotPeriod {
-	p := admission.SlotPeriod{Slot: end - t.start, Weight: t.weight, Waited: t.waited, Expected: t.w.Work, Declared: t.w.Declared}
+	p := admission.SlotPeriod{W: &t.w, Slot: end - t.start, Weight: t.weight, Waited: t.waited, Expected: t.w.Work, Declared: t.w.Declared}
 	if t.yielded {
 		p.Declared = 0
 	}

@@ -67,7 +67,7 @@ func TestDoRunsOnTheCallersGoroutineWithLabels(t *testing.T) {
 	})
 }
 
-func TestDoReturnsTheTasksErrorAndCall(t *testing.T) {
+func TestDoReturnsTheTasksError(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	boom := errors.New("boom")
 	for c := range Class(numClasses) {
@@ -75,12 +75,8 @@ func TestDoReturnsTheTasksErrorAndCall(t *testing.T) {
 			t.Errorf("%s: err %v", c, err)
 		}
 	}
-	v, err := Call(context.Background(), e, Batch, func(context.Context) (int, error) { return 42, nil })
-	if v != 42 || err != nil {
-		t.Errorf("Call: %v %v", v, err)
-	}
 	st := e.Stats()
-	if st.Classes[Batch].Completed != 2 || st.Classes[Critical].Admitted != 1 {
+	if st.Classes[Batch].Completed != 1 || st.Classes[Critical].Admitted != 1 {
 		t.Errorf("stats %+v", st.Classes)
 	}
 }
@@ -332,7 +328,7 @@ func TestNilContextPanicsEverywhere(t *testing.T) {
 		"Go":         func() { e.Go(nilCtx, Interactive, fn) },
 		"TryGo":      func() { e.TryGo(nilCtx, Interactive, fn) },
 		"For":        func() { e.For(nilCtx, Interactive, 1, func(int, int) error { return nil }) },
-		"Call":       func() { Call(nilCtx, e, Interactive, func(context.Context) (int, error) { return 0, nil }) },
+		"WithKey":    func() { WithKey(nilCtx, "k") },
 		"Checkpoint": func() { Checkpoint(nilCtx) },
 		"Close":      func() { e.Close(nilCtx) },
 	}

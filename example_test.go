@@ -26,7 +26,7 @@ func ExampleNew() {
 		return
 	}
 	defer e.Close(context.Background())
-	fmt.Println(e.Slots() >= 1)
+	fmt.Println(e.Stats().Slots >= 1)
 	// Output: true
 }
 
@@ -196,4 +196,22 @@ func ExampleWatchListener() {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(cpuwork.WatchListener(ln))
 	srv.Close()
+}
+
+func ExampleWithKey() {
+	e, _ := cpuwork.New(cpuwork.Options{Slots: 1})
+	defer e.Close(context.Background())
+
+	// In a handler: the request's tenant shares its class's slots fairly
+	// with the other tenants. A tenant past its share queues behind the
+	// others and is the first refused when the class sheds.
+	serve := func(ctx context.Context, tenant string) error {
+		ctx = cpuwork.WithKey(ctx, tenant)
+		return e.Do(ctx, cpuwork.Interactive, func(ctx context.Context) error {
+			_ = sha256.Sum256([]byte(tenant)) // the request's CPU-bound work
+			return nil
+		})
+	}
+	fmt.Println(serve(context.Background(), "tenant-a"))
+	// Output: <nil>
 }

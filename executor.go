@@ -278,7 +278,7 @@ func (e *Executor) applyBudget(b budget.Budget, msg string) {
 		e.startFrac(p)
 		n = p.slots()
 	}
-	if n != e.Slots() {
+	if n != e.slotsNow() {
 		e.log.Info(msg, "cores", b.Cores, "source", string(b.Source), "gomaxprocs", runtime.GOMAXPROCS(0), "slots", n)
 		e.SetSlots(n)
 	}
@@ -349,11 +349,9 @@ func (e *Executor) startFrac(p *fracPacer) {
 // slotCount is Slots without the lock.
 func (e *Executor) slotCount() int64 { return e.g.Slots() }
 
-// Slots returns the current number of slots.
-func (e *Executor) Slots() int {
-	mustExec(e)
-	return int(e.g.Slots())
-}
+// slotsNow is the current number of slots (Stats.Slots, without the
+// snapshot).
+func (e *Executor) slotsNow() int { return int(e.g.Slots()) }
 
 // SetSlots changes the number of slots to n (1..maxSlots). Growing admits
 // queued tasks at once; shrinking lets running tasks finish and admits no

@@ -105,8 +105,8 @@ func TestZeroOptionsFollowTheBudget(t *testing.T) {
 		t.Skipf("budget unreadable here: %v", err)
 	}
 	e := newExec(t, Options{})
-	if e.Slots() != b.Slots() {
-		t.Errorf("slots %d, budget says %d", e.Slots(), b.Slots())
+	if e.slotsNow() != b.Slots() {
+		t.Errorf("slots %d, budget says %d", e.slotsNow(), b.Slots())
 	}
 }
 
@@ -158,12 +158,12 @@ func TestSlotsFollowBudgetChanges(t *testing.T) {
 		return budget.Budget{Cores: float64(cores.Load())}, nil
 	}
 	e := newExec(t, Options{WatchInterval: time.Millisecond, detect: detect})
-	if e.Slots() != 2 {
-		t.Fatalf("slots %d", e.Slots())
+	if e.slotsNow() != 2 {
+		t.Fatalf("slots %d", e.slotsNow())
 	}
 	cores.Store(3)
 	deadline := time.Now().Add(10 * time.Second)
-	for e.Slots() != 3 {
+	for e.slotsNow() != 3 {
 		if time.Now().After(deadline) {
 			t.Fatal("slot count never followed the budget")
 		}
@@ -197,7 +197,6 @@ func TestAZeroExecutorPanicsWithAMessage(t *testing.T) {
 		"Allow":    func() { e.Allow(ctx, Interactive) },
 		"Close":    func() { e.Close(ctx) },
 		"Stats":    func() { e.Stats() },
-		"Slots":    func() { e.Slots() },
 		"SetSlots": func() { e.SetSlots(2) },
 	} {
 		func() {

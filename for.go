@@ -275,7 +275,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 	// between chunks itself).
 	h := &task{ctx: st.ctx, e: e, class: st.class}
 	h.shared = 1
-	h.w = admission.Waiter{Class: admission.Class(st.class), Kind: admission.KindHelper, Due: st.due, DueSet: true}
+	h.w = admission.Waiter{Class: admission.Class(st.class), Kind: admission.KindHelper, Due: st.due, Rank: st.due, DueSet: true}
 	w := &h.w
 	h.enter()
 	held, returned := running, false

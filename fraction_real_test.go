@@ -65,7 +65,7 @@ func fractionChild() {
 	}
 	wg.Wait()
 	cores := (processCPU() - cpu0).Seconds() / time.Since(t0).Seconds()
-	out, _ := json.Marshal(map[string]any{"slots": e.Slots(), "fractional": e.frac.Load() != nil, "cores": cores, "most": most.Load()})
+	out, _ := json.Marshal(map[string]any{"slots": e.slotsNow(), "fractional": e.frac.Load() != nil, "cores": cores, "most": most.Load()})
 	e.Close(context.Background())
 	fmt.Println(string(out))
 }
@@ -160,7 +160,7 @@ func wholeQuotaChild(strict bool) {
 	}
 	wg.Wait()
 	cores := (processCPU() - cpu0).Seconds() / time.Since(t0).Seconds()
-	out, _ := json.Marshal(map[string]any{"slots": e.Slots(), "fractional": e.frac.Load() != nil, "steps": steps.Load(), "cores": cores,
+	out, _ := json.Marshal(map[string]any{"slots": e.slotsNow(), "fractional": e.frac.Load() != nil, "steps": steps.Load(), "cores": cores,
 		"cpu_s": processCPU().Seconds()})
 	e.Close(context.Background())
 	fmt.Println(string(out))

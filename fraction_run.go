@@ -12,6 +12,53 @@ import (
 	"github.com/cpuwork/cpuwork/internal/cputime"
 )
 
+// periodLocked is a step's end of a feedback period at t, usage u: the
+// throttle feedback (the target, the whole-quota pace, the held count),
+// the busy slots and the unpaceable window.
+func (p *fracPacer) periodLocked(t, u int64) {
+	use := float64(u-p.periodU) / ((float64(p.n) + p.frac) * float64(t-p.periodT))
+	p.periodT, p.periodU = t, u
+	throttledNow := false
+	held := p.held
+	if n, ok := p.throttled(); ok {
+		throttledNow = p.haveThrot && n > p.lastThrot // a period newly throttled
+		switch {
+		case throttledNow && p.stuckNs > 2*p.tickNs.Load():
+			// Throttled while a close took more than two ticks to
+			// take effect: a task that cannot give its slot back
+			// (no Checkpoint: cgo, a library's loop) overshot. A
+			// lower target would not have stopped it, only left
+			// the quota idle between such tasks.
+			p.held++
+			p.whole = true
+		case throttledNow && p.closedOver:
+			// Throttled, but in a tick with the extra slot closed the
+			// process used more than the quota anyway: the slots that
+			// are always open passed it by themselves (a task that
+			// fans out over several threads, like an image library's
+			// parallel resize, or work outside the executor). A lower
+			// target would not have stopped that either.
+			p.held++
+			p.whole = true
+		case throttledNow && p.whole:
+			// Throttled while paced at the whole quota, with nothing
+			// the pacer could not stop: the whole pace did it. Back
+			// to target·q, which had not been tried in this period.
+			p.whole = false
+		case throttledNow:
+			p.target = max(fracTargetMin, p.target*0.95)
+			p.lowered++
+		case p.haveThrot:
+			p.target = min(fracTargetMax, p.target+0.005)
+			p.whole = false
+		}
+		p.lastThrot, p.haveThrot = n, true
+	}
+	p.busyLocked(use, throttledNow, t)
+	p.stuckNs, p.closedOver = 0, false
+	p.unpaceableLocked(p.held > held)
+}
+
 // busyLocked opens one more slot after a period whose CPU use (use, a
 // share of the quota) stayed fracBusyMargin under the pace while tasks
 // queued nearly all of it (nine ticks in ten: the slots were held

@@ -355,11 +355,11 @@ func TestFractionalQuotaAppliedAfterNewGetsItsExtraSlot(t *testing.T) {
 			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
 	}
 	e := newExec(t, Options{WatchInterval: time.Millisecond, detect: detect})
-	if e.Slots() != 2 || e.frac.Load() != nil {
-		t.Fatalf("no quota: %d slots, pacer %v; want 2 and none", e.Slots(), e.frac.Load() != nil)
+	if e.slotsNow() != 2 || e.frac.Load() != nil {
+		t.Fatalf("no quota: %d slots, pacer %v; want 2 and none", e.slotsNow(), e.frac.Load() != nil)
 	}
 	quota.Store(true)
-	waitUntil(t, "the 1.5-CPU quota's fractional slot", func() bool { return e.frac.Load() != nil && e.Slots() == 2 })
+	waitUntil(t, "the 1.5-CPU quota's fractional slot", func() bool { return e.frac.Load() != nil && e.slotsNow() == 2 })
 	if p := e.frac.Load(); p.n != 1 || p.frac != 0.5 {
 		t.Errorf("pacer n %d frac %v, want 1 and 0.5", p.n, p.frac)
 	}
@@ -370,8 +370,8 @@ func TestFractionalQuotaAppliedAfterNewGetsItsExtraSlot(t *testing.T) {
 		defer p.mu.Unlock()
 		return p.frac == 0 && p.open
 	})
-	if e.Slots() != 2 {
-		t.Errorf("quota gone: %d slots, want 2", e.Slots())
+	if e.slotsNow() != 2 {
+		t.Errorf("quota gone: %d slots, want 2", e.slotsNow())
 	}
 	if err := e.Close(context.Background()); err != nil {
 		t.Fatal(err)
@@ -390,8 +390,8 @@ func TestGOMAXPROCSBelowTheQuotaIsLogged(t *testing.T) {
 	}
 	var buf syncBuffer
 	e := newExec(t, Options{WatchInterval: time.Hour, detect: detect, Logger: slog.New(slog.NewTextHandler(&buf, nil))})
-	if e.Slots() != 1 {
-		t.Errorf("%d slots, want 1 (one P)", e.Slots())
+	if e.slotsNow() != 1 {
+		t.Errorf("%d slots, want 1 (one P)", e.slotsNow())
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for e.Stats().Warning == "" && time.Now().Before(deadline) {
@@ -404,8 +404,8 @@ func TestGOMAXPROCSBelowTheQuotaIsLogged(t *testing.T) {
 	if s := buf.String(); !strings.Contains(s, "GOMAXPROCS 1") || !strings.Contains(s, "1.5") {
 		t.Errorf("log %q: want a warning naming GOMAXPROCS 1 and the 1.5-CPU quota", s)
 	}
-	if e.Slots() != 1 {
-		t.Errorf("%d slots after Go-code tasks, want 1", e.Slots())
+	if e.slotsNow() != 1 {
+		t.Errorf("%d slots after Go-code tasks, want 1", e.slotsNow())
 	}
 }
 

@@ -19,6 +19,7 @@ func (e *Executor) runOnLane(ctx context.Context, t *task, fn func(context.Conte
 		s := &e.stats[t.class]
 		s.Admitted.Dec(0)
 		s.Canceled.Add(1)
+		e.g.KeyDone(&t.w)
 		e.releaseSlot(t.class, &t.w.Est)
 	}
 	return err

@@ -461,7 +461,7 @@ func allowBehindEight(t *testing.T, e *Executor, dev, within time.Duration) erro
 	s := &e.stats[Interactive]
 	s.AvgSlotNs.Store(int64(10 * time.Millisecond))
 	s.DevSlotNs.Store(int64(dev))
-	release := hold(t, e, e.Slots())
+	release := hold(t, e, e.slotsNow())
 	var tasks []*Task
 	for range 8 {
 		task, err := e.Go(context.Background(), Interactive, func(context.Context) error { return nil })

@@ -26,7 +26,7 @@ func TestSlotsFollowTheBudgetWhenTasksRunOutsidePs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close(context.Background())
-	if n := e.Slots(); n != 1 {
+	if n := e.slotsNow(); n != 1 {
 		t.Fatalf("slots at start %d, want 1 (GOMAXPROCS)", n)
 	}
 	// load runs tasks from 4 goroutines until stop: each in a system
@@ -62,15 +62,15 @@ func TestSlotsFollowTheBudgetWhenTasksRunOutsidePs(t *testing.T) {
 		close(stop)
 		wg.Wait()
 	}
-	load(true, func() bool { return e.Slots() == 2 })
-	if n := e.Slots(); n != 2 {
+	load(true, func() bool { return e.slotsNow() == 2 })
+	if n := e.slotsNow(); n != 2 {
 		t.Fatalf("tasks in system calls: slots %d, want 2 (the budget's cores)", n)
 	}
 	if w := e.Stats().Warning; w != "" {
 		t.Errorf("warning %q while the slots use the whole budget", w)
 	}
-	load(false, func() bool { return e.Slots() == 1 && e.Stats().Warning != "" })
-	if n := e.Slots(); n != 1 {
+	load(false, func() bool { return e.slotsNow() == 1 && e.Stats().Warning != "" })
+	if n := e.slotsNow(); n != 1 {
 		t.Fatalf("tasks in Go code: slots %d, want 1 (GOMAXPROCS)", n)
 	}
 	if w := e.Stats().Warning; !strings.Contains(w, "GOMAXPROCS 1 caps the slots") {

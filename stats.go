@@ -98,6 +98,26 @@ type Stats struct {
 	// at most 8) of the current 10 s window and the one before; empty when
 	// accounting is off or nothing was accounted yet.
 	SlowTasks []account.Task
+	// Keys are the tracked keys (WithKey) with the most slot time, then
+	// refusals, most first, at most 10; UntrackedKeyTasks counts the
+	// keyed tasks that queued untracked (every tracked key was busy).
+	Keys              []KeyStats
+	UntrackedKeyTasks uint64
+}
+
+// KeyStats is one key's share of its class (WithKey).
+type KeyStats struct {
+	Key   string
+	Class Class
+	// SlotTime is the slot time of the key's tasks that queued (a task
+	// that found a free slot is not charged to its key).
+	SlotTime time.Duration
+	// Refused counts the key's tasks refused (ErrSaturated).
+	Refused uint64
+	// Lead is how far past its share the key is now: its tasks queue
+	// behind tasks of other keys that arrive up to Lead after them (at
+	// most 1 s; 0: within its share).
+	Lead time.Duration
 }
 
 // DemotionStats reports the demotion of Batch and Background worker
@@ -213,5 +233,11 @@ func (e *Executor) Stats() Stats {
 	if e.acct != nil {
 		st.SlowTasks = e.acct.slowTasks(now())
 	}
+	top, untracked := e.g.Keys(10)
+	for _, k := range top {
+		st.Keys = append(st.Keys, KeyStats{Key: k.Name, Class: Class(k.Class), SlotTime: time.Duration(k.Slot),
+			Refused: k.Refused, Lead: time.Duration(k.Lead)})
+	}
+	st.UntrackedKeyTasks = untracked
 	return st
 }

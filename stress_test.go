@@ -3,11 +3,13 @@ package cpuwork
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/admission"
 )
 
 // TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError runs many short
@@ -216,6 +219,9 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 	if st.Free != st.Slots {
 		t.Fatalf("seed %d: %d of %d slots free after Close (options %+v, stats %+v)", seed, st.Free, st.Slots, o, st)
 	}
+	if top, _ := e.g.Keys(1 << 20); e.g.ActiveKeys() != 0 || slices.ContainsFunc(top, func(k admission.KeyStat) bool { return k.Queued != 0 }) {
+		t.Fatalf("seed %d: keys with work in flight after Close: %d active, %+v", seed, e.g.ActiveKeys(), top)
+	}
 	for c, cs := range st.Classes {
 		if cs.Queued != 0 || cs.Running != 0 {
 			t.Fatalf("seed %d: class %s has %d queued, %d running after Close", seed, Class(c), cs.Queued, cs.Running)
@@ -274,6 +280,9 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 			ctx, dcancel = context.WithTimeout(ctx, time.Duration(r.IntN(3000))*time.Microsecond)
 			defer dcancel()
 		}
+	}
+	if r.IntN(3) == 0 { // a key: ranked by its share, charged and given back on every path
+		ctx = WithKey(ctx, fmt.Sprint("key", r.IntN(4)))
 	}
 	o.panics = r.IntN(25) == 0
 	o.goexits = !o.panics && r.IntN(25) == 0

@@ -73,3 +73,18 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 	}
 	return e.g.Allow(ctx, admission.Class(c))
 }
+
+// WithKey returns a context whose tasks are charged to key (a tenant, an
+// API key, a client): inside each class the slots are shared fairly
+// across the keys that have tasks queued or running, by measured slot
+// time. A key past its share queues behind the other keys' tasks, by up
+// to a second, and is the first refused when its class sheds; tasks
+// without a key queue as a key within its share. Keys cost nothing until
+// tasks queue (a task that finds a free slot is not charged). Memory is
+// bounded: up to 4096 keys a class are tracked, keys with work in flight
+// always; beyond that, new keys queue untracked. Stats.Keys reports the
+// keys with the most slot time.
+func WithKey(ctx context.Context, key string) context.Context {
+	mustCtx(ctx)
+	return admission.WithKey(ctx, key)
+}

@@ -326,9 +326,15 @@ func (g *Granter) Allow(ctx context.Context, c Class) error {
 	w := Waiter{Class: c}
 	t := g.now()
 	g.SetDue(ctx, &w, t)
+	key, keyed := KeyOf(ctx)
 	g.lock()
 	defer g.unlock()
-	return g.queueAdmitLocked(ctx, &w, t, true)
+	g.keyRankLocked(key, keyed, &w, t)
+	err := g.queueAdmitLocked(ctx, &w, t, true)
+	if err != nil {
+		keyRefused(&w)
+	}
+	return err
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a
@@ -614,6 +620,8 @@ func (g *Granter) refuseWithLocked(w *Waiter, err *shedError) {
 	s := g.cnt[w.Class]
 	s.Rejected.Add(1)
 	s.Shed.Add(1)
+	keyRefused(w)
+	g.KeyDone(w)
 	w.refused = err
 	g.pending = append(g.pending, w)
 }
@@ -636,7 +644,7 @@ const doorSpread = 2
 // time, standingWait: door.go); and the number of tasks queued ahead of
 // it.
 func (g *Granter) meanWaitLocked(w *Waiter, t int64) (wait int64, ahead int) {
-	_, ahead, work := g.queues[w.Class].place(w.Due)
+	_, ahead, work := g.queues[w.Class].place(w.Rank)
 	for k := Critical; k < w.Class; k++ {
 		ahead += g.queues[k].n
 		work += g.queues[k].work

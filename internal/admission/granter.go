@@ -102,7 +102,8 @@ type Granter struct {
 	// nslots mirrors slots for readers that do not take mu (For).
 	nslots atomic.Int64
 	queues [NumClasses]waitQueue
-	share  shares // weighted fair queuing of Interactive and Batch (order.go)
+	share  shares               // weighted fair queuing of Interactive and Batch (order.go)
+	keys   [NumClasses]keyTable // fair shares across keys inside a class (keys.go)
 	limit  [NumClasses]int
 	shed   [NumClasses]shedState // queue-wait targets (door.go)
 	// lateShare[c] is the moving share of class c's queued objective
@@ -364,11 +365,16 @@ func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
 		t = g.now()
 	}
 	g.SetDue(ctx, w, w.Enq)
+	key, keyed := KeyOf(ctx)
 	g.lock()
+	g.keyRankLocked(key, keyed, w, t)
 	if err := g.queueAdmitLocked(ctx, w, t, false); err != nil {
+		keyRefused(w)
+		w.key = nil
 		g.unlock()
 		return err
 	}
+	g.keyChargeLocked(w, t)
 	g.enqueueLocked(w)
 	g.dispatchLocked(&t)
 	g.unlockAndWake(nil)
@@ -427,6 +433,7 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 				g.unlock()
 				if submission {
 					g.cnt[c].Canceled.Add(1)
+					g.KeyDone(w)
 				}
 				g.owner.Released()
 				return WaitCanceled
@@ -439,6 +446,7 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 				if submission {
 					g.cnt[c].Admitted.Dec(uintptr(unsafe.Pointer(w))) // counted at grant; it never ran
 					g.cnt[c].Canceled.Add(1)
+					g.KeyDone(w)
 				}
 				g.Release(c, &w.Est, nil)
 				return WaitCanceled
@@ -516,6 +524,7 @@ func (g *Granter) Withdraw(w *Waiter) bool {
 	g.removeLocked(w)
 	g.unlock()
 	g.cnt[w.Class].Canceled.Add(1)
+	g.KeyDone(w)
 	return true
 }
 
@@ -525,6 +534,9 @@ func (g *Granter) Withdraw(w *Waiter) bool {
 // and the run time it gave (Target.Service, 0: none or not in one
 // period).
 type SlotPeriod struct {
+	// W is the task's Waiter (nil: none): a keyed task's slot time is
+	// its key's (keys.go).
+	W        *Waiter
 	Slot     int64
 	Weight   uint8
 	Waited   bool
@@ -543,6 +555,9 @@ func (g *Granter) RecordSlot(c Class, p SlotPeriod) {
 	}
 	s, d := g.cnt[c], p.Slot
 	s.Used.Add(d * int64(p.Weight))
+	if p.W != nil && p.W.key != nil {
+		g.keyRan(p.W.key, c, d)
+	}
 	if p.Waited {
 		g.share.lastSlot[c].Store(d)
 		if p.Declared > 0 {
@@ -681,6 +696,9 @@ func (g *Granter) Drain() []*Waiter {
 	for c := range g.queues {
 		for w := g.queues[c].popFront(); w != nil; w = g.queues[c].popFront() {
 			g.dequeuedLocked(w, true)
+			if !w.Started {
+				g.KeyDone(w) // closed out before it ran
+			}
 			ws = append(ws, w)
 		}
 	}

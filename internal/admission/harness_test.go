@@ -98,8 +98,9 @@ func (e *testExec) Released() {}
 func (e *testExec) run(ctx context.Context, w *Waiter, waited bool, fn func(context.Context) error) error {
 	start := Now()
 	err := fn(ctx)
-	p := SlotPeriod{Slot: Now() - start, Weight: 1, Waited: waited, Expected: w.Work, Declared: w.Declared}
+	p := SlotPeriod{W: w, Slot: Now() - start, Weight: 1, Waited: waited, Expected: w.Work, Declared: w.Declared}
 	e.g.RecordSlot(w.Class, p)
+	e.g.KeyDone(w)
 	e.stats[w.Class].Completed.Inc(uintptr(unsafe.Pointer(w)))
 	e.g.Release(w.Class, &w.Est, nil)
 	return err

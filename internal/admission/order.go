@@ -100,6 +100,7 @@ func (g *Granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64,
 func (g *Granter) SetDue(ctx context.Context, w *Waiter, arrival int64) {
 	if !w.DueSet {
 		w.Due, w.target, w.Declared = g.dueOf(ctx, w.Class, arrival)
+		w.Rank = w.Due
 		w.Work = g.scaledService(w.Class, w.Declared)
 		w.DueSet = true
 	}
@@ -200,7 +201,7 @@ func (g *Granter) enqueueLocked(w *Waiter) {
 	if w.Work <= 0 {
 		w.Work = g.cnt[c].AvgSlotNs.Load()
 	}
-	after, _, _ := q.place(w.Due)
+	after, _, _ := q.place(w.Rank)
 	q.insertAfter(after, w)
 	if after == nil { // a new head
 		g.queuedLocked(c)
@@ -373,7 +374,10 @@ type Waiter struct {
 	// arrival itself without a target (FIFO), see order.go. dueSet says
 	// it has been computed (a task admitted on the fast path computes it
 	// only when a Checkpoint needs it).
-	Due     int64
+	Due int64
+	// Rank is w's place in its class's queue: its due plus its key's
+	// lead past its share (keys.go); its due without a key.
+	Rank    int64
 	Class   Class
 	Kind    Kind
 	queued  bool
@@ -389,6 +393,11 @@ type Waiter struct {
 	// a slot: from then on w belongs to its running task, and only that
 	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.
 	Started bool
+	// key is the key w's task is charged to (nil: none, or untracked),
+	// keyCharge the expected slot time it was charged when it passed the
+	// door, until its task ends (keys.go).
+	key       *keyState
+	keyCharge int64
 }
 
 // cancelableLocked reports whether a cancellation from outside the task
@@ -413,7 +422,7 @@ type waitQueue struct {
 // passes only the waiters it overtakes.
 func (q *waitQueue) place(due int64) (after *Waiter, ahead int, work int64) {
 	after, ahead, work = q.tail, q.n, q.work
-	for after != nil && after.Due > due {
+	for after != nil && after.Rank > due {
 		after, ahead, work = after.prev, ahead-1, work-after.slotWork()
 	}
 	return after, ahead, work
@@ -475,7 +484,7 @@ func (q *waitQueue) headDue() int64 {
 	if q.head == nil {
 		return math.MaxInt64
 	}
-	return q.head.Due
+	return q.head.Rank
 }
 
 // Refusal is the error of a waiter refused at the head of its queue (its

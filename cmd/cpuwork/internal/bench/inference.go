@@ -415,7 +415,7 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 		// its expected run time: its images on as many slots as it can
 		// use.
 		arrive = func(ctx context.Context, images int) context.Context {
-			par := min(images, e.Slots())
+			par := min(images, e.Stats().Slots)
 			return cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo,
 				Service: sv.perImage * time.Duration((images+par-1)/par)})
 		}

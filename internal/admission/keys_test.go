@@ -1,0 +1,228 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// order records the order in which tasks ran.
+type order struct {
+	mu  sync.Mutex
+	ran []string
+}
+
+func (o *order) task(name string) func(context.Context) error {
+	return func(context.Context) error {
+		o.mu.Lock()
+		o.ran = append(o.ran, name)
+		o.mu.Unlock()
+		return nil
+	}
+}
+
+// A key past its share queues behind a key within it: with one slot
+// held, a flooding key queues eight tasks of 10 ms (its clock runs 10 ms
+// ahead per task), then a key that ran nothing queues one. FIFO would run
+// the newcomer last; by key it runs right after the flood's first.
+func TestAKeyPastItsShareQueuesBehindTheOthers(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	var o order
+	svc := WithTarget(context.Background(), Target{Service: 10 * time.Millisecond})
+	var tasks []*testTask
+	for i := range 8 {
+		tk, err := e.Go(WithKey(svc, "flood"), Batch, o.task(fmt.Sprint("flood", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, tk)
+	}
+	tk, err := e.Go(WithKey(svc, "light"), Batch, o.task("light"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks = append(tasks, tk)
+	waitQueued(t, e, Batch, 9)
+	release()
+	for _, tk := range tasks {
+		tk.Wait(context.Background())
+	}
+	if len(o.ran) != 9 || o.ran[1] != "light" {
+		t.Errorf("ran %v: want the light key's task second, before the flood's later tasks", o.ran)
+	}
+}
+
+// Without keys the same tasks run in arrival order: the ranking changes
+// nothing for tasks that carry none.
+func TestTasksWithoutKeysKeepArrivalOrder(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	var o order
+	svc := WithTarget(context.Background(), Target{Service: 10 * time.Millisecond})
+	var tasks []*testTask
+	for i := range 5 {
+		tk, err := e.Go(svc, Batch, o.task(fmt.Sprint(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, tk)
+	}
+	waitQueued(t, e, Batch, 5)
+	release()
+	for _, tk := range tasks {
+		tk.Wait(context.Background())
+	}
+	if fmt.Sprint(o.ran) != "[0 1 2 3 4]" {
+		t.Errorf("ran %v: want arrival order", o.ran)
+	}
+}
+
+// When a class sheds, the key past its share is shed first: with a
+// 100 ms objective and 10 ms tasks on one held slot, the flood queues
+// until the door refuses it; a task of another key then still gets in,
+// since the flood's queue is ranked behind it.
+func TestAKeyPastItsShareIsShedFirst(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	defer release()
+	obj := WithTarget(context.Background(), Target{Latency: 100 * time.Millisecond, Service: 10 * time.Millisecond})
+	noop := func(context.Context) error { return nil }
+	var floodErr error
+	queued := 0
+	for range 50 {
+		_, err := e.Go(WithKey(obj, "flood"), Interactive, noop)
+		if err != nil {
+			floodErr = err
+			break
+		}
+		queued++
+	}
+	if !errors.Is(floodErr, ErrDeadline) {
+		t.Fatalf("the flood queued %d tasks and was never refused (%v)", queued, floodErr)
+	}
+	if _, err := e.Go(WithKey(obj, "light"), Interactive, noop); err != nil {
+		t.Errorf("a task of a key within its share, the flood's %d tasks queued: %v; want it admitted", queued, err)
+	}
+	if _, err := e.Go(WithKey(obj, "flood"), Interactive, noop); err == nil {
+		t.Error("the flood's next task was admitted: want it refused still")
+	}
+	top, _ := e.g.Keys(10)
+	for _, k := range top {
+		if k.Name == "flood" && k.Refused == 0 {
+			t.Errorf("flood: %+v, want its refusals counted", k)
+		}
+	}
+}
+
+// A key's charge is its tasks' measured slot time: a task that never
+// ran gives its charge back, and after every task has ended no key has
+// work in flight.
+func TestAKeysChargeFollowsItsTasks(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := hold(t, e, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	svc := WithTarget(context.Background(), Target{Service: 50 * time.Millisecond})
+	var tasks []*testTask
+	for range 4 {
+		tk, err := e.Go(WithKey(ctx, "gone"), Batch, func(context.Context) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, tk)
+	}
+	tk, err := e.Go(WithKey(svc, "ran"), Batch, func(context.Context) error {
+		time.Sleep(2 * time.Millisecond)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(t, e, Batch, 5)
+	top, _ := e.g.Keys(10)
+	if len(top) != 2 || top[0].Lead <= 0 {
+		t.Fatalf("keys while queued: %+v: want two, charged ahead", top)
+	}
+	cancel()
+	for _, tk := range tasks {
+		tk.Wait(context.Background())
+	}
+	release()
+	tk.Wait(context.Background())
+	top, _ = e.g.Keys(10)
+	for _, k := range top {
+		if k.Queued != 0 {
+			t.Errorf("%+v: work in flight after every task ended", k)
+		}
+		switch k.Name {
+		case "gone":
+			if k.Slot != 0 || k.Lead > int64(time.Millisecond) {
+				t.Errorf("%+v: cancelled before running: want no slot time and its charge given back", k)
+			}
+		case "ran":
+			if k.Slot < int64(2*time.Millisecond) || k.Lead > int64(10*time.Millisecond) {
+				t.Errorf("%+v: want its measured slot time (>= 2 ms), its 50 ms expectation put right", k)
+			}
+		}
+	}
+}
+
+// A million keys fit in a bounded table: a key with work in flight is
+// never dropped, the others make room, and the heap stays small.
+func TestAMillionKeysKeepTheTableBounded(t *testing.T) {
+	var g Granter
+	g.Init(Config{Counters: [NumClasses]*Counters{{}, {}, {}, {}}, Owner: nopOwner{}})
+	g.SetSlots(2)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	g.lock()
+	heavy := g.keys[Batch].lookupLocked("heavy", 0)
+	heavy.active.Store(1)
+	g.keys[Batch].active.Store(1)
+	for i := range 1_000_000 {
+		ks := g.keys[Batch].lookupLocked(fmt.Sprint("tenant-", i), int64(i))
+		if ks == nil {
+			g.unlock()
+			t.Fatalf("key %d untracked while the table has idle keys", i)
+		}
+		ks.slot.Store(int64(i % 7))
+	}
+	n := len(g.keys[Batch].m)
+	_, kept := g.keys[Batch].m["heavy"]
+	g.unlock()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if n > keyTableMax || !kept {
+		t.Errorf("after 10^6 keys: %d tracked (bound %d), the key with work in flight kept: %v", n, keyTableMax, kept)
+	}
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 4<<20 {
+		t.Errorf("the heap grew %d bytes with %d keys tracked: want at most 4 MiB", grew, n)
+	}
+}
+
+// With every tracked key busy, a new key's tasks queue untracked, as a
+// key within its share.
+func TestAFullTableOfBusyKeysLeavesNewKeysUntracked(t *testing.T) {
+	var g Granter
+	g.Init(Config{Counters: [NumClasses]*Counters{{}, {}, {}, {}}, Owner: nopOwner{}})
+	g.SetSlots(2)
+	g.lock()
+	defer g.unlock()
+	for i := range keyTableMax {
+		g.keys[Batch].lookupLocked(fmt.Sprint(i), 0).active.Store(1)
+	}
+	g.keys[Batch].active.Store(keyTableMax)
+	if ks := g.keys[Batch].lookupLocked("new", 0); ks != nil || g.keys[Batch].untracked.Load() != 1 {
+		t.Errorf("a new key with %d busy ones: tracked %v, untracked count %d", keyTableMax, ks != nil, g.keys[Batch].untracked.Load())
+	}
+}
+
+type nopOwner struct{}
+
+func (nopOwner) Wake(*Waiter, *Keep) {}
+func (nopOwner) Released()           {}
