@@ -1,6 +1,7 @@
 package cpuwork
 
 import (
+	"context"
 	"errors"
 	"fmt"
 
@@ -49,4 +50,42 @@ func (p *PanicError) Error() string {
 func (p *PanicError) Unwrap() error {
 	err, _ := p.Value.(error)
 	return err
+}
+
+var errNilFunc = errors.New("cpuwork: nil task function")
+
+// mustCtx and mustExec panic on the programming errors the standard library
+// also panics on (a nil Context, as in context.WithCancel(nil)).
+func mustCtx(ctx context.Context) {
+	if ctx == nil {
+		panic("cpuwork: nil Context")
+	}
+}
+
+// checkArgs is the argument check every submission starts with: it panics
+// on a nil ctx or executor and returns an error for an invalid class or a
+// nil fn.
+func (e *Executor) checkArgs(ctx context.Context, c Class, fn func(context.Context) error) error {
+	mustCtx(ctx)
+	mustExec(e)
+	if !c.valid() {
+		return invalidClass(c)
+	}
+	if fn == nil {
+		return errNilFunc
+	}
+	return nil
+}
+
+func mustExec(e *Executor) {
+	if e == nil {
+		panic("cpuwork: method called on a nil *Executor (create one with New)")
+	}
+	if e.shutDown == nil {
+		panic("cpuwork: method called on a zero Executor (create one with New)")
+	}
+}
+
+func invalidClass(c Class) error {
+	return fmt.Errorf("cpuwork: invalid class %d (want Critical..Background)", uint8(c))
 }
