@@ -53,6 +53,12 @@ type Options struct {
 	// logged).
 	Class func(ctx context.Context, fullMethod string) cpuwork.Class
 
+	// Key returns a call's key (a tenant, an API key, a client, read from
+	// its metadata: cpuwork.WithKey): inside its class the slots are
+	// shared fairly across keys by slot time, and a key past its share
+	// queues behind the others and is refused first. nil, or "": no key.
+	Key func(ctx context.Context, fullMethod string) string
+
 	// Objective is the latency objective of every call, counted from its
 	// arrival at the interceptor (cpuwork.WithTarget): the executor
 	// orders its queue by it and refuses a call it expects to miss it,
@@ -174,6 +180,11 @@ func (a *admitter) prepare(ctx context.Context, method string) (context.Context,
 	}
 	if t.Latency > 0 || t.Service > 0 {
 		ctx = cpuwork.WithTarget(ctx, t)
+	}
+	if a.o.Key != nil {
+		if k := a.o.Key(ctx, method); k != "" {
+			ctx = cpuwork.WithKey(ctx, k)
+		}
 	}
 	c := cpuwork.Interactive
 	if a.o.Class != nil {

@@ -281,3 +281,28 @@ func TestNilExecutorPanics(t *testing.T) {
 }
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// Options.Key charges a call that queues to its key (Stats.Keys).
+func TestKeyPerCall(t *testing.T) {
+	e := newExecutor(t, cpuwork.Options{Slots: 1})
+	h, c := serve(t, e, cpuworkgrpc.Options{Key: func(ctx context.Context, _ string) string {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if v := md.Get("tenant"); len(v) > 0 {
+			return v[0]
+		}
+		return ""
+	}})
+	var wg sync.WaitGroup
+	wg.Go(func() { check(c, context.Background(), "hold") })
+	<-h.started
+	for range 2 {
+		wg.Go(func() { check(c, metadata.AppendToOutgoingContext(context.Background(), "tenant", "tenant-a"), "x") })
+	}
+	waitFor(t, func() bool { return e.Stats().Classes[cpuwork.Interactive].Queued == 2 })
+	h.release <- struct{}{}
+	wg.Wait()
+	st := e.Stats()
+	if len(st.Keys) != 1 || st.Keys[0].Key != "tenant-a" || st.Keys[0].SlotTime <= 0 {
+		t.Errorf("Stats.Keys %+v: want tenant-a with its two calls' slot time", st.Keys)
+	}
+}

@@ -45,6 +45,12 @@ type Options struct {
 	// error in the function, logged).
 	Class func(*http.Request) cpuwork.Class
 
+	// Key returns a request's key (a tenant, an API key, a client:
+	// cpuwork.WithKey): inside its class the slots are shared fairly
+	// across keys by slot time, and a key past its share queues behind
+	// the others and is refused first. nil, or "": no key.
+	Key func(*http.Request) string
+
 	// Objective is the latency objective of every request, counted from
 	// its arrival at the middleware: the executor orders its queue by it,
 	// refuses a request it expects to miss it (cpuwork.WithTarget; the
@@ -170,6 +176,11 @@ func (m *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if t.Latency > 0 || t.Service > 0 {
 		ctx = cpuwork.WithTarget(ctx, t)
+	}
+	if m.o.Key != nil {
+		if k := m.o.Key(r); k != "" {
+			ctx = cpuwork.WithKey(ctx, k)
+		}
 	}
 	c := cpuwork.Interactive
 	if m.o.Class != nil {

@@ -409,3 +409,46 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 	defer w.mu.Unlock()
 	return w.b.Write(p)
 }
+
+// Options.Key charges a request that queues to its key (Stats.Keys).
+func TestKeyPerRequest(t *testing.T) {
+	e := newExecutor(t, cpuwork.Options{Slots: 1})
+	gate, entered := make(chan struct{}), make(chan struct{}, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			entered <- struct{}{}
+			<-gate
+		}
+		time.Sleep(time.Millisecond)
+	})
+	m := cpuworkhttp.Handler(e, h, cpuworkhttp.Options{Key: func(r *http.Request) string { return r.Header.Get("X-Tenant") }})
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	send := func(path, tenant string) {
+		req, _ := http.NewRequest("GET", srv.URL+path, nil)
+		req.Header.Set("X-Tenant", tenant)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+		}
+	}
+	go send("/block", "")
+	<-entered
+	done := make(chan struct{})
+	for range 2 {
+		go func() {
+			send("/x", "tenant-a")
+			done <- struct{}{}
+		}()
+	}
+	for e.Stats().Classes[cpuwork.Interactive].Queued < 2 {
+		time.Sleep(100 * time.Microsecond)
+	}
+	close(gate)
+	<-done
+	<-done
+	st := e.Stats()
+	if len(st.Keys) != 1 || st.Keys[0].Key != "tenant-a" || st.Keys[0].SlotTime < 2*time.Millisecond {
+		t.Errorf("Stats.Keys %+v: want tenant-a with its two requests' slot time", st.Keys)
+	}
+}

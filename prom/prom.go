@@ -96,6 +96,9 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	d("cpuwork_pacing_throttled_periods_total", "Throttled CFS periods the pacer saw: effect=lowered lowered its target, effect=held left it (not the extra slot's doing).", "effect")
 	d("cpuwork_pacing_unpaceable", "1 once the fractional quota's pacer could not keep the cgroup under its quota (a quarter of a window of CFS periods throttled by tasks that cannot give the paced slot back; cpuwork.Stats.Pacing.Warning says what to set); else 0.")
 	d("cpuwork_slots_below_budget", "1 while GOMAXPROCS caps the executor's slots below the CPU budget and its tasks run Go code, so part of the budget goes unused (cpuwork.Stats.Warning says what to set); else 0.")
+	d("cpuwork_key_slot_seconds_total", "Slot time of the tasks that queued, per key (cpuwork.WithKey), for the keys with the most slot time (cpuwork.Stats.Keys: at most 10; a key leaves the set when others pass it).", "class", "key")
+	d("cpuwork_key_refused_total", "Tasks refused (ErrSaturated), per key, for the keys of cpuwork.Stats.Keys.", "class", "key")
+	d("cpuwork_key_lead_seconds", "How far past its share of its class a key is now (its tasks queue behind other keys' arriving up to this much later; at most 1 s), for the keys of cpuwork.Stats.Keys.", "class", "key")
 	d("cpuwork_go_sched_latency_seconds", "Time goroutines spent runnable before running (runtime/metrics /sched/latencies:seconds), at DefaultBuckets resolution.")
 	return c
 }
@@ -141,6 +144,12 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_slots_held"], prometheus.GaugeValue, p.Occupancy)
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Lowered), "lowered")
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Held), "held")
+	}
+	for _, k := range st.Keys {
+		class := k.Class.String()
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_key_slot_seconds_total"], prometheus.CounterValue, k.SlotTime.Seconds(), class, k.Key)
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_key_refused_total"], prometheus.CounterValue, float64(k.Refused), class, k.Key)
+		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_key_lead_seconds"], prometheus.GaugeValue, k.Lead.Seconds(), class, k.Key)
 	}
 	for _, s := range st.Classes {
 		name := s.Class.String()

@@ -39,8 +39,9 @@ func TestCollectorExportsTheExecutorAndLintsClean(t *testing.T) {
 	running := make(chan struct{})
 	go e.Do(ctx, cpuwork.Interactive, func(context.Context) error { close(running); <-gate; return nil })
 	<-running
-	queued, _ := e.Go(ctx, cpuwork.Batch, func(context.Context) error { return nil })
-	if _, err := e.Go(ctx, cpuwork.Batch, func(context.Context) error { return nil }); !errors.Is(err, cpuwork.ErrSaturated) {
+	tenant := cpuwork.WithKey(ctx, "tenant-a")
+	queued, _ := e.Go(tenant, cpuwork.Batch, func(context.Context) error { return nil })
+	if _, err := e.Go(tenant, cpuwork.Batch, func(context.Context) error { return nil }); !errors.Is(err, cpuwork.ErrSaturated) {
 		t.Fatalf("third task: %v", err)
 	}
 
@@ -96,12 +97,16 @@ cpuwork_slots 1
 		"cpuwork_tasks_total,interactive,completed": 80,
 		"cpuwork_tasks_total,interactive,panicked":  1,
 		"cpuwork_tasks_total,batch,rejected":        1,
+		"cpuwork_key_refused_total,batch,tenant-a":  1,
 		"cpuwork_slot_seconds,interactive":          80,
 		"cpuwork_queue_wait_seconds,interactive":    81,
 	} {
 		if got[k] != v {
 			t.Errorf("%s = %v, want %v", k, got[k], v)
 		}
+	}
+	if _, ok := got["cpuwork_key_slot_seconds_total,batch,tenant-a"]; !ok {
+		t.Error("the key's slot time not exported")
 	}
 	if _, ok := got["cpuwork_os_run_delay_seconds_total"]; !ok {
 		t.Error("no run delay exported")
