@@ -268,6 +268,8 @@ func loadgenCmd() *cobra.Command {
 	var duration, stepAt, timeout time.Duration
 	var fromRate float64
 	var mixSeed uint64
+	var tenants int
+	var floodShare float64
 	cmd := &cobra.Command{
 		Use:    "loadgen",
 		Short:  "open-loop HTTP load for bench's service scenario (internal)",
@@ -290,7 +292,8 @@ func loadgenCmd() *cobra.Command {
 			}
 			return bench.LoadGen(cmd.OutOrStdout(), bench.LoadSpec{Base: target, Rate: rate, Duration: duration,
 				SmallBody: bodies[0], LargeBody: bodies[1], Workers: workers, OnlySmall: onlySmall,
-				Step: bench.StepLoad{From: fromRate, At: stepAt}, Timeout: timeout, MixSeed: mixSeed})
+				Step: bench.StepLoad{From: fromRate, At: stepAt}, Timeout: timeout, MixSeed: mixSeed,
+				Tenants: tenants, FloodShare: floodShare})
 		},
 	}
 	cmd.Flags().StringVar(&target, "target", "", "base URL on loopback, e.g. http://127.0.0.1:8080")
@@ -299,6 +302,8 @@ func loadgenCmd() *cobra.Command {
 	cmd.Flags().Float64Var(&rate, "rate", 0, "requests per second (constant pacer); 0 with --workers: closed loop")
 	cmd.Flags().BoolVar(&onlySmall, "only-small", false, "send every request to /small (default: 90 small and 10 large in each block of 100, in a random order)")
 	cmd.Flags().Uint64Var(&mixSeed, "mix-seed", 0, "seed of the order of the small/large mix (the same seed sends the same sequence of kinds)")
+	cmd.Flags().IntVar(&tenants, "tenants", 0, "send each request for one of this many tenants (?tenant=tK): t0 with probability --flood-share, the others evenly (0: no tenants)")
+	cmd.Flags().Float64Var(&floodShare, "flood-share", 0, "with --tenants: the share of requests from t0, the flooding tenant")
 	cmd.Flags().IntVar(&workers, "workers", 0, "closed loop: this many clients, each sending its next request when the last is answered (needs --rate 0)")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "attack duration")
 	cmd.Flags().Float64Var(&fromRate, "from-rate", 0, "with --step-at: requests per second before the step (--rate after it)")

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
+	"github.com/failsafe-go/failsafe-go/priority"
 	"github.com/platinummonkey/go-concurrency-limits/core"
 	"github.com/platinummonkey/go-concurrency-limits/limit"
 	"github.com/platinummonkey/go-concurrency-limits/limiter"
@@ -45,6 +47,10 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	if err != nil {
 		return err
 	}
+	if variant == "failsafe-prio" {
+		stop := prioritizer.ScheduleCalibrations(context.Background(), calibrateEvery)
+		defer stop()
+	}
 	var exec *cpuwork.Executor
 	if variant == "cpuwork" {
 		e, err := cpuwork.New(cpuwork.Options{})
@@ -53,10 +59,10 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 		}
 		defer e.Close(context.Background())
 		exec = e
-		h = cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Objective: slo})
+		h = cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Objective: slo, Key: tenantOf})
 		ln = cpuwork.WatchListener(ln)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: tenanted(h), ReadHeaderTimeout: 10 * time.Second}
 	go srv.Serve(ln)
 	defer srv.Close()
 	fmt.Fprintf(out, "listening %s\n", ln.Addr())
@@ -76,6 +82,26 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	fmt.Fprintf(out, "abandoned small=%d large=%d\n", abandoned[0].Load(), abandoned[1].Load())
 	return nil
 }
+
+// TenantHeader carries a request's tenant to the admitters (the bench's
+// load generator sends it as "?tenant=tK", which tenanted moves here, so
+// that the server's own URL handling never sees it).
+const TenantHeader = "X-Tenant"
+
+// tenanted moves a request's "tenant" query parameter to TenantHeader.
+func tenanted(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t := r.URL.Query().Get("tenant"); t != "" {
+			r.Header.Set(TenantHeader, t)
+			r.URL.RawQuery = ""
+			r.RequestURI = r.URL.RequestURI()
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// tenantOf is a request's tenant ("": none).
+func tenantOf(r *http.Request) string { return r.Header.Get(TenantHeader) }
 
 // counted is app, counting in abandoned the requests it finished after
 // their client had gone.
@@ -108,6 +134,13 @@ func counted(app http.Handler, abandoned *[2]atomic.Int64) http.Handler {
 //	           answered 503)
 //	gradient2  go-concurrency-limits' Gradient2 limit behind its FIFO
 //	           blocking limiter (a backlog of 8x gmp, waiting at most slo)
+//	tenant-sem sem, and inside it a semaphore per tenant (TenantHeader) of
+//	           half of gmp workers (at least 1) and a queue of 2x that: no
+//	           tenant holds more than half of the workers
+//	failsafe-prio  failsafe-go's adaptive limiter with its queue, built
+//	           prioritized (BuildPrioritized) with a usage tracker: every
+//	           request at priority.Medium, its tenant the user whose
+//	           recent usage lowers its level when the limiter sheds
 //	cpuwork    app as is: Serve adds the middleware
 func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Handler, error) {
 	switch variant {
@@ -126,6 +159,18 @@ func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Ha
 		return status503(failsafehttp.NewHandler(app, lim)), nil
 	case "gradient2":
 		return gradient2(app, slo, 8*gmp)
+	case "tenant-sem":
+		return perTenant(semaphored(app, gmp, 2*gmp), max(gmp/2, 1)), nil
+	case "failsafe-prio":
+		lim := adaptivelimiter.NewBuilder[*http.Response]().WithQueueing(2, 3).WithMaxWaitTime(slo).BuildPrioritized(prioritizer)
+		h := status503(failsafehttp.NewHandler(app, lim))
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			ctx := priority.ContextWithPriority(r.Context(), priority.Medium)
+			if t := tenantOf(r); t != "" {
+				ctx = priority.ContextWithUser(ctx, t)
+			}
+			h.ServeHTTP(w, r.WithContext(ctx))
+		}), nil
 	}
 	return nil, fmt.Errorf("unknown variant %q", variant)
 }
@@ -148,6 +193,33 @@ func semaphored(h http.Handler, workers, queue int) http.Handler {
 		}
 		defer sem.Release(1)
 		h.ServeHTTP(w, r)
+	})
+}
+
+// prioritizer is failsafe-prio's, with its usage tracker (a 10 s window,
+// up to 1,000 users), calibrated every calibrateEvery (Serve schedules
+// it), as failsafe-go's documentation configures it.
+var prioritizer = adaptivelimiter.NewPrioritizerBuilder().
+	WithUsageTracker(priority.NewUsageTracker(10*time.Second, 1000)).Build()
+
+const calibrateEvery = time.Second
+
+// perTenant admits each tenant's requests (TenantHeader; "" is a tenant
+// too) through a semaphore of its own of workers, with a queue of twice
+// that, before h.
+func perTenant(h http.Handler, workers int) http.Handler {
+	var mu sync.Mutex
+	sems := map[string]http.Handler{}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t := tenantOf(r)
+		mu.Lock()
+		s, ok := sems[t]
+		if !ok {
+			s = semaphored(h, workers, 2*workers)
+			sems[t] = s
+		}
+		mu.Unlock()
+		s.ServeHTTP(w, r)
 	})
 }
 

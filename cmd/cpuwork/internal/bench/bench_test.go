@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -324,5 +325,39 @@ func TestLoadGenClosedLoopKeepsWorkersRequestsInFlight(t *testing.T) {
 	}
 	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Duration: time.Second, Workers: -1, MixSeed: 1}); err == nil {
 		t.Error("negative workers accepted")
+	}
+}
+
+// The tenant targeter sends t0 its share of the requests, every other
+// tenant an even share of the rest, and keeps the mix's kind.
+func TestTenantTargeterSharesTheRequests(t *testing.T) {
+	tr := tenantTargeter(mixTargeter([2]vegeta.Target{{URL: "/small"}, {URL: "/large"}}, smallShare, 1), 10, 0.4, 3)
+	counts := map[string]int{}
+	large := 0
+	const n = 20000
+	for range n {
+		var tg vegeta.Target
+		if err := tr(&tg); err != nil {
+			t.Fatal(err)
+		}
+		url, tenant, ok := strings.Cut(tg.URL, "?tenant=")
+		if !ok {
+			t.Fatalf("URL %q carries no tenant", tg.URL)
+		}
+		counts[tenant]++
+		if url == "/large" {
+			large++
+		}
+	}
+	if s := float64(counts["t0"]) / n; s < 0.38 || s > 0.42 {
+		t.Errorf("t0 sent %.3f of the requests, want 0.40", s)
+	}
+	for k := 1; k < 10; k++ {
+		if s := float64(counts[fmt.Sprint("t", k)]) / n; s < 0.055 || s > 0.078 {
+			t.Errorf("t%d sent %.3f of the requests, want 0.0667", k, s)
+		}
+	}
+	if s := float64(large) / n; s < 0.09 || s > 0.11 {
+		t.Errorf("%.3f of the requests large, want the mix's 0.10", s)
 	}
 }

@@ -45,6 +45,7 @@ type LoadResult struct {
 	LatencyNS int64     `json:"lat_ns"`
 	Code      uint16    `json:"code"`
 	Error     string    `json:"err,omitempty"`
+	Tenant    string    `json:"tenant,omitempty"` // "t0".."tN-1" with LoadSpec.Tenants
 }
 
 // LoadSpec is one run of the load generator (LoadGen).
@@ -73,6 +74,11 @@ type LoadSpec struct {
 	Timeout time.Duration
 	// MixSeed seeds the order of the small/large mix (mixTargeter).
 	MixSeed uint64
+	// Tenants, when positive, sends each request for one of that many
+	// tenants ("?tenant=tK"): t0 with probability FloodShare, the others
+	// evenly (tenantTargeter).
+	Tenants    int
+	FloodShare float64
 }
 
 // LoadGen is the hidden `cpuwork loadgen` subcommand: an open-loop vegeta
@@ -107,6 +113,9 @@ func LoadGen(w io.Writer, s LoadSpec) error {
 	if timeout == 0 {
 		timeout = 30 * time.Second
 	}
+	if s.Tenants < 0 || s.Tenants == 1 || s.FloodShare < 0 || s.FloodShare >= 1 {
+		return fmt.Errorf("loadgen: --tenants %d (0, or 2 and more) and --flood-share %v (0 to 1) are out of range", s.Tenants, s.FloodShare)
+	}
 	var kinds [2]vegeta.Target // small, large
 	for i, kind := range []string{"small", "large"} {
 		t := vegeta.Target{Method: "GET", URL: base + "/" + kind}
@@ -132,13 +141,18 @@ func LoadGen(w io.Writer, s LoadSpec) error {
 	atk := vegeta.NewAttacker(opts...)
 	bw := bufio.NewWriter(w)
 	enc := json.NewEncoder(bw)
-	for res := range atk.Attack(mixTargeter(kinds, share, s.MixSeed), pacer, d, "service") {
+	targeter := mixTargeter(kinds, share, s.MixSeed)
+	if s.Tenants > 0 {
+		targeter = tenantTargeter(targeter, s.Tenants, s.FloodShare, s.MixSeed)
+	}
+	for res := range atk.Attack(targeter, pacer, d, "service") {
+		url, tenant, _ := strings.Cut(res.URL, "?tenant=")
 		kind := "small"
-		if res.URL == base+"/large" {
+		if url == base+"/large" {
 			kind = "large"
 		}
 		if err := enc.Encode(LoadResult{Seq: res.Seq, Kind: kind, Timestamp: res.Timestamp,
-			LatencyNS: int64(res.Latency), Code: res.Code, Error: res.Error}); err != nil {
+			LatencyNS: int64(res.Latency), Code: res.Code, Error: res.Error, Tenant: tenant}); err != nil {
 			return err
 		}
 	}
@@ -184,6 +198,27 @@ func mixTargeter(kinds [2]vegeta.Target, share float64, seed uint64) vegeta.Targ
 		if isLarge {
 			*t = kinds[1]
 		}
+		return nil
+	}
+}
+
+// tenantTargeter gives each request of next a tenant, "?tenant=tK" on its
+// URL: t0 (the flood) with probability flood, else one of t1..tn-1 at
+// random, drawn from a PCG seeded with seed.
+func tenantTargeter(next vegeta.Targeter, n int, flood float64, seed uint64) vegeta.Targeter {
+	var mu sync.Mutex
+	rng := rand.New(rand.NewPCG(seed, 0x74656e)) // "ten"
+	return func(t *vegeta.Target) error {
+		if err := next(t); err != nil {
+			return err
+		}
+		mu.Lock()
+		k := 0
+		if rng.Float64() >= flood {
+			k = 1 + rng.IntN(n-1)
+		}
+		mu.Unlock()
+		t.URL += fmt.Sprintf("?tenant=t%d", k)
 		return nil
 	}
 }
@@ -635,6 +670,9 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		args = append(args, "--timeout", r.clientTimeout.String())
 	}
 	args = append(args, "--mix-seed", strconv.FormatUint(r.mixSeed, 10))
+	if r.tenants.n > 0 {
+		args = append(args, "--tenants", strconv.Itoa(r.tenants.n), "--flood-share", strconv.FormatFloat(r.tenants.flood, 'f', 4, 64))
+	}
 	args = append(args, extra...)
 	cmd := exec.Command(loadgen[0], args...)
 	cmd.Stderr = os.Stderr
@@ -711,6 +749,10 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	withinObj := 0              // served within the objective, in the run or after it
 	var last time.Time
 	late := newHist() // the generator's own lateness: actual send time - intended
+	// The tenants scenarios: the well-behaved tenants' requests (all but
+	// t0, the flood) and how many of them went unanswered; the flood's
+	// requests and how many of them were served.
+	fair, fairSent, fairUnanswered, floodSent, floodServed := newHist(), 0, 0, 0, 0
 	for _, lr := range results {
 		intended := began.Add(sendAt(lr.Seq))
 		if closed {
@@ -719,6 +761,20 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		late.RecordValue(max(int64(lr.Timestamp.Sub(intended)/time.Microsecond), 1))
 		end := lr.Timestamp.Add(time.Duration(lr.LatencyNS))
 		lat := end.Sub(intended)
+		switch {
+		case lr.Tenant == "t0":
+			floodSent++
+			if lr.Code == http.StatusOK {
+				floodServed++
+			}
+		case lr.Tenant != "":
+			fairSent++
+			if lr.Code == http.StatusOK {
+				fair.RecordValue(max(int64(lat/time.Microsecond), 1))
+			} else {
+				fairUnanswered++
+			}
+		}
 		if a := intended.Sub(began.Add(step.At)); step.At > 0 && a >= 0 {
 			afterStep = append(afterStep, stepServed{after: a, latency: lat, shed: lr.Code == http.StatusServiceUnavailable})
 			if lr.Code == http.StatusOK {
@@ -780,6 +836,14 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		v.setRepeatExtra("p99_all_s", p)
 	} // else nothing was answered: no p99 to judge, and the unanswered share fails the repeat
 	v.setRepeatExtra("served", float64(ok))
+	if fairSent > 0 {
+		un := float64(fairUnanswered) / float64(fairSent)
+		v.setRepeatExtra("tenants_unanswered_share", un)
+		if p, ok := p99OfAll(fair, un); ok {
+			v.setRepeatExtra("tenants_p99_all_s", p)
+		}
+		v.setRepeatExtra("flood_served_share", float64(floodServed)/float64(max(floodSent, 1)))
+	}
 	if r.work.slo > 0 {
 		// The share of every request sent that was answered within the
 		// objective: >= 99 % is the p99 of all requests within it (the

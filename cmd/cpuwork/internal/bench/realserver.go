@@ -115,6 +115,8 @@ type realTarget struct {
 	// runs with in the quota case, for the notes.
 	args  []string
 	procs string
+	// cpuworkDesc, when set, describes the cpuwork variant.
+	cpuworkDesc string
 }
 
 func (tg realTarget) peerList() []struct{ name, desc string } {
@@ -133,7 +135,11 @@ func (tg realTarget) controlName() string {
 
 // variants are tg's peers and cpuwork.
 func (tg realTarget) variants() []struct{ name, desc string } {
-	return append(slices.Clone(tg.peerList()), realserverVariants[len(realserverVariants)-1])
+	cw := realserverVariants[len(realserverVariants)-1]
+	if tg.cpuworkDesc != "" {
+		cw.desc = tg.cpuworkDesc
+	}
+	return append(slices.Clone(tg.peerList()), cw)
 }
 
 // names lists tg's variants and its A/A control (--list).

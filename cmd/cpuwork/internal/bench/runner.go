@@ -149,6 +149,8 @@ var scenarioTable = []scenarioDef{
 	realserverDef(opaTarget),
 	realserverDef(vipsTarget),
 	realserverDef(vipsFloorTarget),
+	tenantsDef(imageproxyTarget),
+	tenantsDef(opaTarget),
 	realserverStepDef(imageproxyTarget),
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups (0.25 only in the default run): GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
@@ -356,6 +358,12 @@ type Runner struct {
 	// mixSeed seeds the generator's request mix in the running round
 	// (mixSeedOf).
 	mixSeed uint64
+	// tenants, when its n is positive, sends each request for one of n
+	// tenants, t0 flooding (LoadSpec.Tenants): the tenants scenarios.
+	tenants struct {
+		n     int
+		flood float64
+	}
 	// search makes atLoads run the capacity search (search.go) after each
 	// round's levels, when they include its first step (80 %).
 	search bool
