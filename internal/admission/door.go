@@ -286,8 +286,12 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 			wait, _ = g.meanWaitLocked(w, t)
 		}
 		limit := st.target
+		held := st.auto && !w.keyInShare() // a key within its share is not held short: keys.go
 		if st.auto {
-			limit = int64(float64(limit*standingPeak) * st.holdShare())
+			limit *= standingPeak
+		}
+		if held {
+			limit = int64(float64(limit) * st.holdShare())
 		}
 		if st.shedding && wait > limit {
 			st.refused++
@@ -299,7 +303,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
 				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
-				if h := st.holdShare(); h < 1 {
+				if h := st.holdShare(); h < 1 && held {
 					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
 				}
 			}

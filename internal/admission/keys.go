@@ -31,7 +31,10 @@ import (
 //   - the door estimates a task's wait from the work ranked ahead of it,
 //     so when the class sheds, tasks of keys past their share, which see
 //     more work ahead, are refused first, and a task of a key within its
-//     share sees only the work of the others within theirs;
+//     share (a lead of at most one task's charge) sees only the work of
+//     the others within theirs; the hold that keeps a shedding class's
+//     queue short while its slots stay busy (door.go) applies to the
+//     others, not to it;
 //   - a task that finds a free slot with nobody queued is not charged: a
 //     key's share matters only while tasks queue, and the fast path never
 //     reads the key.
@@ -157,10 +160,18 @@ func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
 		return
 	}
 	w.key = ks
-	if lead := ks.vc.Load() - t; lead > 0 {
+	lead := ks.vc.Load() - t
+	if lead > 0 {
 		w.Rank = addSat(w.Due, min(lead, keyLeadMax))
 	}
+	w.keyPast = float64(lead) > float64(g.expectedSlot(w))*g.keyRate(w.Class)
 }
+
+// keyInShare reports whether w's task is charged to a key within its
+// share: its lead was at most the charge of one task when it arrived.
+// A shedding class holds its queue short for the others (door.go's
+// hold): that hold is what lets the tasks of a key within its share in.
+func (w *Waiter) keyInShare() bool { return w.key != nil && !w.keyPast }
 
 // addSat is a+b, saturated at the int64 range (b >= 0).
 func addSat(a, b int64) int64 {

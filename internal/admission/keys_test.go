@@ -226,3 +226,44 @@ type nopOwner struct{}
 
 func (nopOwner) Wake(*Waiter, *Keep) {}
 func (nopOwner) Released()           {}
+
+// A shedding class holds its queue short for tasks of keys past their
+// share and for unkeyed ones, not for a key within its share: with the
+// hold at a fifth (admitted up to 40 ms of estimated wait), a new key's
+// task that would wait 45 ms behind the flood's first task gets in,
+// while the flood's next is refused.
+func TestTheHoldOfAShedClassSparesAKeyWithinItsShare(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := sync.OnceFunc(hold(t, e, 1))
+	defer release()
+	e.stats[Interactive].AvgSlotNs.Store(int64(45 * time.Millisecond))
+	obj := func(key string) context.Context {
+		return WithKey(WithTarget(context.Background(), Target{Latency: time.Second}), key)
+	}
+	noop := func(context.Context) error { return nil }
+	var tasks []*testTask
+	for range 3 {
+		tk, err := e.Go(obj("flood"), Interactive, noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, tk)
+	}
+	e.g.lock()
+	st := &e.g.shed[Interactive]
+	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 0.2
+	e.g.unlock()
+	if _, err := e.Go(obj("flood"), Interactive, noop); err == nil {
+		t.Error("the flood's fourth task was admitted under the hold")
+	}
+	tk, err := e.Go(obj("light"), Interactive, noop)
+	if err != nil {
+		t.Errorf("a new key's task was refused under the hold: %v", err)
+	} else {
+		tasks = append(tasks, tk)
+	}
+	release()
+	for _, tk := range tasks {
+		tk.Wait(context.Background())
+	}
+}

@@ -398,6 +398,7 @@ type Waiter struct {
 	// door, until its task ends (keys.go).
 	key       *keyState
 	keyCharge int64
+	keyPast   bool // its key was past its share when it arrived (keyInShare)
 }
 
 // cancelableLocked reports whether a cancellation from outside the task

@@ -752,7 +752,7 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	// The tenants scenarios: the well-behaved tenants' requests (all but
 	// t0, the flood) and how many of them went unanswered; the flood's
 	// requests and how many of them were served.
-	fair, fairSent, fairUnanswered, floodSent, floodServed := newHist(), 0, 0, 0, 0
+	fair, fairSent, fairUnanswered, fairWithin, floodSent, floodServed := newHist(), 0, 0, 0, 0, 0
 	for _, lr := range results {
 		intended := began.Add(sendAt(lr.Seq))
 		if closed {
@@ -771,6 +771,9 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 			fairSent++
 			if lr.Code == http.StatusOK {
 				fair.RecordValue(max(int64(lat/time.Microsecond), 1))
+				if r.work.slo == 0 || lat <= r.work.slo {
+					fairWithin++
+				}
 			} else {
 				fairUnanswered++
 			}
@@ -839,6 +842,7 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	if fairSent > 0 {
 		un := float64(fairUnanswered) / float64(fairSent)
 		v.setRepeatExtra("tenants_unanswered_share", un)
+		v.setRepeatExtra("tenants_within_objective_share", float64(fairWithin)/float64(fairSent))
 		if p, ok := p99OfAll(fair, un); ok {
 			v.setRepeatExtra("tenants_p99_all_s", p)
 		}

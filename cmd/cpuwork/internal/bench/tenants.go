@@ -96,9 +96,12 @@ func (r *Runner) tenantsScenario(tg realTarget) (*Scenario, error) {
 }
 
 // tenantsChecks: cpuwork against each peer on the well-behaved tenants'
-// p99 of all their requests (a refused one never answered), against the
-// global semaphore on the server's goodput within the objective; with
-// the figures a user reads beside them.
+// p99 of all their requests (a refused one never answered: with more
+// than 1 % refused, the p99 is past every answer and the value is the
+// slowest answer, a bound that favours the peer) and on the share of
+// them answered within the objective, and against the global semaphore
+// on the server's goodput within the objective; with the figures a user
+// reads beside them.
 func tenantsChecks(tg realTarget) []check {
 	at := fmt.Sprintf("@%.0f%%", tenantsLoad*100)
 	c := tg.controlName()
@@ -108,8 +111,11 @@ func tenantsChecks(tg realTarget) []check {
 		if !slices.ContainsFunc(tg.peerList(), func(x struct{ name, desc string }) bool { return x.name == p }) {
 			continue
 		}
-		cs = append(cs, check{label: fmt.Sprintf("%.0f%%: the %d well-behaved tenants' p99 of all requests, against %s", tenantsLoad*100, tenantCount-1, p),
-			judged: "cpuwork" + at, against: []string{p + at}, metric: "tenants_p99_all_s", aa: aa})
+		cs = append(cs,
+			check{label: fmt.Sprintf("%.0f%%: the %d well-behaved tenants' p99 of all requests (a refused one never answered), against %s", tenantsLoad*100, tenantCount-1, p),
+				judged: "cpuwork" + at, against: []string{p + at}, metric: "tenants_p99_all_s", aa: aa},
+			check{label: fmt.Sprintf("%.0f%%: the %d well-behaved tenants' requests answered within the objective, against %s", tenantsLoad*100, tenantCount-1, p),
+				judged: "cpuwork" + at, against: []string{p + at}, metric: "tenants_within_objective_share", higher: true, aa: aa})
 	}
 	return append(cs,
 		check{label: fmt.Sprintf("%.0f%%: goodput within the objective, CPU-s of work per s, against the global semaphore", tenantsLoad*100),
