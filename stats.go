@@ -116,7 +116,7 @@ type KeyStats struct {
 	Refused uint64
 	// Lead is how far past its share the key is now: its tasks queue
 	// behind tasks of other keys that arrive up to Lead after them (at
-	// most 1 s; 0: within its share).
+	// most 10 s; 0: within its share).
 	Lead time.Duration
 }
 

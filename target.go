@@ -78,7 +78,7 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 // API key, a client): inside each class the slots are shared fairly
 // across the keys that have tasks queued or running, by measured slot
 // time. A key past its share queues behind the other keys' tasks, by up
-// to a second, and is the first refused when its class sheds; tasks
+// to ten seconds, and is the first refused when its class sheds; tasks
 // without a key queue as a key within its share. Keys cost nothing until
 // tasks queue (a task that finds a free slot is not charged). Memory is
 // bounded: up to 4096 keys a class are tracked, keys with work in flight

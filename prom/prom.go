@@ -98,7 +98,7 @@ func NewCollector(e *cpuwork.Executor, o Options) *Collector {
 	d("cpuwork_slots_below_budget", "1 while GOMAXPROCS caps the executor's slots below the CPU budget and its tasks run Go code, so part of the budget goes unused (cpuwork.Stats.Warning says what to set); else 0.")
 	d("cpuwork_key_slot_seconds_total", "Slot time of the tasks that queued, per key (cpuwork.WithKey), for the keys with the most slot time (cpuwork.Stats.Keys: at most 10; a key leaves the set when others pass it).", "class", "key")
 	d("cpuwork_key_refused_total", "Tasks refused (ErrSaturated), per key, for the keys of cpuwork.Stats.Keys.", "class", "key")
-	d("cpuwork_key_lead_seconds", "How far past its share of its class a key is now (its tasks queue behind other keys' arriving up to this much later; at most 1 s), for the keys of cpuwork.Stats.Keys.", "class", "key")
+	d("cpuwork_key_lead_seconds", "How far past its share of its class a key is now (its tasks queue behind other keys' arriving up to this much later; at most 10 s), for the keys of cpuwork.Stats.Keys.", "class", "key")
 	d("cpuwork_go_sched_latency_seconds", "Time goroutines spent runnable before running (runtime/metrics /sched/latencies:seconds), at DefaultBuckets resolution.")
 	return c
 }

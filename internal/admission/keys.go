@@ -31,7 +31,7 @@ import (
 //   - the door estimates a task's wait from the work ranked ahead of it,
 //     so when the class sheds, tasks of keys past their share, which see
 //     more work ahead, are refused first, and a task of a key within its
-//     share (a lead of at most one task's charge) sees only the work of
+//     share (a lead of at most keyPastLead) sees only the work of
 //     the others within theirs; the hold that keeps a shedding class's
 //     queue short while its slots stay busy (door.go) applies to the
 //     others, not to it;
@@ -46,9 +46,15 @@ import (
 // flight, a new key's tasks queue untracked: at their due, uncharged, as
 // a key within its share (the rest, pooled).
 
-// keyLeadMax caps a key's lead, keyTableMax the keys tracked per class.
+// keyLeadMax caps a key's lead; keyPastLead is the lead past which a
+// key is taken as past its share for the door's hold (keyInShare): a
+// key that floods reaches the cap within seconds, while one within its
+// share only passes a task's charge now and then (a 500 ms request of
+// one of ten keys on two slots charges 2.5 s); keyTableMax is the keys
+// tracked per class.
 const (
-	keyLeadMax  = int64(time.Second)
+	keyLeadMax  = int64(10 * time.Second)
+	keyPastLead = keyLeadMax / 4
 	keyTableMax = 4096
 )
 
@@ -164,11 +170,11 @@ func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
 	if lead > 0 {
 		w.Rank = addSat(w.Due, min(lead, keyLeadMax))
 	}
-	w.keyPast = float64(lead) > float64(g.expectedSlot(w))*g.keyRate(w.Class)
+	w.keyPast = lead > keyPastLead
 }
 
 // keyInShare reports whether w's task is charged to a key within its
-// share: its lead was at most the charge of one task when it arrived.
+// share: its lead was at most keyPastLead when it arrived.
 // A shedding class holds its queue short for the others (door.go's
 // hold): that hold is what lets the tasks of a key within its share in.
 func (w *Waiter) keyInShare() bool { return w.key != nil && !w.keyPast }

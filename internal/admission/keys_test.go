@@ -26,14 +26,15 @@ func (o *order) task(name string) func(context.Context) error {
 }
 
 // A key past its share queues behind a key within it: with one slot
-// held, a flooding key queues eight tasks of 10 ms (its clock runs 10 ms
-// ahead per task), then a key that ran nothing queues one. FIFO would run
-// the newcomer last; by key it runs right after the flood's first.
+// held, a flooding key queues eight tasks of 500 ms (its clock runs
+// 500 ms ahead per task), then a key that ran nothing queues one. FIFO
+// would run the newcomer last; by key it runs right after the flood's
+// first.
 func TestAKeyPastItsShareQueuesBehindTheOthers(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := hold(t, e, 1)
 	var o order
-	svc := WithTarget(context.Background(), Target{Service: 10 * time.Millisecond})
+	svc := WithTarget(context.Background(), Target{Service: 500 * time.Millisecond})
 	var tasks []*testTask
 	for i := range 8 {
 		tk, err := e.Go(WithKey(svc, "flood"), Batch, o.task(fmt.Sprint("flood", i)))
@@ -230,8 +231,8 @@ func (nopOwner) Released()           {}
 // A shedding class holds its queue short for tasks of keys past their
 // share and for unkeyed ones, not for a key within its share: with the
 // hold at a fifth (admitted up to 40 ms of estimated wait), a new key's
-// task that would wait 45 ms behind the flood's first task gets in,
-// while the flood's next is refused.
+// task that would wait 90 ms behind two other keys' tasks gets in,
+// while a task of a key 5 s past its share is refused.
 func TestTheHoldOfAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := sync.OnceFunc(hold(t, e, 1))
@@ -242,19 +243,20 @@ func TestTheHoldOfAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 	}
 	noop := func(context.Context) error { return nil }
 	var tasks []*testTask
-	for range 3 {
-		tk, err := e.Go(obj("flood"), Interactive, noop)
+	for _, k := range []string{"a", "b"} {
+		tk, err := e.Go(obj(k), Interactive, noop)
 		if err != nil {
 			t.Fatal(err)
 		}
 		tasks = append(tasks, tk)
 	}
 	e.g.lock()
+	e.g.keys[Interactive].lookupLocked("flood", now()).vc.Store(now() + int64(5*time.Second))
 	st := &e.g.shed[Interactive]
 	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 0.2
 	e.g.unlock()
 	if _, err := e.Go(obj("flood"), Interactive, noop); err == nil {
-		t.Error("the flood's fourth task was admitted under the hold")
+		t.Error("a task of the key past its share was admitted under the hold")
 	}
 	tk, err := e.Go(obj("light"), Interactive, noop)
 	if err != nil {
