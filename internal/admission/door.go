@@ -286,14 +286,14 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 			wait, _ = g.meanWaitLocked(w, t)
 		}
 		limit := st.target
-		held := st.auto && !w.keyInShare() // a key within its share is not held short: keys.go
 		if st.auto {
-			limit *= standingPeak
+			limit = int64(float64(limit*standingPeak) * st.holdShare())
 		}
-		if held {
-			limit = int64(float64(limit) * st.holdShare())
-		}
-		if st.shedding && wait > limit {
+		// A task of a key within its share is not refused for the queue
+		// the class's other keys stand (its latency target still is,
+		// below): keys.go.
+		spared := st.auto && w.keyInShare()
+		if st.shedding && wait > limit && !spared {
 			st.refused++
 			if peek {
 				st.offer(g, w)
@@ -303,7 +303,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
 				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
-				if h := st.holdShare(); h < 1 && held {
+				if h := st.holdShare(); h < 1 {
 					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
 				}
 			}
@@ -510,12 +510,13 @@ const (
 // shedding has started. In a burst the slots will catch up with, the
 // backlog is served: refusing it there would refuse requests served in
 // time. Only submissions that never ran are refused, and in an
-// auto-target class only those with a latency target.
+// auto-target class only those with a latency target and not of a key
+// within its share (keys.go).
 func (g *Granter) backlogLocked(w *Waiter, t int64) bool {
 	st := &g.shed[w.Class]
 	return st.severe && g.queues[w.Class].n > 0 && // severe: shedding, so a target is set
 		w.Kind != KindHelper && !w.Started && !w.Requeued &&
-		(!st.auto || w.target != targetNone) &&
+		(!st.auto || w.target != targetNone) && !(st.auto && w.keyInShare()) &&
 		t-w.Enq > backlogWaits*st.target
 }
 

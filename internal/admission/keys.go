@@ -31,10 +31,12 @@ import (
 //   - the door estimates a task's wait from the work ranked ahead of it,
 //     so when the class sheds, tasks of keys past their share, which see
 //     more work ahead, are refused first, and a task of a key within its
-//     share (a lead of at most keyPastLead) sees only the work of
-//     the others within theirs; the hold that keeps a shedding class's
-//     queue short while its slots stay busy (door.go) applies to the
-//     others, not to it;
+//     share (a lead of at most keyPastLead) sees only the work of the
+//     others within theirs; and a shedding class's test of its standing
+//     queue (door.go, with an objective's target) refuses the others'
+//     tasks, not its: the queue stands because of the keys past their
+//     share, which it sheds, while the latency target still refuses a
+//     task of a key within its share that cannot meet it;
 //   - a task that finds a free slot with nobody queued is not charged: a
 //     key's share matters only while tasks queue, and the fast path never
 //     reads the key.
@@ -54,7 +56,7 @@ import (
 // tracked per class.
 const (
 	keyLeadMax  = int64(10 * time.Second)
-	keyPastLead = keyLeadMax / 4
+	keyPastLead = keyLeadMax / 2
 	keyTableMax = 4096
 )
 
@@ -90,6 +92,12 @@ type keyState struct {
 type keyTable struct {
 	m      map[string]*keyState // guarded by mu
 	active atomic.Int32         // keys with active > 0
+	// sharing is the keys that share the class's slots now: those with
+	// work in flight or a clock ahead of now (in the fluid model of fair
+	// sharing, a key whose clock is ahead still has work claimed at its
+	// share), counted at most every keyCountEvery (countedAt, under mu).
+	sharing   atomic.Int32
+	countedAt int64
 	// untracked counts the tasks queued while the table was full.
 	untracked atomic.Uint64
 }
@@ -174,9 +182,8 @@ func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
 }
 
 // keyInShare reports whether w's task is charged to a key within its
-// share: its lead was at most keyPastLead when it arrived.
-// A shedding class holds its queue short for the others (door.go's
-// hold): that hold is what lets the tasks of a key within its share in.
+// share: its lead was at most keyPastLead when it arrived. A shedding
+// class's standing-queue test spares it (door.go).
 func (w *Waiter) keyInShare() bool { return w.key != nil && !w.keyPast }
 
 // addSat is a+b, saturated at the int64 range (b >= 0).
@@ -188,9 +195,29 @@ func addSat(a, b int64) int64 {
 }
 
 // keyRate is the clock time one ns of slot time costs a key of class c:
-// active keys over the slots that serve the queue.
+// the keys sharing its slots over the slots that serve the queue.
 func (g *Granter) keyRate(c Class) float64 {
-	return float64(max(g.keys[c].active.Load(), 1)) / g.ServiceSlots()
+	kt := &g.keys[c]
+	return float64(max(kt.sharing.Load(), kt.active.Load(), 1)) / g.ServiceSlots()
+}
+
+// keyCountEvery is how often a class's sharing keys are counted again.
+const keyCountEvery = int64(10 * time.Millisecond)
+
+// countLocked counts kt's sharing keys at t when the count is older than
+// keyCountEvery.
+func (kt *keyTable) countLocked(t int64) {
+	if t-kt.countedAt < keyCountEvery {
+		return
+	}
+	kt.countedAt = t
+	n := int32(0)
+	for _, ks := range kt.m {
+		if ks.active.Load() > 0 || ks.vc.Load() > t {
+			n++
+		}
+	}
+	kt.sharing.Store(n)
 }
 
 // expectedSlot is what w's task is expected to hold its slot for: its
@@ -217,6 +244,7 @@ func (g *Granter) keyChargeLocked(w *Waiter, t int64) {
 	if ks.active.Add(1) == 1 {
 		kt.active.Add(1)
 	}
+	kt.countLocked(t)
 	w.keyCharge = int64(float64(g.expectedSlot(w)) * g.keyRate(w.Class))
 	ks.vc.Store(min(max(ks.vc.Load(), t)+w.keyCharge, t+keyLeadMax))
 }

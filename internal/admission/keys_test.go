@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -228,12 +229,12 @@ type nopOwner struct{}
 func (nopOwner) Wake(*Waiter, *Keep) {}
 func (nopOwner) Released()           {}
 
-// A shedding class holds its queue short for tasks of keys past their
-// share and for unkeyed ones, not for a key within its share: with the
+// A shedding class's standing-queue test refuses tasks of keys past
+// their share and unkeyed ones, not a key within its share: with the
 // hold at a fifth (admitted up to 40 ms of estimated wait), a new key's
 // task that would wait 90 ms behind two other keys' tasks gets in,
-// while a task of a key 5 s past its share is refused.
-func TestTheHoldOfAShedClassSparesAKeyWithinItsShare(t *testing.T) {
+// while a task of a key 8 s past its share is refused.
+func TestAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := sync.OnceFunc(hold(t, e, 1))
 	defer release()
@@ -251,7 +252,7 @@ func TestTheHoldOfAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 		tasks = append(tasks, tk)
 	}
 	e.g.lock()
-	e.g.keys[Interactive].lookupLocked("flood", now()).vc.Store(now() + int64(5*time.Second))
+	e.g.keys[Interactive].lookupLocked("flood", now()).vc.Store(now() + int64(8*time.Second))
 	st := &e.g.shed[Interactive]
 	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 0.2
 	e.g.unlock()
@@ -267,5 +268,57 @@ func TestTheHoldOfAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 	release()
 	for _, tk := range tasks {
 		tk.Wait(context.Background())
+	}
+}
+
+// The backlog refusal of a severely outrun class (door.go) spares a task
+// of a key within its share: the backlog is the keys' past theirs.
+func TestABacklogRefusalSparesAKeyWithinItsShare(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	e.g.lock()
+	defer e.g.unlock()
+	st := &e.g.shed[Interactive]
+	st.auto, st.target, st.shedding, st.severe = true, int64(10*time.Millisecond), true, true
+	behind := &Waiter{Class: Interactive, Rank: math.MaxInt64} // the class's last task is always served
+	e.g.queues[Interactive].insertAfter(nil, behind)
+	defer e.g.queues[Interactive].remove(behind)
+	t0 := now()
+	waited := func(key string, lead time.Duration) *Waiter {
+		w := &Waiter{Class: Interactive, target: targetObjective, Enq: t0 - int64(time.Second)}
+		if key != "" {
+			e.g.keyRankLocked(key, true, w, t0)
+			w.key.vc.Store(t0 + int64(lead))
+			e.g.keyRankLocked(key, true, w, t0)
+		}
+		return w
+	}
+	if e.g.backlogLocked(waited("light", 0), t0) {
+		t.Error("a task of a key within its share, waited 1 s: refused as backlog")
+	}
+	if !e.g.backlogLocked(waited("flood", 8*time.Second), t0) {
+		t.Error("a task of a key 8 s past its share, waited 1 s: not refused as backlog")
+	}
+	if !e.g.backlogLocked(waited("", 0), t0) {
+		t.Error("an unkeyed task, waited 1 s: not refused as backlog")
+	}
+}
+
+// The keys sharing a class's slots are those with work in flight or a
+// clock ahead of now: a light key between its requests still holds its
+// place in the count, so a flood's share is the slots over every key
+// that uses them, not over those that happen to have a task in flight.
+func TestKeysSharingAClassCountThoseWithAClockAhead(t *testing.T) {
+	e := newExec(t, Options{Slots: 2})
+	e.g.lock()
+	defer e.g.unlock()
+	t0 := now()
+	kt := &e.g.keys[Batch]
+	kt.lookupLocked("ahead", t0).vc.Store(t0 + int64(time.Second))
+	kt.lookupLocked("behind", t0).vc.Store(t0 - int64(time.Second))
+	kt.lookupLocked("busy", t0).active.Store(1)
+	kt.active.Store(1)
+	kt.countLocked(t0 + keyCountEvery)
+	if n, r := kt.sharing.Load(), e.g.keyRate(Batch); n != 2 || r != 1 {
+		t.Errorf("sharing keys %d, rate %v: want 2 (ahead, busy), 2 keys over 2 slots", n, r)
 	}
 }
