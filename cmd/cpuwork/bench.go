@@ -264,7 +264,7 @@ func loadgenCmd() *cobra.Command {
 	var target, smallBody, largeBody string
 	var rate float64
 	var workers int
-	var onlySmall bool
+	var onlySmall, onlyLarge bool
 	var duration, stepAt, timeout time.Duration
 	var fromRate float64
 	var mixSeed uint64
@@ -291,7 +291,7 @@ func loadgenCmd() *cobra.Command {
 				bodies[i] = b
 			}
 			return bench.LoadGen(cmd.OutOrStdout(), bench.LoadSpec{Base: target, Rate: rate, Duration: duration,
-				SmallBody: bodies[0], LargeBody: bodies[1], Workers: workers, OnlySmall: onlySmall,
+				SmallBody: bodies[0], LargeBody: bodies[1], Workers: workers, OnlySmall: onlySmall, OnlyLarge: onlyLarge,
 				Step: bench.StepLoad{From: fromRate, At: stepAt}, Timeout: timeout, MixSeed: mixSeed,
 				Tenants: tenants, FloodShare: floodShare})
 		},
@@ -301,6 +301,7 @@ func loadgenCmd() *cobra.Command {
 	cmd.Flags().StringVar(&largeBody, "large-body", "", "file whose bytes every large request POSTs (default: GET)")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "requests per second (constant pacer); 0 with --workers: closed loop")
 	cmd.Flags().BoolVar(&onlySmall, "only-small", false, "send every request to /small (default: 90 small and 10 large in each block of 100, in a random order)")
+	cmd.Flags().BoolVar(&onlyLarge, "only-large", false, "send every request to /large")
 	cmd.Flags().Uint64Var(&mixSeed, "mix-seed", 0, "seed of the order of the small/large mix (the same seed sends the same sequence of kinds)")
 	cmd.Flags().IntVar(&tenants, "tenants", 0, "send each request for one of this many tenants (?tenant=tK): t0 with probability --flood-share, the others evenly (0: no tenants)")
 	cmd.Flags().Float64Var(&floodShare, "flood-share", 0, "with --tenants: the share of requests from t0, the flooding tenant")

@@ -5,6 +5,7 @@ package admit
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -60,6 +61,13 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 		defer e.Close(context.Background())
 		exec = e
 		h = cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Objective: slo, Key: tenantOf})
+		if *mixed {
+			// The batch endpoint's requests as Batch, with no objective:
+			// throughput is what counts for them.
+			batch := cpuworkhttp.Handler(e, app, cpuworkhttp.Options{Key: tenantOf,
+				Class: func(*http.Request) cpuwork.Class { return cpuwork.Batch }})
+			h = byKind(h, batch)
+		}
 		ln = cpuwork.WatchListener(ln)
 	}
 	srv := &http.Server{Handler: tenanted(h), ReadHeaderTimeout: 10 * time.Second}
@@ -81,6 +89,24 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	srv.Shutdown(ctx)
 	fmt.Fprintf(out, "abandoned small=%d large=%d\n", abandoned[0].Load(), abandoned[1].Load())
 	return nil
+}
+
+// mixed is the -mixed flag of every realbench server: /small is
+// interactive traffic with a latency objective, /large batch work whose
+// throughput is what counts (the bench's mixed-urgency scenarios). The
+// admitters that tell the two apart do so then; the others admit both
+// alike.
+var mixed = flag.Bool("mixed", false, "serve /small as interactive and /large as batch traffic (the admitters that can tell them apart do)")
+
+// byKind routes /large to batch, everything else to interactive.
+func byKind(interactive, batch http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/large" {
+			batch.ServeHTTP(w, r)
+			return
+		}
+		interactive.ServeHTTP(w, r)
+	})
 }
 
 // TenantHeader carries a request's tenant to the admitters (the bench's
@@ -134,13 +160,20 @@ func counted(app http.Handler, abandoned *[2]atomic.Int64) http.Handler {
 //	           answered 503)
 //	gradient2  go-concurrency-limits' Gradient2 limit behind its FIFO
 //	           blocking limiter (a backlog of 8x gmp, waiting at most slo)
+//	two-sem    with -mixed: a semaphore for each kind, as zoekt ships:
+//	           interactive gmp workers and a queue of 2x, batch a quarter
+//	           of gmp (at least 1) and a queue of 2x that
+//	gradient2-part  with -mixed: go-concurrency-limits' Gradient2 limit
+//	           behind its FIFO blocking limiter, partitioned by kind with
+//	           its lookup partition strategy (interactive 80 %, batch 20 %)
 //	tenant-sem sem, and inside it a semaphore per tenant (TenantHeader) of
 //	           half of gmp workers (at least 1) and a queue of 2x that: no
 //	           tenant holds more than half of the workers
 //	failsafe-prio  failsafe-go's adaptive limiter with its queue, built
 //	           prioritized (BuildPrioritized) with a usage tracker: every
-//	           request at priority.Medium, its tenant the user whose
-//	           recent usage lowers its level when the limiter sheds
+//	           request at priority.Medium (with -mixed: interactive
+//	           priority.High, batch priority.Low), its tenant the user
+//	           whose recent usage lowers its level when the limiter sheds
 //	cpuwork    app as is: Serve adds the middleware
 func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Handler, error) {
 	switch variant {
@@ -159,13 +192,25 @@ func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Ha
 		return status503(failsafehttp.NewHandler(app, lim)), nil
 	case "gradient2":
 		return gradient2(app, slo, 8*gmp)
+	case "two-sem":
+		bw := max(gmp/4, 1)
+		return byKind(semaphored(app, gmp, 2*gmp), semaphored(app, bw, 2*bw)), nil
+	case "gradient2-part":
+		return gradient2Partitioned(app, slo, 8*gmp)
 	case "tenant-sem":
 		return perTenant(semaphored(app, gmp, 2*gmp), max(gmp/2, 1)), nil
 	case "failsafe-prio":
 		lim := adaptivelimiter.NewBuilder[*http.Response]().WithQueueing(2, 3).WithMaxWaitTime(slo).BuildPrioritized(prioritizer)
 		h := status503(failsafehttp.NewHandler(app, lim))
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			ctx := priority.ContextWithPriority(r.Context(), priority.Medium)
+			p := priority.Medium
+			if *mixed {
+				p = priority.High
+				if r.URL.Path == "/large" {
+					p = priority.Low
+				}
+			}
+			ctx := priority.ContextWithPriority(r.Context(), p)
 			if t := tenantOf(r); t != "" {
 				ctx = priority.ContextWithUser(ctx, t)
 			}
@@ -248,6 +293,51 @@ func gradient2(h http.Handler, slo time.Duration, backlog int) (http.Handler, er
 		token.OnSuccess()
 	}), nil
 }
+
+// gradient2Partitioned is gradient2 with go-concurrency-limits' lookup
+// partition strategy in place of its simple one: interactive requests
+// (/small) get 80 % of the limit, batch ones (/large) 20 %.
+func gradient2Partitioned(h http.Handler, slo time.Duration, backlog int) (http.Handler, error) {
+	reg := core.EmptyMetricRegistryInstance
+	parts := map[string]*strategy.LookupPartition{
+		"interactive": strategy.NewLookupPartitionWithMetricRegistry("interactive", 0.8, 200, reg),
+		"batch":       strategy.NewLookupPartitionWithMetricRegistry("batch", 0.2, 200, reg),
+	}
+	st, err := strategy.NewLookupPartitionStrategyWithMetricRegistry(parts, func(ctx context.Context) string {
+		k, _ := ctx.Value(kindKey{}).(string)
+		return k
+	}, 200, reg)
+	if err != nil {
+		return nil, err
+	}
+	lim := limit.NewDefaultGradient2Limit("realbench", limit.NoopLimitLogger{}, reg)
+	dl, err := limiter.NewDefaultLimiter(lim, int64(time.Second), int64(time.Second), int64(100*time.Microsecond), 100,
+		st, limit.NoopLimitLogger{}, reg)
+	if err != nil {
+		return nil, err
+	}
+	bl := limiter.NewQueueBlockingLimiterFromConfig(dl, limiter.QueueLimiterConfig{
+		Ordering: limiter.OrderingFIFO, MaxBacklogSize: backlog, MaxBacklogTimeout: slo, BacklogEvictDoneCtx: true})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		kind := "interactive"
+		if r.URL.Path == "/large" {
+			kind = "batch"
+		}
+		token, ok := bl.Acquire(context.WithValue(r.Context(), kindKey{}, kind))
+		if !ok {
+			if token != nil {
+				token.OnDropped()
+			}
+			http.Error(w, "limit", http.StatusServiceUnavailable)
+			return
+		}
+		h.ServeHTTP(w, r)
+		token.OnSuccess()
+	}), nil
+}
+
+// kindKey carries a request's kind to the partition lookup.
+type kindKey struct{}
 
 // status503 turns failsafehttp's 429 for a refusal into the 503 every
 // variant answers.

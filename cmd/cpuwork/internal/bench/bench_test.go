@@ -361,3 +361,27 @@ func TestTenantTargeterSharesTheRequests(t *testing.T) {
 		t.Errorf("%.3f of the requests large, want the mix's 0.10", s)
 	}
 }
+
+// --only-large sends every request to /large (the mixed-urgency
+// scenarios' batch clients); with --only-small it is refused.
+func TestLoadGenOnlyLarge(t *testing.T) {
+	var large, small atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/large" {
+			large.Add(1)
+		} else {
+			small.Add(1)
+		}
+	}))
+	defer srv.Close()
+	var out bytes.Buffer
+	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Duration: 100 * time.Millisecond, Workers: 2, OnlyLarge: true, MixSeed: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if large.Load() == 0 || small.Load() != 0 || strings.Contains(out.String(), `"kind":"small"`) {
+		t.Errorf("%d large, %d small requests: want only large", large.Load(), small.Load())
+	}
+	if err := LoadGen(&out, LoadSpec{Base: srv.URL, Duration: time.Second, Workers: 1, OnlyLarge: true, OnlySmall: true}); err == nil {
+		t.Error("--only-small with --only-large accepted")
+	}
+}

@@ -64,8 +64,9 @@ type LoadSpec struct {
 	// request when the last one is answered.
 	Workers int
 	// OnlySmall sends every request to /small (the priority scenario's
-	// critical requests).
-	OnlySmall bool
+	// critical requests); OnlyLarge every request to /large (the
+	// mixed-urgency scenarios' batch clients).
+	OnlySmall, OnlyLarge bool
 	// Step, when its At is positive, sends Step.From requests/s until
 	// Step.At and Rate after it (the step response).
 	Step StepLoad
@@ -125,8 +126,13 @@ func LoadGen(w io.Writer, s LoadSpec) error {
 		kinds[i] = t
 	}
 	share := smallShare
-	if s.OnlySmall {
+	switch {
+	case s.OnlySmall && s.OnlyLarge:
+		return errors.New("loadgen: --only-small and --only-large exclude each other")
+	case s.OnlySmall:
 		share = 1
+	case s.OnlyLarge:
+		share = 0
 	}
 	opts := []func(*vegeta.Attacker){vegeta.Timeout(timeout), vegeta.KeepAlive(true), vegeta.Connections(10000), vegeta.MaxWorkers(10000)}
 	var pacer vegeta.Pacer = &precisePacer{Pacer: vegeta.ConstantPacer{Freq: int(rate), Per: time.Second}}
@@ -670,6 +676,9 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		args = append(args, "--timeout", r.clientTimeout.String())
 	}
 	args = append(args, "--mix-seed", strconv.FormatUint(r.mixSeed, 10))
+	if r.onlySmall {
+		args = append(args, "--only-small")
+	}
 	if r.tenants.n > 0 {
 		args = append(args, "--tenants", strconv.Itoa(r.tenants.n), "--flood-share", strconv.FormatFloat(r.tenants.flood, 'f', 4, 64))
 	}

@@ -585,6 +585,9 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		return err
 	}
 	defer srv.stop()
+	if r.onServer != nil {
+		r.onServer(srv.addr)
+	}
 	var before budget.Stat
 	if g != nil {
 		if before, err = g.Stat(); err != nil {

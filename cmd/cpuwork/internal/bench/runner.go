@@ -151,6 +151,8 @@ var scenarioTable = []scenarioDef{
 	realserverDef(vipsFloorTarget),
 	tenantsDef(imageproxyTarget),
 	tenantsDef(opaTarget),
+	mixedDef(imageproxyTarget),
+	mixedDef(opaTarget),
 	realserverStepDef(imageproxyTarget),
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups (0.25 only in the default run): GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
@@ -364,6 +366,12 @@ type Runner struct {
 		n     int
 		flood float64
 	}
+	// onlySmall sends every request of the load runs to /small (the
+	// mixed-urgency scenarios' interactive traffic); onServer, when set,
+	// is told a real server's address once it listens (their batch
+	// clients start then).
+	onlySmall bool
+	onServer  func(addr string)
 	// search makes atLoads run the capacity search (search.go) after each
 	// round's levels, when they include its first step (80 %).
 	search bool
