@@ -30,7 +30,6 @@ var tenantsLoad = (tenantFlood + (tenantCount-1)*tenantFair) / tenantCount
 
 // tenantsPeers are the admitters cpuwork is judged against here.
 var tenantsPeers = []struct{ name, desc string }{
-	{"stock", "the server as it ships: every request runs at once"},
 	{"sem", "one global semaphore for every tenant: an x/sync semaphore of GOMAXPROCS workers and a queue of 2x that, 503 when full"},
 	{"tenant-sem", "the global semaphore and, before it, a semaphore per tenant of half of GOMAXPROCS (at least 1) with a queue of 2x that: no tenant holds more than half of the workers"},
 	{"failsafe-prio", "failsafe-go v0.9.8 adaptivelimiter with its queue, BuildPrioritized with a usage tracker (10 s window), every request at priority Medium with its tenant as the user, calibrated every second"},
@@ -44,7 +43,7 @@ func tenantsTarget(tg realTarget) realTarget {
 	}
 	tg.peers, tg.control = tenantsPeers, tenantsControl
 	tg.cpuworkDesc = "the cpuworkhttp middleware with the objective and Options.Key (the request's tenant), served through WatchListener (8 added lines: realbench/admit)"
-	tg.claim = fmt.Sprintf("%s serving %d tenants, one offering %.0fx its fair share beside %d offering %.1fx theirs (%.2fx capacity in all), with cpuwork's middleware keying each request by its tenant: the well-behaved tenants' p99 better than behind a global semaphore and no worse than behind per-tenant semaphores, the server's goodput equivalent to the global semaphore's",
+	tg.claim = fmt.Sprintf("%s serving %d tenants, one offering %.0fx its fair share beside %d offering %.1fx theirs (%.2fx capacity in all), with cpuwork's middleware keying each request by its tenant: more of the well-behaved tenants' requests answered within the objective than behind a global semaphore and no fewer than behind per-tenant semaphores, the server's goodput equivalent to the global semaphore's",
 		strings.SplitN(tg.claim, " with ", 2)[0], tenantCount, tenantFlood, tenantCount-1, tenantFair, tenantsLoad)
 	tg.desc = fmt.Sprintf("%s with %d tenants, one flooding at %.0fx its fair share (%.2fx capacity in all): a global semaphore, per-tenant semaphores, failsafe-go's prioritizer with usage tracking, cpuwork's middleware with Options.Key", strings.SplitN(tg.desc, " under ", 2)[0], tenantCount, tenantFlood, tenantsLoad)
 	return tg
@@ -63,7 +62,7 @@ func tenantsDef(tg realTarget) scenarioDef {
 }
 
 func (r *Runner) tenantsScenario(tg realTarget) (*Scenario, error) {
-	s := &Scenario{Name: tg.scenario, Baseline: "stock", Claim: tg.claim}
+	s := &Scenario{Name: tg.scenario, Baseline: "sem", Claim: tg.claim}
 	rig, undo, err := r.setUpReal(s, tg)
 	defer undo()
 	if rig == nil {
@@ -75,7 +74,7 @@ func (r *Runner) tenantsScenario(tg realTarget) (*Scenario, error) {
 	var none *cgroup.Group
 	once := r.realVariantOnce(s, rig, &none)
 	variants := tg.variants()
-	checks := func() []check { return tenantsChecks(tg) }
+	checks := func() []check { return tenantsChecks(tg, rig.slo.Seconds()) }
 	estimate := float64(r.slots) / rig.perReq
 	r.search = true
 	defer func() { r.search = false }()
@@ -87,22 +86,24 @@ func (r *Runner) tenantsScenario(tg realTarget) (*Scenario, error) {
 	s.CapacityDrift = capacityDrift(cals)
 	for _, v := range s.Variants {
 		_, at, _ := strings.Cut(v.Name, "@")
-		if b := s.variant("stock@" + at); b != nil && b.Latency.P99 > 0 {
+		if b := s.variant("sem@" + at); b != nil && b.Latency.P99 > 0 {
 			v.Ratio = ratiosTo(v, b)
 		}
 	}
-	judge(s, tenantsChecks(tg))
+	judge(s, tenantsChecks(tg, rig.slo.Seconds()))
 	return s, nil
 }
 
-// tenantsChecks: cpuwork against each peer on the well-behaved tenants'
-// p99 of all their requests (a refused one never answered: with more
-// than 1 % refused, the p99 is past every answer and the value is the
-// slowest answer, a bound that favours the peer) and on the share of
-// them answered within the objective, and against the global semaphore
-// on the server's goodput within the objective; with the figures a user
-// reads beside them.
-func tenantsChecks(tg realTarget) []check {
+// tenantsChecks: cpuwork against each peer on the share of the
+// well-behaved tenants' requests answered within the objective (their
+// p99 of all requests is within the objective exactly when it is 99 % or
+// more; the p99 itself is not compared: with more than 1 % refused it is
+// past every answer, and p99OfAll's value then, the slowest answer, is a
+// bound that favours the peer that refuses), and against the global
+// semaphore on the server's goodput within the objective; with the
+// figures a user reads beside them, the nine's p99 of all requests
+// against the objective (slo, seconds) among them.
+func tenantsChecks(tg realTarget, slo float64) []check {
 	at := fmt.Sprintf("@%.0f%%", tenantsLoad*100)
 	c := tg.controlName()
 	aa := [2]string{c + at, c + aaSuffix + at}
@@ -112,14 +113,14 @@ func tenantsChecks(tg realTarget) []check {
 			continue
 		}
 		cs = append(cs,
-			check{label: fmt.Sprintf("%.0f%%: the %d well-behaved tenants' p99 of all requests (a refused one never answered), against %s", tenantsLoad*100, tenantCount-1, p),
-				judged: "cpuwork" + at, against: []string{p + at}, metric: "tenants_p99_all_s", aa: aa},
 			check{label: fmt.Sprintf("%.0f%%: the %d well-behaved tenants' requests answered within the objective, against %s", tenantsLoad*100, tenantCount-1, p),
 				judged: "cpuwork" + at, against: []string{p + at}, metric: "tenants_within_objective_share", higher: true, aa: aa})
 	}
 	return append(cs,
 		check{label: fmt.Sprintf("%.0f%%: goodput within the objective, CPU-s of work per s, against the global semaphore", tenantsLoad*100),
 			judged: "cpuwork" + at, against: []string{"sem" + at}, metric: "goodput_cpu_per_s", higher: true, aa: aa},
+		check{label: fmt.Sprintf("%.0f%%: the well-behaved tenants' p99 of all requests (a refused one never answered)", tenantsLoad*100),
+			judged: "cpuwork" + at, metric: "tenants_p99_all_s", limit: slo, unit: "s"},
 		check{label: fmt.Sprintf("%.0f%%: the well-behaved tenants' requests unanswered (shed or failed)", tenantsLoad*100),
 			judged: "cpuwork" + at, metric: "tenants_unanswered_share", limit: 0.01, unit: "%"},
 		check{label: fmt.Sprintf("%.0f%%: the flooding tenant's requests served", tenantsLoad*100),
