@@ -40,7 +40,7 @@ func Checkpoint(ctx context.Context) error {
 		return checkpointSlow(ctx, t)
 	}
 	e, c := t.e, t.class&(numClasses-1)
-	if m := e.g.Mask(); m != 0 && (m&admission.MoreUrgent[c] != 0 ||
+	if m := e.g.Mask(); m != 0 && (m&e.g.Urgent(admission.Class(c)) != 0 ||
 		(m&(1<<c) != 0 && e.g.HeadDue(admission.Class(c)) < t.due())) {
 		return t.checkpoint(ctx)
 	}

@@ -100,7 +100,7 @@ func New(o Options) (*Executor, error) {
 	if e.log == nil {
 		e.log = slog.New(slog.DiscardHandler)
 	}
-	cfg := admission.Config{DefaultQueueLimit: defaultQueueLimit, SpareP: o.Batch.SpareP, Owner: (*owner)(e), Log: e.log}
+	cfg := admission.Config{DefaultQueueLimit: defaultQueueLimit, SpareP: o.Batch.SpareP, Beside: o.Batch.Beside, Owner: (*owner)(e), Log: e.log}
 	for c := range e.stats {
 		cfg.Classes[c] = admission.ClassConfig(o.Classes[c])
 		cfg.Counters[c] = &e.stats[c].Counters
@@ -120,11 +120,11 @@ func New(o Options) (*Executor, error) {
 	if batchSched.Policy == 0 && batchSched.Nice == 0 && batchSched.RTPriority == 0 && batchSched.CPUs == nil {
 		batchSched = osthread.Demoted
 	}
-	e.demote = o.Batch.Demote
+	e.demote = o.Batch.Demote || o.Batch.Beside
 	if o.Quota > QuotaStrict {
 		return nil, fmt.Errorf("cpuwork: Options.Quota %d is not a QuotaPolicy", o.Quota)
 	}
-	if o.Batch.Demote {
+	if e.demote {
 		if osthread.Supported {
 			e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
 		} else {
@@ -179,6 +179,9 @@ func New(o Options) (*Executor, error) {
 	}
 	e.drained, e.shutDown = make(chan struct{}), make(chan struct{})
 	e.setSlots(slots)
+	if p := runtime.GOMAXPROCS(0); o.Batch.Beside && p < 2*slots {
+		e.warnOnce("cpuwork: Options.Batch.Beside wants GOMAXPROCS at twice the slots: batch slots without a P of their own hold Ps the budget's slots need", "gomaxprocs", p, "slots", slots)
+	}
 	if frac != nil {
 		e.startFrac(frac)
 	}

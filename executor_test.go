@@ -210,3 +210,33 @@ func TestAZeroExecutorPanicsWithAMessage(t *testing.T) {
 		}()
 	}
 }
+
+// With Options.Batch.Beside, Batch work runs on slots of its own: an
+// Interactive task runs at once while a Batch task holds the only slot
+// of the budget's size, where without it the Interactive one waits.
+func TestBatchBesideLeavesTheBudgetsSlotsToInteractiveWork(t *testing.T) {
+	for _, beside := range []bool{false, true} {
+		e := newExec(t, Options{Slots: 1, Batch: BatchOptions{Beside: beside}})
+		release, running := make(chan struct{}), make(chan struct{})
+		batch, err := e.Go(context.Background(), Batch, func(context.Context) error {
+			close(running)
+			<-release
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-running
+		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+		err = e.Do(ctx, Interactive, func(context.Context) error { return nil })
+		cancel()
+		close(release)
+		batch.Wait(context.Background())
+		switch {
+		case beside && err != nil:
+			t.Errorf("Beside: an Interactive task beside a running Batch task: %v, want it run at once", err)
+		case !beside && err == nil:
+			t.Error("without Beside an Interactive task ran while a Batch task held the only slot")
+		}
+	}
+}

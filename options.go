@@ -160,4 +160,14 @@ type BatchOptions struct {
 	// cgroup the kernel starves it and everything queued on its P: set it
 	// only in a process that owns its cgroup, and with SpareP.
 	Demote bool
+
+	// Beside runs Batch and Background on slots of their own beside the
+	// budget's, as many, on threads demoted as with Demote (Beside implies
+	// it): Critical and Interactive keep every slot of the budget however
+	// much batch work runs, and batch work gets the CPU they leave idle.
+	// For batch work that cannot reach a Checkpoint (a library's loop,
+	// cgo) beside latency-sensitive requests. Set GOMAXPROCS to twice the
+	// slots (each slot needs a P); as with Demote, only in a process that
+	// owns its cgroup. Stats.Slots and the door count one side's slots.
+	Beside bool
 }

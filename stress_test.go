@@ -91,7 +91,7 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 	r := rand.New(rand.NewPCG(seed, 7))
 	o := Options{
 		Slots: 1 + r.IntN(4),
-		Batch: BatchOptions{SpareP: r.IntN(3) == 0, Demote: r.IntN(3) == 0},
+		Batch: BatchOptions{SpareP: r.IntN(3) == 0, Demote: r.IntN(3) == 0, Beside: r.IntN(4) == 0},
 	}
 	for c := range o.Classes {
 		o.Classes[c].QueueLimit = 1 + r.IntN(8)

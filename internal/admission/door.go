@@ -440,7 +440,7 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 		// slot the class could hold was busy.
 		busy := capacity
 		for k := range Class(NumClasses) {
-			if k != c {
+			if k != c && g.sameSide(k, c) {
 				busy -= float64(g.cnt[k].Used.Load() - st.usedAt[k])
 			}
 		}
@@ -651,15 +651,19 @@ const doorSpread = 2
 func (g *Granter) meanWaitLocked(w *Waiter, t int64) (wait int64, ahead int) {
 	_, ahead, work := g.queues[w.Class].place(w.Rank)
 	for k := Critical; k < w.Class; k++ {
-		ahead += g.queues[k].n
-		work += g.queues[k].work
+		if g.sameSide(k, w.Class) {
+			ahead += g.queues[k].n
+			work += g.queues[k].work
+		}
 	}
 	if x, ok := g.standingWait(w, t, ahead); ok {
 		return x, ahead
 	}
 	var running int64
 	for k := range g.share.inflight {
-		running += g.share.inflight[k].Load()
+		if g.sameSide(Class(k), w.Class) {
+			running += g.share.inflight[k].Load()
+		}
 	}
 	return int64(float64(work+running/2) / g.ServiceSlots()), ahead
 }

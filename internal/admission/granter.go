@@ -60,12 +60,15 @@ type Granter struct {
 	clock func() int64
 	// latencyTarget is ClassOptions.LatencyTarget in ns (0: none).
 	latencyTarget [NumClasses]int64
+	// urgent[c] is the waitMask bits of the classes c yields to (Urgent).
+	urgent [NumClasses]uint32
 	// closed is set by Close: the door refuses every submission.
 	closed atomic.Bool
 	// lowCap bounds the slots Batch and Background hold together (0: no
-	// bound; Options.Batch.SpareP).
-	lowCap atomic.Int64
-	_      [64]byte
+	// bound; Options.Batch.SpareP, Options.Batch.Beside); highCap the
+	// slots Critical and Interactive hold together (0: no bound; Beside).
+	lowCap, highCap atomic.Int64
+	_               [64]byte
 
 	// Hot fields, each touched by the admission fast path.
 	// free holds the free slots (negative while the slot count shrinks)
@@ -93,9 +96,11 @@ type Granter struct {
 	// when none), for Checkpoint's lock-free hand-over test (order.go).
 	headDue [NumClasses]atomic.Int64
 	_       [64]byte
-	// lowRunning counts the slots Batch and Background hold.
-	lowRunning atomic.Int64
-	_          [56]byte
+	// lowRunning counts the slots Batch and Background hold; highRunning
+	// those Critical and Interactive hold, counted only while highCap is
+	// set (beside).
+	lowRunning, highRunning atomic.Int64
+	_                       [48]byte
 
 	mu    sync.Mutex
 	slots int // total slots; guarded by mu
@@ -114,6 +119,10 @@ type Granter struct {
 	// waits (the Background starvation guard, door.go).
 	sinceBackground int
 	spareP          bool
+	// beside: Batch and Background run on slots of their own beside the
+	// budget's (Config.Beside): the capacity is twice the slots, each
+	// side bounded to the slots (lowCap, highCap).
+	beside bool
 	// extraClosed says the fractional quota's extra slot is closed now
 	// (fraction.go).
 	extraClosed bool
@@ -245,6 +254,10 @@ type Config struct {
 	// SpareP bounds the slots Batch and Background hold together to
 	// GOMAXPROCS-1 (at least 1).
 	SpareP bool
+	// Beside gives Batch and Background slots of their own beside the
+	// slots SetSlots sets, as many: Critical and Interactive hold at
+	// most those, batch at most its own.
+	Beside bool
 	// Counters[c] are class c's counters, which the Granter writes and
 	// the executor reads; none may be nil.
 	Counters [NumClasses]*Counters
@@ -302,7 +315,14 @@ func (g *Granter) Init(cfg Config) error {
 			g.share.weight[c] = defaultWeight[c]
 		}
 	}
-	g.spareP = cfg.SpareP
+	g.spareP, g.beside = cfg.SpareP, cfg.Beside
+	for c := range Class(NumClasses) {
+		for k := range Class(NumClasses) {
+			if MoreUrgent[c]&(1<<k) != 0 && g.sameSide(c, k) {
+				g.urgent[c] |= 1 << k
+			}
+		}
+	}
 	return nil
 }
 
@@ -613,6 +633,8 @@ func (g *Granter) Release(c Class, est *int64, keep *Keep) {
 	}
 	if c.RunsOnWorker() {
 		g.lowRunning.Add(-1)
+	} else if g.beside {
+		g.highRunning.Add(-1)
 	}
 	f, capacity := g.free.add(1)
 	if f > capacity {
@@ -654,6 +676,12 @@ func (g *Granter) setCapacityLocked(slots int, extraClosed bool, t int64) {
 	g.lowCap.Store(0)
 	if g.spareP {
 		g.lowCap.Store(int64(max(1, min(slots, runtime.GOMAXPROCS(0)-1))))
+	}
+	if g.beside {
+		// Each side has the slots: the capacity is twice them.
+		g.lowCap.Store(int64(max(now, 1)))
+		g.highCap.Store(int64(max(now, 1)))
+		old, now = 2*old, 2*now
 	}
 	// One atomic step for both, so a release (which reads both without
 	// the lock) never sees the new capacity beside the old free count.
@@ -718,14 +746,19 @@ func (g *Granter) Quiet(idle func() bool) bool {
 }
 
 // Snapshot reads the slot count, the free slots, the door and the queue
-// lengths at one instant, for Stats.
+// lengths at one instant, for Stats. With batch beside the budget, the
+// slots and the free ones are the budget's side's.
 func (g *Granter) Snapshot() (slots, free int, closed bool, queued [NumClasses]int) {
 	g.lock()
 	defer g.unlock()
 	for c := range g.queues {
 		queued[c] = g.queues[c].n
 	}
-	return g.slots, int(g.free.freeSlots()), g.closed.Load(), queued
+	f := g.free.freeSlots()
+	if g.beside {
+		f = min(f, g.highCap.Load()-g.highRunning.Load())
+	}
+	return g.slots, int(f), g.closed.Load(), queued
 }
 
 // SetPacedCapacity records the slots that serve the queue on average
@@ -743,13 +776,31 @@ func (g *Granter) ServiceSlots() float64 {
 	return n
 }
 
-// TryAcquire takes a free slot if one is free and nobody is queued (queued
-// tasks are served first; a fresh arrival does not overtake them).
+// TryAcquire takes a free slot for a Critical or Interactive task if one
+// is free and nobody is queued (queued tasks are served first; a fresh
+// arrival does not overtake them), within highCap when it is set.
 func (g *Granter) TryAcquire() bool {
 	if g.waitMask.Load() != 0 {
 		return false
 	}
+	if hc := g.highCap.Load(); hc != 0 {
+		if g.highRunning.Add(1) > hc {
+			g.highRunning.Add(-1)
+			return false
+		}
+		if !g.free.take() {
+			g.highRunning.Add(-1)
+			return false
+		}
+		return true
+	}
 	return g.free.take()
+}
+
+// takeLow is TryAcquire for Batch and Background: never counted in
+// highRunning.
+func (g *Granter) takeLow() bool {
+	return g.waitMask.Load() == 0 && g.free.take()
 }
 
 // TryAcquireFor is TryAcquire that respects the SpareP bound for Batch and
@@ -760,7 +811,7 @@ func (g *Granter) TryAcquireFor(c Class) bool {
 		return g.TryAcquire()
 	}
 	if g.lowCap.Load() == 0 {
-		if !g.TryAcquire() {
+		if !g.takeLow() {
 			return false
 		}
 		g.lowRunning.Add(1)
@@ -771,7 +822,7 @@ func (g *Granter) TryAcquireFor(c Class) bool {
 	if lc := g.lowCap.Load(); lc > 0 && g.lowRunning.Load() >= lc {
 		return false
 	}
-	if !g.TryAcquire() {
+	if !g.takeLow() {
 		return false
 	}
 	g.lowRunning.Add(1)
@@ -822,6 +873,8 @@ func (g *Granter) grantLocked(w *Waiter, t *int64) {
 	}
 	if w.Class.RunsOnWorker() {
 		g.lowRunning.Add(1)
+	} else if g.beside {
+		g.highRunning.Add(1)
 	}
 	// The grant's expected slot time: what the Waiter was queued with
 	// (its given run time or its class's average), else the class's last

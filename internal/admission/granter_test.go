@@ -295,3 +295,48 @@ func TestAWaiterCanceledAsItIsGrantedIsUncounted(t *testing.T) {
 	}
 	t.Fatal("in 5 rounds the waiter never took its ctx's end before the grant")
 }
+
+// With batch beside the budget (Config.Beside), each side holds at most
+// the slots: Interactive tasks get every slot however many Batch tasks
+// run, Batch tasks only slots of their own, and neither yields to the
+// other at a Checkpoint.
+func TestBatchBesideTheBudgetHasSlotsOfItsOwn(t *testing.T) {
+	var g Granter
+	var cnt [NumClasses]Counters
+	cfg := Config{DefaultQueueLimit: 16, Beside: true, Owner: nopOwner{}, Log: slog.New(slog.DiscardHandler)}
+	for c := range cnt {
+		cfg.Counters[c] = &cnt[c]
+	}
+	if err := g.Init(cfg); err != nil {
+		t.Fatal(err)
+	}
+	g.SetSlots(2)
+	if !g.TryAcquireFor(Batch) || !g.TryAcquireFor(Batch) {
+		t.Fatal("two Batch tasks did not get the batch side's two slots")
+	}
+	if g.TryAcquireFor(Background) {
+		t.Error("a third batch-side task got a slot: the batch side has two")
+	}
+	if !g.TryAcquire() || !g.TryAcquire() {
+		t.Fatal("two Interactive tasks did not get the budget's two slots beside two Batch tasks")
+	}
+	if g.TryAcquire() {
+		t.Error("a third Interactive task got a slot: the budget has two")
+	}
+	if g.Urgent(Batch)&(1<<Interactive) != 0 || g.Urgent(Interactive)&(1<<Critical) == 0 || g.Urgent(Background)&(1<<Batch) == 0 {
+		t.Errorf("urgent masks %b %b %b: Batch must not yield to Interactive, Interactive must to Critical, Background to Batch",
+			g.Urgent(Batch), g.Urgent(Interactive), g.Urgent(Background))
+	}
+	var est int64
+	g.Release(Batch, &est, nil)
+	if g.TryAcquire() {
+		t.Error("a Batch slot's release let a third Interactive task in")
+	}
+	if !g.TryAcquireFor(Batch) {
+		t.Error("a Batch task did not get the slot a Batch task released")
+	}
+	g.Release(Interactive, &est, nil)
+	if !g.TryAcquire() {
+		t.Error("an Interactive task did not get the slot an Interactive task released")
+	}
+}

@@ -154,8 +154,17 @@ func (g *Granter) recordService(c Class, declared, d int64) {
 // earlier. Lock-free; called at Checkpoints and For chunk boundaries.
 func (g *Granter) UrgentOver(c Class, due int64) bool {
 	m := g.waitMask.Load()
-	return m&MoreUrgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < due)
+	return m&g.urgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < due)
 }
+
+// Urgent is the waitMask bits of the classes that a task of class c
+// yields its slot to (MoreUrgent, less the classes of the other side
+// when batch has slots of its own: Config.Beside).
+func (g *Granter) Urgent(c Class) uint32 { return g.urgent[c&(NumClasses-1)] }
+
+// sameSide reports whether classes a and b draw on the same slots: always,
+// unless batch has slots of its own (Config.Beside).
+func (g *Granter) sameSide(a, b Class) bool { return !g.beside || a.RunsOnWorker() == b.RunsOnWorker() }
 
 // MoreUrgent[c] has the waitMask bits of the classes that c yields to.
 var MoreUrgent = [NumClasses]uint32{
@@ -297,22 +306,23 @@ func (g *Granter) at(t *int64) int64 {
 
 // classLocked is the class whose head gets the next slot.
 func (g *Granter) classLocked(t *int64) (Class, bool) {
-	lc := g.lowCap.Load()
+	lc, hc := g.lowCap.Load(), g.highCap.Load()
 	low := lc == 0 || g.lowRunning.Load() < lc // Batch/Background may take a slot
+	high := hc == 0 || g.highRunning.Load() < hc
 	batch := low && g.queues[Batch].n > 0
 	bgDue := low && g.queues[Background].n > 0 &&
 		(g.sinceBackground >= BackgroundEvery || g.at(t)-g.queues[Background].head.Enq >= int64(BackgroundMaxWait))
 	switch {
-	case g.queues[Critical].n > 0:
+	case high && g.queues[Critical].n > 0:
 		return Critical, true
 	case bgDue:
 		return Background, true
-	case g.queues[Interactive].n > 0 && batch:
+	case high && g.queues[Interactive].n > 0 && batch && !g.beside:
 		if g.vtime(Batch) < g.vtime(Interactive) {
 			return Batch, true
 		}
 		return Interactive, true
-	case g.queues[Interactive].n > 0:
+	case high && g.queues[Interactive].n > 0:
 		return Interactive, true
 	case batch:
 		return Batch, true

@@ -54,7 +54,15 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	}
 	var exec *cpuwork.Executor
 	if variant == "cpuwork" {
-		e, err := cpuwork.New(cpuwork.Options{})
+		var o cpuwork.Options
+		if *mixed {
+			// Batch requests run to their end without a Checkpoint (the
+			// server's loops are in libraries): on slots of their own
+			// beside the budget's, on demoted threads, with a P each.
+			o.Batch.Beside = true
+			runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
+		}
+		e, err := cpuwork.New(o)
 		if err != nil {
 			return err
 		}

@@ -47,7 +47,7 @@ func mixedTarget(tg realTarget) realTarget {
 	tg.scenario = base + "-mixed"
 	tg.peers, tg.control = mixedPeers, "sem"
 	tg.args = append(slices.Clone(tg.args), "-mixed")
-	tg.cpuworkDesc = "the cpuworkhttp middleware with the objective for the interactive endpoint and Options.Class Batch (no objective) for the batch one, served through WatchListener (10 added lines: realbench/admit); no Checkpoint: the server's work loops are in libraries it calls"
+	tg.cpuworkDesc = "the cpuworkhttp middleware with the objective for the interactive endpoint and Options.Class Batch (no objective) for the batch one, the executor with Options.Batch.Beside and GOMAXPROCS doubled (batch on slots of its own beside the budget's, on demoted threads), served through WatchListener (15 added lines: realbench/admit); no Checkpoint: the server's work loops are in libraries it calls"
 	name := strings.SplitN(tg.claim, " with ", 2)[0]
 	tg.claim = fmt.Sprintf("%s serving interactive requests (%s) beside batch clients re-running its large ones (%s), with cpuwork's middleware and the batch endpoint as Batch: interactive p99 at 80 %% better than every peer's at equivalent batch throughput, interactive goodput at 2x better", name, tg.small, tg.large)
 	tg.desc = fmt.Sprintf("%s: interactive requests at 50 %%, 80 %% and 2x of their own capacity beside %d batch clients per slot, unconstrained and in a 1.5-CPU cgroup: one semaphore, a semaphore per kind, failsafe-go's prioritizer, go-concurrency-limits' partitioned Gradient2, cpuwork's middleware with Options.Class", name, mixedBatchClients)
