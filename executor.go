@@ -179,6 +179,9 @@ func New(o Options) (*Executor, error) {
 	}
 	e.drained, e.shutDown = make(chan struct{}), make(chan struct{})
 	e.setSlots(slots)
+	if _, _, quota := quotaOf(b); o.Batch.Beside && quota {
+		e.warnOnce("cpuwork: Options.Batch.Beside under a CPU quota: demoted batch work spends the quota the budget's requests need, and the cgroup is throttled", "cores", b.Cores)
+	}
 	if p := runtime.GOMAXPROCS(0); o.Batch.Beside && p < 2*slots {
 		e.warnOnce("cpuwork: Options.Batch.Beside wants GOMAXPROCS at twice the slots: batch slots without a P of their own hold Ps the budget's slots need", "gomaxprocs", p, "slots", slots)
 	}

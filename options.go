@@ -168,6 +168,8 @@ type BatchOptions struct {
 	// For batch work that cannot reach a Checkpoint (a library's loop,
 	// cgo) beside latency-sensitive requests. Set GOMAXPROCS to twice the
 	// slots (each slot needs a P); as with Demote, only in a process that
-	// owns its cgroup. Stats.Slots and the door count one side's slots.
+	// owns its cgroup, and not under a CPU quota, where the CPU batch takes
+	// is quota the requests need (a warning says so). Stats.Slots and the
+	// door count one side's slots.
 	Beside bool
 }
