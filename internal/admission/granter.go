@@ -767,9 +767,10 @@ func (g *Granter) Snapshot() (slots, free int, closed bool, queued [NumClasses]i
 func (g *Granter) SetPacedCapacity(c float64) { g.pacedCap.Store(math.Float64bits(c)) }
 
 // ServiceSlots is what the door divides the work ahead by: the slots, or
-// the paced quota's measured average when it is below them.
+// the paced quota's measured average when it is below them. It takes no
+// lock (a task's end charges its key with it).
 func (g *Granter) ServiceSlots() float64 {
-	n := float64(max(g.slots, 1))
+	n := float64(max(g.nslots.Load(), 1))
 	if c := math.Float64frombits(g.pacedCap.Load()); c > 0 && c < n {
 		return c
 	}
