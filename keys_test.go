@@ -9,20 +9,6 @@ import (
 	"time"
 )
 
-// spinFor burns d of CPU time on the calling goroutine, calling
-// Checkpoint every ~100 µs.
-func spinFor(ctx context.Context, d time.Duration) {
-	end := time.Now().Add(d)
-	for time.Now().Before(end) {
-		x := uint64(1)
-		for i := range 20_000 {
-			x = x*6364136223846793005 + uint64(i)
-		}
-		sinkU.Store(x)
-		Checkpoint(ctx)
-	}
-}
-
 // Two keys flood one slot, one with 4 ms tasks and one with 1 ms tasks,
 // four submitters each: without keys the slot goes round the submitters
 // (FIFO) and the long tasks get four times the slot time of the short
@@ -45,7 +31,7 @@ func TestKeysShareASlotByMeasuredSlotTime(t *testing.T) {
 					for time.Now().Before(stop) {
 						e.Do(ctx, Interactive, func(ctx context.Context) error {
 							t0 := time.Now()
-							spinFor(ctx, d)
+							spinChecked(ctx, d)
 							slot[k].Add(int64(time.Since(t0)))
 							return nil
 						})
@@ -92,7 +78,7 @@ func TestALightKeyPassesAFloodingKeysQueue(t *testing.T) {
 				}
 				e.Do(flood, Interactive, func(ctx context.Context) error {
 					started.Add(1)
-					spinFor(ctx, time.Millisecond)
+					spinChecked(ctx, time.Millisecond)
 					return nil
 				})
 			}

@@ -199,7 +199,7 @@ func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Ha
 		lim := adaptivelimiter.NewBuilder[*http.Response]().WithQueueing(2, 3).WithMaxWaitTime(slo).Build()
 		return status503(failsafehttp.NewHandler(app, lim)), nil
 	case "gradient2":
-		return gradient2(app, slo, 8*gmp)
+		return gradient2(app, slo, 8*gmp, strategy.NewSimpleStrategy(200), nil)
 	case "two-sem":
 		bw := max(gmp/4, 1)
 		return byKind(semaphored(app, gmp, 2*gmp), semaphored(app, bw, 2*bw)), nil
@@ -277,19 +277,25 @@ func perTenant(h http.Handler, workers int) http.Handler {
 }
 
 // gradient2 is go-concurrency-limits' Gradient2 limit (its defaults) in
-// its default limiter, behind a FIFO blocking limiter with a bounded
-// backlog whose requests wait at most the objective.
-func gradient2(h http.Handler, slo time.Duration, backlog int) (http.Handler, error) {
-	lim := limit.NewDefaultGradient2Limit("realbench", limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
+// its default limiter with strategy st, behind a FIFO blocking limiter
+// with a bounded backlog whose requests wait at most the objective;
+// withCtx (nil: none) gives the context a request acquires with.
+func gradient2(h http.Handler, slo time.Duration, backlog int, st core.Strategy, withCtx func(*http.Request) context.Context) (http.Handler, error) {
+	reg := core.EmptyMetricRegistryInstance
+	lim := limit.NewDefaultGradient2Limit("realbench", limit.NoopLimitLogger{}, reg)
 	dl, err := limiter.NewDefaultLimiter(lim, int64(time.Second), int64(time.Second), int64(100*time.Microsecond), 100,
-		strategy.NewSimpleStrategy(200), limit.NoopLimitLogger{}, core.EmptyMetricRegistryInstance)
+		st, limit.NoopLimitLogger{}, reg)
 	if err != nil {
 		return nil, err
 	}
 	bl := limiter.NewQueueBlockingLimiterFromConfig(dl, limiter.QueueLimiterConfig{
 		Ordering: limiter.OrderingFIFO, MaxBacklogSize: backlog, MaxBacklogTimeout: slo, BacklogEvictDoneCtx: true})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := bl.Acquire(r.Context())
+		ctx := r.Context()
+		if withCtx != nil {
+			ctx = withCtx(r)
+		}
+		token, ok := bl.Acquire(ctx)
 		if !ok {
 			if token != nil {
 				token.OnDropped()
@@ -318,30 +324,13 @@ func gradient2Partitioned(h http.Handler, slo time.Duration, backlog int) (http.
 	if err != nil {
 		return nil, err
 	}
-	lim := limit.NewDefaultGradient2Limit("realbench", limit.NoopLimitLogger{}, reg)
-	dl, err := limiter.NewDefaultLimiter(lim, int64(time.Second), int64(time.Second), int64(100*time.Microsecond), 100,
-		st, limit.NoopLimitLogger{}, reg)
-	if err != nil {
-		return nil, err
-	}
-	bl := limiter.NewQueueBlockingLimiterFromConfig(dl, limiter.QueueLimiterConfig{
-		Ordering: limiter.OrderingFIFO, MaxBacklogSize: backlog, MaxBacklogTimeout: slo, BacklogEvictDoneCtx: true})
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return gradient2(h, slo, backlog, st, func(r *http.Request) context.Context {
 		kind := "interactive"
 		if r.URL.Path == "/large" {
 			kind = "batch"
 		}
-		token, ok := bl.Acquire(context.WithValue(r.Context(), kindKey{}, kind))
-		if !ok {
-			if token != nil {
-				token.OnDropped()
-			}
-			http.Error(w, "limit", http.StatusServiceUnavailable)
-			return
-		}
-		h.ServeHTTP(w, r)
-		token.OnSuccess()
-	}), nil
+		return context.WithValue(r.Context(), kindKey{}, kind)
+	})
 }
 
 // kindKey carries a request's kind to the partition lookup.
