@@ -57,51 +57,70 @@ func TestKeysShareASlotByMeasuredSlotTime(t *testing.T) {
 	}
 }
 
-// A light key's tasks pass the flood's queue: with one slot and a key
-// keeping six tasks queued, the light key's task starts after the one
-// running (the median), not after the six.
+// A light key's task passes a flooding key's queue: with one slot held
+// and the flood's six tasks queued behind it, the light key's task starts
+// before all but at most the first of them (queued while the flood's
+// clock had not yet run ahead); in arrival order it would start last.
+// The order is the queue's alone: every task is queued before the slot
+// is let go, so the Go and OS schedulers cannot reorder it. The flood's
+// tasks take 20 ms, so its lead (20 ms a queued task) exceeds any stall
+// between their submission and the light task's.
 func TestALightKeyPassesAFloodingKeysQueue(t *testing.T) {
-	e := newExec(t, Options{Slots: 1})
-	var started atomic.Int64
-	flood := WithKey(context.Background(), "flood")
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range 6 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				e.Do(flood, Interactive, func(ctx context.Context) error {
-					started.Add(1)
-					spinChecked(ctx, time.Millisecond)
-					return nil
-				})
+	for _, keyed := range []bool{true, false} {
+		task := time.Millisecond
+		if keyed {
+			task = 20 * time.Millisecond
+		}
+		e := newExec(t, Options{Slots: 1})
+		flood, light := context.Background(), context.Background()
+		if keyed {
+			flood, light = WithKey(flood, "flood"), WithKey(light, "light")
+		}
+		// The flood has run before: its tasks' slot time is measured.
+		for range 5 {
+			e.Do(flood, Interactive, func(ctx context.Context) error {
+				spinChecked(ctx, task)
+				return nil
+			})
+		}
+		for round := range 3 {
+			gate := make(chan struct{})
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var order []string
+			run := func(ctx context.Context, name string, f func()) {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					e.Do(ctx, Interactive, func(context.Context) error {
+						mu.Lock()
+						order = append(order, name)
+						mu.Unlock()
+						f()
+						return nil
+					})
+				}()
 			}
-		}()
-	}
-	waitUntil(t, "the flood queued", func() bool { return e.Stats().Classes[Interactive].Queued >= 4 })
-	light := WithKey(context.Background(), "light")
-	var passed []int64
-	for range 20 {
-		before := started.Load()
-		e.Do(light, Interactive, func(context.Context) error {
-			passed = append(passed, started.Load()-before)
-			return nil
-		})
-		time.Sleep(2 * time.Millisecond)
-	}
-	close(stop)
-	wg.Wait()
-	// Between reading the count and queuing, the submitting goroutine
-	// may wait for a P behind the flood's spinning ones: a few more starts
-	// now and then are the Go scheduler's, not the queue's.
-	sorted := slices.Sorted(slices.Values(passed))
-	if med := sorted[len(sorted)/2]; med > 1 || sorted[len(sorted)-1] > 4 {
-		t.Errorf("flood tasks started between a light task's submission and its start: %v; want a median of at most 1 (the running one) and never more than 4", passed)
+			queued := func(n int) func() bool {
+				return func() bool { return e.Stats().Classes[Interactive].Queued == n }
+			}
+			run(flood, "hold", func() { <-gate })
+			waitUntil(t, "the slot held", func() bool { return e.Stats().Classes[Interactive].Running == 1 })
+			for range 6 {
+				run(flood, "flood", func() { spin(task) })
+			}
+			waitUntil(t, "the flood queued", queued(6))
+			run(light, "light", func() {})
+			waitUntil(t, "the light task queued", queued(7))
+			close(gate)
+			wg.Wait()
+			pos := slices.Index(order, "light") - 1 // after "hold"
+			switch {
+			case keyed && pos > 1:
+				t.Fatalf("round %d: the light key's task started after %d of the flood's 6 queued tasks (%v); want at most 1", round, pos, order)
+			case !keyed && pos != 6:
+				t.Fatalf("round %d without keys: the light task started after %d of 6 queued tasks (%v); want 6 (arrival order), else the case shows nothing", round, pos, order)
+			}
+		}
 	}
 }
