@@ -126,7 +126,16 @@ func New(o Options) (*Executor, error) {
 	}
 	if e.demote {
 		if osthread.Supported {
-			e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
+			g := newGuard(batchSched, e.warnOnce, e.log.Info)
+			if o.Batch.Beside {
+				// Batch's CPU is what the budget's slots leave: starved by
+				// this process's own work is the design (guard.go).
+				g.ownCPUs, g.procCPU = float64(runtime.NumCPU()), processCPU
+				if o.processCPU != nil {
+					g.procCPU = o.processCPU
+				}
+			}
+			e.guard = g
 		} else {
 			e.warnOnce("cpuwork: Options.Batch.Demote needs Linux thread scheduling; batch workers run undemoted", "goos", runtime.GOOS)
 		}

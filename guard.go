@@ -34,6 +34,12 @@ import (
 // worker takes its place. With the privilege, the guard promotes a starved
 // thread at once, in the middle of its task. After the cool-down workers
 // demote again (always permitted). The suspension is process-wide.
+//
+// Under Batch.Beside batch work is meant to get only the CPU the budget's
+// slots leave idle, on Ps of its own: a demoted thread starved while this
+// process itself kept the CPUs busy (its CPU time over the window within
+// half a CPU of all of them) is the design working, not a neighbour
+// taking the CPU, and does not count towards guardStarved.
 const (
 	guardInterval    = 5 * time.Millisecond
 	guardStarved     = 4 * time.Millisecond
@@ -59,9 +65,16 @@ type starvationGuard interface {
 
 // guard is the starvation guard of one executor's demoted pool.
 type guard struct {
-	sched osthread.Sched                // what demoted workers apply
-	warn  func(msg string, args ...any) // once per executor
-	info  func(msg string, args ...any)
+	sched osthread.Sched // what demoted workers apply
+	// ownCPUs is the CPUs this process may run on when starvation by its
+	// own work is exempt (Beside), else 0. procCPU reads the process's
+	// CPU time (0: unreadable).
+	ownCPUs                float64
+	procCPU                func() time.Duration
+	lastProcCPU, lastProcW int64 // guard goroutine only: the previous sample
+
+	warn func(msg string, args ...any) // once per executor
+	info func(msg string, args ...any)
 
 	suspensions atomic.Uint64
 	promotions  atomic.Uint64
@@ -180,6 +193,7 @@ func (g *guard) run() {
 		case <-t.C:
 		}
 		starved = starved[:0]
+		ownBusy := g.ownWorkBusy()
 		g.mu.Lock()
 		for w := range g.workers {
 			if w.stat == nil || !w.demoted.Load() || !w.busy.Load() {
@@ -195,8 +209,12 @@ func (g *guard) run() {
 			if w.sampled {
 				ran, elapsed := cpu-w.lastCPU, wall-w.lastWall
 				if runnable && 2*ran < elapsed {
-					w.starving += elapsed - ran
 					g.starvedNs.Add(elapsed - ran)
+					if !ownBusy {
+						w.starving += elapsed - ran
+					} else {
+						w.starving = 0
+					}
 				} else {
 					w.starving = 0
 				}
@@ -212,6 +230,26 @@ func (g *guard) run() {
 			g.fire(starved)
 		}
 	}
+}
+
+// ownWorkBusy reports whether, since its last call, this process kept
+// the CPUs it may run on busy within half a CPU (ownCPUs set): a demoted
+// thread it starved was starved by the process's own work.
+func (g *guard) ownWorkBusy() bool {
+	if g.ownCPUs <= 0 {
+		return false
+	}
+	p, w := int64(g.procCPU()), now()
+	if p == 0 {
+		g.lastProcW = 0
+		return false
+	}
+	busy := false
+	if g.lastProcW != 0 && w > g.lastProcW {
+		busy = float64(p-g.lastProcCPU) >= (g.ownCPUs-0.5)*float64(w-g.lastProcW)
+	}
+	g.lastProcCPU, g.lastProcW = p, w
+	return busy
 }
 
 // fire suspends demotion and promotes the starved threads in place where

@@ -92,6 +92,7 @@ type Options struct {
 	checkpointYield time.Duration                 // Checkpoint's yield interval (0: defaultCheckpointYield)
 	noLabels        bool                          // run tasks without the cpuwork.class pprof label
 	batchSched      osthread.Sched                // demoted threads' scheduling (zero: osthread.Demoted)
+	processCPU      func() time.Duration          // the guard's reading of the process's CPU time (nil: processCPU)
 }
 
 // ClassOptions configures one class (Options.Classes). The zero value is
@@ -164,7 +165,8 @@ type BatchOptions struct {
 	// Beside runs Batch and Background on slots of their own beside the
 	// budget's, as many, on threads demoted as with Demote (Beside implies
 	// it): Critical and Interactive keep every slot of the budget however
-	// much batch work runs, and batch work gets the CPU they leave idle.
+	// much batch work runs, and batch work gets the CPU they leave idle
+	// (its starvation by this process's own work does not undo demotion).
 	// For batch work that cannot reach a Checkpoint (a library's loop,
 	// cgo) beside latency-sensitive requests. Set GOMAXPROCS to twice the
 	// slots (each slot needs a P); as with Demote, only in a process that

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
@@ -55,12 +56,16 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	var exec *cpuwork.Executor
 	if variant == "cpuwork" {
 		var o cpuwork.Options
-		if *mixed {
+		if b, err := budget.Detect(); *mixed && err == nil {
 			// Batch requests run to their end without a Checkpoint (the
 			// server's loops are in libraries): on slots of their own
-			// beside the budget's, on demoted threads, with a P each.
-			o.Batch.Beside = true
-			runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
+			// beside the budget's, on demoted threads, with a P each —
+			// but not under a CPU quota, as Beside's doc says (the CPU
+			// demoted batch takes is quota the requests need).
+			if _, quota := b.Limiting(); !quota {
+				o.Batch.Beside = true
+				runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
+			}
 		}
 		e, err := cpuwork.New(o)
 		if err != nil {
@@ -89,6 +94,11 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 		p := exec.Stats().Pacing
 		fmt.Fprintf(out, "pacing paced=%d target=%.3f closed_s=%.3f lowered=%d held=%d occupancy=%.3f\n",
 			map[bool]int{true: 1}[p.Paced], p.Target, p.Closed.Seconds(), p.Lowered, p.Held, p.Occupancy)
+		// The demoted batch threads' starvation guard over the run.
+		if d := exec.Stats().Demotion; d.Enabled {
+			fmt.Fprintf(out, "demotion suspensions=%d promotions=%d retired=%d starved_s=%.3f\n",
+				d.Suspensions, d.Promotions, d.Retired, d.StarvedTime.Seconds())
+		}
 	}
 	// Let the handlers still running finish (a client that gave up left
 	// them running), so that their work is counted.

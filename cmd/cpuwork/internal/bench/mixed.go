@@ -47,7 +47,7 @@ func mixedTarget(tg realTarget) realTarget {
 	tg.scenario = base + "-mixed"
 	tg.peers, tg.control = mixedPeers, "sem"
 	tg.args = append(slices.Clone(tg.args), "-mixed")
-	tg.cpuworkDesc = "the cpuworkhttp middleware with the objective for the interactive endpoint and Options.Class Batch (no objective) for the batch one, the executor with Options.Batch.Beside and GOMAXPROCS doubled (batch on slots of its own beside the budget's, on demoted threads), served through WatchListener (15 added lines: realbench/admit); no Checkpoint: the server's work loops are in libraries it calls"
+	tg.cpuworkDesc = "the cpuworkhttp middleware with the objective for the interactive endpoint and Options.Class Batch (no objective) for the batch one, the executor with Options.Batch.Beside and GOMAXPROCS doubled where no CPU quota is set (batch on slots of its own beside the budget's, on demoted threads; under a quota batch shares the budget's slots, as Beside's doc asks), served through WatchListener (18 added lines: realbench/admit); no Checkpoint: the server's work loops are in libraries it calls"
 	name := strings.SplitN(tg.claim, " with ", 2)[0]
 	tg.claim = fmt.Sprintf("%s serving interactive requests (%s) beside batch clients re-running its large ones (%s), with cpuwork's middleware and the batch endpoint as Batch: interactive p99 at 80 %% better than every peer's at equivalent batch throughput, interactive goodput at 2x better", name, tg.small, tg.large)
 	tg.desc = fmt.Sprintf("%s: interactive requests at 50 %%, 80 %% and 2x of their own capacity beside %d batch clients per slot, unconstrained and in a 1.5-CPU cgroup: one semaphore, a semaphore per kind, failsafe-go's prioritizer, go-concurrency-limits' partitioned Gradient2, cpuwork's middleware with Options.Class", name, mixedBatchClients)
@@ -98,6 +98,13 @@ func (r *Runner) mixedScenario(tg realTarget) (*Scenario, error) {
 	r.checkLoads(s, "stock", loads, cals)
 	s.CapacityDrift = capacityDrift(cals)
 	cs := mixedChecks(tg, loads, "")
+	if cc, beside := r.besideCase(loads); beside {
+		// Beside a nice-0 CPU-bound process in the server's cgroup, at
+		// 80 %, as the other load scenarios: the demoted batch threads
+		// are what it would starve.
+		r.besideAt(s, variants, control, cc, estimate, once)
+		cs = append(cs, mixedBesideChecks(tg, cc)...)
+	}
 	r.inQuotaCase(s, variants, func(g *cgroup.Group) { group = g }, func(qv []struct{ name, desc string }) {
 		qcals := r.atLoads(s, qv, loads, control+quotaSuffix(), func() []check { return mixedChecks(tg, loads, quotaSuffix()) },
 			func(round int) calibration {
@@ -196,6 +203,20 @@ func batchLoad(loadgen []string, addr string, d time.Duration, clients int) ([]t
 		}
 	}
 	return done, cmd.Wait()
+}
+
+// mixedBesideChecks: at besideLevel beside the competitor cc, cpuwork
+// against the best peer on the interactive p99 of all requests and the
+// batch work done, with the batch's longest starvation as a figure.
+func mixedBesideChecks(tg realTarget, cc competition) []check {
+	at := fmt.Sprintf("%s@%.0f%%", cc.suffix(), besideLevel*100)
+	alts, aa := realPeersAt(tg, cc.suffix(), besideLevel)
+	lvl := fmt.Sprintf("%.0f%% beside %s", besideLevel*100, cc.Name)
+	return []check{
+		{label: lvl + ": interactive p99 of all requests (a shed one counted as never answered)", judged: "cpuwork" + at, against: alts, metric: "p99_all_s", aa: aa},
+		{label: lvl + ": batch work done, CPU-s per s", judged: "cpuwork" + at, against: alts, metric: "batch_cpu_per_s", higher: true, aa: aa},
+		{label: lvl + ": batch's longest time without a completion", judged: "cpuwork" + at, metric: "batch_starved_s", limit: 1, unit: "s"},
+	}
 }
 
 // mixedChecks: at each level (suf: "" unconstrained, quotaSuffix() in

@@ -256,6 +256,9 @@ type realServer struct {
 	// pacing is the cpuwork variant's Stats.Pacing as it reported it
 	// (paced, target, closed_s, lowered, held, occupancy).
 	pacing map[string]float64
+	// demotion is the cpuwork variant's Stats.Demotion as it reported it
+	// at its end (its demoted batch threads' starvation guard), if any.
+	demotion map[string]float64
 }
 
 // startReal starts bin's variant, in g when g is not nil, and waits for
@@ -317,6 +320,9 @@ func (s *realServer) stop() {
 		}
 		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "pacing "); ok {
 			s.pacing = keyValues(rest)
+		}
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "demotion "); ok {
+			s.demotion = keyValues(rest)
 		}
 		if err != nil {
 			break
@@ -631,6 +637,13 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		v.setRepeatExtra("throttles_lowering_target", p["lowered"])
 		v.setRepeatExtra("throttles_holding_target", p["held"])
 		v.setRepeatExtra("pacer_occupancy", p["occupancy"])
+	}
+	if d := srv.demotion; d != nil && len(v.Repeats) > 0 {
+		// The starvation guard over the server's life: the times it
+		// suspended demotion and the time its demoted threads were
+		// runnable but starved.
+		v.setRepeatExtra("demotion_suspensions", d["suspensions"])
+		v.setRepeatExtra("demoted_starved_s", d["starved_s"])
 	}
 	if terr == nil && t1err == nil && len(v.Repeats) > 0 {
 		server := t1.Sub(t0).OnCPU.Seconds()
