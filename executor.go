@@ -183,6 +183,10 @@ func New(o Options) (*Executor, error) {
 		}
 		e.critLane = lane
 	}
+	if g, ok := e.guard.(*guard); ok && g.ownCPUs > 0 && berr == nil && b.Cores > 0 {
+		// The CPUs the process may use: a quota's, not the machine's.
+		g.ownCPUs = min(g.ownCPUs, b.Cores)
+	}
 	if e.guard != nil {
 		e.guard.start()
 	}

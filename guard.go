@@ -37,14 +37,19 @@ import (
 //
 // Under Batch.Beside batch work is meant to get only the CPU the budget's
 // slots leave idle, on Ps of its own: a demoted thread starved while this
-// process itself kept the CPUs busy (its CPU time over the window within
-// half a CPU of all of them) is the design working, not a neighbour
-// taking the CPU, and does not count towards guardStarved.
+// process itself kept the CPUs busy is the design working and does not
+// count towards guardStarved. Starved while other processes take half a
+// CPU or more (the CPUs less this process's CPU time, averaged over
+// guardOthersTicks ticks, as a load generator's bursts come and go) is a
+// neighbour's doing: it counts, since beside a neighbour that fills the
+// CPUs a stop-the-world waits for the demoted thread.
 const (
 	guardInterval    = 5 * time.Millisecond
 	guardStarved     = 4 * time.Millisecond
 	guardCooldown    = 10 * time.Second
 	guardMaxCooldown = 10 * time.Minute
+	guardOthersTicks = 20  // ticks over which others' CPU is averaged (Beside)
+	guardOthersMax   = 0.5 // CPUs others may take before starvation counts (Beside)
 )
 
 // suspension is process-wide (internal/suspension).
@@ -71,7 +76,8 @@ type guard struct {
 	// CPU time (0: unreadable).
 	ownCPUs                float64
 	procCPU                func() time.Duration
-	lastProcCPU, lastProcW int64 // guard goroutine only: the previous sample
+	lastProcCPU, lastProcW int64   // guard goroutine only: the previous sample
+	others                 float64 // guard goroutine only: others' CPUs, averaged
 
 	warn func(msg string, args ...any) // once per executor
 	info func(msg string, args ...any)
@@ -232,9 +238,10 @@ func (g *guard) run() {
 	}
 }
 
-// ownWorkBusy reports whether, since its last call, this process kept
-// the CPUs it may run on busy within half a CPU (ownCPUs set): a demoted
-// thread it starved was starved by the process's own work.
+// ownWorkBusy reports whether other processes took less than
+// guardOthersMax of the CPUs this process may run on (ownCPUs set),
+// averaged over the last guardOthersTicks calls: a demoted thread starved
+// now was starved by the process's own work.
 func (g *guard) ownWorkBusy() bool {
 	if g.ownCPUs <= 0 {
 		return false
@@ -244,12 +251,12 @@ func (g *guard) ownWorkBusy() bool {
 		g.lastProcW = 0
 		return false
 	}
-	busy := false
 	if g.lastProcW != 0 && w > g.lastProcW {
-		busy = float64(p-g.lastProcCPU) >= (g.ownCPUs-0.5)*float64(w-g.lastProcW)
+		others := max(g.ownCPUs-float64(p-g.lastProcCPU)/float64(w-g.lastProcW), 0)
+		g.others += (others - g.others) / guardOthersTicks
 	}
 	g.lastProcCPU, g.lastProcW = p, w
-	return busy
+	return g.others < guardOthersMax
 }
 
 // fire suspends demotion and promotes the starved threads in place where

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/cpuwork/cpuwork/budget"
 	suspensionpkg "github.com/cpuwork/cpuwork/internal/suspension"
 	"github.com/cpuwork/cpuwork/osthread"
 )
@@ -127,6 +128,28 @@ func TestBesideGuardSparesStarvationByTheProcesssOwnWork(t *testing.T) {
 		e.Close(ctx)
 	}
 	suspensionpkg.Resume()
+}
+
+// Under a CPU quota the CPUs Beside's guard weighs the process's CPU time
+// against are the quota's: a 1.5-CPU process that uses its quota leaves
+// the rest of a 2-CPU machine idle, not to a neighbour.
+func TestBesideGuardWeighsAgainstTheQuota(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs for a quota below them")
+	}
+	dir := t.TempDir()
+	detect := func() (budget.Budget, error) {
+		return budget.Budget{Cores: 1.5, GOMAXPROCS: 4, Affinity: runtime.NumCPU(), Source: budget.SourceCgroupV1,
+			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
+	}
+	e := newExec(t, Options{Batch: BatchOptions{Beside: true}, detect: detect, WatchInterval: time.Hour})
+	g, ok := e.guard.(*guard)
+	if !ok {
+		t.Skip("no demotion on this platform")
+	}
+	if g.ownCPUs != 1.5 {
+		t.Errorf("the guard weighs the process's CPU time against %v CPUs, want the quota's 1.5", g.ownCPUs)
+	}
 }
 
 // pinnedHog starts a CPU-bound process pinned to cpu, killed when t ends.
