@@ -919,8 +919,9 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 // answered requests' quantile 0.99/(1-unanswered), so shedding the slowest
 // requests does not lower it. With more than 1 % unanswered the p99 is
 // beyond every answer; it is then the slowest answer's latency (a lower
-// bound), and the checks that use it fail that repeat on the unanswered
-// share (answeredCheck). Seconds; false when nothing was answered (a
+// bound: a comparison on it keeps only the verdict the bound supports,
+// unansweredBounds), and the checks that use it fail that repeat on the
+// unanswered share (answeredCheck). Seconds; false when nothing was answered (a
 // check on it is then not judged rather than fed a p99 of 0).
 func p99OfAll(h *histT, unanswered float64) (float64, bool) {
 	if h.TotalCount() == 0 || unanswered >= 1 {

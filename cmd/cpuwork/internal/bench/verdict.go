@@ -428,6 +428,9 @@ func evaluate(s *Scenario, c check) CheckResult {
 	if len(idx) == 0 {
 		return notJudged("no repeat judged (%s; the scenario's notes say why)", strings.Join(r.Notes, ", "))
 	}
+	if c.metric == "p99_all_s" && c.of == nil {
+		r.Notes = append(r.Notes, unansweredBounds(s, append([]string{c.judged}, c.against...), idx)...)
+	}
 	vals := map[string][]float64{}
 	for _, name := range append([]string{c.judged}, c.against...) {
 		for _, i := range idx {
@@ -610,6 +613,33 @@ func pairsToDecide(ratios, aa []float64, k int, margin float64) int {
 		}
 	}
 	return lo
+}
+
+// unansweredBounds notes, for each variant in names, the pairs idx in
+// which it left more than 1 % of its requests unanswered: there its p99 of
+// all requests is beyond every answer and p99OfAll gives the slowest
+// answer, a lower bound (boundedVerdict then keeps only the verdict that
+// bound supports: shedding more never reads as a lower p99).
+func unansweredBounds(s *Scenario, names []string, idx []int) []string {
+	var notes []string
+	for _, name := range names {
+		v := s.variant(name)
+		if v == nil {
+			continue
+		}
+		var in []string
+		for _, i := range idx {
+			if i < len(v.Repeats) {
+				if u, ok := metricOf(v.Repeats[i], "unanswered_share"); ok && u >= 0.01 {
+					in = append(in, fmt.Sprint(i+1))
+				}
+			}
+		}
+		if len(in) > 0 {
+			notes = append(notes, fmt.Sprintf("%s left over 1 %% unanswered in pair %s: its p99 of all there is its slowest answer, a lower bound", name, strings.Join(in, ", ")))
+		}
+	}
+	return notes
 }
 
 // boundedVerdict keeps only the verdict a bound supports. A derived value

@@ -390,6 +390,35 @@ func TestABoundSupportsAVerdictOneWayOnly(t *testing.T) {
 	}
 }
 
+// A p99 of all requests with over 1 % unanswered is its slowest answer, a
+// lower bound: a variant that sheds three quarters of its requests must not
+// read better than one that sheds a fifth for its lower slowest answer, and
+// a peer that sheds may still lose to one that answers.
+func TestSheddingMoreNeverReadsAsALowerP99OfAll(t *testing.T) {
+	mk := func(cwP99, cwUnanswered, altUnanswered float64) *Scenario {
+		return synth(map[string]map[string][]float64{
+			"cpuwork@80%": {"p99_all_s": jitter(cwP99, 4), "unanswered_share": {cwUnanswered}},
+			"sem@80%":     {"p99_all_s": jitter(0.2, 4), "unanswered_share": {altUnanswered}},
+		})
+	}
+	c := check{label: "80%: p99 of all", judged: "cpuwork@80%", against: []string{"sem@80%"}, metric: "p99_all_s"}
+	s := mk(0.1, 0.75, 0.2) // both shed; cpuwork's slowest answer is lower
+	judge(s, []check{c})
+	if r := s.Checks[0]; r.Verdict != Inconclusive || !strings.Contains(strings.Join(r.Notes, " "), "not supported") {
+		t.Errorf("both over 1 %% unanswered: %s %v, want inconclusive with a note", r.Verdict, r.Notes)
+	}
+	s = mk(0.1, 0, 0.2) // only the peer sheds: cpuwork's p99 is exact
+	judge(s, []check{c})
+	if r := s.Checks[0]; r.Verdict != Better {
+		t.Errorf("only the peer over 1 %% unanswered: %s %v, want better", r.Verdict, r.Notes)
+	}
+	s = mk(0.4, 0.1, 0) // cpuwork sheds and is slower: worse stands
+	judge(s, []check{c})
+	if r := s.Checks[0]; r.Verdict != Worse {
+		t.Errorf("cpuwork over 1 %% unanswered and slower: %s %v, want worse", r.Verdict, r.Notes)
+	}
+}
+
 // A run of a fixed number of pairs (--repeat) looks once, at the end:
 // its intervals are at 95 %, not at the per-look level of looks it never
 // takes (24 pairs were charged for four looks: 98.2 %). A run that looks
