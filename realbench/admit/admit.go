@@ -65,6 +65,11 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 			if _, quota := b.Limiting(); !quota {
 				o.Batch.Beside = true
 				runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
+			} else {
+				// Under the quota, batch never holds every slot: a
+				// request always finds one that no batch request holds
+				// for the whole of its run.
+				o.Batch.SpareP = true
 			}
 		}
 		e, err := cpuwork.New(o)
