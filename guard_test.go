@@ -119,7 +119,9 @@ func TestBesideGuardSparesStarvationByTheProcesssOwnWork(t *testing.T) {
 		t.Logf("own work busy %v: %+v", ownBusy, st)
 		switch {
 		case st.StarvedTime < 20*time.Millisecond && st.Suspensions == 0:
-			t.Fatalf("own work busy %v: the worker was starved for only %v: the case shows nothing", ownBusy, st.StarvedTime)
+			// The kernel ran the worker after all (seen once in 65 runs
+			// beside three more CPU-bound processes): nothing to judge.
+			t.Skipf("own work busy %v: the worker was starved for only %v, so the case shows nothing", ownBusy, st.StarvedTime)
 		case ownBusy && (st.Suspensions != 0 || !st.Active):
 			t.Errorf("starved by the process's own work, the guard suspended demotion: %+v", st)
 		case !ownBusy && st.Suspensions == 0:
