@@ -126,16 +126,7 @@ func New(o Options) (*Executor, error) {
 	}
 	if e.demote {
 		if osthread.Supported {
-			g := newGuard(batchSched, e.warnOnce, e.log.Info)
-			if o.Batch.Beside {
-				// Batch's CPU is what the budget's slots leave: starved by
-				// this process's own work is the design (guard.go).
-				g.ownCPUs, g.procCPU = float64(runtime.NumCPU()), processCPU
-				if o.processCPU != nil {
-					g.procCPU = o.processCPU
-				}
-			}
-			e.guard = g
+			e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
 		} else {
 			e.warnOnce("cpuwork: Options.Batch.Demote needs Linux thread scheduling; batch workers run undemoted", "goos", runtime.GOOS)
 		}
@@ -183,9 +174,17 @@ func New(o Options) (*Executor, error) {
 		}
 		e.critLane = lane
 	}
-	if g, ok := e.guard.(*guard); ok && g.ownCPUs > 0 && berr == nil && b.Cores > 0 {
-		// The CPUs the process may use: a quota's, not the machine's.
-		g.ownCPUs = min(g.ownCPUs, b.Cores)
+	if g, ok := e.guard.(*guard); ok && o.Batch.Beside {
+		// Batch's CPU is what the budget's slots leave: starved by this
+		// process's own work is the design (guard.go). The CPUs the
+		// process may use are a quota's, not the machine's.
+		g.ownCPUs, g.procCPU = float64(runtime.NumCPU()), processCPU
+		if berr == nil && b.Cores > 0 {
+			g.ownCPUs = min(g.ownCPUs, b.Cores)
+		}
+		if o.processCPU != nil {
+			g.procCPU = o.processCPU
+		}
 	}
 	if e.guard != nil {
 		e.guard.start()
