@@ -99,6 +99,14 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 		p := exec.Stats().Pacing
 		fmt.Fprintf(out, "pacing paced=%d target=%.3f closed_s=%.3f lowered=%d held=%d occupancy=%.3f\n",
 			map[bool]int{true: 1}[p.Paced], p.Target, p.Closed.Seconds(), p.Lowered, p.Held, p.Occupancy)
+		// The latency split per class: queue wait and slot time.
+		for _, c := range exec.Stats().Classes {
+			if c.Submitted == 0 {
+				continue
+			}
+			fmt.Fprintf(out, "split class=%s submitted=%d rejected=%d shed=%d wait_p50_ms=%.1f wait_p99_ms=%.1f slot_p50_ms=%.1f slot_p99_ms=%.1f slot_s=%.3f\n",
+				c.Class, c.Submitted, c.Rejected, c.Shed, ms(c.QueueWait.P50), ms(c.QueueWait.P99), ms(c.SlotTime.P50), ms(c.SlotTime.P99), c.SlotSeconds)
+		}
 		// The demoted batch threads' starvation guard over the run.
 		if d := exec.Stats().Demotion; d.Enabled {
 			fmt.Fprintf(out, "demotion suspensions=%d promotions=%d retired=%d starved_s=%.3f\n",
@@ -367,3 +375,6 @@ func (w *recode) WriteHeader(code int) {
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

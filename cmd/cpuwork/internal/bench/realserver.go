@@ -259,6 +259,9 @@ type realServer struct {
 	// demotion is the cpuwork variant's Stats.Demotion as it reported it
 	// at its end (its demoted batch threads' starvation guard), if any.
 	demotion map[string]float64
+	// split is the cpuwork variant's latency split per class as it
+	// reported it at its end: queue wait and slot time (ms), refusals.
+	split map[string]map[string]float64
 }
 
 // startReal starts bin's variant, in g when g is not nil, and waits for
@@ -315,15 +318,7 @@ func (s *realServer) stop() {
 	timer := time.AfterFunc(10*time.Second, func() { s.cmd.Process.Kill() })
 	for {
 		line, err := s.out.ReadString('\n')
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "abandoned "); ok {
-			s.abandoned = keyValues(rest)
-		}
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "pacing "); ok {
-			s.pacing = keyValues(rest)
-		}
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "demotion "); ok {
-			s.demotion = keyValues(rest)
-		}
+		s.report(line)
 		if err != nil {
 			break
 		}
@@ -331,6 +326,31 @@ func (s *realServer) stop() {
 	s.cmd.Wait()
 	timer.Stop()
 	s.done()
+}
+
+// report records one line of what the server reports at its end: the
+// requests it finished after their client had gone, the cpuwork
+// variant's pacer, its demoted threads' guard and its latency split per
+// class ("split class=Interactive wait_p50_ms=1.2 ..."). Other lines are
+// ignored.
+func (s *realServer) report(line string) {
+	line = strings.TrimSpace(line)
+	if rest, ok := strings.CutPrefix(line, "abandoned "); ok {
+		s.abandoned = keyValues(rest)
+	}
+	if rest, ok := strings.CutPrefix(line, "pacing "); ok {
+		s.pacing = keyValues(rest)
+	}
+	if rest, ok := strings.CutPrefix(line, "demotion "); ok {
+		s.demotion = keyValues(rest)
+	}
+	if rest, ok := strings.CutPrefix(line, "split class="); ok {
+		class, kv, _ := strings.Cut(rest, " ")
+		if s.split == nil {
+			s.split = map[string]map[string]float64{}
+		}
+		s.split[strings.ToLower(class)] = keyValues(kv)
+	}
 }
 
 // keyValues parses "k=1 k2=0.5" (a field that is not a number is left
@@ -644,6 +664,16 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		// runnable but starved.
 		v.setRepeatExtra("demotion_suspensions", d["suspensions"])
 		v.setRepeatExtra("demoted_starved_s", d["starved_s"])
+	}
+	for class, kv := range srv.split {
+		if len(v.Repeats) == 0 {
+			break
+		}
+		// Where a request's time went inside the executor: its wait for
+		// a slot and its time on one (medians and p99s, ms).
+		for _, k := range []string{"wait_p50_ms", "wait_p99_ms", "slot_p50_ms", "slot_p99_ms"} {
+			v.setRepeatExtra(class+"_"+k, kv[k])
+		}
 	}
 	if terr == nil && t1err == nil && len(v.Repeats) > 0 {
 		server := t1.Sub(t0).OnCPU.Seconds()

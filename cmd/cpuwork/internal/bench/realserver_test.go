@@ -1,0 +1,38 @@
+package bench
+
+import "testing"
+
+// The lines a realbench server prints at its end reach the run's extras:
+// the latency split per class by its lower-case name, the pacer's and
+// the guard's figures, and no other line.
+func TestRealServerReportLines(t *testing.T) {
+	var s realServer
+	for _, line := range []string{
+		"abandoned small=3 large=1\n",
+		"pacing paced=1 target=0.970 closed_s=0.512 lowered=0 held=2 occupancy=1.700\n",
+		"split class=Interactive submitted=900 rejected=480 shed=470 wait_p50_ms=9.7 wait_p99_ms=147.0 slot_p50_ms=8.7 slot_p99_ms=61.9 slot_s=3.210\n",
+		"split class=Batch submitted=4 rejected=0 shed=0 wait_p50_ms=0.0 wait_p99_ms=1.0 slot_p50_ms=500.0 slot_p99_ms=520.0 slot_s=2.000\n",
+		"demotion suspensions=1 promotions=2 retired=0 starved_s=0.004\n",
+		"listening 127.0.0.1:1234\n",
+	} {
+		s.report(line)
+	}
+	if s.abandoned["small"] != 3 || s.abandoned["large"] != 1 {
+		t.Errorf("abandoned = %v", s.abandoned)
+	}
+	if s.pacing["held"] != 2 || s.pacing["closed_s"] != 0.512 {
+		t.Errorf("pacing = %v", s.pacing)
+	}
+	if s.demotion["suspensions"] != 1 {
+		t.Errorf("demotion = %v", s.demotion)
+	}
+	if got := s.split["interactive"]; got["wait_p99_ms"] != 147 || got["slot_p50_ms"] != 8.7 || got["shed"] != 470 {
+		t.Errorf("interactive split = %v", got)
+	}
+	if got := s.split["batch"]; got["slot_p99_ms"] != 520 {
+		t.Errorf("batch split = %v", got)
+	}
+	if len(s.split) != 2 {
+		t.Errorf("split has %d classes, want 2: %v", len(s.split), s.split)
+	}
+}
