@@ -60,6 +60,11 @@ func (e *Executor) shutdown() {
 	if e.guard != nil {
 		e.guard.close()
 	}
+	if e.batchGroup != nil {
+		if err := e.batchGroup.close(); err != nil {
+			e.log.Warn("cpuwork: remove the batch cgroup", "err", err)
+		}
+	}
 	if e.critLane != nil {
 		e.laneErr = e.critLane.Close(context.Background()) // its tasks are done: it stops at once
 	}

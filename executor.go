@@ -44,6 +44,7 @@ type Executor struct {
 	warned                                   sync.Once
 	demote                                   bool
 	guard                                    starvationGuard // nil when Batch and Background are not demoted
+	batchGroup                               *batchGroup     // Beside under a quota: batch threads' capped cgroup, or nil
 	critLane                                 *osthread.Lane
 	// frac opens and closes the extra slot of a fractional quota
 	// (fraction.go), made by New or, for a quota that appears later, by
@@ -186,14 +187,15 @@ func New(o Options) (*Executor, error) {
 			g.procCPU = o.processCPU
 		}
 	}
+	if _, _, quota := quotaOf(b); o.Batch.Beside && quota {
+		// Before any worker starts: each registers its thread.
+		e.besideUnderQuota(b)
+	}
 	if e.guard != nil {
 		e.guard.start()
 	}
 	e.drained, e.shutDown = make(chan struct{}), make(chan struct{})
 	e.setSlots(slots)
-	if _, _, quota := quotaOf(b); o.Batch.Beside && quota {
-		e.warnOnce("cpuwork: Options.Batch.Beside under a CPU quota: demoted batch work spends the quota the budget's requests need, and the cgroup is throttled", "cores", b.Cores)
-	}
 	if p := runtime.GOMAXPROCS(0); o.Batch.Beside && p < 2*slots {
 		e.warnOnce("cpuwork: Options.Batch.Beside wants GOMAXPROCS at twice the slots: batch slots without a P of their own hold Ps the budget's slots need", "gomaxprocs", p, "slots", slots)
 	}
@@ -206,6 +208,23 @@ func New(o Options) (*Executor, error) {
 		go e.follow(ctx, o.WatchInterval, detect, b)
 	}
 	return e, nil
+}
+
+// besideUnderQuota caps Beside's batch threads to what the rest of the
+// process leaves of b's quota, in a child cgroup (batchgroup.go), or says
+// why it cannot.
+func (e *Executor) besideUnderQuota(b budget.Budget) {
+	g, ok := e.guard.(*guard)
+	if !ok {
+		return
+	}
+	bg, err := newBatchGroup(b.Cores, processCPU)
+	if err != nil {
+		e.warnOnce("cpuwork: Options.Batch.Beside under a CPU quota: batch's CPU cannot be capped to what the requests leave, so demoted batch work spends the quota they need and the cgroup is throttled", "cores", b.Cores, "err", err)
+		return
+	}
+	g.group, e.batchGroup = bg, bg
+	e.log.Info("cpuwork: batch threads run in a child cgroup whose quota is what the rest of the process leaves of the budget", "cores", b.Cores, "cgroup", bg.g.Path())
 }
 
 // labelKey is the pprof label key under which tasks run; its value is the

@@ -15,6 +15,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv("CPUWORK_FRACTION_CHILD") == "beside" {
+		besideChild()
+		return
+	}
 	if os.Getenv("CPUWORK_FRACTION_CHILD") != "" {
 		fractionChild()
 		return

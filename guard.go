@@ -81,6 +81,9 @@ type guard struct {
 
 	warn func(msg string, args ...any) // once per executor
 	info func(msg string, args ...any)
+	// group, when not nil, caps the demoted threads' CPU under a quota
+	// (batchgroup.go): register moves each thread into it.
+	group *batchGroup
 
 	suspensions atomic.Uint64
 	promotions  atomic.Uint64
@@ -140,6 +143,11 @@ func (g *guard) register(tid int) *guardedWorker {
 	if f, err := os.Open(fmt.Sprintf("/proc/self/task/%d/stat", tid)); err == nil {
 		w.stat = f
 	}
+	if g.group != nil {
+		if err := g.group.add(tid); err != nil {
+			g.warn("cpuwork: a batch thread stays outside the batch cgroup: its CPU is not capped", "err", err)
+		}
+	}
 	g.mu.Lock()
 	g.workers[w] = struct{}{}
 	g.mu.Unlock()
@@ -147,6 +155,9 @@ func (g *guard) register(tid int) *guardedWorker {
 }
 
 func (g *guard) unregister(w *guardedWorker) {
+	if g.group != nil {
+		g.group.remove(w.tid)
+	}
 	g.mu.Lock()
 	delete(g.workers, w)
 	g.mu.Unlock()

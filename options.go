@@ -170,8 +170,9 @@ type BatchOptions struct {
 	// For batch work that cannot reach a Checkpoint (a library's loop,
 	// cgo) beside latency-sensitive requests. Set GOMAXPROCS to twice the
 	// slots (each slot needs a P); as with Demote, only in a process that
-	// owns its cgroup, and not under a CPU quota, where the CPU batch takes
-	// is quota the requests need (a warning says so). Stats.Slots and the
-	// door count one side's slots.
+	// owns its cgroup. Under a CPU quota the batch threads run in a child
+	// cgroup whose quota is what the rest of the process leaves (cgroup
+	// v1, with permission to create it; else a warning says the requests'
+	// quota is not protected). Stats.Slots and the door count one side's.
 	Beside bool
 }

@@ -326,6 +326,37 @@ func (g *Group) Dir() string {
 	return g.dirs["cpu"]
 }
 
+// SetCPUs changes the group's CFS quota to cores per its period (0 means
+// no quota), as New applied Config.CPUs. A quota below the kernel's least
+// (1000 µs per period) is raised to it.
+func (g *Group) SetCPUs(cores float64) error {
+	if math.IsNaN(cores) || math.IsInf(cores, 0) || cores < 0 {
+		return fmt.Errorf("cgroup: SetCPUs(%v): want a finite number of cores >= 0", cores)
+	}
+	period := g.cfg.Period
+	if period == 0 {
+		period = 100 * time.Millisecond
+	}
+	us := int64(period / time.Microsecond)
+	quota := int64(-1)
+	if cores > 0 {
+		quota = max(1000, int64(math.Round(cores*float64(us))))
+	}
+	var file, text string
+	switch {
+	case g.version == 2 && quota < 0:
+		file, text = "cpu.max", fmt.Sprintf("max %d", us)
+	case g.version == 2:
+		file, text = "cpu.max", fmt.Sprintf("%d %d", quota, us)
+	default:
+		file, text = "cpu.cfs_quota_us", fmt.Sprint(quota)
+	}
+	if err := os.WriteFile(filepath.Join(g.Dir(), file), []byte(text), 0o644); err != nil {
+		return explain("set the quota of "+g.path, err)
+	}
+	return nil
+}
+
 // Add moves process pid (all its threads) into the group.
 func (g *Group) Add(pid int) error {
 	if err := g.m.Apply(pid); err != nil {

@@ -46,6 +46,9 @@ func (g *Group) ProcsFiles() []string { return nil }
 // AddThread returns an error wrapping ErrUnsupported.
 func (g *Group) AddThread(tid int) error { return errNoCgroups }
 
+// SetCPUs is unsupported outside Linux.
+func (g *Group) SetCPUs(cores float64) error { return errNoCgroups }
+
 // Stat returns an error wrapping ErrUnsupported.
 func (g *Group) Stat() (budget.Stat, error) { return budget.Stat{}, errNoCgroups }
 

@@ -253,3 +253,47 @@ func TestRemoveNeverKillsTheCallingProcess(t *testing.T) {
 		t.Errorf("%s still exists: %v", g.Dir(), err)
 	}
 }
+
+// SetCPUs changes the quota New applied, raises one below the kernel's
+// least to it, lifts it with 0 and refuses a negative one.
+func TestSetCPUsOnARealCgroup(t *testing.T) {
+	need(t)
+	g, err := New(Config{Name: name(t), Parent: testParent, CPUs: 0.25, Period: 10 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := g.Remove(); err != nil {
+			t.Error(err)
+		}
+	}()
+	quota := func() string {
+		if Version() == 1 {
+			q, _ := os.ReadFile(filepath.Join(g.Dir(), "cpu.cfs_quota_us"))
+			return strings.TrimSpace(string(q))
+		}
+		m, _ := os.ReadFile(filepath.Join(g.Dir(), "cpu.max"))
+		q, _, _ := strings.Cut(strings.TrimSpace(string(m)), " ")
+		return q
+	}
+	for _, c := range []struct {
+		cores float64
+		want  string
+	}{{0.5, "5000"}, {0.01, "1000"}, {1.25, "12500"}} {
+		if err := g.SetCPUs(c.cores); err != nil {
+			t.Fatal(err)
+		}
+		if got := quota(); got != c.want {
+			t.Errorf("SetCPUs(%v): quota %s, want %s", c.cores, got, c.want)
+		}
+	}
+	if err := g.SetCPUs(0); err != nil {
+		t.Fatal(err)
+	}
+	if got := quota(); got != "-1" && got != "max" {
+		t.Errorf("SetCPUs(0): quota %s, want none", got)
+	}
+	if err := g.SetCPUs(-1); err == nil {
+		t.Error("SetCPUs(-1) accepted")
+	}
+}

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
-	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/failsafe-go/failsafe-go/adaptivelimiter"
 	"github.com/failsafe-go/failsafe-go/failsafehttp"
@@ -56,21 +55,14 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	var exec *cpuwork.Executor
 	if variant == "cpuwork" {
 		var o cpuwork.Options
-		if b, err := budget.Detect(); *mixed && err == nil {
+		if *mixed {
 			// Batch requests run to their end without a Checkpoint (the
 			// server's loops are in libraries): on slots of their own
-			// beside the budget's, on demoted threads, with a P each —
-			// but not under a CPU quota, as Beside's doc says (the CPU
-			// demoted batch takes is quota the requests need).
-			if _, quota := b.Limiting(); !quota {
-				o.Batch.Beside = true
-				runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
-			} else {
-				// Under the quota, batch never holds every slot: a
-				// request always finds one that no batch request holds
-				// for the whole of its run.
-				o.Batch.SpareP = true
-			}
+			// beside the budget's, on demoted threads, with a P each;
+			// under a CPU quota in a child cgroup capped to what the
+			// requests leave of it.
+			o.Batch.Beside = true
+			runtime.GOMAXPROCS(2 * runtime.GOMAXPROCS(0))
 		}
 		e, err := cpuwork.New(o)
 		if err != nil {
