@@ -389,25 +389,55 @@ func requestCosts(bin, origin string, n int, extra ...string) (map[string]float6
 			}
 			return nil
 		}
+		// The first request warms up; the next one's CPU sizes the count.
+		cost := func(n int) (float64, error) {
+			t0, err := schedstat.ReadThreads(s.cmd.Process.Pid)
+			if err != nil {
+				return 0, err
+			}
+			for range n {
+				if err := get(); err != nil {
+					return 0, err
+				}
+			}
+			t1, err := schedstat.ReadThreads(s.cmd.Process.Pid)
+			if err != nil {
+				return 0, err
+			}
+			return t1.Sub(t0).OnCPU.Seconds() / float64(n), nil
+		}
 		if err := get(); err != nil {
 			return nil, err
 		}
-		t0, err := schedstat.ReadThreads(s.cmd.Process.Pid)
+		one, err := cost(1)
 		if err != nil {
 			return nil, err
 		}
-		for range n {
-			if err := get(); err != nil {
-				return nil, err
-			}
-		}
-		t1, err := schedstat.ReadThreads(s.cmd.Process.Pid)
-		if err != nil {
+		if costs[kind], err = cost(costCount(one, n)); err != nil {
 			return nil, err
 		}
-		costs[kind] = t1.Sub(t0).OnCPU.Seconds() / float64(n)
 	}
 	return costs, nil
+}
+
+// costWork, costMax: requestCosts measures a kind over at least
+// costWork of the server's CPU (one request's CPU tells how many), at
+// most costMax requests: over a few requests of a millisecond, whether a
+// garbage collection falls among them moved the measured cost, and the
+// objective derived from it, 4x between runs (OPA's 1.7-ms query:
+// objectives of 10 to 40 ms).
+const (
+	costWork = 0.3 // seconds
+	costMax  = 400
+)
+
+// costCount is how many requests of one's CPU (seconds) requestCosts
+// measures: enough for costWork, at least least, at most costMax.
+func costCount(one float64, least int) int {
+	if one <= 0 {
+		return least // nothing measured to size it by
+	}
+	return min(costMax, max(least, int(math.Ceil(costWork/one))))
 }
 
 // realRig is what the real-server scenarios set up before their runs:

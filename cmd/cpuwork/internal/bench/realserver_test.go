@@ -36,3 +36,25 @@ func TestRealServerReportLines(t *testing.T) {
 		t.Errorf("split has %d classes, want 2: %v", len(s.split), s.split)
 	}
 }
+
+// A request kind is measured over at least costWork of CPU: many short
+// requests, a few long ones, never fewer than asked nor more than
+// costMax.
+func TestCostCountCoversTheWork(t *testing.T) {
+	for _, c := range []struct {
+		one   float64
+		least int
+		want  int
+	}{
+		{0.0017, 5, 177}, // OPA's small query
+		{0.45, 5, 5},     // its large one
+		{0.00001, 5, costMax},
+		{0, 5, 5},
+		{0.1, 5, 5},
+		{0.05, 5, 6},
+	} {
+		if got := costCount(c.one, c.least); got != c.want {
+			t.Errorf("costCount(%v, %d) = %d, want %d", c.one, c.least, got, c.want)
+		}
+	}
+}
