@@ -198,3 +198,39 @@ func TestDemotionIsOptIn(t *testing.T) {
 		})
 	}
 }
+
+// Under Beside, a Batch task queued for the batch side's slots does not
+// send an Interactive arrival through the door while the budget's side
+// has a slot free: it takes the slot at once, as it would with no batch
+// queued. (It was judged by the door instead, against a stale estimate,
+// and refused: a server with batch clients waiting refused nearly every
+// request while its budget's slots stood free.)
+func TestBesideQueuedBatchLeavesInteractiveItsFreeSlot(t *testing.T) {
+	e := newExec(t, Options{Slots: 1, Batch: BatchOptions{Beside: true}})
+	ctx := context.Background()
+	release, started := make(chan struct{}), make(chan struct{})
+	running, err := e.Go(ctx, Batch, func(context.Context) error { close(started); <-release; return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	queued, err := e.Go(ctx, Batch, func(context.Context) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitQueued(t, e, Batch, 1)
+	// Its expected run time is past its deadline: the door would refuse
+	// it; a free slot takes it without asking.
+	dctx, cancel := context.WithTimeout(WithTarget(ctx, Target{Service: time.Minute}), time.Second)
+	defer cancel()
+	ran := false
+	if err := e.Do(dctx, Interactive, func(context.Context) error { ran = true; return nil }); err != nil || !ran {
+		t.Errorf("Interactive Do beside a queued batch task: ran %v, err %v; want it run on the free slot", ran, err)
+	}
+	close(release)
+	for _, tk := range []*Task{running, queued} {
+		if err := tk.Wait(ctx); err != nil {
+			t.Error(err)
+		}
+	}
+}

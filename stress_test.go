@@ -427,3 +427,79 @@ func stressNetwork(t *testing.T) (stop func()) {
 	}()
 	return func() { close(done); c.Close(); <-finished; closeEcho() }
 }
+
+// TestStressBesideBatchBacklogLeavesInteractiveItsSlots: under Beside,
+// with every batch slot held and more batch tasks queued, up to Slots
+// Interactive submitters at once always find a slot of their own side
+// free and run at once, whatever the door would say of them (a declared
+// run time past their deadline); then the batch backlog runs to its end.
+// Random slot counts, submitters and backlogs; CPUWORK_STRESS_RUNS sets
+// the runs (default 200; 50 with -short).
+func TestStressBesideBatchBacklogLeavesInteractiveItsSlots(t *testing.T) {
+	runs := 200
+	if testing.Short() {
+		runs = 50
+	}
+	if s := os.Getenv("CPUWORK_STRESS_RUNS"); s != "" {
+		runs, _ = strconv.Atoi(s)
+	}
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	for i := range runs {
+		r := rand.New(rand.NewPCG(seed+uint64(i), 11))
+		slots := 1 + r.IntN(3)
+		e, err := New(Options{Slots: slots, Batch: BatchOptions{Beside: true}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		release := make(chan struct{})
+		var started sync.WaitGroup
+		var batch []*Task
+		for j := range slots + 1 + r.IntN(4) {
+			if j < slots {
+				started.Add(1)
+			}
+			tk, err := e.Go(ctx, Batch, func(context.Context) error {
+				if j < slots {
+					started.Done()
+				}
+				<-release
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			batch = append(batch, tk)
+		}
+		started.Wait()
+		waitQueued(t, e, Batch, len(batch)-slots)
+		var wg sync.WaitGroup
+		var refused atomic.Int64
+		for range 1 + r.IntN(slots) {
+			n := 1 + r.IntN(20)
+			wg.Go(func() {
+				for range n {
+					dctx, cancel := context.WithTimeout(WithTarget(ctx, Target{Service: time.Minute}), time.Second)
+					if err := e.Do(dctx, Interactive, func(context.Context) error { return nil }); err != nil {
+						refused.Add(1)
+					}
+					cancel()
+				}
+			})
+		}
+		wg.Wait()
+		close(release)
+		for _, tk := range batch {
+			if err := tk.Wait(ctx); err != nil {
+				t.Errorf("seed %d: batch task: %v", seed+uint64(i), err)
+			}
+		}
+		if err := e.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if n := refused.Load(); n != 0 {
+			t.Fatalf("seed %d: %d Interactive tasks refused beside a batch backlog while their side had slots free", seed+uint64(i), n)
+		}
+	}
+}

@@ -324,7 +324,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 // Allow is Allow's door: nil when a task of class c with ctx would take
 // a free slot or queue now, else the refusal, counted.
 func (g *Granter) Allow(ctx context.Context, c Class) error {
-	if g.freeNow() {
+	if g.freeNow(c) {
 		return nil // it would take a free slot at once: never judged at the door
 	}
 	w := Waiter{Class: c}

@@ -337,9 +337,38 @@ func (g *Granter) HeadDue(c Class) int64 { return g.headDue[c].Load() }
 // HasWaiters reports whether any task is queued.
 func (g *Granter) HasWaiters() bool { return g.waitMask.Load() != 0 }
 
-// freeNow reports whether a slot is free and nobody is queued: a new
-// task would take it at once.
-func (g *Granter) freeNow() bool { return g.free.freeSlots() > 0 && g.waitMask.Load() == 0 }
+// freeNow reports whether a slot is free for a task of class c and nobody
+// queued is ahead of it (waitersAhead): it would take the slot at once.
+func (g *Granter) freeNow(c Class) bool {
+	if c.RunsOnWorker() {
+		return g.free.freeSlots() > 0 && g.waitMask.Load() == 0
+	}
+	if hc := g.highCap.Load(); hc != 0 && g.highRunning.Load() >= hc {
+		return false
+	}
+	return g.free.freeSlots() > 0 && !g.waitersAhead()
+}
+
+// waitersAhead reports whether a queued task must get a free slot before
+// a fresh Critical or Interactive arrival takes it. Queued Critical and
+// Interactive tasks always must. Queued Batch and Background tasks must
+// only where they could take it: not beside the budget (Beside: their
+// slots are their side's, and the free slots the budget's side's), nor
+// when they already hold all SpareP lets them. An arrival sent to the
+// queue behind tasks that cannot run is judged by the door while a slot
+// stands free for it.
+func (g *Granter) waitersAhead() bool {
+	m := g.waitMask.Load()
+	switch {
+	case m == 0:
+		return false
+	case m&(1<<Critical|1<<Interactive) != 0, !g.beside && g.lowCap.Load() == 0:
+		return true
+	case g.beside:
+		return false
+	}
+	return g.lowRunning.Load() < g.lowCap.Load()
+}
 
 // OverCommitted reports whether more slots are held than the capacity
 // allows (it shrank, or the fractional slot closed): a running task
@@ -663,7 +692,8 @@ func (g *Granter) Release(c Class, est *int64, keep *Keep) {
 // the SpareP bound follows, and free slots go to the waiters; t is the
 // time read before mu (clockFor).
 func (g *Granter) setCapacityLocked(slots int, extraClosed bool, t int64) {
-	old := g.slots
+	oldSlots := g.slots
+	old := oldSlots
 	if g.extraClosed {
 		old--
 	}
@@ -678,10 +708,16 @@ func (g *Granter) setCapacityLocked(slots int, extraClosed bool, t int64) {
 		g.lowCap.Store(int64(max(1, min(slots, runtime.GOMAXPROCS(0)-1))))
 	}
 	if g.beside {
-		// Each side has the slots: the capacity is twice them.
-		g.lowCap.Store(int64(max(now, 1)))
+		// Each side has the slots: the capacity is twice them, less the
+		// budget's side's extra slot while it is closed. The batch side
+		// is never paced: its tasks cannot give a slot back when the
+		// extra one closes (they run no Checkpoint: why they are
+		// beside), and under a quota their CPU is capped by a cgroup of
+		// their own, so a closed slot held by batch would only shut the
+		// requests out.
+		g.lowCap.Store(int64(max(slots, 1)))
 		g.highCap.Store(int64(max(now, 1)))
-		old, now = 2*old, 2*now
+		old, now = oldSlots+old, slots+now
 	}
 	// One atomic step for both, so a release (which reads both without
 	// the lock) never sees the new capacity beside the old free count.
@@ -781,7 +817,7 @@ func (g *Granter) ServiceSlots() float64 {
 // is free and nobody is queued (queued tasks are served first; a fresh
 // arrival does not overtake them), within highCap when it is set.
 func (g *Granter) TryAcquire() bool {
-	if g.waitMask.Load() != 0 {
+	if g.waitersAhead() {
 		return false
 	}
 	if hc := g.highCap.Load(); hc != 0 {

@@ -340,3 +340,67 @@ func TestBatchBesideTheBudgetHasSlotsOfItsOwn(t *testing.T) {
 		t.Error("an Interactive task did not get the slot an Interactive task released")
 	}
 }
+
+// Queued Critical or Interactive tasks are always ahead of a fresh
+// Critical or Interactive arrival; queued Batch or Background ones only
+// where they could take the slot it would take: sharing the slots with
+// it and under their SpareP bound.
+func TestWaitersAheadOfAFreshRequest(t *testing.T) {
+	const batch, inter = 1 << Batch, 1 << Interactive
+	for _, c := range []struct {
+		name           string
+		mask           uint32
+		beside         bool
+		lowCap, lowRun int64
+		want           bool
+	}{
+		{"nobody queued", 0, false, 0, 0, false},
+		{"an Interactive task queued", inter, false, 0, 0, true},
+		{"an Interactive task queued, beside", inter, true, 2, 2, true},
+		{"batch queued, slots shared", batch, false, 0, 0, true},
+		{"batch queued under its SpareP bound", batch, false, 2, 1, true},
+		{"batch queued at its SpareP bound", batch, false, 2, 2, false},
+		{"batch queued beside the budget", batch, true, 2, 2, false},
+		{"batch queued beside, its side not full", batch, true, 2, 1, false},
+	} {
+		var g Granter
+		g.waitMask.Store(c.mask)
+		g.beside = c.beside
+		g.lowCap.Store(c.lowCap)
+		g.lowRunning.Store(c.lowRun)
+		if got := g.waitersAhead(); got != c.want {
+			t.Errorf("%s: waitersAhead() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// Beside the budget, the fractional quota's extra slot is the budget's
+// side's: with it closed and every batch slot held by tasks that cannot
+// give one back, a request still finds the side's other slot.
+func TestBesideClosedExtraSlotLeavesTheBatchSide(t *testing.T) {
+	g := new(Granter)
+	var cnt [NumClasses]Counters
+	cfg := Config{DefaultQueueLimit: 16, Beside: true, Owner: &countingOwner{}, Log: slog.New(slog.DiscardHandler)}
+	for c := range cnt {
+		cfg.Counters[c] = &cnt[c]
+	}
+	if err := g.Init(cfg); err != nil {
+		t.Fatal(err)
+	}
+	g.SetSlots(2)
+	for range 2 {
+		if !g.TryAcquireFor(Batch) {
+			t.Fatal("a batch slot was not free")
+		}
+	}
+	g.SetExtraOpen(false)
+	if !g.TryAcquireFor(Interactive) {
+		t.Fatal("with the extra slot closed and both batch slots held, a request found no slot")
+	}
+	if g.TryAcquireFor(Interactive) {
+		t.Error("a request took the closed extra slot")
+	}
+	if g.TryAcquireFor(Batch) {
+		t.Error("a third batch task took a slot")
+	}
+}
