@@ -74,9 +74,9 @@
 //     called on that goroutine (or in a chunk of For) runs on the slot
 //     already held, so nested use cannot deadlock. A goroutine that fn
 //     starts holds no slot: a Do there waits for one of its own.
-//   - Admission fast path. When a slot is free and nobody is queued, Do
-//     takes it with a compare-and-swap, no lock and no allocation.
-//     Queued tasks are never overtaken by new arrivals.
+//   - Admission fast path. When a slot is free and no queued task could
+//     take it, Do takes it with a compare-and-swap, no lock and no
+//     allocation. Queued tasks are never overtaken by new arrivals.
 //   - Checkpoint. Inside long loops: hands the slot to waiting work of a
 //     more urgent class or due earlier, and yields the P to runnable
 //     goroutines and due timers. A few nanoseconds when there is nothing
