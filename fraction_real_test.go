@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -76,12 +77,6 @@ func fractionChild() {
 // periods unthrottled (two unpaced busy slots are throttled in nearly
 // every period).
 func TestFractionalSlotInARealCgroup(t *testing.T) {
-	if runtime.GOOS != "linux" || os.Geteuid() != 0 || cgroup.Version() == 0 {
-		t.Skip("needs root and a cgroup CPU controller to create a quota cgroup")
-	}
-	if runtime.NumCPU() < 2 {
-		t.Skip("needs 2 CPUs for a 1.5-CPU quota")
-	}
 	out, periods, throttled, wall := runInQuota(t, 1.5, "1")
 	var r struct {
 		Slots      int
@@ -234,6 +229,12 @@ func TestQuotaStrictSlotGivesWayInARealCgroup(t *testing.T) {
 // the test where no quota cgroup can be created.
 func runInQuota(t *testing.T, cpus float64, mode string) (out []byte, periods, throttled uint64, wall time.Duration) {
 	t.Helper()
+	if runtime.GOOS != "linux" || os.Geteuid() != 0 || cgroup.Version() == 0 {
+		t.Skip("needs root and a cgroup CPU controller to create a quota cgroup")
+	}
+	if runtime.NumCPU() < int(math.Ceil(cpus)) {
+		t.Skipf("needs %.0f CPUs for a %.4g-CPU quota", math.Ceil(cpus), cpus)
+	}
 	g, err := cgroup.New(cgroup.Config{Name: cgroup.OwnedName("fraction-test"), Parent: "cpuwork-test-fraction", CPUs: cpus})
 	if err != nil {
 		t.Skip("cannot create a quota cgroup here:", err)
