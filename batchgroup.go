@@ -3,6 +3,8 @@ package cpuwork
 import (
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -57,11 +59,15 @@ type batchGroup struct {
 }
 
 // newBatchGroup creates the batch group under the calling process's own
-// cgroup for a quota of quota cores and starts its loop; the error says
-// why it cannot (cgroup v2, no permission, no CPU controller).
-func newBatchGroup(quota float64, procCPU func() time.Duration) (*batchGroup, error) {
+// cgroup for the quota of quota cores that the cgroup at dir sets, and
+// starts its loop; the error says why it cannot (cgroup v2, no
+// permission, no CPU controller, dir not a cgroup with a quota).
+func newBatchGroup(dir string, quota float64, procCPU func() time.Duration) (*batchGroup, error) {
 	if cgroup.Version() != 1 {
 		return nil, fmt.Errorf("a child cgroup for threads needs cgroup v1 here (a threaded cgroup v2 subtree is not set up)")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cpu.cfs_quota_us")); err != nil {
+		return nil, fmt.Errorf("the quota's cgroup %q cannot be read: %w", dir, err)
 	}
 	// The groups of processes gone (a crash skips close) first: those
 	// New recorded, whose owner no longer runs.

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cgroup"
 )
 
@@ -133,5 +134,20 @@ func TestBesideUnderAQuotaCapsBatch(t *testing.T) {
 	}
 	if periods == 0 || throttled*3 > periods {
 		t.Errorf("%d of %d periods throttled: want at most a third", throttled, periods)
+	}
+}
+
+// A budget whose quota is not a cgroup's (a test's, a stale one) makes
+// no batch cgroup: the executor touches no cgroup it did not read the
+// quota from.
+func TestBesideUnderAQuotaNotACgroupMakesNoGroup(t *testing.T) {
+	dir := t.TempDir()
+	detect := func() (budget.Budget, error) {
+		return budget.Budget{Cores: 1.5, GOMAXPROCS: 4, Affinity: runtime.NumCPU(), Source: budget.SourceCgroupV1,
+			Limits: []budget.Limit{{Dir: dir, Period: 100 * time.Millisecond, Cores: 1.5}}}, nil
+	}
+	e := newExec(t, Options{Batch: BatchOptions{Beside: true}, detect: detect, WatchInterval: time.Hour})
+	if e.batchGroup != nil {
+		t.Errorf("a batch cgroup was made at %s for a quota read from %s, not a cgroup", e.batchGroup.g.Dir(), dir)
 	}
 }

@@ -218,7 +218,8 @@ func (e *Executor) besideUnderQuota(b budget.Budget) {
 	if !ok {
 		return
 	}
-	bg, err := newBatchGroup(b.Cores, processCPU)
+	l, _ := b.Limiting()
+	bg, err := newBatchGroup(l.Dir, b.Cores, processCPU)
 	if err != nil {
 		e.warnOnce("cpuwork: Options.Batch.Beside under a CPU quota: batch's CPU cannot be capped to what the requests leave, so demoted batch work spends the quota they need and the cgroup is throttled", "cores", b.Cores, "err", err)
 		return
