@@ -45,7 +45,7 @@ func batchCap(quota, others float64) float64 {
 // and the loop that sets its quota.
 type batchGroup struct {
 	g     *cgroup.Group
-	quota float64 // cores of the process's quota
+	quota float64 // cores of the process's quota (mu)
 	// procCPU is the process's CPU time (every thread's, the batch
 	// threads' included).
 	procCPU func() time.Duration
@@ -144,12 +144,30 @@ func (b *batchGroup) run() {
 			for _, x := range recent {
 				others = max(others, x)
 			}
-			if c := batchCap(b.quota, others); math.Abs(c-b.cap) >= 0.01 && b.g.SetCPUs(c) == nil {
+			if c, old := b.nextCap(others); math.Abs(c-old) >= 0.01 && b.g.SetCPUs(c) == nil {
 				b.mu.Lock()
 				b.cap = c
 				b.mu.Unlock()
 			}
 		}
+	}
+}
+
+// nextCap is the group's quota for the rest's peak use others (cores),
+// against the process's quota now, and the group's quota as last set.
+func (b *batchGroup) nextCap(others float64) (next, last float64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return batchCap(b.quota, others), b.cap
+}
+
+// setQuota follows a changed quota of the process (the budget watcher):
+// the next tick caps the group against it.
+func (b *batchGroup) setQuota(cores float64) {
+	if cores > 0 {
+		b.mu.Lock()
+		b.quota = cores
+		b.mu.Unlock()
 	}
 }
 

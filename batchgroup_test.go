@@ -151,3 +151,20 @@ func TestBesideUnderAQuotaNotACgroupMakesNoGroup(t *testing.T) {
 		t.Errorf("a batch cgroup was made at %s for a quota read from %s, not a cgroup", e.batchGroup.g.Dir(), dir)
 	}
 }
+
+// A changed quota (the budget watcher's) is what the next cap is set
+// against; a quota gone (0) leaves the last one.
+func TestBatchGroupFollowsTheQuota(t *testing.T) {
+	b := &batchGroup{quota: 1.5, cap: batchGroupMin}
+	if next, last := b.nextCap(1); next != batchCap(1.5, 1) || last != batchGroupMin {
+		t.Errorf("nextCap = %v, %v; want %v, %v", next, last, batchCap(1.5, 1), batchGroupMin)
+	}
+	b.setQuota(3)
+	if next, _ := b.nextCap(1); next != batchCap(3, 1) {
+		t.Errorf("after the quota went to 3 cores, nextCap = %v, want %v", next, batchCap(3, 1))
+	}
+	b.setQuota(0)
+	if next, _ := b.nextCap(1); next != batchCap(3, 1) {
+		t.Errorf("after the quota went away, nextCap = %v, want the last quota's %v", next, batchCap(3, 1))
+	}
+}

@@ -282,6 +282,9 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 			if e.acct != nil {
 				e.acct.reconfigure(cur)
 			}
+			if e.batchGroup != nil {
+				e.batchGroup.setQuota(cur.Cores)
+			}
 			sampling()
 			e.applyBudget(out.effective(cur), "cpuwork: CPU budget changed")
 		case <-tick:
