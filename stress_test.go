@@ -441,7 +441,11 @@ func TestStressBesideBatchBacklogLeavesInteractiveItsSlots(t *testing.T) {
 		runs = 50
 	}
 	if s := os.Getenv("CPUWORK_STRESS_RUNS"); s != "" {
-		runs, _ = strconv.Atoi(s)
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			t.Fatalf("CPUWORK_STRESS_RUNS=%q: want a positive integer", s)
+		}
+		runs = n
 	}
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
