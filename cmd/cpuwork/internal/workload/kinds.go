@@ -20,6 +20,7 @@ import (
 
 	kzstd "github.com/klauspost/compress/zstd"
 	"golang.org/x/image/draw"
+	"golang.org/x/sys/unix"
 )
 
 type hashWL struct {
@@ -291,17 +292,31 @@ type Spin struct {
 }
 
 // NewSpin returns a Spin calibrated to take about d on one core of this
-// machine (best of 5 timings of a 20 ms probe).
+// machine (best of 5 timings of a 20 ms probe, each in the calibrating
+// thread's CPU time: a probe time-sliced with other processes on a busy
+// machine would otherwise calibrate the loop short).
 func NewSpin(d time.Duration) *Spin {
 	const probe = 4_000_000
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	best := time.Duration(1 << 62)
 	for range 5 {
-		t := time.Now()
+		t := threadCPU()
 		spinIters(probe)
-		best = min(best, time.Since(t))
+		best = min(best, threadCPU()-t)
 	}
 	iters := int(float64(probe) * float64(d) / float64(max(best, 1)))
 	return &Spin{Iters: max(iters, 1), D: d}
+}
+
+// threadCPU is the calling thread's CPU time (wall time where the clock
+// cannot be read).
+func threadCPU() time.Duration {
+	var ts unix.Timespec
+	if unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts) != nil {
+		return time.Duration(time.Now().UnixNano())
+	}
+	return time.Duration(ts.Nano())
 }
 
 // spinIters is never inlined: every caller (the calibration, Run,
