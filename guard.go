@@ -2,6 +2,7 @@ package cpuwork
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strings"
 	"sync"
@@ -251,20 +252,29 @@ func (g *guard) run() {
 
 // ownWorkBusy reports whether other processes took less than
 // guardOthersMax of the CPUs this process may run on (ownCPUs set),
-// averaged over the last guardOthersTicks calls: a demoted thread starved
-// now was starved by the process's own work.
+// averaged over the last guardOthersTicks ticks' time: a demoted thread
+// starved now was starved by the process's own work.
 func (g *guard) ownWorkBusy() bool {
 	if g.ownCPUs <= 0 {
 		return false
 	}
-	p, w := int64(g.procCPU()), now()
+	return g.weighOthers(int64(g.procCPU()), now())
+}
+
+// weighOthers is ownWorkBusy with the process's CPU time p and the time
+// w, both ns. The average is weighted by time, not by calls: on a loaded
+// machine the guard's ticks come late, and an average over calls kept a
+// starvation by another process counted as the process's own for 300 ms
+// of ticks 100 ms apart.
+func (g *guard) weighOthers(p, w int64) bool {
 	if p == 0 {
 		g.lastProcW = 0
 		return false
 	}
 	if g.lastProcW != 0 && w > g.lastProcW {
 		others := max(g.ownCPUs-float64(p-g.lastProcCPU)/float64(w-g.lastProcW), 0)
-		g.others += (others - g.others) / guardOthersTicks
+		weight := -math.Expm1(-float64(w-g.lastProcW) / float64(guardOthersTicks*guardInterval))
+		g.others += (others - g.others) * weight
 	}
 	g.lastProcCPU, g.lastProcW = p, w
 	return g.others < guardOthersMax

@@ -206,3 +206,36 @@ func TestDemotionStatsComeFromTheGuard(t *testing.T) {
 		t.Errorf("stats %+v", st)
 	}
 }
+
+// Beside's guard averages others' CPU use over time, not over its ticks:
+// on a loaded machine the ticks come late, and an average over ticks kept
+// a thread starved by another process counted as starved by the process's
+// own work for 300 ms (a full test run: the guard never fired). With the
+// process using no CPU and its 2 CPUs all others', ticks 100 ms apart
+// decide "others" at the first; ticks 5 ms apart after about 30 ms, as
+// before.
+func TestBesideGuardAveragesOthersOverTimeNotTicks(t *testing.T) {
+	for _, c := range []struct {
+		tick         time.Duration
+		busyAfter    int // ticks still counted as own work
+		notBusyAfter int // ticks by which others are seen
+	}{
+		{100 * time.Millisecond, 0, 1},
+		{guardInterval, 3, 10},
+	} {
+		g := &guard{ownCPUs: 2}
+		const p = int64(time.Second) // the process's CPU time never moves
+		w := int64(time.Hour)
+		g.weighOthers(p, w)
+		for i := 1; i <= c.notBusyAfter; i++ {
+			w += int64(c.tick)
+			own := g.weighOthers(p, w)
+			if i <= c.busyAfter && !own {
+				t.Errorf("ticks %v apart: others seen after %d ticks, want after more than %d", c.tick, i, c.busyAfter)
+			}
+			if i == c.notBusyAfter && own {
+				t.Errorf("ticks %v apart: after %d ticks of others taking both CPUs the starvation still counts as the process's own (others %.2f CPUs)", c.tick, i, g.others)
+			}
+		}
+	}
+}
