@@ -126,9 +126,8 @@ type ClassOptions struct {
 	// waited over twice it, until the arrivals calm for 20 of them or a
 	// second. Pick a few service times of the class. 0 (the default): two
 	// of the class's measured slot times (a queue twice the slots deep),
-	// at most half the arrival's latency target and grown up to a tenth
-	// of it while arrivals find slots idle, applied to arrivals that
-	// carry one. Negative values make New fail.
+	// within a tenth and a half of the arrival's latency target, applied
+	// to arrivals that carry one. Negative values make New fail.
 	MaxQueueWait time.Duration
 
 	// Weight is the class's relative share of measured slot time while

@@ -56,8 +56,8 @@ type Options struct {
 	// refuses a request it expects to miss it (cpuwork.WithTarget; the
 	// class's late budget lets a few through) and, unless the
 	// executor's ClassOptions.MaxQueueWait sets the class's own, sheds while
-	// its queue stands above two of its requests' slot times (at most
-	// half the objective). 0: none.
+	// its queue stands above two of its requests' slot times (within a
+	// tenth and a half of the objective). 0: none.
 	Objective time.Duration
 
 	// Service returns a request's expected run time once it holds a slot

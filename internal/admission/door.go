@@ -28,7 +28,7 @@ import (
 //     the error also wraps ErrDeadline);
 //   - its class has a queue-wait target (ClassOptions.MaxQueueWait; without
 //     one, for an arrival with a latency target, two of the class's slot
-//     times, at most half that target: autoQueueTarget)
+//     times, within a tenth and a half of that target: autoQueueTarget)
 //     and is shedding: CoDel's test (Nichols and Jacobson,
 //     "Controlling Queue Delay", ACM Queue 2012), applied at the door
 //     instead of at the head: when the smallest queue wait of the tasks
@@ -41,8 +41,8 @@ import (
 //     over the recent intervals together (shedOnsetHorizon), the queue is
 //     standing and the arrivals outrun the slots, and the class sheds:
 //     new arrivals whose mean estimated queue wait (the door's estimate
-//     above without its spread) is above the target (without MaxQueueWait, above twice it
-//     times the hold, standingPeak) are refused, so the queue is held near the
+//     above without its spread) is above the target (without MaxQueueWait, above twice it:
+//     standingPeak) are refused, so the queue is held near the
 //     target instead of near the latency target, until intervals in
 //     which it refused nobody or whose arrivals did not outrun the slots
 //     follow one another for shedCalmArrivals arrivals or shedCalmTime.
@@ -64,14 +64,14 @@ const (
 )
 
 // standingShare: a class without a queue-wait target (ClassOptions.MaxQueueWait)
-// whose arrivals carry a latency target holds its queue, while it sheds,
-// at most at 1/standingShare of that target (the hold's ceiling,
-// autoHoldCap), and at that share before its slot time is measured.
-// Admitting up to the target itself, as the door's estimate alone does,
-// serves a standing queue at the target: the requests at its edge end
-// late whenever their run times come out above the class's average, and
-// the longer queue serves nothing more, since the slots are busy either
-// way.
+// whose arrivals carry a latency target sheds those arrivals while its
+// queue stands above 1/standingShare of that target (CoDel's test, as
+// below). Admitting up to the target itself, as the door's estimate alone
+// does, serves a standing queue at the target: the requests at its edge
+// end late whenever their run times come out above the class's average,
+// and the longer queue serves nothing more, since the slots are busy
+// either way. A tenth kept every served request within a 0.59 s objective
+// at twice an image server's capacity (docs/results.md).
 const standingShare = 10
 
 // serviceQueue is the queue-wait target of a class without
@@ -83,29 +83,14 @@ const serviceQueue = 2
 // autoQueueTarget is the queue-wait target of a class without
 // ClassOptions.MaxQueueWait for an arrival with left ns to its due, its
 // class's slot time being slot ns (0: not measured yet): serviceQueue
-// slot times — what a short bounded queue holds, so that in overload the
-// served latency is that of such a queue at the same goodput — at most
-// half the time left; 1/standingShare of it before a slot time is
-// measured. A queue of two mean slot times of a mix of very unlike sizes
-// (60 µs and 28 ms requests) comes and goes below capacity; the onset's
-// second test (sustained) keeps that from shedding, and the hold grows
-// the held queue where its slots idle.
+// slot times — what a short bounded queue holds — but never under
+// 1/standingShare of the time left, and at most half of it. The floor
+// keeps a class whose sizes differ widely from shedding below capacity:
+// two mean slot times of a mix of 60 µs and 28 ms requests are shorter
+// than one large request, and a queue that stands that long comes and
+// goes at 80 % of capacity (docs/results.md, the default run).
 func autoQueueTarget(left, slot int64) int64 {
-	if slot <= 0 {
-		return left / standingShare
-	}
-	return min(serviceQueue*slot, left/2)
-}
-
-// autoHoldCap is the largest hold (st.hold) of a class whose automatic
-// queue-wait target is target ns for an arrival with left ns to its due:
-// the hold grows the held queue up to 1/standingShare of the time left
-// (at most half of it), never below the target itself (1).
-func autoHoldCap(left, target int64) float64 {
-	if target <= 0 {
-		return 1
-	}
-	return max(1, float64(min(left/standingShare, left/2))/float64(target))
+	return min(max(serviceQueue*slot, left/standingShare), left/2)
 }
 
 // standingPeak: while such a class sheds, it refuses an arrival whose
@@ -174,16 +159,14 @@ type shedState struct {
 	perDone   int64
 	perDoneAt int64
 	usedAt    [NumClasses]int64
-	// hold is the multiple of its held queue (standingPeak times the
+	// hold is the share of its held queue (standingPeak times the
 	// target) that a shedding class without ClassOptions.MaxQueueWait
-	// admits up to (0 stands for 1): 1 when the shedding starts, raised
-	// after arrivals found slots free — the queue ran dry under them, so
-	// a longer one buys work — up to holdCap, and lowered back toward 1
-	// once (nearly) none did: the slots never idled, so more queue
-	// bought no work, only wait (holdIdleLow, holdIdleHigh).
+	// admits up to (0 stands for 1): 1 when the shedding starts, lowered after each
+	// interval in which (nearly) no arrival found a free slot — the slots
+	// never idled, so the queue bought no work, only wait — and raised
+	// after one in which arrivals found slots free (holdIdleLow,
+	// holdIdleHigh).
 	hold float64
-	// holdCap is the hold's ceiling (autoHoldCap), set with the target.
-	holdCap float64
 	// holdSeen, holdFree: the arrivals since the hold last moved, and
 	// those of them that took a free slot at once.
 	holdSeen, holdFree uint64
@@ -197,20 +180,20 @@ func (st *shedState) holdShare() float64 {
 	return st.hold
 }
 
-// holdIdleLow, holdIdleHigh, holdDown, holdUp: once a shedding class
-// has seen holdArrivals arrivals since its hold last moved, the hold is
-// multiplied by holdDown, down to 1, if at most holdIdleLow of them took
-// a free slot at once, and by holdUp, up to holdCap, if more than
-// holdIdleHigh did. Poisson arrivals see the slots as time does (PASTA):
-// the share that found a slot free is the share of the time one idled,
-// so the hold settles at the shortest queue, no shorter than a short
-// bounded queue's, that keeps the slots busy but for a few percent of
-// the time.
+// holdIdleLow, holdIdleHigh, holdDown, holdUp, holdMin: once a
+// shedding class has seen holdArrivals arrivals since its hold last
+// moved, the hold is multiplied by holdDown if at most holdIdleLow of
+// them took a free slot at once, and by holdUp, up to 1, if more than
+// holdIdleHigh did; never below holdMin. Poisson arrivals see the
+// slots as time does (PASTA): the share that found a slot free is the
+// share of the time one idled, so the hold settles at the shortest queue
+// that keeps the slots busy but for a few percent of the time.
 const (
 	holdIdleLow  = 0.01
 	holdIdleHigh = 0.03
 	holdDown     = 0.7
 	holdUp       = 1.5
+	holdMin      = 1.0 / 64
 	holdArrivals = 64
 )
 
@@ -294,7 +277,6 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 	}
 	if (st.target == 0 || st.auto) && w.target != targetNone && w.Due > t {
 		st.target, st.auto = autoQueueTarget(w.Due-t, g.cnt[c].AvgSlotNs.Load()), true
-		st.holdCap = autoHoldCap(w.Due-t, st.target)
 		g.shedOn.Or(1 << c)
 	}
 	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
@@ -320,9 +302,9 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 			s.Shed.Add(1)
 			why := "ClassOptions.MaxQueueWait"
 			if st.auto {
-				why = fmt.Sprintf("%d slot times of the class, at most 1/2 of the latency target; refused above %d times it", serviceQueue, standingPeak)
-				if h := st.holdShare(); h > 1 {
-					why += fmt.Sprintf(", held at %.3g times that while arrivals find slots idle", h)
+				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
+				if h := st.holdShare(); h < 1 {
+					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
 				}
 			}
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(st.target), why, time.Duration(wait).Round(time.Microsecond))}
@@ -437,9 +419,9 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 		if st.holdSeen >= holdArrivals {
 			switch idle := float64(st.holdFree) / float64(st.holdSeen); {
 			case idle <= holdIdleLow:
-				st.hold = max(1, st.holdShare()*holdDown)
+				st.hold = max(holdMin, st.holdShare()*holdDown)
 			case idle > holdIdleHigh:
-				st.hold = min(max(1, st.holdCap), st.holdShare()*holdUp)
+				st.hold = min(1, st.holdShare()*holdUp)
 			}
 			st.holdSeen, st.holdFree = 0, 0
 		}

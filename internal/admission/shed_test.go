@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"errors"
-	"fmt"
 	"math"
 	"strings"
 	"sync"
@@ -619,30 +618,20 @@ func TestTheDoorPricesAStandingQueueAtItsSlotTimePerCompletion(t *testing.T) {
 }
 
 // The default queue-wait target is what a short bounded queue holds — two
-// of the class's slot times — so that in overload the served latency is a
-// short queue's, not a tenth of a long objective's (a cgo image server at
-// twice its capacity served at 2x the p99 of its own 8-deep queue); at
-// most half the time left, and a tenth of it before a slot time is
-// measured. The hold may grow the held queue up to a tenth of the time
-// left, never below the target.
+// of the class's slot times — so that a tight objective no longer sheds
+// below one large request's run time; never under a tenth of the
+// objective (a mix of very unlike sizes would shed below capacity), at
+// most half of it, and a tenth before a slot time is measured.
 func TestTheDefaultQueueWaitTargetIsTwoSlotTimes(t *testing.T) {
 	ms := int64(time.Millisecond)
-	for _, c := range []struct {
-		left, slot, want int64
-		cap              float64
-	}{
-		{1000 * ms, 13 * ms, 26 * ms, 100.0 / 26}, // a 1 s objective: 26 ms, not 100
-		{84 * ms, 2 * ms, 4 * ms, 8.4 / 4},        // 60 µs and 28 ms requests
-		{140 * ms, 13 * ms, 26 * ms, 1},           // a tenth (14 ms) is under the target
-		{40 * ms, 30 * ms, 20 * ms, 1},            // at most half the time left
-		{1000 * ms, 0, 100 * ms, 1},               // not measured yet: a tenth
+	for _, c := range []struct{ left, slot, want int64 }{
+		{84 * ms, 2 * ms, 8400000},   // 60 µs and 28 ms requests: not under a tenth
+		{140 * ms, 13 * ms, 26 * ms}, // a tenth (14 ms) would shed below a large request's 48 ms
+		{40 * ms, 30 * ms, 20 * ms},  // at most half the time left
+		{1000 * ms, 0, 100 * ms},     // not measured yet: a tenth
 	} {
-		got := autoQueueTarget(c.left, c.slot)
-		if got != c.want {
+		if got := autoQueueTarget(c.left, c.slot); got != c.want {
 			t.Errorf("autoQueueTarget(%v, slot %v) = %v, want %v", time.Duration(c.left), time.Duration(c.slot), time.Duration(got), time.Duration(c.want))
-		}
-		if h := autoHoldCap(c.left, got); math.Abs(h-c.cap) > 1e-9 {
-			t.Errorf("autoHoldCap(%v, %v) = %v, want %v", time.Duration(c.left), time.Duration(got), h, c.cap)
 		}
 	}
 }
@@ -691,15 +680,13 @@ func TestAnIntervalThatOutrunsTheSlotsByChanceStartsNoShedding(t *testing.T) {
 	t.Fatal("two intervals at twice the slots' work after a run at 0.8x did not start shedding")
 }
 
-// A shedding class whose arrivals find slots free — the held queue ran
-// dry under them — admits a longer queue with every holdArrivals
-// arrivals, up to its hold's ceiling; once its slots never idle (none of
-// its arrivals found one free, so more queue bought no work, only wait)
-// the hold comes back down to the target's own queue, never below it; a
-// new onset starts from that.
+// A shedding class whose slots never idled — none of its arrivals found
+// one free, so its queue bought no work, only wait — admits a shorter
+// queue with every holdArrivals arrivals, down to holdMin of the held
+// one; once arrivals find slots free again (the queue ran dry under them)
+// the hold grows back; a new onset starts from the whole held queue.
 func TestAShedQueueThatBuysNoWorkIsHeldShorter(t *testing.T) {
 	e, st := codelAtZero(t, 2)
-	st.holdCap = 4
 	iv := int64(codelInterval)
 	adm := &e.stats[Interactive].Admitted
 	at := int64(0)
@@ -713,68 +700,51 @@ func TestAShedQueueThatBuysNoWorkIsHeldShorter(t *testing.T) {
 		}
 		e.g.codelGrantLocked(Interactive, int64(time.Millisecond), at)
 	}
-	interval(holdArrivals, 0)
-	if st.holdShare() != 1 {
-		t.Fatalf("after a window of %d arrivals none of which found a free slot: hold %v, want the target's own queue (1)", holdArrivals, st.holdShare())
-	}
-	for i := range 3 { // 6 of 64 found a free slot: the slots idled 9 % of the time
-		interval(holdArrivals-6, 6)
-		if want := math.Pow(holdUp, float64(i+1)); math.Abs(st.hold-want) > 1e-9 {
-			t.Fatalf("after %d windows whose arrivals found a free slot 9 %% of the time: hold %v, want %v", i+1, st.hold, want)
+	for i := range 4 {
+		interval(holdArrivals, 0)
+		if want := math.Pow(holdDown, float64(i+1)); math.Abs(st.hold-want) > 1e-9 {
+			t.Fatalf("after %d windows of %d arrivals none of which found a free slot: hold %v, want %v", i+1, holdArrivals, st.hold, want)
 		}
 	}
-	interval(holdArrivals-6, 6)
-	if st.hold != st.holdCap {
-		t.Fatalf("after 4 such windows: hold %v, want its ceiling %v", st.hold, st.holdCap)
-	}
-	interval(holdArrivals, 0)
-	if want := st.holdCap * holdDown; math.Abs(st.hold-want) > 1e-9 {
-		t.Fatalf("after a window none of whose arrivals found a free slot: hold %v, want %v", st.hold, want)
-	}
-	for range 10 {
+	for range 20 {
 		interval(holdArrivals, 0)
 	}
-	if st.hold != 1 {
-		t.Fatalf("after 10 more such windows: hold %v, want the target's own queue (1)", st.hold)
+	if st.hold != holdMin {
+		t.Fatalf("after 24 such windows: hold %v, want its floor %v", st.hold, holdMin)
+	}
+	interval(holdArrivals-6, 6) // 6 of 64 found a free slot: the slots idled 9 % of the time
+	if want := holdMin * holdUp; math.Abs(st.hold-want) > 1e-9 {
+		t.Fatalf("after a window whose arrivals found a free slot 9 %% of the time: hold %v, want %v", st.hold, want)
 	}
 	st.shedding = false
 	st.minWait, st.offered = int64(time.Second), 4*iv
 	e.g.codelGrantLocked(Interactive, int64(time.Second), at+iv+1)
 	if !st.shedding || st.holdShare() != 1 {
-		t.Fatalf("a new onset: shedding %v, hold %v; want shedding from the target's own queue (1)", st.shedding, st.holdShare())
+		t.Fatalf("a new onset: shedding %v, hold %v; want shedding from the whole held queue (1)", st.shedding, st.holdShare())
 	}
 }
 
-// A shedding class admits up to its hold times its held queue
-// (standingPeak times the target): with 10 ms slot times the target is
-// 20 ms; held at 1 an arrival whose estimated wait is 50 ms is refused,
-// held at 1.5 one whose is 70 ms.
+// While a class's hold is below 1, the door admits up to that share of
+// its held queue (standingPeak times the target): at a quarter, an
+// arrival whose estimated wait is 90 ms is refused at a 100 ms target.
 func TestAShedClassAdmitsUpToItsHoldOfTheHeldQueue(t *testing.T) {
-	for _, c := range []struct {
-		hold float64
-		want []bool
-	}{
-		{1, []bool{true, true, true, true, false, false}},
-		{1.5, []bool{true, true, true, true, true, true, false, false}},
-	} {
-		e := newExec(t, Options{Slots: 1})
-		release := sync.OnceFunc(hold(t, e, 1))
-		e.stats[Interactive].AvgSlotNs.Store(int64(10 * time.Millisecond))
-		e.g.lock()
-		e.g.shed[Interactive].hold = c.hold
-		e.g.unlock()
-		obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
-		shedInTurn(t, e, release, obj, c.want, fmt.Sprintf("queued tasks of 10 ms, shedding at a 20 ms target held at %v times its queue", c.hold))
-		release()
-	}
+	e := newExec(t, Options{Slots: 1})
+	release := sync.OnceFunc(hold(t, e, 1))
+	defer release()
+	e.stats[Interactive].AvgSlotNs.Store(int64(45 * time.Millisecond))
+	e.g.lock()
+	e.g.shed[Interactive].hold = 0.25 // admitted up to 50 ms of estimated wait
+	e.g.unlock()
+	obj := func() context.Context { return WithTarget(context.Background(), Target{Latency: time.Second}) }
+	shedInTurn(t, e, release, obj, []bool{true, false, false}, "queued tasks of 45 ms, shedding at a 100 ms target held at a quarter")
 }
 
-// A refusal under a hold above 1 says so, with the multiple.
+// A refusal under a hold below 1 says so, with the share.
 func TestARefusalUnderAHoldSaysTheHold(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := sync.OnceFunc(hold(t, e, 1))
 	defer release()
-	e.stats[Interactive].AvgSlotNs.Store(int64(10 * time.Millisecond))
+	e.stats[Interactive].AvgSlotNs.Store(int64(45 * time.Millisecond))
 	obj := WithTarget(context.Background(), Target{Latency: time.Second})
 	noop := func(context.Context) error { return nil }
 	queued, err := e.Go(obj, Interactive, noop)
@@ -783,22 +753,16 @@ func TestARefusalUnderAHoldSaysTheHold(t *testing.T) {
 	}
 	e.g.lock()
 	st := &e.g.shed[Interactive]
-	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 1.5
+	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 0.25
 	e.g.unlock()
-	var queued2 []*testTask
-	for range 8 { // the seventh waits 70 ms by the estimate: over 60 ms
-		var tk *testTask
-		if tk, err = e.Go(obj, Interactive, noop); err != nil {
+	for range 2 { // the second waits 90 ms by the estimate: over 50 ms
+		if _, err = e.Go(obj, Interactive, noop); err != nil {
 			break
 		}
-		queued2 = append(queued2, tk)
 	}
-	if err == nil || !strings.Contains(err.Error(), "held at 1.5 times that") {
+	if err == nil || !strings.Contains(err.Error(), "held at 0.25 of that") {
 		t.Errorf("a refusal at a quarter's hold: %v, want it to say the hold", err)
 	}
 	release()
 	queued.Wait(context.Background())
-	for _, tk := range queued2 {
-		tk.Wait(context.Background())
-	}
 }

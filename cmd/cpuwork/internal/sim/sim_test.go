@@ -301,12 +301,11 @@ func TestRecoveryAfterAStep(t *testing.T) {
 
 // At twice the capacity of a cgo image server's mix (90 % of requests
 // take 10 ms of CPU, 10 % take 59 ms; 2 slots; objective 170 ms), the
-// slots stay busy whatever the queue, so a longer queue buys no work,
-// only wait: cpuwork holds a short bounded queue's (two slot times,
-// peaking at twice that). Its served p50 is under 0.85x that of a bounded
-// queue of 8 (the admitter such servers ship) at the same goodput within
-// the objective (within 1 %); a pool without a queue idles its slots and
-// loses a fifth of it.
+// slots stay busy whatever the queue, so a queue buys no work, only
+// wait: cpuwork holds the shortest one that keeps them busy. Its served
+// p50 is under half that of a bounded queue of 8 (the admitter such
+// servers ship) and its goodput within the objective within 3 % of it;
+// a pool without a queue idles its slots and loses a fifth of it.
 func TestOverloadHoldsNoQueueThatBuysNoWork(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 7))
 	wl := &Workload{Slots: 2, Duration: 20 * time.Second, QueueLimit: 8, Targets: true}
@@ -327,11 +326,11 @@ func TestOverloadHoldsNoQueueThatBuysNoWork(t *testing.T) {
 	cw, q8, nq := run(t, wl, "cpuwork").Classes[0], run(t, wl, "pool-503").Classes[0], run(t, wl, "no-queue").Classes[0]
 	t.Logf("served p50: cpuwork %.1f ms, queue of 8 %.1f ms, no queue %.1f ms; goodput %.3f, %.3f, %.3f CPU-s/s",
 		cw.P50*1e3, q8.P50*1e3, nq.P50*1e3, cw.Goodput, q8.Goodput, nq.Goodput)
-	if cw.P50 > 0.85*q8.P50 {
-		t.Errorf("cpuwork's served p50 %.1f ms, want under 0.85x the queue of 8's %.1f ms", cw.P50*1e3, q8.P50*1e3)
+	if cw.P50 > q8.P50/2 {
+		t.Errorf("cpuwork's served p50 %.1f ms, want under half the queue of 8's %.1f ms", cw.P50*1e3, q8.P50*1e3)
 	}
-	if cw.Goodput < 0.99*q8.Goodput {
-		t.Errorf("cpuwork's goodput %.3f CPU-s/s, want within 1 %% of the queue of 8's %.3f", cw.Goodput, q8.Goodput)
+	if cw.Goodput < 0.97*q8.Goodput {
+		t.Errorf("cpuwork's goodput %.3f CPU-s/s, want within 3 %% of the queue of 8's %.3f", cw.Goodput, q8.Goodput)
 	}
 	if nq.Goodput > 0.85*q8.Goodput {
 		t.Errorf("without a queue the goodput %.3f CPU-s/s, want it a fifth under the queue of 8's %.3f: the slots idle", nq.Goodput, q8.Goodput)
