@@ -766,3 +766,77 @@ func TestARefusalUnderAHoldSaysTheHold(t *testing.T) {
 	release()
 	queued.Wait(context.Background())
 }
+
+// earlyOnset queues two tasks of 10 ms behind a held slot of a class
+// with a 10 ms queue-wait target, sets the class's interval as begun
+// el ago with offered ms of work brought in it (and the decayed sums of
+// the intervals before it, sumOffered and sumCapacity, ms), and submits
+// one more: whether it was refused for a standing queue, and whether
+// the class sheds after.
+func earlyOnset(t *testing.T, el time.Duration, offered, sumOffered, sumCapacity float64) (refused, shedding bool) {
+	t.Helper()
+	var mqw [NumClasses]ClassOptions
+	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
+	e := newExec(t, Options{Slots: 1, Classes: mqw})
+	release := sync.OnceFunc(hold(t, e, 1))
+	defer release()
+	e.stats[Interactive].AvgSlotNs.Store(int64(10 * time.Millisecond))
+	noop := func(context.Context) error { return nil }
+	ctx := context.Background()
+	var tasks []*testTask
+	for range 2 {
+		tk, err := e.Go(ctx, Interactive, noop)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tasks = append(tasks, tk)
+	}
+	ms := float64(time.Millisecond)
+	e.g.lock()
+	st := &e.g.shed[Interactive]
+	st.shedding, st.intervalStart, st.minWait = false, now()-int64(el), math.MaxInt64
+	st.admittedAt, st.grants = e.stats[Interactive].Admitted.Load(), 0
+	st.offered, st.guessed = int64(offered*ms), false
+	st.sumOffered, st.sumCapacity = sumOffered*ms, sumCapacity*ms
+	e.g.unlock()
+	tk, err := e.Go(WithTarget(ctx, Target{Service: 10 * time.Millisecond}), Interactive, noop)
+	if err == nil {
+		tasks = append(tasks, tk)
+	} else if !errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "queue-wait target") {
+		t.Fatalf("the refusal: %v, want a standing-queue one", err)
+	}
+	e.g.lock()
+	shedding = st.shedding
+	e.g.unlock()
+	release()
+	for _, tk := range tasks {
+		tk.Wait(ctx)
+	}
+	return err != nil, shedding
+}
+
+// An overload starts shedding as soon as an arrival's estimated wait
+// passes the held queue while the arrivals of the interval so far, and
+// of the recent intervals with it, brought over 1.5 times the work the
+// slots could do: not only at the interval's end, by which a cgo image
+// server at twice its capacity had queued 11-22 requests, served near
+// the objective. A burst at 1.2 times the slots' work, an interval just
+// begun, or a recent past at 0.8 times them starts nothing early.
+func TestAnOverloadShedsBeforeItsIntervalEnds(t *testing.T) {
+	for _, c := range []struct {
+		what                             string
+		el                               time.Duration
+		offered, sumOffered, sumCapacity float64
+		want                             bool
+	}{
+		{"60 ms into an interval at twice the slots' work", 60 * time.Millisecond, 110, 0, 0, true},
+		{"60 ms into an interval at 1.2 times it", 60 * time.Millisecond, 62, 0, 0, false},
+		{"10 ms into an interval at twice it", 10 * time.Millisecond, 10, 0, 0, false},
+		{"60 ms at twice it after 500 ms at 0.8 times it", 60 * time.Millisecond, 110, 400, 500, false},
+	} {
+		refused, shedding := earlyOnset(t, c.el, c.offered, c.sumOffered, c.sumCapacity)
+		if refused != c.want || shedding != c.want {
+			t.Errorf("%s: refused %v, shedding %v; want %v", c.what, refused, shedding, c.want)
+		}
+	}
+}
