@@ -119,15 +119,16 @@ type ClassOptions struct {
 
 	// MaxQueueWait is the class's queue-wait target. When the smallest
 	// queue wait granted over an interval (100 ms, or 2 slot times) stays
-	// above it while the arrivals bring more work than the slots can do,
-	// the class sheds: an arrival whose estimated wait is above twice the
-	// target is refused with an error wrapping ErrSaturated, and in an
-	// overload of more than twice the slots so is a queued task that
-	// waited over twice it, until the arrivals calm for 20 of them or a
-	// second. Pick a few service times of the class. 0 (the default): two
-	// of the class's measured slot times (a queue twice the slots deep),
-	// within a tenth and a half of the arrival's latency target, applied
-	// to arrivals that carry one. Negative values make New fail.
+	// above it while the arrivals bring more work than the slots can do
+	// (or sooner: an arrival's estimated wait passes it while they bring
+	// over 1.5 times that work), the class sheds: an arrival whose
+	// estimated wait is above the target is refused with an error wrapping
+	// ErrSaturated (in an overload of more than twice the slots, so is a
+	// queued task that waited over twice it) until the arrivals calm for
+	// 20 of them or a second. Pick a few service times of the class. 0
+	// (the default): two of the class's measured slot times, within a
+	// tenth and a half of the arrival's latency target, admitting up to
+	// twice that, for arrivals that carry one. Negative values fail New.
 	MaxQueueWait time.Duration
 
 	// Weight is the class's relative share of measured slot time while
