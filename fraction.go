@@ -41,7 +41,11 @@ import (
 //     the task over the count gives its slot back at its next Checkpoint
 //     (or when it ends) and queues again at its own due's place in its
 //     class (internal/admission);
-//   - the period's phase is not needed: the bucket keeps the usage of every
+//   - where the cgroup's cpu.stat counts its periods, a fractional quota's
+//     extra slot is paced within the kernel's period instead, once a
+//     closed stretch has been measured (fraction_phase.go); the bucket
+//     paces until then, and always for QuotaStrict's whole slot;
+//   - for the bucket the period's phase is not needed: it keeps the usage of every
 //     window of one period, whatever its start, under target·q·period plus
 //     the cap and one task's overshoot past the close (the margin, 3 % of
 //     the quota at the highest target: 3.75 ms of a 1.25-core quota per
@@ -162,6 +166,7 @@ type fracPacer struct {
 	lastStep           atomic.Int64 // now() of the last step, for maybeStep
 	tickNs             atomic.Int64 // read by maybeStep without mu
 	closeUsage         func()
+	phase              phase // the kernel's period, where cpu.stat counts it
 	// stopped: run returned (Close) and opened the extra slot for good;
 	// a later step (maybeStep, at a task's end) changes nothing.
 	stopped bool
@@ -272,7 +277,10 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 	if p.closeUsage != nil {
 		p.closeUsage()
 	}
-	p.usage, p.closeUsage = usageReader(l.Dir, b.CgroupVersion)
+	usage, closeUsage := usageReader(l.Dir, b.CgroupVersion)
+	periods, closePeriods := periodsReader(l.Dir)
+	p.usage, p.closeUsage = usage, func() { closeUsage(); closePeriods() }
+	p.phase = phase{read: periods}
 	p.throttled = func() (uint64, bool) {
 		st, err := budget.ReadStatDir(l.Dir)
 		if err != nil {
@@ -412,18 +420,23 @@ func (p *fracPacer) stepLocked(t int64) {
 		p.overNs, p.stretchNs = 0, 0
 	}
 	p.occupancySample(dt)
-	p.lastT, p.lastU = t, int64(u)
 	pace := p.target
 	if p.whole {
 		pace = 1
 	}
+	phaseOpen, phased := p.phaseOpenLocked(t, int64(u), p.lastT, p.lastU, stuck, p.settled, pace)
+	p.lastT, p.lastU = t, int64(u)
 	p.tokens += pace*(float64(p.n)+p.frac)*dt - du
 	p.tokens = min(p.tokens, p.capNs())
 	p.tokens = max(p.tokens, -fracDebtCaps*p.capNs()) // a bounded debt (fracDebtCaps)
 	if t-p.periodT >= int64(p.period) {
 		p.periodLocked(t, int64(u))
 	}
-	p.setOpenLocked(p.tokens > 0)
+	if phased {
+		p.setOpenLocked(phaseOpen)
+	} else {
+		p.setOpenLocked(p.tokens > 0)
+	}
 	// The next tick runs with the extra slot's close in effect only when
 	// the slot was closed through this one too and nothing ran over the
 	// count at its end: the tick after a close holds the overshoot of

@@ -39,6 +39,9 @@ type sim struct {
 	// occupancy estimates.
 	idle             bool
 	heldNs, queuedNs int64
+	// demand, when set, is the cores the tasks want at fake time t (nil:
+	// every slot's task always runs).
+	demand func(t int64) float64
 }
 
 // testHost is a paceHost of settable functions; a nil one does nothing
@@ -133,15 +136,18 @@ func (s *sim) run(d time.Duration) {
 		if s.closeAt != 0 && s.t >= s.closeAt {
 			s.open, s.closeAt = false, 0
 		}
-		cores := int64(s.p.n)
+		cores := float64(s.p.n)
 		if s.open {
 			cores++
+		}
+		if s.demand != nil {
+			cores = min(cores, s.demand(s.t))
 		}
 		extra := s.outside
 		if s.fanOut != nil {
 			extra += s.fanOut(s.t)
 		}
-		s.u += cores*us + int64(extra*float64(us))
+		s.u += int64((cores + extra) * float64(us))
 		if !s.idle {
 			s.heldNs += s.held() * us
 			s.queuedNs += us
