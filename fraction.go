@@ -97,7 +97,7 @@ const (
 	// docs/raw/realserver-step-imageproxy-pacing-seed2422.txt).
 	fracDebtCaps = 2
 	// fracBusyMargin: a period whose CPU use stayed more than this under
-	// the pace while tasks queued nearly all of it opens one more slot
+	// the pace while its slots were full nearly all of it opens one more slot
 	// (fracPacer.extra): the slots hold tasks that are not on a CPU
 	// (reading a body, fetching a source, waiting for a P) and leave the
 	// quota idle. A throttled period closes one again.
@@ -172,15 +172,16 @@ type fracPacer struct {
 	stopped bool
 
 	// extra is the slots opened beyond n+1 while the quota stays
-	// under-used with tasks queued (fracBusyMargin), at most n+1; each new
+	// under-used with its slots full (fracBusyMargin), at most n+1; each new
 	// count (n+1+extra) goes to paceHost.setSlots. Only with busySlots
 	// (the executor's pacer; tests of the paced slot alone leave it off).
-	// periodU is the usage at the current period's start; queuedTicks and
-	// ticks count the period's steps with a task queued and in all.
-	extra              int
-	busySlots          bool
-	periodU            int64
-	queuedTicks, ticks int
+	// periodU is the usage at the current period's start; fullTicks and
+	// ticks count the period's steps with every open slot held or a task
+	// queued, and in all.
+	extra            int
+	busySlots        bool
+	periodU          int64
+	fullTicks, ticks int
 	// runDelay reads the process's cumulative kernel run delay (nil: not
 	// read, as if none); delay and delayT are the last reading.
 	runDelay  func() (time.Duration, bool)
@@ -324,15 +325,22 @@ func (p *fracPacer) capacityLocked() float64 {
 
 // occupancySample folds the slots held now into occupancy when a task is
 // queued, weighted by dt (ns since the last step) over one period.
-// It also counts the period's ticks and those with a task queued, for
-// busyLocked: one read of the slots per step.
+// It also counts the period's ticks and those with every open slot held
+// or a task queued (the door may hold the queue near empty while the
+// slots stay full), for busyLocked: one read of the slots per step.
 func (p *fracPacer) occupancySample(dt float64) {
 	held, queued := p.host.occupied()
 	p.ticks++
+	open := int64(p.n + p.extra)
+	if p.open {
+		open++
+	}
+	if queued || held >= open {
+		p.fullTicks++
+	}
 	if !queued {
 		return
 	}
-	p.queuedTicks++
 	a := min(1, dt/float64(p.period))
 	p.occupancy += (float64(held) - p.occupancy) * a
 	p.host.setPacedCapacity(p.capacityLocked())

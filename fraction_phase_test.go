@@ -81,3 +81,30 @@ func TestABurstThePeriodsQuotaCoversKeepsTheExtraSlotOpen(t *testing.T) {
 		t.Errorf("the bucket closed the extra slot only %v in 2 s of 40-ms bursts of 2 cores: the case does not tell the two apart", c)
 	}
 }
+
+// Slots held full through a period whose CPU use stayed under the pace
+// open one more slot even while the door keeps the queue empty: the
+// slots hold tasks that are off the CPU part of the time. Slots held
+// but not full do not.
+func TestFullSlotsUnderUsingTheQuotaOpenOneMoreWithoutAQueue(t *testing.T) {
+	var held int64
+	p := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, busySlots: true, open: true, period: 100 * time.Millisecond,
+		host: &testHost{occupied_: func() (int64, bool) { return held, false }}}
+	period := func(h int64) int {
+		held = h
+		for range 50 {
+			p.occupancySample(float64(2 * time.Millisecond))
+		}
+		p.busyLocked(0.85, false, 0)
+		return p.slots()
+	}
+	if n := period(1); n != 2 {
+		t.Fatalf("one of two slots held, no queue, quota under-used: %d slots, want 2", n)
+	}
+	if n := period(2); n != 3 {
+		t.Fatalf("both slots held, no queue, quota under-used: %d slots, want 3", n)
+	}
+	if n := period(3); n != 4 {
+		t.Fatalf("all three slots held, no queue, quota still under-used: %d slots, want 4", n)
+	}
+}

@@ -60,11 +60,12 @@ func (p *fracPacer) periodLocked(t, u int64) {
 }
 
 // busyLocked opens one more slot after a period whose CPU use (use, a
-// share of the quota) stayed fracBusyMargin under the pace while tasks
-// queued nearly all of it (nine ticks in ten: the slots were held
-// throughout, so the use is theirs) and the process's run delay stayed
-// under fracBusyDelay, and closes one after a throttled period, one with
-// that run delay, or one that used the quota with the queue mostly empty:
+// share of the quota) stayed fracBusyMargin under the pace while its
+// slots were full nearly all of it (nine ticks in ten: every open slot
+// held or a task queued, so the use is theirs) and the process's run
+// delay stayed under fracBusyDelay, and closes one after a throttled
+// period, one with that run delay, or one that used the quota with the
+// slots mostly not full:
 // admission follows the CPU the slots really use, not only how many are
 // held. t is now().
 func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
@@ -74,9 +75,9 @@ func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
 		return
 	}
 	extra := p.extra
-	under := use < p.target-fracBusyMargin && p.queuedTicks*10 >= p.ticks*9 && p.ticks > 0
+	under := use < p.target-fracBusyMargin && p.fullTicks*10 >= p.ticks*9 && p.ticks > 0
 	switch {
-	case throttled || (p.queuedTicks*4 < p.ticks && use >= p.target-fracBusyMargin):
+	case throttled || (p.fullTicks*4 < p.ticks && use >= p.target-fracBusyMargin):
 		extra = max(0, extra-1)
 	case under || extra > 0:
 		share, ok := p.delayShareLocked(t)
@@ -87,7 +88,7 @@ func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
 			extra = min(p.n+1, extra+1)
 		}
 	}
-	p.queuedTicks, p.ticks = 0, 0
+	p.fullTicks, p.ticks = 0, 0
 	if extra != p.extra {
 		p.extra = extra
 		p.host.setSlots(p.n + 1 + extra)

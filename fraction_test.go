@@ -728,7 +728,7 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 	var got []int
 	p := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, busySlots: true, host: &testHost{slots: func(n int) { got = append(got, n) }}}
 	period := func(use float64, queued, ticks int, throttled bool) int {
-		p.queuedTicks, p.ticks = queued, ticks
+		p.fullTicks, p.ticks = queued, ticks
 		p.busyLocked(use, throttled, 0)
 		return p.slots()
 	}
@@ -760,7 +760,7 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 		t.Errorf("slot counts handed to the executor %v, want %v", got, want)
 	}
 	strict := &fracPacer{n: 0, frac: 1, target: fracTargetMax, busySlots: true, host: &testHost{slots: func(n int) { t.Errorf("QuotaStrict's paced slot got %d slots", n) }}}
-	strict.queuedTicks, strict.ticks = 50, 50
+	strict.fullTicks, strict.ticks = 50, 50
 	strict.busyLocked(0.5, false, 0)
 	// Run delay over a tenth of the quota's cores: the quota idles because
 	// another process wants the CPUs; no slot is added, and one is closed.
@@ -777,7 +777,7 @@ func TestAnUnderUsedQuotaWithAQueueOpensMoreSlots(t *testing.T) {
 		{3 * time.Millisecond, 3},  // 0.02 of them: one opened
 	} {
 		d += c.add
-		delayed.queuedTicks, delayed.ticks = 50, 50
+		delayed.fullTicks, delayed.ticks = 50, 50
 		if delayed.busyLocked(0.5, false, int64(i+1)*int64(100*time.Millisecond)); delayed.slots() != c.want {
 			t.Errorf("period %d, run delay +%v: %d slots, want %d", i+1, c.add, delayed.slots(), c.want)
 		}

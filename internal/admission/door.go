@@ -198,6 +198,12 @@ const (
 	holdUp       = 1.5
 	holdMin      = 1.0 / 64
 	holdArrivals = 64
+	// holdEarly is the hold an overload starts at when it starts before
+	// its interval ends (outrunning the slots 1.5 times): at that rate the
+	// slots stay busy without the whole held queue, and moving down from
+	// 1 by holdDown every holdArrivals takes longer than a short overload
+	// lasts; holdUp raises it where arrivals then find slots free.
+	holdEarly = 0.25
 )
 
 // shedCalmArrivals, shedCalmTime: a shedding class stops once its calm
@@ -382,12 +388,13 @@ func (g *Granter) outrunSoFarLocked(c Class, t int64) bool {
 	return outrun && sustained
 }
 
-// startShedLocked starts class c's shedding before its interval ends.
+// startShedLocked starts class c's shedding before its interval ends,
+// its queue held at holdEarly.
 func (g *Granter) startShedLocked(c Class) {
 	st := &g.shed[c]
 	st.shedding = true
 	st.calmArrivals, st.calmFor = 0, 0
-	st.hold, st.holdSeen, st.holdFree = 0, 0, 0
+	st.hold, st.holdSeen, st.holdFree = holdEarly, 0, 0
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a

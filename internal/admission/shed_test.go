@@ -773,7 +773,7 @@ func TestARefusalUnderAHoldSaysTheHold(t *testing.T) {
 // the intervals before it, sumOffered and sumCapacity, ms), and submits
 // one more: whether it was refused for a standing queue, and whether
 // the class sheds after.
-func earlyOnset(t *testing.T, el time.Duration, offered, sumOffered, sumCapacity float64) (refused, shedding bool) {
+func earlyOnset(t *testing.T, el time.Duration, offered, sumOffered, sumCapacity float64) (refused, shedding bool, held float64) {
 	t.Helper()
 	var mqw [NumClasses]ClassOptions
 	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
@@ -806,13 +806,13 @@ func earlyOnset(t *testing.T, el time.Duration, offered, sumOffered, sumCapacity
 		t.Fatalf("the refusal: %v, want a standing-queue one", err)
 	}
 	e.g.lock()
-	shedding = st.shedding
+	shedding, held = st.shedding, st.holdShare()
 	e.g.unlock()
 	release()
 	for _, tk := range tasks {
 		tk.Wait(ctx)
 	}
-	return err != nil, shedding
+	return err != nil, shedding, held
 }
 
 // An overload starts shedding as soon as an arrival's estimated wait
@@ -834,9 +834,12 @@ func TestAnOverloadShedsBeforeItsIntervalEnds(t *testing.T) {
 		{"10 ms into an interval at twice it", 10 * time.Millisecond, 10, 0, 0, false},
 		{"60 ms at twice it after 500 ms at 0.8 times it", 60 * time.Millisecond, 110, 400, 500, false},
 	} {
-		refused, shedding := earlyOnset(t, c.el, c.offered, c.sumOffered, c.sumCapacity)
+		refused, shedding, hold := earlyOnset(t, c.el, c.offered, c.sumOffered, c.sumCapacity)
 		if refused != c.want || shedding != c.want {
 			t.Errorf("%s: refused %v, shedding %v; want %v", c.what, refused, shedding, c.want)
+		}
+		if c.want && hold != holdEarly {
+			t.Errorf("%s: the overload starts with its queue held at %v, want %v", c.what, hold, holdEarly)
 		}
 	}
 }
