@@ -346,28 +346,6 @@ func (p *fracPacer) occupancySample(dt float64) {
 	p.host.setPacedCapacity(p.capacityLocked())
 }
 
-// unpaceableLocked counts a period (held: throttled by what the pacer
-// could not stop) in the current window and, at the window's end, sets
-// unpaceable when fracUnpaceableShare of it or more was held. The counts
-// of the window that set it are kept for the warning.
-func (p *fracPacer) unpaceableLocked(held bool) {
-	if p.unpaceable {
-		return
-	}
-	p.winPeriods++
-	if held {
-		p.winHeld++
-	}
-	if p.winPeriods < fracUnpaceableWindow {
-		return
-	}
-	if float64(p.winHeld) >= fracUnpaceableShare*float64(p.winPeriods) {
-		p.unpaceable = true
-		return
-	}
-	p.winPeriods, p.winHeld = 0, 0
-}
-
 // capNs is the bucket's cap.
 func (p *fracPacer) capNs() float64 { return float64(p.period) / fracCapDivisor }
 

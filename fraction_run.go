@@ -59,6 +59,28 @@ func (p *fracPacer) periodLocked(t, u int64) {
 	p.unpaceableLocked(p.held > held)
 }
 
+// unpaceableLocked counts a period (held: throttled by what the pacer
+// could not stop) in the current window and, at the window's end, sets
+// unpaceable when fracUnpaceableShare of it or more was held. The counts
+// of the window that set it are kept for the warning.
+func (p *fracPacer) unpaceableLocked(held bool) {
+	if p.unpaceable {
+		return
+	}
+	p.winPeriods++
+	if held {
+		p.winHeld++
+	}
+	if p.winPeriods < fracUnpaceableWindow {
+		return
+	}
+	if float64(p.winHeld) >= fracUnpaceableShare*float64(p.winPeriods) {
+		p.unpaceable = true
+		return
+	}
+	p.winPeriods, p.winHeld = 0, 0
+}
+
 // busyLocked opens one more slot after a period whose CPU use (use, a
 // share of the quota) stayed fracBusyMargin under the pace while its
 // slots were full nearly all of it (nine ticks in ten: every open slot
