@@ -1,9 +1,7 @@
 package cpuwork
 
 import (
-	"os"
 	"path/filepath"
-	"sync"
 
 	"github.com/cpuwork/cpuwork/internal/cgroupfs"
 )
@@ -97,10 +95,11 @@ func (p *fracPacer) phaseOpenLocked(t, u, lastT, lastU int64, stuck, settled boo
 			ph.nr = nr
 			if ph.known {
 				ph.reserve += (float64(ph.stuck) - ph.reserve) * phaseReserveGain
-				if r := float64(ph.closedU) / float64(ph.closedT); ph.closedT < 4*tick {
-				} else if !ph.haveRate {
-					ph.rate, ph.haveRate = r, true
-				} else {
+				if ph.closedT >= 4*tick {
+					r := float64(ph.closedU) / float64(ph.closedT)
+					if !ph.haveRate {
+						ph.rate, ph.haveRate = r, true
+					}
 					ph.rate += (r - ph.rate) * phaseRateGain
 				}
 			}
@@ -126,30 +125,24 @@ func (p *fracPacer) phaseOpenLocked(t, u, lastT, lastU int64, stuck, settled boo
 	return used+rate*remaining+ph.reserve+lag < pace*q*float64(period), true
 }
 
-// periodsReader returns a reader of dir/cpu.stat's nr_periods, the file
-// kept open and read with pread, or nil when it cannot be opened.
+// periodsReader returns a reader of dir/cpu.stat's nr_periods (the file
+// kept open), or nil when it cannot be opened.
 func periodsReader(dir string) (read func() (uint64, bool), closeFn func()) {
 	if dir == "" {
 		return nil, func() {}
 	}
-	f, err := os.Open(filepath.Join(dir, "cpu.stat"))
+	readFile, closeFn, err := preadFile(filepath.Join(dir, "cpu.stat"))
 	if err != nil {
 		return nil, func() {}
 	}
-	buf := make([]byte, 4096)
-	var mu sync.Mutex
 	read = func() (uint64, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		n, err := f.ReadAt(buf, 0)
-		if n == 0 && err != nil {
-			return 0, false
-		}
-		s, err := cgroupfs.ParseCPUStat(buf[:n])
-		if err != nil {
-			return 0, false
-		}
-		return s.Periods, true
+		var nr uint64
+		err := readFile(func(b []byte) error {
+			s, err := cgroupfs.ParseCPUStat(b)
+			nr = s.Periods
+			return err
+		})
+		return nr, err == nil
 	}
-	return read, func() { f.Close() }
+	return read, closeFn
 }

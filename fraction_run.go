@@ -231,22 +231,38 @@ func usageReader(dir string, version int) (read func() (time.Duration, error), c
 			return 0, os.ErrNotExist
 		}
 	}
-	f, err := os.Open(filepath.Join(dir, name))
+	readFile, closeFn, err := preadFile(filepath.Join(dir, name))
 	if err != nil {
 		return fallback, func() {}
 	}
+	read = func() (time.Duration, error) {
+		var d time.Duration
+		err := readFile(func(b []byte) (err error) { d, err = parse(b); return err })
+		return d, err
+	}
+	return read, closeFn
+}
+
+// preadFile opens path to be read whole again and again with pread (one
+// system call per read, the file kept open): read passes its bytes to
+// parse, serialized. closeFn closes it.
+func preadFile(path string) (read func(parse func([]byte) error) error, closeFn func(), err error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
 	buf := make([]byte, 4096)
 	var mu sync.Mutex
-	read = func() (time.Duration, error) {
+	read = func(parse func([]byte) error) error {
 		mu.Lock()
 		defer mu.Unlock()
 		n, err := f.ReadAt(buf, 0)
 		if n == 0 && err != nil {
-			return 0, err
+			return err
 		}
 		return parse(buf[:n])
 	}
-	return read, func() { f.Close() }
+	return read, func() { f.Close() }, nil
 }
 
 // pacerHost is the executor as the fractional pacer's paceHost.
