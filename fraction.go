@@ -196,6 +196,11 @@ type fracPacer struct {
 	// it, without mu held, with the window's counts.
 	winPeriods, winHeld int
 	unpaceable          bool
+
+	// spent is what the door was last told (paceLocked); throttledLast:
+	// the last period was throttled; forced: in this period the extra
+	// slot was held open while a class shed.
+	spent, throttledLast, forced bool
 }
 
 // paceHost is the pacer's one seam to what it paces: the executor
@@ -218,6 +223,10 @@ type paceHost interface {
 	// unpaceable says, once, that held of the last periods periods were
 	// throttled by tasks the pacer could not stop.
 	unpaceable(held, periods int)
+	// shedding reports whether a class sheds; setBudgetSpent tells the
+	// door whether the CPU budget is spent for now (paceLocked).
+	shedding() bool
+	setBudgetSpent(spent bool)
 }
 
 // fracUnpaceableWindow, fracUnpaceableShare: a pacer whose window of
@@ -370,6 +379,7 @@ func (p *fracPacer) stepLocked(t int64) {
 		return
 	}
 	if p.frac == 0 {
+		p.setSpentLocked(false)
 		p.setOpenLocked(true)
 		return
 	}
@@ -418,11 +428,10 @@ func (p *fracPacer) stepLocked(t int64) {
 	if t-p.periodT >= int64(p.period) {
 		p.periodLocked(t, int64(u))
 	}
-	if phased {
-		p.setOpenLocked(phaseOpen)
-	} else {
-		p.setOpenLocked(p.tokens > 0)
+	if !phased {
+		phaseOpen = p.tokens > 0
 	}
+	p.paceLocked(phaseOpen)
 	// The next tick runs with the extra slot's close in effect only when
 	// the slot was closed through this one too and nothing ran over the
 	// count at its end: the tick after a close holds the overshoot of

@@ -23,6 +23,9 @@ func (p *fracPacer) periodLocked(t, u int64) {
 	if n, ok := p.throttled(); ok {
 		throttledNow = p.haveThrot && n > p.lastThrot // a period newly throttled
 		switch {
+		case throttledNow && p.forced:
+			// The extra slot was held open while a class shed
+			// (paceLocked): a throttle chosen, not a pacing error.
 		case throttledNow && p.stuckNs > 2*p.tickNs.Load():
 			// Throttled while a close took more than two ticks to
 			// take effect: a task that cannot give its slot back
@@ -56,6 +59,7 @@ func (p *fracPacer) periodLocked(t, u int64) {
 	}
 	p.busyLocked(use, throttledNow, t)
 	p.stuckNs, p.closedOver = 0, false
+	p.throttledLast, p.forced = throttledNow, false
 	p.unpaceableLocked(p.held > held)
 }
 
@@ -136,6 +140,28 @@ func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
 		return 0, false
 	}
 	return float64(d-prev) / float64(dt) / (float64(p.n) + p.frac), true
+}
+
+// paceLocked sets the extra slot for the next tick from the pacer's
+// decision open, and tells the door the CPU budget is spent while the
+// slot would close or the last period was throttled. While a class sheds
+// (its queue stands and its arrivals outrun the slots) the slot stays
+// open, but under QuotaStrict: the door then holds no queue, and a closed
+// slot would only refuse work the period's quota still covers; the
+// kernel's throttle ends the period instead.
+func (p *fracPacer) paceLocked(open bool) {
+	p.setSpentLocked(!open || p.throttledLast)
+	if !open && !p.strict && p.host.shedding() {
+		open, p.forced = true, true
+	}
+	p.setOpenLocked(open)
+}
+
+func (p *fracPacer) setSpentLocked(spent bool) {
+	if spent != p.spent {
+		p.spent = spent
+		p.host.setBudgetSpent(spent)
+	}
 }
 
 func (p *fracPacer) setOpenLocked(open bool) {
@@ -282,6 +308,10 @@ func (h *pacerHost) setPacedCapacity(c float64) { h.g.SetPacedCapacity(c) }
 func (h *pacerHost) setSlots(n int) { (*Executor)(h).SetSlots(n) }
 
 func (h *pacerHost) unpaceable(held, periods int) { (*Executor)(h).pacingWarning(held, periods) }
+
+func (h *pacerHost) shedding() bool { return h.g.Shedding() }
+
+func (h *pacerHost) setBudgetSpent(spent bool) { h.g.SetBudgetSpent(spent) }
 
 // quotaOf reports whether b comes from a CFS quota, and its period and
 // the cgroup directory that set it.

@@ -53,6 +53,16 @@ type testHost struct {
 	capacity  func(float64)
 	slots     func(int)
 	warn      func(held, periods int)
+	shed      func() bool
+	spent     func(bool)
+}
+
+func (h *testHost) shedding() bool { return h.shed != nil && h.shed() }
+
+func (h *testHost) setBudgetSpent(spent bool) {
+	if h.spent != nil {
+		h.spent(spent)
+	}
 }
 
 func (h *testHost) setExtraOpen(open bool) {

@@ -198,8 +198,28 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 		}()
 		stopResizing = func() { close(stopResize); <-resized }
 	}
+	stopSpending := func() {}
+	if r.IntN(4) == 0 {
+		// The CPU budget spent and not, by turns (the fractional pacer's
+		// signal): a shedding class refuses at its door with its queue
+		// empty and at its head (admission's spentLocked).
+		stop, done := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Microsecond):
+				}
+				e.g.SetBudgetSpent(i%2 == 0)
+			}
+		}()
+		stopSpending = func() { close(stop); <-done }
+	}
 	wg.Wait()
 	stopResizing()
+	stopSpending()
 	closeOnce.Do(func() { closeDone <- nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

@@ -298,11 +298,15 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 		st.target, st.auto = autoQueueTarget(w.Due-t, g.cnt[c].AvgSlotNs.Load()), true
 		g.shedOn.Or(1 << c)
 	}
-	if st.target > 0 && g.queues[c].n > 0 && (!st.auto || w.target != targetNone) {
+	if st.target > 0 && (g.queues[c].n > 0 || g.spentLocked(c)) && (!st.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
 		limit := st.target
 		if st.auto {
 			limit = int64(float64(limit*standingPeak) * st.holdShare())
+		}
+		spent := g.spentLocked(c)
+		if spent {
+			limit = 0
 		}
 		var wait int64 // the arrival's mean estimated queue wait, read only while shedding or past the limit
 		if st.shedding {
@@ -314,7 +318,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 		// the class's other keys stand (its latency target still is,
 		// below): keys.go.
 		spared := st.auto && w.keyInShare()
-		if st.shedding && wait > limit && !spared {
+		if st.shedding && (wait > limit || spent) && !spared {
 			st.refused++
 			if peek {
 				st.offer(g, w)
@@ -326,6 +330,9 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
 				if h := st.holdShare(); h < 1 {
 					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
+				}
+				if spent {
+					why = "no queue while the CPU budget is spent: the quota, not the slots, bounds the work"
 				}
 			}
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(st.target), why, time.Duration(wait).Round(time.Microsecond))}
@@ -395,6 +402,7 @@ func (g *Granter) startShedLocked(c Class) {
 	st.shedding = true
 	st.calmArrivals, st.calmFor = 0, 0
 	st.hold, st.holdSeen, st.holdFree = holdEarly, 0, 0
+	g.markShedLocked(c)
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a
@@ -491,6 +499,7 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 		st.hold, st.holdSeen, st.holdFree = 0, 0, 0
 	}
 	st.severe = st.shedding && severe
+	g.markShedLocked(c)
 	if st.minWait != math.MaxInt64 && st.minWait > st.target && done > 0 {
 		// The queue stood above the target through the interval: every
 		// slot the class could hold was busy.
@@ -570,10 +579,42 @@ const (
 // within its share (keys.go).
 func (g *Granter) backlogLocked(w *Waiter, t int64) bool {
 	st := &g.shed[w.Class]
-	return st.severe && g.queues[w.Class].n > 0 && // severe: shedding, so a target is set
+	spent := g.spentLocked(w.Class)
+	waits := backlogWaits * st.target
+	if spent {
+		waits = 0 // what the door let in before it knew the budget spent
+	}
+	return (st.severe || spent) && g.queues[w.Class].n > 0 && // either: shedding, so a target is set
 		w.Kind != KindHelper && !w.Started && !w.Requeued &&
 		(!st.auto || w.target != targetNone) && !(st.auto && w.keyInShare()) &&
-		t-w.Enq > backlogWaits*st.target
+		t-w.Enq > waits
+}
+
+// spentLocked reports whether class c, without ClassOptions.MaxQueueWait,
+// sheds while the CPU budget is spent (SetBudgetSpent): it then holds no
+// queue. A queue keeps the slots busy between arrivals; when the quota,
+// not the slots, bounds the work, the slots' idle moments leave no CPU
+// idle and a queued task only waits for CPU the period does not have.
+func (g *Granter) spentLocked(c Class) bool {
+	st := &g.shed[c]
+	return st.auto && st.shedding && g.budgetSpent.Load()
+}
+
+// SetBudgetSpent says whether the CPU budget is spent for now: the
+// fractional quota's pacer would close its extra slot (the period's
+// quota is on pace to be used) or the last period was throttled.
+func (g *Granter) SetBudgetSpent(spent bool) { g.budgetSpent.Store(spent) }
+
+// Shedding reports whether any class sheds now.
+func (g *Granter) Shedding() bool { return g.sheddingMask.Load() != 0 }
+
+// markShedLocked records class c's shedding state in sheddingMask.
+func (g *Granter) markShedLocked(c Class) {
+	if g.shed[c].shedding {
+		g.sheddingMask.Or(1 << c)
+	} else {
+		g.sheddingMask.And(^uint32(1 << c))
+	}
 }
 
 // shedBacklogLocked refuses w, found by backlogLocked, with an error

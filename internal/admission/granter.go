@@ -92,6 +92,10 @@ type Granter struct {
 	// mu only while either is set (clockFor).
 	clocked atomic.Int64
 	shedOn  atomic.Uint32
+	// sheddingMask has bit c set while class c sheds (markShedLocked);
+	// budgetSpent: the CPU budget is spent for now (SetBudgetSpent).
+	sheddingMask atomic.Uint32
+	budgetSpent  atomic.Bool
 	// headDue[c] is the due of class c's first Waiter (math.MaxInt64
 	// when none), for Checkpoint's lock-free hand-over test (order.go).
 	headDue [NumClasses]atomic.Int64

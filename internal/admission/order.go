@@ -288,7 +288,7 @@ func (g *Granter) pickLocked(t *int64) *Waiter {
 			g.refuseLocked(w, *t)
 			continue
 		}
-		if g.shed[w.Class].severe && g.backlogLocked(w, g.at(t)) {
+		if (g.shed[w.Class].severe || g.spentLocked(w.Class)) && g.backlogLocked(w, g.at(t)) {
 			g.shedBacklogLocked(w, *t)
 			continue
 		}

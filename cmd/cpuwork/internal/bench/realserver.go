@@ -28,6 +28,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
@@ -262,6 +263,10 @@ type realServer struct {
 	// split is the cpuwork variant's latency split per class as it
 	// reported it at its end: queue wait and slot time (ms), refusals.
 	split map[string]map[string]float64
+	// exitErr is how the server ended, when not as asked (stop): a crash
+	// or an exit of its own; killed, that stop killed it.
+	exitErr error
+	killed  atomic.Bool
 }
 
 // startReal starts bin's variant, in g when g is not nil, and waits for
@@ -315,7 +320,7 @@ func (s *realServer) stop() {
 	}
 	s.stopped = true
 	s.stdin.Close()
-	timer := time.AfterFunc(10*time.Second, func() { s.cmd.Process.Kill() })
+	timer := time.AfterFunc(10*time.Second, func() { s.killed.Store(true); s.cmd.Process.Kill() })
 	for {
 		line, err := s.out.ReadString('\n')
 		s.report(line)
@@ -323,9 +328,21 @@ func (s *realServer) stop() {
 			break
 		}
 	}
-	s.cmd.Wait()
+	if err := s.cmd.Wait(); err != nil && !s.killed.Load() {
+		s.exitErr = err
+	}
 	timer.Stop()
 	s.done()
+}
+
+// died is an error when the server ended otherwise than at its stdin's
+// EOF (a crash, an exit of its own): a run it served only in part.
+// Called after stop.
+func (s *realServer) died() error {
+	if s.exitErr == nil {
+		return nil
+	}
+	return fmt.Errorf("the server died during or at the end of a run (%v)", s.exitErr)
 }
 
 // report records one line of what the server reports at its end: the
@@ -540,7 +557,12 @@ func (r *Runner) realVariantOnce(s *Scenario, rig *realRig, group **cgroup.Group
 		if base, ok := strings.CutSuffix(variant, quotaSuffix()); ok {
 			variant, g = base, *group
 		}
-		return r.realOnce(v, s.Name, rig.bin, g, variant, rig.origin, rig.slo, rate, rig.args...)
+		r.died = ""
+		err := r.realOnce(v, s.Name, rig.bin, g, variant, rig.origin, rig.slo, rate, rig.args...)
+		if r.died != "" {
+			s.Notes = append(s.Notes, fmt.Sprintf("%s (%s, at %.0f/s): counted as it came", r.died, v.Name, rate))
+		}
+		return err
 	}
 }
 
@@ -665,6 +687,13 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		after, aerr = g.Stat()
 	}
 	srv.stop() // its report of abandoned requests comes at its end
+	if err := srv.died(); err != nil {
+		// Said, not hidden: libvips has crashed a server (SIGSEGV in
+		// bimg's vipsSave) during or at the end of a run; the answers
+		// until then are counted as they came (realVariantOnce notes it).
+		v.setRepeatExtra("server_died", 1)
+		r.died = fmt.Sprintf("%s: %v", variant, err)
+	}
 	if srv.abandoned != nil && len(v.Repeats) > 0 {
 		// The CPU the server spent on requests it finished after their
 		// client had gone (each at its kind's cost), per second of the

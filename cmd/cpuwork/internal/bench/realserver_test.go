@@ -1,6 +1,12 @@
 package bench
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
 
 // The lines a realbench server prints at its end reach the run's extras:
 // the latency split per class by its lower-case name, the pacer's and
@@ -55,6 +61,35 @@ func TestCostCountCoversTheWork(t *testing.T) {
 	} {
 		if got := costCount(c.one, c.least); got != c.want {
 			t.Errorf("costCount(%v, %d) = %d, want %d", c.one, c.least, got, c.want)
+		}
+	}
+}
+
+// A server that dies during its run (libvips once crashed with SIGSEGV in
+// one of 400 runs) makes the run an error, not a short run counted as
+// measured; one that ends at its stdin's EOF, as asked, does not.
+func TestARealServerThatDiesMakesItsRunAnError(t *testing.T) {
+	dir := t.TempDir()
+	for _, c := range []struct {
+		name, script string
+		died         bool
+	}{
+		{"crashes", "echo 'listening 127.0.0.1:1'\nkill -SEGV $$\n", true},
+		{"exits 2", "echo 'listening 127.0.0.1:1'\nexit 2\n", true},
+		{"ends at EOF", "echo 'listening 127.0.0.1:1'\ncat >/dev/null\necho 'abandoned small=1'\n", false},
+	} {
+		bin := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "-"))
+		if err := os.WriteFile(bin, []byte("#!/bin/sh\n"+c.script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		s, err := startReal("", bin, nil, "stock", "http://127.0.0.1:1", time.Second)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		time.Sleep(50 * time.Millisecond) // the run
+		s.stop()
+		if err := s.died(); (err != nil) != c.died {
+			t.Errorf("a server that %s: died() = %v, want an error %v", c.name, err, c.died)
 		}
 	}
 }

@@ -345,6 +345,9 @@ type Runner struct {
 	started      time.Time     // the running scenario's start
 	shareOf      time.Duration // the running scenario's time share
 	work         loadWork
+	// died is what the real-server run that just ended says of a server
+	// that died in it ("": none; realOnce, realVariantOnce).
+	died string
 	// afterShare is the time the running scenario will spend after its
 	// paired rounds, per round, as a share of a round (a load scenario's
 	// levels beside a competitor): the time share counts it too.

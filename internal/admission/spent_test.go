@@ -1,0 +1,86 @@
+package admission
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// While a class without ClassOptions.MaxQueueWait sheds and the CPU
+// budget is spent, it holds no queue: an arrival that finds no free slot
+// is refused, the first in line too, since the quota, not the slots,
+// bounds the work. With the budget not spent the same arrival queues.
+func TestASheddingClassQueuesNothingWhileTheBudgetIsSpent(t *testing.T) {
+	for _, spent := range []bool{false, true} {
+		e := newExec(t, Options{Slots: 1})
+		release := sync.OnceFunc(hold(t, e, 1))
+		e.g.lock()
+		st := &e.g.shed[Interactive]
+		st.auto, st.target, st.shedding = true, int64(10*time.Millisecond), true
+		st.intervalStart, st.minWait = now(), math.MaxInt64
+		e.g.unlock()
+		e.g.SetBudgetSpent(spent)
+		ctx := context.Background()
+		tk, err := e.Go(WithTarget(ctx, Target{Latency: time.Second}), Interactive, func(context.Context) error { return nil })
+		switch {
+		case spent && err == nil:
+			t.Error("the budget spent, a shedding class queued an arrival behind its busy slot")
+		case spent && (!errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "CPU budget is spent")):
+			t.Errorf("the refusal: %v, want ErrSaturated saying the CPU budget is spent", err)
+		case !spent && err != nil:
+			t.Errorf("the budget not spent, the first arrival behind the busy slot was refused: %v", err)
+		}
+		release()
+		if tk != nil {
+			tk.Wait(ctx)
+		}
+	}
+}
+
+// What the door let in before it knew the budget spent is refused at the
+// head of the queue, however short its wait, while another task of the
+// class waits behind it; without the budget spent only a severe overload's
+// long waiters are.
+func TestTheBacklogIsRefusedAtTheHeadOnceTheBudgetIsSpent(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	e.g.lock()
+	defer e.g.unlock()
+	st := &e.g.shed[Interactive]
+	st.auto, st.target, st.shedding = true, int64(10*time.Millisecond), true
+	behind := &Waiter{Class: Interactive, Rank: math.MaxInt64}
+	e.g.queues[Interactive].insertAfter(nil, behind)
+	defer e.g.queues[Interactive].remove(behind)
+	t0 := now()
+	w := &Waiter{Class: Interactive, target: targetObjective, Enq: t0 - int64(time.Millisecond)}
+	if e.g.backlogLocked(w, t0) {
+		t.Error("the budget not spent, not severe: a task that waited 1 ms was refused as backlog")
+	}
+	e.g.SetBudgetSpent(true)
+	if !e.g.spentLocked(Interactive) || !e.g.backlogLocked(w, t0) {
+		t.Error("the budget spent while shedding: a task that waited 1 ms was not refused as backlog")
+	}
+	st.auto = false // a class with ClassOptions.MaxQueueWait keeps the queue it asked for
+	if e.g.backlogLocked(w, t0) {
+		t.Error("a class with its own queue-wait target lost its queue to the spent budget")
+	}
+}
+
+// Shedding() follows the classes' shedding state.
+func TestSheddingFollowsTheClasses(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	e.g.lock()
+	defer e.g.unlock()
+	e.g.startShedLocked(Batch)
+	if !e.g.Shedding() {
+		t.Fatal("a class started shedding; Shedding() says none does")
+	}
+	e.g.shed[Batch].shedding = false
+	e.g.markShedLocked(Batch)
+	if e.g.Shedding() {
+		t.Fatal("no class sheds; Shedding() says one does")
+	}
+}
