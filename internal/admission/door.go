@@ -331,9 +331,9 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 				if h := st.holdShare(); h < 1 {
 					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
 				}
-				if spent {
-					why = "no queue while the CPU budget is spent: the quota, not the slots, bounds the work"
-				}
+			}
+			if spent {
+				return &shedError{class: c, reason: "it sheds while the CPU budget is spent (the quota, not the slots, bounds the work): it holds no queue, and no slot was free"}
 			}
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(st.target), why, time.Duration(wait).Round(time.Microsecond))}
 		}
