@@ -223,8 +223,9 @@ type paceHost interface {
 	// unpaceable says, once, that held of the last periods periods were
 	// throttled by tasks the pacer could not stop.
 	unpaceable(held, periods int)
-	// shedding reports whether a class sheds; setBudgetSpent tells the
-	// door whether the CPU budget is spent for now (paceLocked).
+	// shedding reports whether a class sheds in a clear overload;
+	// setBudgetSpent tells the door whether the CPU budget is spent for
+	// now (paceLocked).
 	shedding() bool
 	setBudgetSpent(spent bool)
 }

@@ -145,10 +145,10 @@ func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
 // paceLocked sets the extra slot for the next tick from the pacer's
 // decision open, and tells the door the CPU budget is spent while the
 // slot would close or the last period was throttled. While a class sheds
-// (its queue stands and its arrivals outrun the slots) the slot stays
-// open, but under QuotaStrict: the door then holds no queue, and a closed
-// slot would only refuse work the period's quota still covers; the
-// kernel's throttle ends the period instead.
+// in a clear overload (its arrivals bring over 1.5 times the slots' work)
+// the slot stays open, but under QuotaStrict: the door then holds no
+// queue, and a closed slot would only refuse work the period's quota
+// still covers; the kernel's throttle ends the period instead.
 func (p *fracPacer) paceLocked(open bool) {
 	p.setSpentLocked(!open || p.throttledLast)
 	if !open && !p.strict && p.host.shedding() {

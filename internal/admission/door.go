@@ -143,8 +143,9 @@ type shedState struct {
 	// completions): the onset test's second condition.
 	sumOffered, sumCapacity, sumArrivals, sumDone float64
 	// severe: the class sheds and the last interval's arrivals outran the
-	// slots more than backlogOutrun times (backlogLocked).
-	severe bool
+	// slots more than backlogOutrun times (backlogLocked); clear: more
+	// than earlyOutrun times (spentLocked), or the shedding started early.
+	severe, clear bool
 	// calmArrivals, calmFor: the arrivals and time of the calm intervals
 	// in a row (refused nobody, or the arrivals did not outrun the
 	// slots) of a shedding class.
@@ -402,6 +403,7 @@ func (g *Granter) startShedLocked(c Class) {
 	st.shedding = true
 	st.calmArrivals, st.calmFor = 0, 0
 	st.hold, st.holdSeen, st.holdFree = holdEarly, 0, 0
+	st.clear = true // the arrivals so far brought over earlyOutrun times the slots' work
 	g.markShedLocked(c)
 }
 
@@ -454,6 +456,7 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 	st.sumDone = st.sumDone*decay + float64(done)
 	sustained := st.sumOffered > st.sumCapacity || st.guessed && st.sumArrivals > sustainedCount*st.sumDone
 	severe := float64(st.offered) > backlogOutrun*capacity || st.guessed && st.arrivals > backlogOutrun*done
+	st.clear = float64(st.offered) > earlyOutrun*capacity || st.guessed && float64(st.arrivals) > earlyOutrun*float64(done)
 	switch {
 	case st.shedding:
 		// While it sheds, the queue is held near the target by the
@@ -591,13 +594,16 @@ func (g *Granter) backlogLocked(w *Waiter, t int64) bool {
 }
 
 // spentLocked reports whether class c, without ClassOptions.MaxQueueWait,
-// sheds while the CPU budget is spent (SetBudgetSpent): it then holds no
-// queue. A queue keeps the slots busy between arrivals; when the quota,
-// not the slots, bounds the work, the slots' idle moments leave no CPU
-// idle and a queued task only waits for CPU the period does not have.
+// sheds in a clear overload (its last interval's arrivals brought over
+// earlyOutrun times the slots' work) while the CPU budget is spent
+// (SetBudgetSpent): it then holds no queue. A queue keeps the slots busy
+// between arrivals; when the quota, not the slots, bounds the work, the
+// slots' idle moments leave no CPU idle and a queued task only waits for
+// CPU the period does not have. Near capacity the held queue stays: it
+// rides out the bursts that start a shedding there.
 func (g *Granter) spentLocked(c Class) bool {
 	st := &g.shed[c]
-	return st.auto && st.shedding && g.budgetSpent.Load()
+	return st.auto && st.shedding && st.clear && g.budgetSpent.Load()
 }
 
 // SetBudgetSpent says whether the CPU budget is spent for now: the
@@ -605,12 +611,14 @@ func (g *Granter) spentLocked(c Class) bool {
 // quota is on pace to be used) or the last period was throttled.
 func (g *Granter) SetBudgetSpent(spent bool) { g.budgetSpent.Store(spent) }
 
-// Shedding reports whether any class sheds now.
+// Shedding reports whether any class sheds now in a clear overload (its
+// arrivals brought over earlyOutrun times the slots' work).
 func (g *Granter) Shedding() bool { return g.sheddingMask.Load() != 0 }
 
-// markShedLocked records class c's shedding state in sheddingMask.
+// markShedLocked records in sheddingMask whether class c sheds in a clear
+// overload.
 func (g *Granter) markShedLocked(c Class) {
-	if g.shed[c].shedding {
+	if st := &g.shed[c]; st.shedding && st.clear {
 		g.sheddingMask.Or(1 << c)
 	} else {
 		g.sheddingMask.And(^uint32(1 << c))

@@ -92,7 +92,8 @@ type Granter struct {
 	// mu only while either is set (clockFor).
 	clocked atomic.Int64
 	shedOn  atomic.Uint32
-	// sheddingMask has bit c set while class c sheds (markShedLocked);
+	// sheddingMask has bit c set while class c sheds in a clear overload
+	// (markShedLocked);
 	// budgetSpent: the CPU budget is spent for now (SetBudgetSpent).
 	sheddingMask atomic.Uint32
 	budgetSpent  atomic.Bool

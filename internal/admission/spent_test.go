@@ -10,29 +10,32 @@ import (
 	"time"
 )
 
-// While a class without ClassOptions.MaxQueueWait sheds and the CPU
-// budget is spent, it holds no queue: an arrival that finds no free slot
-// is refused, the first in line too, since the quota, not the slots,
-// bounds the work. With the budget not spent the same arrival queues.
+// While a class without ClassOptions.MaxQueueWait sheds in a clear
+// overload and the CPU budget is spent, it holds no queue: an arrival
+// that finds no free slot is refused, the first in line too, since the
+// quota, not the slots, bounds the work. With the budget not spent, or
+// near capacity (the arrivals did not bring 1.5 times the slots' work),
+// the same arrival queues.
 func TestASheddingClassQueuesNothingWhileTheBudgetIsSpent(t *testing.T) {
-	for _, spent := range []bool{false, true} {
+	for _, c := range []struct{ spent, clear bool }{{false, true}, {true, false}, {true, true}} {
 		e := newExec(t, Options{Slots: 1})
 		release := sync.OnceFunc(hold(t, e, 1))
 		e.g.lock()
 		st := &e.g.shed[Interactive]
-		st.auto, st.target, st.shedding = true, int64(10*time.Millisecond), true
+		st.auto, st.target, st.shedding, st.clear = true, int64(10*time.Millisecond), true, c.clear
 		st.intervalStart, st.minWait = now(), math.MaxInt64
 		e.g.unlock()
-		e.g.SetBudgetSpent(spent)
+		e.g.SetBudgetSpent(c.spent)
 		ctx := context.Background()
 		tk, err := e.Go(WithTarget(ctx, Target{Latency: time.Second}), Interactive, func(context.Context) error { return nil })
+		none := c.spent && c.clear
 		switch {
-		case spent && err == nil:
-			t.Error("the budget spent, a shedding class queued an arrival behind its busy slot")
-		case spent && (!errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "CPU budget is spent")):
+		case none && err == nil:
+			t.Error("the budget spent in a clear overload, a shedding class queued an arrival behind its busy slot")
+		case none && (!errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "CPU budget is spent")):
 			t.Errorf("the refusal: %v, want ErrSaturated saying the CPU budget is spent", err)
-		case !spent && err != nil:
-			t.Errorf("the budget not spent, the first arrival behind the busy slot was refused: %v", err)
+		case !none && err != nil:
+			t.Errorf("budget spent %v, clear overload %v: the first arrival behind the busy slot was refused: %v", c.spent, c.clear, err)
 		}
 		release()
 		if tk != nil {
@@ -50,7 +53,7 @@ func TestTheBacklogIsRefusedAtTheHeadOnceTheBudgetIsSpent(t *testing.T) {
 	e.g.lock()
 	defer e.g.unlock()
 	st := &e.g.shed[Interactive]
-	st.auto, st.target, st.shedding = true, int64(10*time.Millisecond), true
+	st.auto, st.target, st.shedding, st.clear = true, int64(10*time.Millisecond), true, true
 	behind := &Waiter{Class: Interactive, Rank: math.MaxInt64}
 	e.g.queues[Interactive].insertAfter(nil, behind)
 	defer e.g.queues[Interactive].remove(behind)
@@ -69,7 +72,7 @@ func TestTheBacklogIsRefusedAtTheHeadOnceTheBudgetIsSpent(t *testing.T) {
 	}
 }
 
-// Shedding() follows the classes' shedding state.
+// Shedding() follows the classes' shedding in a clear overload.
 func TestSheddingFollowsTheClasses(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	e.g.lock()
@@ -78,7 +81,12 @@ func TestSheddingFollowsTheClasses(t *testing.T) {
 	if !e.g.Shedding() {
 		t.Fatal("a class started shedding; Shedding() says none does")
 	}
-	e.g.shed[Batch].shedding = false
+	e.g.shed[Batch].clear = false
+	e.g.markShedLocked(Batch)
+	if e.g.Shedding() {
+		t.Fatal("a class sheds near capacity, not in a clear overload; Shedding() says one does")
+	}
+	e.g.shed[Batch].shedding, e.g.shed[Batch].clear = false, true
 	e.g.markShedLocked(Batch)
 	if e.g.Shedding() {
 		t.Fatal("no class sheds; Shedding() says one does")

@@ -65,10 +65,10 @@ func TestCostCountCoversTheWork(t *testing.T) {
 	}
 }
 
-// A server that dies during its run (libvips once crashed with SIGSEGV in
-// one of 400 runs) makes the run an error, not a short run counted as
-// measured; one that ends at its stdin's EOF, as asked, does not.
-func TestARealServerThatDiesMakesItsRunAnError(t *testing.T) {
+// A server that dies during or at the end of its run (libvips crashed
+// with SIGSEGV in bimg's vipsSave) is seen, so the run says so instead of
+// counting silently; one that ends at its stdin's EOF, as asked, is not.
+func TestARealServerThatDiesIsSeen(t *testing.T) {
 	dir := t.TempDir()
 	for _, c := range []struct {
 		name, script string
