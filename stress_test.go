@@ -179,43 +179,17 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 			}
 		}()
 	}
-	stopResizing := func() {}
+	stopResizing, stopSpending := func() {}, func() {}
 	if r.IntN(4) == 0 {
 		// The slot count changes under the releases (a shrink between a
 		// release's add and its capacity check once lost a slot).
-		stopResize := make(chan struct{})
-		resized := make(chan struct{})
-		go func() {
-			defer close(resized)
-			for i := 0; ; i++ {
-				select {
-				case <-stopResize:
-					return
-				case <-time.After(50 * time.Microsecond):
-				}
-				e.SetSlots(1 + (i*7+int(seed))%4)
-			}
-		}()
-		stopResizing = func() { close(stopResize); <-resized }
+		stopResizing = every50us(func(i int) { e.SetSlots(1 + (i*7+int(seed))%4) })
 	}
-	stopSpending := func() {}
 	if r.IntN(4) == 0 {
 		// The CPU budget spent and not, by turns (the fractional pacer's
 		// signal): a shedding class refuses at its door with its queue
 		// empty and at its head (admission's spentLocked).
-		stop, done := make(chan struct{}), make(chan struct{})
-		go func() {
-			defer close(done)
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				case <-time.After(50 * time.Microsecond):
-				}
-				e.g.SetBudgetSpent(i%2 == 0)
-			}
-		}()
-		stopSpending = func() { close(stop); <-done }
+		stopSpending = every50us(func(i int) { e.g.SetBudgetSpent(i%2 == 0) })
 	}
 	wg.Wait()
 	stopResizing()
@@ -526,4 +500,22 @@ func TestStressBesideBatchBacklogLeavesInteractiveItsSlots(t *testing.T) {
 			t.Fatalf("seed %d: %d Interactive tasks refused beside a batch backlog while their side had slots free", seed+uint64(i), n)
 		}
 	}
+}
+
+// every50us calls f(0), f(1), ... every 50 µs on a goroutine of its own
+// until the returned stop is called; stop returns once it has ended.
+func every50us(f func(i int)) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				return
+			case <-time.After(50 * time.Microsecond):
+			}
+			f(i)
+		}
+	}()
+	return func() { close(quit); <-done }
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"runtime"
 	"sync"
 	"testing"
@@ -274,14 +273,8 @@ func TestAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 // The backlog refusal of a severely outrun class (door.go) spares a task
 // of a key within its share: the backlog is the keys' past theirs.
 func TestABacklogRefusalSparesAKeyWithinItsShare(t *testing.T) {
-	e := newExec(t, Options{Slots: 1})
-	e.g.lock()
-	defer e.g.unlock()
-	st := &e.g.shed[Interactive]
-	st.auto, st.target, st.shedding, st.severe = true, int64(10*time.Millisecond), true, true
-	behind := &Waiter{Class: Interactive, Rank: math.MaxInt64} // the class's last task is always served
-	e.g.queues[Interactive].insertAfter(nil, behind)
-	defer e.g.queues[Interactive].remove(behind)
+	e, st := sheddingWithOneBehind(t)
+	st.severe = true
 	t0 := now()
 	waited := func(key string, lead time.Duration) *Waiter {
 		w := &Waiter{Class: Interactive, target: targetObjective, Enq: t0 - int64(time.Second)}

@@ -49,14 +49,8 @@ func TestASheddingClassQueuesNothingWhileTheBudgetIsSpent(t *testing.T) {
 // class waits behind it; without the budget spent only a severe overload's
 // long waiters are.
 func TestTheBacklogIsRefusedAtTheHeadOnceTheBudgetIsSpent(t *testing.T) {
-	e := newExec(t, Options{Slots: 1})
-	e.g.lock()
-	defer e.g.unlock()
-	st := &e.g.shed[Interactive]
-	st.auto, st.target, st.shedding, st.clear = true, int64(10*time.Millisecond), true, true
-	behind := &Waiter{Class: Interactive, Rank: math.MaxInt64}
-	e.g.queues[Interactive].insertAfter(nil, behind)
-	defer e.g.queues[Interactive].remove(behind)
+	e, st := sheddingWithOneBehind(t)
+	st.clear = true
 	t0 := now()
 	w := &Waiter{Class: Interactive, target: targetObjective, Enq: t0 - int64(time.Millisecond)}
 	if e.g.backlogLocked(w, t0) {
@@ -91,4 +85,21 @@ func TestSheddingFollowsTheClasses(t *testing.T) {
 	if e.g.Shedding() {
 		t.Fatal("no class sheds; Shedding() says one does")
 	}
+}
+
+// sheddingWithOneBehind returns an executor of one slot whose Interactive
+// class sheds with an automatic 10 ms queue-wait target and has one task
+// queued (the class's last task is always served, so the backlog tests
+// need one behind the task they judge), and that class's controller; the
+// executor's lock is held until the test ends.
+func sheddingWithOneBehind(t *testing.T) (*testExec, *shedState) {
+	e := newExec(t, Options{Slots: 1})
+	e.g.lock()
+	t.Cleanup(e.g.unlock)
+	st := &e.g.shed[Interactive]
+	st.auto, st.target, st.shedding = true, int64(10*time.Millisecond), true
+	behind := &Waiter{Class: Interactive, Rank: math.MaxInt64}
+	e.g.queues[Interactive].insertAfter(nil, behind)
+	t.Cleanup(func() { e.g.queues[Interactive].remove(behind) })
+	return e, st
 }
