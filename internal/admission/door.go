@@ -144,7 +144,8 @@ type shedState struct {
 	sumOffered, sumCapacity, sumArrivals, sumDone float64
 	// severe: the class sheds and the last interval's arrivals outran the
 	// slots more than backlogOutrun times (backlogLocked); clear: more
-	// than earlyOutrun times (spentLocked), or the shedding started early.
+	// than earlyOutrun times, in the interval and over the recent ones
+	// (spentLocked), or the shedding started early.
 	severe, clear bool
 	// calmArrivals, calmFor: the arrivals and time of the calm intervals
 	// in a row (refused nobody, or the arrivals did not outrun the
@@ -388,12 +389,23 @@ func (g *Granter) outrunSoFarLocked(c Class, t int64) bool {
 	}
 	capacity := float64(el) * g.ServiceSlots()
 	done := float64(g.cnt[c].Completed.Load() - st.completedAt)
-	const k = earlyOutrun
-	outrun := offered > k*capacity || st.guessed && arrivals > k*done
 	decay := math.Exp(-float64(el) / float64(shedOnsetHorizon))
-	sustained := st.sumOffered*decay+offered > k*(st.sumCapacity*decay+capacity) ||
-		st.guessed && st.sumArrivals*decay+arrivals > k*sustainedCount*(st.sumDone*decay+done)
+	outrun, sustained := st.outrun(earlyOutrun, offered, capacity, arrivals, done, decay)
 	return outrun && sustained
+}
+
+// outrun reports whether arrivals that brought offered ns of work
+// (arrivals of them, against done completions) over a stretch in which
+// the slots could do capacity ns outran the slots k times: in the
+// stretch alone, and over the recent intervals together with it (their
+// sums weighted by decay, the stretch's own at 1). When some arrivals
+// came without a given run time (guessed), arrivals over completions
+// count too, the recent ones against sustainedCount times k.
+func (st *shedState) outrun(k, offered, capacity, arrivals, done, decay float64) (stretch, recent bool) {
+	stretch = offered > k*capacity || st.guessed && arrivals > k*done
+	recent = st.sumOffered*decay+offered > k*(st.sumCapacity*decay+capacity) ||
+		st.guessed && st.sumArrivals*decay+arrivals > k*sustainedCount*(st.sumDone*decay+done)
+	return stretch, recent
 }
 
 // startShedLocked starts class c's shedding before its interval ends,
@@ -448,15 +460,19 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 	// the class completed in it.
 	capacity := float64(t-st.intervalStart) * g.ServiceSlots()
 	done := completed - st.completedAt
-	outrun := float64(st.offered) > capacity || st.guessed && st.arrivals > done
 	decay := math.Exp(-float64(t-st.intervalStart) / float64(shedOnsetHorizon))
-	st.sumOffered = st.sumOffered*decay + float64(st.offered)
+	offered, arrivals := float64(st.offered), float64(st.arrivals)
+	outrun, sustained := st.outrun(1, offered, capacity, arrivals, float64(done), decay)
+	severe, _ := st.outrun(backlogOutrun, offered, capacity, arrivals, float64(done), decay)
+	// clear: a clear overload, in the interval and over the recent ones
+	// (one interval of a few large requests outruns the slots 1.5 times
+	// by chance at capacity).
+	clearNow, clearRecent := st.outrun(earlyOutrun, offered, capacity, arrivals, float64(done), decay)
+	st.clear = clearNow && clearRecent
+	st.sumOffered = st.sumOffered*decay + offered
 	st.sumCapacity = st.sumCapacity*decay + capacity
-	st.sumArrivals = st.sumArrivals*decay + float64(st.arrivals)
+	st.sumArrivals = st.sumArrivals*decay + arrivals
 	st.sumDone = st.sumDone*decay + float64(done)
-	sustained := st.sumOffered > st.sumCapacity || st.guessed && st.sumArrivals > sustainedCount*st.sumDone
-	severe := float64(st.offered) > backlogOutrun*capacity || st.guessed && st.arrivals > backlogOutrun*done
-	st.clear = float64(st.offered) > earlyOutrun*capacity || st.guessed && float64(st.arrivals) > earlyOutrun*float64(done)
 	switch {
 	case st.shedding:
 		// While it sheds, the queue is held near the target by the
@@ -594,8 +610,9 @@ func (g *Granter) backlogLocked(w *Waiter, t int64) bool {
 }
 
 // spentLocked reports whether class c, without ClassOptions.MaxQueueWait,
-// sheds in a clear overload (its last interval's arrivals brought over
-// earlyOutrun times the slots' work) while the CPU budget is spent
+// sheds in a clear overload (its last interval's arrivals, and the
+// recent intervals' with them, brought over earlyOutrun times the slots'
+// work) while the CPU budget is spent
 // (SetBudgetSpent): it then holds no queue. A queue keeps the slots busy
 // between arrivals; when the quota, not the slots, bounds the work, the
 // slots' idle moments leave no CPU idle and a queued task only waits for
@@ -660,44 +677,50 @@ const (
 // queued task whose due comes only from objectives and that is expected
 // to miss it (at the door: its estimated completion is past its due; at
 // the head of its class: less time is left than its run time) is let through
-// while the class's moving share of such late admissions, over its
-// queued objective tasks, is under lateBudget (1 %, the p99's share);
-// beyond it, it is refused. A task let through at the door is not judged
+// while the class's late budget has a token; beyond it, it is refused.
+// A task let through at the door is not judged
 // again at the head. In overload most arrivals are expected late,
 // the budget is spent at once and refusals keep the queue at the
 // objective, as without it. A ctx deadline is a promise: a task expected
 // to end past its ctx deadline is always refused (at the door; at the
-// head, one whose deadline is its earliest due). The share is a moving
-// average with weight 1/1024 per queued objective task (each door pass
-// counts one, a late pass at the head one more), in 1/2^24: after a
-// fresh start or a long on-time stretch about ten late tasks in a row go
-// through, then about one in a hundred (11 in a row, then 1.06 % when every
-// task is late: docs/raw/late-budget-share-2026-11-24.txt). Its cost: a few integer operations under the lock, on
+// head, one whose deadline is its earliest due). The budget is a token
+// bucket per class: each queued objective task's pass earns 1/100 of a
+// token (each door pass counts one, a late pass at the head one more), up
+// to lateBurst tokens, and a task let through late takes a whole one —
+// about one in a hundred when every task is late (lateEarn: the p99's
+// share), at most lateBurst in a row after an on-time stretch, none in
+// the first hundred passes after a fresh start. (A moving share of 1 %
+// let about ten through in a row after every calm stretch: each served
+// late, and each delayed the tasks queued behind it, so that near
+// capacity more were late or refused than behind a bounded queue of 8:
+// docs/architecture.md, "The door".) Its cost: a few integer operations under the lock, on
 // the path of a task that queues anyway.
 const (
-	lateOne    = 1 << 24       // the share's unit: 1 = lateOne
-	lateBudget = lateOne / 100 // 1 %
-	lateShift  = 10            // a moving average over about the last 1024 samples
+	lateOne   = 1 << 24              // a whole token
+	lateEarn  = (lateOne + 99) / 100 // earned per sample: 1 %
+	lateBurst = 2                    // tokens at most: late tasks in a row after a calm stretch
 )
 
 // lateOKLocked takes one sample of class c's late budget: whether a task
 // expected to miss its objective may go on (late true), or an on-time one
 // (late false, always true).
 func (g *Granter) lateOKLocked(c Class, late bool) bool {
-	s := &g.lateShare[c]
-	ok := !late || g.lateRoomLocked(c)
-	x := int32(0)
-	if late && ok {
-		x = lateOne
-		g.cnt[c].Late.Add(1)
+	s := &g.lateTokens[c]
+	*s = min(*s+lateEarn, lateBurst*lateOne)
+	if !late {
+		return true
 	}
-	*s += (x - *s) >> lateShift
-	return ok
+	if *s < lateOne {
+		return false
+	}
+	*s -= lateOne
+	g.cnt[c].Late.Add(1)
+	return true
 }
 
 // lateRoomLocked reports whether class c's late budget has room, without
 // taking a sample (Allow reads it so).
-func (g *Granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBudget }
+func (g *Granter) lateRoomLocked(c Class) bool { return g.lateTokens[c] >= lateOne }
 
 // lateLocked reports whether w, at the head of its class at time t, is
 // to be refused: less time is left than its expected run time (it would

@@ -103,3 +103,37 @@ func sheddingWithOneBehind(t *testing.T) (*testExec, *shedState) {
 	t.Cleanup(func() { e.g.queues[Interactive].remove(behind) })
 	return e, st
 }
+
+// A clear overload — where a shedding class holds no queue while the
+// budget is spent — is one over the recent intervals too: one interval
+// of 1.6 times the slots' work after a second at 0.8 is a burst at
+// capacity (a few large requests in 100 ms), half a second at twice it is
+// one.
+func TestAClearOverloadIsOneOverTheRecentIntervalsToo(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	e.g.lock()
+	defer e.g.unlock()
+	st := &e.g.shed[Interactive]
+	st.auto, st.target = true, int64(10*time.Millisecond)
+	iv := int64(codelInterval)
+	at := now()
+	tick := func(load float64) {
+		at += iv
+		st.intervalStart, st.minWait, st.arrivals = at-iv, math.MaxInt64, 10
+		st.offered = int64(load * float64(iv) * e.g.ServiceSlots())
+		e.g.codelTickLocked(Interactive, at)
+	}
+	for range 10 {
+		tick(0.8)
+	}
+	tick(1.6)
+	if st.clear {
+		t.Error("one interval at 1.6 times the slots' work after a second at 0.8 counted as a clear overload")
+	}
+	for range 5 {
+		tick(2)
+	}
+	if !st.clear {
+		t.Error("half a second at twice the slots' work is not a clear overload")
+	}
+}
