@@ -677,50 +677,44 @@ const (
 // queued task whose due comes only from objectives and that is expected
 // to miss it (at the door: its estimated completion is past its due; at
 // the head of its class: less time is left than its run time) is let through
-// while the class's late budget has a token; beyond it, it is refused.
-// A task let through at the door is not judged
+// while the class's moving share of such late admissions, over its
+// queued objective tasks, is under lateBudget (1 %, the p99's share);
+// beyond it, it is refused. A task let through at the door is not judged
 // again at the head. In overload most arrivals are expected late,
 // the budget is spent at once and refusals keep the queue at the
 // objective, as without it. A ctx deadline is a promise: a task expected
 // to end past its ctx deadline is always refused (at the door; at the
-// head, one whose deadline is its earliest due). The budget is a token
-// bucket per class: each queued objective task's pass earns 1/100 of a
-// token (each door pass counts one, a late pass at the head one more), up
-// to lateBurst tokens, and a task let through late takes a whole one —
-// about one in a hundred when every task is late (lateEarn: the p99's
-// share), at most lateBurst in a row after an on-time stretch, none in
-// the first hundred passes after a fresh start. (A moving share of 1 %
-// let about ten through in a row after every calm stretch: each served
-// late, and each delayed the tasks queued behind it, so that near
-// capacity more were late or refused than behind a bounded queue of 8:
-// docs/architecture.md, "The door".) Its cost: a few integer operations under the lock, on
+// head, one whose deadline is its earliest due). The share is a moving
+// average with weight 1/1024 per queued objective task (each door pass
+// counts one, a late pass at the head one more), in 1/2^24: after a
+// fresh start or a long on-time stretch about ten late tasks in a row go
+// through, then about one in a hundred (11 in a row, then 1.06 % when every
+// task is late: docs/raw/late-budget-share-2026-11-24.txt). Its cost: a few integer operations under the lock, on
 // the path of a task that queues anyway.
 const (
-	lateOne   = 1 << 24              // a whole token
-	lateEarn  = (lateOne + 99) / 100 // earned per sample: 1 %
-	lateBurst = 2                    // tokens at most: late tasks in a row after a calm stretch
+	lateOne    = 1 << 24       // the share's unit: 1 = lateOne
+	lateBudget = lateOne / 100 // 1 %
+	lateShift  = 10            // a moving average over about the last 1024 samples
 )
 
 // lateOKLocked takes one sample of class c's late budget: whether a task
 // expected to miss its objective may go on (late true), or an on-time one
 // (late false, always true).
 func (g *Granter) lateOKLocked(c Class, late bool) bool {
-	s := &g.lateTokens[c]
-	*s = min(*s+lateEarn, lateBurst*lateOne)
-	if !late {
-		return true
+	s := &g.lateShare[c]
+	ok := !late || g.lateRoomLocked(c)
+	x := int32(0)
+	if late && ok {
+		x = lateOne
+		g.cnt[c].Late.Add(1)
 	}
-	if *s < lateOne {
-		return false
-	}
-	*s -= lateOne
-	g.cnt[c].Late.Add(1)
-	return true
+	*s += (x - *s) >> lateShift
+	return ok
 }
 
 // lateRoomLocked reports whether class c's late budget has room, without
 // taking a sample (Allow reads it so).
-func (g *Granter) lateRoomLocked(c Class) bool { return g.lateTokens[c] >= lateOne }
+func (g *Granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBudget }
 
 // lateLocked reports whether w, at the head of its class at time t, is
 // to be refused: less time is left than its expected run time (it would

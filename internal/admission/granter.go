@@ -116,9 +116,10 @@ type Granter struct {
 	keys   [NumClasses]keyTable // fair shares across keys inside a class (keys.go)
 	limit  [NumClasses]int
 	shed   [NumClasses]shedState // queue-wait targets (door.go)
-	// lateTokens[c] is class c's late budget: tokens of lateOne that
-	// let a queued objective task in though expected late (door.go).
-	lateTokens [NumClasses]int32
+	// lateShare[c] is the moving share of class c's queued objective
+	// tasks let in though expected late, in 1/2^24 (door.go's late
+	// budget).
+	lateShare [NumClasses]int32
 	// sinceBackground counts grants to other classes while Background
 	// waits (the Background starvation guard, door.go).
 	sinceBackground int
