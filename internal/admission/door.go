@@ -629,7 +629,8 @@ func (g *Granter) spentLocked(c Class) bool {
 func (g *Granter) SetBudgetSpent(spent bool) { g.budgetSpent.Store(spent) }
 
 // Shedding reports whether any class sheds now in a clear overload (its
-// arrivals brought over earlyOutrun times the slots' work).
+// arrivals brought over earlyOutrun times the slots' work, in its last
+// interval and over the recent ones).
 func (g *Granter) Shedding() bool { return g.sheddingMask.Load() != 0 }
 
 // markShedLocked records in sheddingMask whether class c sheds in a clear
