@@ -39,19 +39,32 @@ import (
 // Under Batch.Beside batch work is meant to get only the CPU the budget's
 // slots leave idle, on Ps of its own: a demoted thread starved while this
 // process itself kept the CPUs busy is the design working and does not
-// count towards guardStarved. Starved while other processes take half a
-// CPU or more (the CPUs less this process's CPU time, averaged over
-// guardOthersTicks ticks, as a load generator's bursts come and go) is a
-// neighbour's doing: it counts, since beside a neighbour that fills the
-// CPUs a stop-the-world waits for the demoted thread.
+// count towards guardStarved. Starved while other processes take about
+// half of the CPUs this process may run on (othersMax: the CPUs less this
+// process's CPU time, averaged over guardOthersTicks ticks, as a load
+// generator's bursts come and go) is a neighbour's doing: it counts,
+// since beside a neighbour that fills the CPUs a stop-the-world waits for
+// the demoted thread. A neighbour whose runnable threads fill the CPUs
+// takes at least half of them while it competes at equal weight with this
+// process's own (at most its budget's CPUs); one that takes less leaves a
+// CPU free when the process stops (a load generator, or one CPU-bound
+// process beside a busy 2-CPU server), and the demoted thread runs there.
 const (
 	guardInterval    = 5 * time.Millisecond
 	guardStarved     = 4 * time.Millisecond
 	guardCooldown    = 10 * time.Second
 	guardMaxCooldown = 10 * time.Minute
 	guardOthersTicks = 20  // ticks over which others' CPU is averaged (Beside)
-	guardOthersMax   = 0.5 // CPUs others may take before starvation counts (Beside)
+	guardOthersMax   = 0.5 // CPUs others may take before starvation counts, at least (Beside)
 )
+
+// othersMax is the CPUs other processes may take, on average, before a
+// demoted thread's starvation counts under Beside, for a process that may
+// run on own CPUs: half of them less a quarter CPU (the average lags a
+// neighbour that has just started), at least guardOthersMax.
+func othersMax(own float64) float64 {
+	return max(guardOthersMax, own/2-guardOthersMax/2)
+}
 
 // suspension is process-wide (internal/suspension).
 var suspension = &suspensionpkg.Process
@@ -250,8 +263,8 @@ func (g *guard) run() {
 	}
 }
 
-// ownWorkBusy reports whether other processes took less than
-// guardOthersMax of the CPUs this process may run on (ownCPUs set),
+// ownWorkBusy reports whether other processes took less than othersMax
+// of the CPUs this process may run on (ownCPUs set),
 // averaged over the last guardOthersTicks ticks' time: a demoted thread
 // starved now was starved by the process's own work.
 func (g *guard) ownWorkBusy() bool {
@@ -277,7 +290,7 @@ func (g *guard) weighOthers(p, w int64) bool {
 		g.others += (others - g.others) * weight
 	}
 	g.lastProcCPU, g.lastProcW = p, w
-	return g.others < guardOthersMax
+	return g.others < othersMax(g.ownCPUs)
 }
 
 // fire suspends demotion and promotes the starved threads in place where

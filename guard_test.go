@@ -239,3 +239,44 @@ func TestBesideGuardAveragesOthersOverTimeNotTicks(t *testing.T) {
 		}
 	}
 }
+
+// Beside's guard counts a demoted thread's starvation only while others
+// could fill the CPUs a stop-the-world frees: about half of the process's
+// CPUs. On 2 CPUs, a process using 1.6 of them beside a load generator
+// (others 0.4) and one using 1.3 beside a CPU-bound process it competes
+// with (others 0.7) leave a CPU free when they stop: their starvation is
+// their own. A process held to 1 CPU (others 1.0, a neighbour as busy as
+// itself) is not; under a 1.5-CPU quota half a CPU is the bound, as
+// before. The guard once suspended demotion in every run of a server at
+// twice its capacity beside its load generator.
+func TestBesideGuardCountsOnlyANeighbourThatCouldFillTheCPUs(t *testing.T) {
+	for _, c := range []struct {
+		own, used float64 // the CPUs the process may run on, and uses
+		ownWork   bool
+	}{
+		{2, 1.6, true},
+		{2, 1.3, true},
+		{2, 1.0, false},
+		{2, 0, false},
+		{1.5, 1.1, true},
+		{1.5, 0.9, false},
+		{1, 0.6, true},
+		{1, 0.4, false},
+		{8, 5, true},
+		{8, 4, false},
+	} {
+		g := &guard{ownCPUs: c.own}
+		p, w := int64(time.Second), int64(time.Hour)
+		g.weighOthers(p, w)
+		var own bool
+		for range 200 { // 1 s of 5-ms ticks
+			w += int64(guardInterval)
+			p += int64(c.used * float64(guardInterval))
+			own = g.weighOthers(p, w)
+		}
+		if own != c.ownWork {
+			t.Errorf("%v CPUs, the process using %v (others %.2f): starvation counted as its own work %v, want %v",
+				c.own, c.used, g.others, own, c.ownWork)
+		}
+	}
+}

@@ -129,8 +129,9 @@ type DemotionStats struct {
 	// it ran a task, runnable but not running for 4 ms over consecutive
 	// 5 ms windows in each of which it ran less than half the time, and
 	// suspended demotion (for 10 s, doubling on repeats up to 10 min).
-	// Under Batch.Beside, only while other processes take half a CPU or
-	// more: batch gets what this process's own work leaves.
+	// Under Batch.Beside, only while other processes take about half of
+	// the CPUs this process may run on (at least half a CPU): batch gets
+	// what this process's own work leaves.
 	Suspensions uint64
 	// Promotions counts starved threads promoted in place (needs
 	// CAP_SYS_NICE); Retired counts worker threads replaced by fresh,
