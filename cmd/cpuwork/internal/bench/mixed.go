@@ -95,7 +95,7 @@ func (r *Runner) mixedScenario(tg realTarget) (*Scenario, error) {
 		func(round int) calibration { return r.measureCapacity(s, "stock", round, estimate, plain) }, once)
 	s.Notes = append(s.Notes, fmt.Sprintf("interactive = %s (%s of the server's CPU), its objective %s (10x its CPU); batch = %s (%s), %d closed-loop clients per slot; %s",
 		tg.small, ms(rig.costs["small"]), ms(rig.slo.Seconds()), tg.large, ms(rig.costs["large"]), mixedBatchClients, capacityNote("stock", r.slots, cals)))
-	r.checkLoads(s, "stock", loads, cals)
+	r.checkLoads(s, "stock", mixedCheckedLoads(loads), cals)
 	s.CapacityDrift = capacityDrift(cals)
 	cs := mixedChecks(tg, loads, "")
 	if cc, beside := r.besideCase(loads); beside {
@@ -115,6 +115,17 @@ func (r *Runner) mixedScenario(tg realTarget) (*Scenario, error) {
 	})
 	judge(s, cs)
 	return s, nil
+}
+
+// mixedCheckedLoads are the levels of loads whose calibration checkLoads
+// tests with stock: those above capacity only. The levels are fractions
+// of the interactive requests' own capacity, measured without batch, and
+// stock serves them beside the batch clients, which take CPU the
+// capacity run did not share: below capacity it falls behind by design,
+// and the test that it keeps up (>= 90 % of the offer at 80 %) would call
+// every repeat's capacity overestimated.
+func mixedCheckedLoads(loads []float64) []float64 {
+	return slices.DeleteFunc(slices.Clone(loads), func(l float64) bool { return l < 1.1 })
 }
 
 // withBatch runs run (an interactive load run of v) while the batch
