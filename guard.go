@@ -46,9 +46,9 @@ import (
 // since beside a neighbour that fills the CPUs a stop-the-world waits for
 // the demoted thread. A neighbour whose runnable threads fill the CPUs
 // takes at least half of them while it competes at equal weight with this
-// process's own (at most its budget's CPUs); one that takes less leaves a
-// CPU free when the process stops (a load generator, or one CPU-bound
-// process beside a busy 2-CPU server), and the demoted thread runs there.
+// process's own (at most its budget's CPUs); one that takes less, such as
+// a load generator, leaves a CPU free when the process stops, and the
+// demoted thread runs there.
 const (
 	guardInterval    = 5 * time.Millisecond
 	guardStarved     = 4 * time.Millisecond

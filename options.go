@@ -163,17 +163,17 @@ type BatchOptions struct {
 	// only in a process that owns its cgroup, and with SpareP.
 	Demote bool
 
-	// Beside runs Batch and Background on slots of their own beside the
-	// budget's, as many, on threads demoted as with Demote (Beside implies
-	// it): Critical and Interactive keep every slot of the budget however
-	// much batch work runs, and batch work gets the CPU they leave idle
-	// (its starvation by this process's own work does not undo demotion).
-	// For batch work that cannot reach a Checkpoint (a library's loop,
-	// cgo) beside latency-sensitive requests. Set GOMAXPROCS to twice the
-	// slots (each slot needs a P); as with Demote, only in a process that
-	// owns its cgroup. Under a CPU quota the batch threads run in a child
-	// cgroup whose quota is what the rest of the process leaves (cgroup
-	// v1, with permission to create it; else a warning says the requests'
+	// Beside runs Batch and Background on as many slots of their own, on
+	// threads demoted as with Demote (implied): Critical and Interactive
+	// keep every budget slot and batch gets the CPU they leave idle (its
+	// starvation by this process's own work does not undo demotion). For
+	// batch that cannot reach a Checkpoint (a library's loop, cgo). Set
+	// GOMAXPROCS to twice the slots; only in a process that owns its
+	// cgroup. Under a CPU quota batch runs in a child cgroup capped to what
+	// the rest leaves (cgroup v1, with permission; else a warning says the
 	// quota is not protected). Stats.Slots and the door count one side's.
+	// Batch that allocates holds up GC cycles while its threads starve (a
+	// cycle waits for every P) and requests that allocate wait for the
+	// cycle: fewer cycles (GOGC, GOMEMLIMIT) make that rarer.
 	Beside bool
 }
