@@ -22,7 +22,6 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
@@ -347,19 +346,21 @@ func quantiles(buckets []float64, counts []uint64) Quantiles {
 // canary measures timer lateness: a goroutine sleeping a period in a loop.
 type canary struct {
 	mu     sync.Mutex
-	counts []uint64     // by bucket of canaryBuckets
-	due    atomic.Int64 // unix ns the current sleep should end
+	counts []uint64 // by bucket of canaryBuckets; guarded by mu
+	due    int64    // unix ns the current sleep should end; guarded by mu
 	done   chan struct{}
+	// between, when set (tests), runs in a wake-up between its record and
+	// the next sleep's due time.
+	between func()
 }
 
-func (c *canary) record(late float64) {
+// recordLocked counts a wake-up late seconds late; c.mu is held.
+func (c *canary) recordLocked(late float64) {
 	i := 0
 	for i < len(canaryBuckets)-2 && late >= canaryBuckets[i+1] {
 		i++
 	}
-	c.mu.Lock()
 	c.counts[i]++
-	c.mu.Unlock()
 }
 
 // canaryBuckets are 1-2-5 steps from 10 µs to 10 s, in seconds.
@@ -376,9 +377,8 @@ var canaryBuckets = func() []float64 {
 // sampling interval before it first runs, and a canary that has not run is
 // the worst case of lateness, not an empty one.
 func newCanary(period time.Duration) *canary {
-	c := &canary{counts: make([]uint64, len(canaryBuckets)-1), done: make(chan struct{})}
-	c.due.Store(time.Now().Add(period).UnixNano())
-	return c
+	return &canary{counts: make([]uint64, len(canaryBuckets)-1), done: make(chan struct{}),
+		due: time.Now().Add(period).UnixNano()}
 }
 
 func startCanary(ctx context.Context, period time.Duration) *canary {
@@ -389,7 +389,9 @@ func startCanary(ctx context.Context, period time.Duration) *canary {
 
 func (c *canary) run(ctx context.Context, period time.Duration) {
 	defer close(c.done)
-	want := time.Unix(0, c.due.Load())
+	c.mu.Lock()
+	want := time.Unix(0, c.due)
+	c.mu.Unlock()
 	t := time.NewTimer(time.Until(want))
 	defer t.Stop()
 	for {
@@ -398,24 +400,36 @@ func (c *canary) run(ctx context.Context, period time.Duration) {
 			return
 		case <-t.C:
 		}
-		c.due.Store(0)
-		c.record(time.Since(want).Seconds())
-		want = time.Now().Add(period)
-		c.due.Store(want.UnixNano())
+		want = c.woke(want, period)
 		t.Reset(period)
 	}
+}
+
+// woke records a wake-up from the sleep due at want and arms the next,
+// due a period from now, in one step under c.mu: a take between the two
+// would see the wake-up neither recorded nor overdue, and an interval in
+// which a starved canary woke once would report no lateness at all.
+func (c *canary) woke(want time.Time, period time.Duration) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	c.recordLocked(now.Sub(want).Seconds())
+	if c.between != nil {
+		c.between()
+	}
+	next := now.Add(period)
+	c.due = next.UnixNano()
+	return next
 }
 
 // take returns the lateness recorded since the last take. A sleep that is
 // overdue now counts with its lateness so far: a canary that cannot wake at
 // all in an interval is the worst case, not an empty one.
 func (c *canary) take() Quantiles {
-	if due := c.due.Load(); due != 0 {
-		if late := time.Since(time.Unix(0, due)); late > 0 {
-			c.record(late.Seconds())
-		}
-	}
 	c.mu.Lock()
+	if late := time.Since(time.Unix(0, c.due)); late > 0 {
+		c.recordLocked(late.Seconds())
+	}
 	counts := c.counts
 	c.counts = make([]uint64, len(counts))
 	c.mu.Unlock()

@@ -136,3 +136,23 @@ func TestAnUnstartedCanaryIsOverdue(t *testing.T) {
 		t.Errorf("a canary that never ran, 5 ms after arming a 1 ms sleep: %+v, want one late wake-up of at least 2 ms", q)
 	}
 }
+
+// A take during the canary's wake-up sees the wake-up: recorded, or
+// overdue. The canary once cleared its due time before recording, and a
+// take in between — likely on Ps with a hundred runnable goroutines,
+// where the canary can be preempted anywhere — reported an interval with
+// no lateness at all (a doctor test failed so in CI).
+func TestATakeDuringAWakeUpSeesIt(t *testing.T) {
+	c := newCanary(time.Millisecond)
+	got := make(chan Quantiles, 1)
+	c.between = func() {
+		go func() { got <- c.take() }()
+		time.Sleep(20 * time.Millisecond) // the take runs now, if it can
+	}
+	want := time.Now().Add(-5 * time.Millisecond) // the sleep woke 5 ms late
+	c.woke(want, time.Hour)
+	q := <-got
+	if q.Count != 1 || q.Max < 2*time.Millisecond {
+		t.Errorf("a take during a wake-up 5 ms late: %+v, want that wake-up", q)
+	}
+}
