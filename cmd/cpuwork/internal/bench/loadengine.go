@@ -565,6 +565,10 @@ func medianCapacity(cals []calibration) float64 {
 	return median(c)
 }
 
+// overloadAt is the lowest load level checkLoads expects to be an
+// overload (1.1: 110 % of capacity).
+const overloadAt = 1.1
+
 // checkLoads checks that the load levels are what they say, on the
 // calibrating variant (the best alternative that measured the capacity),
 // by what it served in each repeat, against that repeat's capacity: below
@@ -606,7 +610,7 @@ func (r *Runner) checkLoads(s *Scenario, variant string, loads []float64, cals [
 			switch {
 			case l <= 0.8 && served < 0.9:
 				bad[i] = fmt.Sprintf("at %.0f%% %s served %.0f%% of the offer in repeat %d (expected >= 90%%): the capacity is overestimated, the level is an overload", l*100, variant, served*100, i+1)
-			case l >= 1.1 && served >= 0.97 && shed <= 0.01:
+			case l >= overloadAt && served >= 0.97 && shed <= 0.01:
 				bad[i] = fmt.Sprintf("at %.0f%% %s served %.0f%% of the offer and shed %.1f%% in repeat %d (expected an overload: under 97%% served, or shedding): the capacity is underestimated", l*100, variant, served*100, shed*100, i+1)
 			}
 		}

@@ -125,7 +125,7 @@ func (r *Runner) mixedScenario(tg realTarget) (*Scenario, error) {
 // and the test that it keeps up (>= 90 % of the offer at 80 %) would call
 // every repeat's capacity overestimated.
 func mixedCheckedLoads(loads []float64) []float64 {
-	return slices.DeleteFunc(slices.Clone(loads), func(l float64) bool { return l < 1.1 })
+	return slices.DeleteFunc(slices.Clone(loads), func(l float64) bool { return l < overloadAt })
 }
 
 // withBatch runs run (an interactive load run of v) while the batch
