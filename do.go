@@ -179,7 +179,10 @@ func (t *task) leave() {
 	if !t.pushed {
 		outer = nil
 	}
-	t.outer, t.g, t.entered, t.pushed = nil, 0, false, false
+	// ctx goes too: an entry's own record lives as long as the program
+	// and would keep what the last task's ctx holds (its key, its
+	// request) until the entry's next claim.
+	t.outer, t.g, t.entered, t.pushed, t.ctx = nil, 0, false, false, nil
 	running.Leave(g, i, outer)
 }
 

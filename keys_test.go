@@ -2,6 +2,8 @@ package cpuwork
 
 import (
 	"context"
+	"encoding/binary"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -61,6 +63,9 @@ func TestKeysShareASlotByMeasuredSlotTime(t *testing.T) {
 // and the flood's six tasks queued behind it, the light key's task starts
 // before all but at most the first of them (queued while the flood's
 // clock had not yet run ahead); in arrival order it would start last.
+// A key earns its share by being served from the queue: in the first
+// round neither key has been, so both share the class's pool and the
+// light task starts last, as without keys; from the second on it passes.
 // The order is the queue's alone: every task is queued before the slot
 // is let go, so the Go and OS schedulers cannot reorder it. The flood's
 // tasks take 20 ms, so its lead (20 ms a queued task) exceeds any stall
@@ -83,7 +88,7 @@ func TestALightKeyPassesAFloodingKeysQueue(t *testing.T) {
 				return nil
 			})
 		}
-		for round := range 3 {
+		for round := range 4 {
 			gate := make(chan struct{})
 			var wg sync.WaitGroup
 			var mu sync.Mutex
@@ -116,11 +121,57 @@ func TestALightKeyPassesAFloodingKeysQueue(t *testing.T) {
 			wg.Wait()
 			pos := slices.Index(order, "light") - 1 // after "hold"
 			switch {
-			case keyed && pos > 1:
+			case keyed && round == 0 && pos != 6:
+				t.Fatalf("round 0: the light key's task started after %d of the flood's 6 queued tasks (%v); want 6: neither key has earned a share yet", pos, order)
+			case keyed && round > 0 && pos > 1:
 				t.Fatalf("round %d: the light key's task started after %d of the flood's 6 queued tasks (%v); want at most 1", round, pos, order)
 			case !keyed && pos != 6:
 				t.Fatalf("round %d without keys: the light task started after %d of 6 queued tasks (%v); want 6 (arrival order), else the case shows nothing", round, pos, order)
 			}
+		}
+	}
+}
+
+// A key's bytes are not kept: 4,096 tasks, each with a distinct 1 MiB
+// key, queued behind a held slot 64 at a time, leave the heap at most
+// 16 MiB above where it was once they end (the table keeps a digest and
+// a short prefix of each key). It stops at the first batch past the
+// bound, so that keeping the keys whole fails fast.
+func TestKeyMemoryIsBoundedInBytes(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	const keySize, batch = 1 << 20, 64
+	buf := make([]byte, keySize)
+	for b := range 4096 / batch {
+		release := hold(t, e, 1)
+		var wg sync.WaitGroup
+		for i := range batch {
+			binary.LittleEndian.PutUint64(buf, uint64(b*batch+i))
+			ctx := WithKey(context.Background(), string(buf)) // a fresh 1 MiB string
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				e.Do(ctx, Interactive, func(context.Context) error { return nil })
+			}()
+		}
+		waitQueued(t, e, Interactive, batch)
+		release()
+		wg.Wait()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 16<<20 {
+			t.Fatalf("after %d tasks with distinct 1 MiB keys the heap is %d MiB above its start: want at most 16", (b+1)*batch, grew>>20)
+		}
+	}
+	st := e.Stats()
+	if len(st.Keys) == 0 {
+		t.Fatal("Stats.Keys is empty: the keys were not tracked, the case shows nothing")
+	}
+	for _, k := range st.Keys {
+		if len(k.Key) > 64 {
+			t.Errorf("Stats.Keys reports a key of %d bytes: want at most 64 (a prefix and its digest)", len(k.Key))
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -276,7 +277,14 @@ func runOne(e *Executor, r *rand.Rand, o *outcome) {
 		}
 	}
 	if r.IntN(3) == 0 { // a key: ranked by its share, charged and given back on every path
-		ctx = WithKey(ctx, fmt.Sprint("key", r.IntN(4)))
+		switch r.IntN(4) {
+		case 0: // made up for this task, as a flood rotating keys does
+			ctx = WithKey(ctx, fmt.Sprint("made-up-", r.Uint64()))
+		case 1: // long: the table keeps a digest and a prefix
+			ctx = WithKey(ctx, strings.Repeat("k", 100+r.IntN(1000)))
+		default:
+			ctx = WithKey(ctx, fmt.Sprint("key", r.IntN(4)))
+		}
 	}
 	o.panics = r.IntN(25) == 0
 	o.goexits = !o.panics && r.IntN(25) == 0

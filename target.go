@@ -78,12 +78,26 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 // API key, a client): inside each class the slots are shared fairly
 // across the keys that have tasks queued or running, by measured slot
 // time. A key past its share queues behind the other keys' tasks, by up
-// to ten seconds, and is the first refused when its class sheds; tasks
-// without a key queue as a key within its share. Keys cost nothing until
-// tasks queue (a task that finds a free slot is not charged). Memory is
-// bounded: up to 4096 keys a class are tracked, keys with work in flight
-// always; beyond that, new keys queue untracked. Stats.Keys reports the
-// keys with the most slot time.
+// to ten seconds, and is the first refused when its class sheds. Keys
+// cost nothing until tasks queue (a task that finds a free slot is not
+// charged).
+//
+// Keys must be authenticated identities of bounded cardinality: the
+// executor cannot tell one client sending under many keys from many
+// clients. A key earns a share of its own once one of its tasks has been
+// served from the queue; until then its tasks share one pool with every
+// other such key and with the class's tasks that carry no key. So a
+// client that makes up a key per request is one sharer, not many; but a
+// client holding many keys that have each been served gets a share for
+// each, at the others' expense.
+//
+// Memory is bounded in bytes: up to 4096 keys a class are tracked, each
+// as a 64-bit digest and at most 64 bytes of its string (under 1 MiB a
+// class); nothing else of key is kept once its task ends. Keys with work
+// in flight are kept; a full table drops the others, and while it
+// cannot, new keys' tasks share the pool untracked. Stats.Keys reports
+// the keys with the most slot time, a key longer than 64 bytes as its
+// first bytes and its digest.
 func WithKey(ctx context.Context, key string) context.Context {
 	mustCtx(ctx)
 	return admission.WithKey(ctx, key)

@@ -23,6 +23,7 @@ import (
 	"math"
 	"runtime/metrics"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/account"
@@ -145,8 +146,16 @@ func (c *Collector) collectExecutor(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Lowered), "lowered")
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_pacing_throttled_periods_total"], prometheus.CounterValue, float64(p.Held), "held")
 	}
+	seen := make(map[[2]string]bool, len(st.Keys))
 	for _, k := range st.Keys {
 		class := k.Class.String()
+		if seen[[2]string{class, k.Key}] || !utf8.ValidString(k.Key) {
+			// A key's name is a client's string: one that repeats another
+			// (a made-up key naming a cut one's prefix and digest) would
+			// fail the scrape, one that is not UTF-8 would panic here.
+			continue
+		}
+		seen[[2]string{class, k.Key}] = true
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_key_slot_seconds_total"], prometheus.CounterValue, k.SlotTime.Seconds(), class, k.Key)
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_key_refused_total"], prometheus.CounterValue, float64(k.Refused), class, k.Key)
 		ch <- prometheus.MustNewConstMetric(c.descs["cpuwork_key_lead_seconds"], prometheus.GaugeValue, k.Lead.Seconds(), class, k.Key)

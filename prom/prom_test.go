@@ -194,3 +194,43 @@ func TestTaskLatencyPartsAreExported(t *testing.T) {
 		t.Errorf("promlint: %s: %s", p.Metric, p.Text)
 	}
 }
+
+// A key a client sent with bytes that are not UTF-8 (a raw header value)
+// is exported as a valid label value, not a panic in the collector that
+// would end the process at the next scrape.
+func TestAKeyThatIsNotUTF8IsExportedValid(t *testing.T) {
+	e, err := cpuwork.New(cpuwork.Options{Slots: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close(context.Background())
+	ctx := context.Background()
+	gate := make(chan struct{})
+	running := make(chan struct{})
+	go e.Do(ctx, cpuwork.Interactive, func(context.Context) error { close(running); <-gate; return nil })
+	<-running
+	for _, key := range []string{"bad-\xff\xfe", strings.Repeat("é", 40) + "\xc3"} {
+		tk, err := e.Go(cpuwork.WithKey(ctx, key), cpuwork.Interactive, func(context.Context) error { return nil })
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tk.Wait(ctx)
+	}
+	close(gate)
+	time.Sleep(10 * time.Millisecond)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(NewCollector(e, Options{}))
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("gather: %v", err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		if mf.GetName() == "cpuwork_key_slot_seconds_total" {
+			n = len(mf.GetMetric())
+		}
+	}
+	if n != 2 {
+		t.Errorf("%d keys exported, want 2", n)
+	}
+}

@@ -319,7 +319,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 		// A task of a key within its share is not refused for the queue
 		// the class's other keys stand (its latency target still is,
 		// below): keys.go.
-		spared := st.auto && w.keyInShare()
+		spared := st.auto && g.keySpared(w)
 		if st.shedding && (wait > limit || spent) && !spared {
 			st.refused++
 			if peek {
@@ -605,7 +605,7 @@ func (g *Granter) backlogLocked(w *Waiter, t int64) bool {
 	}
 	return (st.severe || spent) && g.queues[w.Class].n > 0 && // either: shedding, so a target is set
 		w.Kind != KindHelper && !w.Started && !w.Requeued &&
-		(!st.auto || w.target != targetNone) && !(st.auto && w.keyInShare()) &&
+		(!st.auto || w.target != targetNone) && !(st.auto && g.keySpared(w)) &&
 		t-w.Enq > waits
 }
 

@@ -424,7 +424,7 @@ func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
 	g.keyRankLocked(key, keyed, w, t)
 	if err := g.queueAdmitLocked(ctx, w, t, false); err != nil {
 		keyRefused(w)
-		w.key = nil
+		keyUnrank(w)
 		g.unlock()
 		return err
 	}
@@ -610,7 +610,7 @@ func (g *Granter) RecordSlot(c Class, p SlotPeriod) {
 	s, d := g.cnt[c], p.Slot
 	s.Used.Add(d * int64(p.Weight))
 	if p.W != nil && p.W.key != nil {
-		g.keyRan(p.W.key, c, d)
+		g.keyRan(p.W, c, d)
 	}
 	if p.Waited {
 		g.share.lastSlot[c].Store(d)

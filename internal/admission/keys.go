@@ -3,61 +3,76 @@ package admission
 import (
 	"cmp"
 	"context"
+	"hash/maphash"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 )
 
 // Fair shares across keys inside a class (WithKey: a tenant, an API key,
-// a client). A class's slots are shared across its active keys — those
-// with a task queued or running — by measured slot time, with a virtual
-// clock per key (Zhang's VirtualClock, SIGCOMM 1990, one level below the
-// class shares of order.go):
+// a client). A class's slots are shared across its sharers — its keys
+// that have earned a share, and one pool — by measured slot time, with a
+// virtual clock per sharer (Zhang's VirtualClock, SIGCOMM 1990, one
+// level below the class shares of order.go):
 //
-//   - a keyed task that queues charges its key's clock with its expected
-//     run time at the key's share of the slots (run time × active keys /
-//     slots): vc = max(now, vc) + charge; when it ends the charge is put
-//     right by its measured slot time, and a task that never ran (refused,
+//   - a key earns a share of its own once one of its tasks has been
+//     served from the queue (held a slot after queuing); until then its
+//     tasks are charged to the class's pool, with the tasks that carry
+//     no key (once any task of the class has carried one). A client that
+//     sends each request under a new key is one sharer, the pool, however
+//     many keys it makes up: fresh keys cannot be multiplied into shares;
+//   - the sharers are those with a task queued or running: a task that
+//     queues charges its sharer's clock with its expected run time at
+//     the sharer's share of the slots (run time × sharers / slots):
+//     vc = max(now, vc) + charge; when it ends the charge is put right
+//     by its measured slot time, and a task that never ran (refused,
 //     cancelled, closed out) gives its charge back;
-//   - its key's lead, how far its clock runs ahead of now, is how far
-//     past its share the key is; the task is ranked at its due plus that
-//     lead (Waiter.Rank), so a key within its share (no lead) keeps its
-//     place in the due order and one past it queues behind every task
-//     that arrives within its lead after it. The lead is capped at
-//     keyLeadMax: a key that was alone and used the whole class is back
-//     to an even footing within keyLeadMax once others compete, and no
-//     task waits forever;
+//   - a sharer's lead, how far its clock runs ahead of now, is how far
+//     past its share it is; the task is ranked at its due plus that lead
+//     (Waiter.Rank), so a sharer within its share keeps its place in the
+//     due order and one past it queues behind every task that arrives
+//     within its lead after it. The lead is capped at keyLeadMax: a key
+//     that was alone and used the whole class is back to an even footing
+//     within keyLeadMax once others compete, and no task waits forever;
 //   - the door estimates a task's wait from the work ranked ahead of it,
-//     so when the class sheds, tasks of keys past their share, which see
-//     more work ahead, are refused first, and a task of a key within its
-//     share (a lead of at most keyPastLead) sees only the work of the
-//     others within theirs; and a shedding class's test of its standing
-//     queue (door.go, with an objective's target) refuses the others'
-//     tasks, not its: the queue stands because of the keys past their
-//     share, which it sheds, while the latency target still refuses a
-//     task of a key within its share that cannot meet it;
+//     so when the class sheds, tasks of sharers past their share, which
+//     see more work ahead, are refused first; and while a task of a
+//     sharer past its share (a lead over keyPastLead at its arrival) is
+//     in flight, a shedding class's test of its standing queue (door.go,
+//     with an objective's target) refuses the others' tasks, not those
+//     of sharers within their share: the queue stands because of the
+//     sharers past theirs. With no sharer past its share the queue is
+//     everyone's and sheds anyone; the latency target still refuses any
+//     task that cannot meet it;
 //   - a task that finds a free slot with nobody queued is not charged: a
 //     key's share matters only while tasks queue, and the fast path never
 //     reads the key.
 //
-// Memory: each class tracks at most keyTableMax keys. A key with a task
-// queued or running is never dropped (the heavy hitters are tracked
-// exactly); when the table is full a new key takes the place of a key
-// with nothing in flight, and while every tracked key has work in
-// flight, a new key's tasks queue untracked: at their due, uncharged, as
-// a key within its share (the rest, pooled).
+// Memory: each class tracks at most keyTableMax keys, each by a 64-bit
+// digest of its string (maphash, seeded per class) and at most
+// keyNameMax bytes of it for Stats: a key's own bytes are never kept.
+// An earned key with a task queued or running is never dropped (the
+// heavy hitters are tracked exactly); a full table is swept once for
+// keys with nothing in flight (those that earned nothing first, then the
+// least slot time), and when a sweep frees nothing, new keys are
+// charged to the pool untracked until keyTableMax/4 more have come: an
+// arrival's cost is one hash and one map look-up, a sweep's amortized.
 
-// keyLeadMax caps a key's lead; keyPastLead is the lead past which a
-// key is taken as past its share for the door's hold (keyInShare): a
+// keyLeadMax caps a sharer's lead; keyPastLead is the lead past which a
+// sharer is taken as past its share for the door's hold (keySpared): a
 // key that floods reaches the cap within seconds, while one within its
 // share only passes a task's charge now and then (a 500 ms request of
 // one of ten keys on two slots charges 2.5 s); keyTableMax is the keys
-// tracked per class.
+// tracked per class; keyNameMax the bytes of a key's string kept.
 const (
 	keyLeadMax  = int64(10 * time.Second)
 	keyPastLead = keyLeadMax / 2
 	keyTableMax = 4096
+	keyNameMax  = 64
 )
 
 // keyCtx is the context key of WithKey's value.
@@ -75,102 +90,148 @@ func KeyOf(ctx context.Context) (string, bool) {
 	return k, ok
 }
 
-// keyState is one tracked key of a class. The table's map is guarded by
-// the Granter's mu; the counters are atomics, since a task's end charges
-// them without the lock. active goes from 0 to 1 only under mu, so an
-// entry found under mu with active 0 is referenced by no Waiter and may
-// be dropped.
+// keyState is one sharer of a class (an earned key, or the pool) or a
+// tracked key that has not earned a share yet. The table's map is
+// guarded by the Granter's mu; the counters are atomics, since a task's
+// end charges them without the lock. active goes from 0 to 1 only under
+// mu.
 type keyState struct {
-	name    string
-	vc      atomic.Int64  // virtual clock, g.now() ns
-	active  atomic.Int32  // its tasks queued or running
+	name    string        // at most keyNameMax bytes of the key, and its digest when cut
+	vc      atomic.Int64  // virtual clock, g.now() ns (a sharer's)
+	active  atomic.Int32  // its tasks queued or running (a sharer's)
 	slot    atomic.Int64  // measured slot time of its tasks that queued, ns
 	refused atomic.Uint64 // its tasks refused (door, head, backlog)
+	earned  atomic.Bool   // one of its tasks was served from the queue
 }
 
-// keyTable is one class's tracked keys.
+// keyTable is one class's tracked keys and its pool.
 type keyTable struct {
-	m      map[string]*keyState // guarded by mu
-	active atomic.Int32         // keys with active > 0
-	// sharing is the keys that share the class's slots now: those with
-	// work in flight or a clock ahead of now (in the fluid model of fair
-	// sharing, a key whose clock is ahead still has work claimed at its
-	// share), counted at most every keyCountEvery (countedAt, under mu).
-	sharing   atomic.Int32
-	countedAt int64
-	// untracked counts the tasks queued while the table was full.
+	m    map[uint64]*keyState // by digest; guarded by mu
+	seed maphash.Seed
+	// pool is the sharer of the tasks whose key has not earned a share
+	// (or is untracked) and, once inUse, of the tasks without a key.
+	pool  keyState
+	inUse bool // a task of the class carried a key (under mu)
+	// active is the sharers with active > 0; past the tasks in flight
+	// whose sharer was past its share when they arrived.
+	active atomic.Int32
+	past   atomic.Int32
+	// untracked counts the keyed tasks charged to the pool because the
+	// table was full; sweepIn the new keys to wait before sweeping a
+	// full table again (under mu).
 	untracked atomic.Uint64
+	sweepIn   int
 }
 
-// lookupLocked returns name's entry, adding it if there is room (or a
-// key with nothing in flight to drop); nil when every tracked key has
-// work in flight.
-func (kt *keyTable) lookupLocked(name string, t int64) *keyState {
-	if ks, ok := kt.m[name]; ok {
+// keyName is what of key a table keeps: a copy of key itself when it is
+// valid UTF-8 of at most keyNameMax bytes, else its first bytes (cut at
+// a rune's start, each run of bytes that are not UTF-8 as "?") and its
+// digest: a valid label value, unique per digest, that holds nothing of
+// key's memory.
+func keyName(key string, h uint64) string {
+	if len(key) <= keyNameMax && utf8.ValidString(key) {
+		return strings.Clone(key)
+	}
+	n := min(len(key), keyNameMax-len("…#")-16) // 16: the digest in hex
+	for n > 0 && n < len(key) && !utf8.RuneStart(key[n]) {
+		n--
+	}
+	return strings.ToValidUTF8(key[:n], "?") + "…#" + strconv.FormatUint(h, 16)
+}
+
+// entryLocked returns key's entry (lookupLocked by its digest).
+func (kt *keyTable) entryLocked(key string, t int64) *keyState {
+	if kt.m == nil {
+		kt.m = make(map[uint64]*keyState)
+		kt.seed = maphash.MakeSeed()
+	}
+	return kt.lookupLocked(maphash.String(kt.seed, key), key, t)
+}
+
+// lookupLocked returns the entry of the key with digest h (name its
+// string), adding it if there is room; nil when the table is full and
+// no sweep may free a place now.
+func (kt *keyTable) lookupLocked(h uint64, name string, t int64) *keyState {
+	if ks, ok := kt.m[h]; ok {
 		return ks
 	}
-	if kt.m == nil {
-		kt.m = make(map[string]*keyState)
+	if len(kt.m) >= keyTableMax {
+		if kt.sweepIn > 0 {
+			kt.sweepIn--
+			return nil
+		}
+		kt.sweepLocked(t)
+		if len(kt.m) >= keyTableMax {
+			kt.sweepIn = keyTableMax / 4
+			return nil
+		}
 	}
-	if len(kt.m) >= keyTableMax && !kt.dropLocked(t) {
-		kt.untracked.Add(1)
-		return nil
-	}
-	ks := &keyState{name: name}
+	ks := &keyState{name: keyName(name, h)}
 	ks.vc.Store(t)
-	kt.m[name] = ks
+	kt.m[h] = ks
 	return ks
 }
 
-// dropLocked makes room in a full table by dropping keys with nothing
-// in flight: those whose lead has run out and whose slot time is below
-// the table's mean first (the heavy hitters' figures are kept for
-// Stats), until a quarter of the table is free; then any whose lead has
-// run out; then one idle key (map order is random). It reports whether
-// anything was dropped: false when every key has work in flight.
-func (kt *keyTable) dropLocked(t int64) bool {
-	if int32(len(kt.m)) <= kt.active.Load() {
-		return false
+// sweepLocked makes room in a full table by dropping keys with nothing
+// in flight, down to three quarters of keyTableMax where it can: those
+// that never earned a share first (they hold figures only), then earned
+// ones whose lead has run out before those still ahead, least slot time
+// first (the heavy hitters' figures are kept for Stats). One walk of
+// the map and a sort of the idle earned keys.
+func (kt *keyTable) sweepLocked(t int64) {
+	type idle struct {
+		h     uint64
+		ahead bool
+		slot  int64
 	}
-	var sum float64
-	for _, ks := range kt.m {
-		sum += float64(ks.slot.Load())
-	}
-	mean := sum / float64(len(kt.m))
-	room := func() bool { return len(kt.m) <= keyTableMax*3/4 }
-	for pass := range 2 {
-		for name, ks := range kt.m {
-			if room() {
-				return true
-			}
-			if ks.active.Load() == 0 && ks.vc.Load() <= t && (pass == 1 || float64(ks.slot.Load()) < mean) {
-				delete(kt.m, name)
-			}
+	var earned []idle
+	for h, ks := range kt.m {
+		switch {
+		case ks.active.Load() > 0:
+		case !ks.earned.Load():
+			delete(kt.m, h)
+		default:
+			earned = append(earned, idle{h, ks.vc.Load() > t, ks.slot.Load()})
 		}
 	}
-	if len(kt.m) < keyTableMax {
-		return true
-	}
-	for name, ks := range kt.m {
-		if ks.active.Load() == 0 {
-			delete(kt.m, name)
-			return true
+	slices.SortFunc(earned, func(a, b idle) int {
+		if a.ahead != b.ahead {
+			if a.ahead {
+				return 1
+			}
+			return -1
 		}
+		return cmp.Compare(a.slot, b.slot)
+	})
+	for _, k := range earned {
+		if len(kt.m) <= keyTableMax*3/4 {
+			return
+		}
+		delete(kt.m, k.h)
 	}
-	return false
 }
 
-// keyRankLocked finds w's key (name, read from its ctx before the lock;
-// ok false: none) and ranks w: its due plus its key's lead (at most
-// keyLeadMax); at its due without a key or when its key is untracked.
-// The key is charged once w passes the door (keyChargeLocked).
+// keyRankLocked finds w's sharer (name, read from its ctx before the
+// lock; ok false: none) and ranks w: its due plus its sharer's lead (at
+// most keyLeadMax); at its due when no task of the class has carried a
+// key. The sharer is charged once w passes the door (keyChargeLocked).
 func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
 	w.Rank = w.Due
-	if !ok {
-		return
-	}
-	ks := g.keys[w.Class].lookupLocked(name, t)
-	if ks == nil {
+	kt := &g.keys[w.Class]
+	ks := &kt.pool
+	switch {
+	case ok:
+		kt.inUse = true
+		e := kt.entryLocked(name, t)
+		switch {
+		case e == nil:
+			kt.untracked.Add(1)
+		case e.earned.Load():
+			ks = e
+		default:
+			w.entry = e
+		}
+	case !kt.inUse:
 		return
 	}
 	w.key = ks
@@ -181,10 +242,19 @@ func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
 	w.keyPast = lead > keyPastLead
 }
 
-// keyInShare reports whether w's task is charged to a key within its
-// share: its lead was at most keyPastLead when it arrived. A shedding
-// class's standing-queue test spares it (door.go).
-func (w *Waiter) keyInShare() bool { return w.key != nil && !w.keyPast }
+// keySpared reports whether a shedding class's standing-queue and
+// backlog tests spare w: its sharer was within its share when it arrived
+// while a task of a sharer past its share is in flight (door.go).
+func (g *Granter) keySpared(w *Waiter) bool {
+	if w.key == nil || w.keyPast {
+		return false
+	}
+	others := g.keys[w.Class].active.Load()
+	if w.key.active.Load() > 0 {
+		others--
+	}
+	return others > 0
+}
 
 // addSat is a+b, saturated at the int64 range (b >= 0).
 func addSat(a, b int64) int64 {
@@ -194,30 +264,11 @@ func addSat(a, b int64) int64 {
 	return a + b
 }
 
-// keyRate is the clock time one ns of slot time costs a key of class c:
-// the keys sharing its slots over the slots that serve the queue.
+// keyRate is the clock time one ns of slot time costs a sharer of class
+// c: the sharers with work in flight over the slots that serve the
+// queue.
 func (g *Granter) keyRate(c Class) float64 {
-	kt := &g.keys[c]
-	return float64(max(kt.sharing.Load(), kt.active.Load(), 1)) / g.ServiceSlots()
-}
-
-// keyCountEvery is how often a class's sharing keys are counted again.
-const keyCountEvery = int64(10 * time.Millisecond)
-
-// countLocked counts kt's sharing keys at t when the count is older than
-// keyCountEvery.
-func (kt *keyTable) countLocked(t int64) {
-	if t-kt.countedAt < keyCountEvery {
-		return
-	}
-	kt.countedAt = t
-	n := int32(0)
-	for _, ks := range kt.m {
-		if ks.active.Load() > 0 || ks.vc.Load() > t {
-			n++
-		}
-	}
-	kt.sharing.Store(n)
+	return float64(max(g.keys[c].active.Load(), 1)) / g.ServiceSlots()
 }
 
 // expectedSlot is what w's task is expected to hold its slot for: its
@@ -233,8 +284,8 @@ func (g *Granter) expectedSlot(w *Waiter) int64 {
 	return int64(time.Millisecond)
 }
 
-// keyChargeLocked charges w's key, w having passed the door: one more
-// task in flight, and its expected slot time at the key's share.
+// keyChargeLocked charges w's sharer, w having passed the door: one more
+// task in flight, and its expected slot time at the sharer's share.
 func (g *Granter) keyChargeLocked(w *Waiter, t int64) {
 	ks := w.key
 	if ks == nil {
@@ -244,23 +295,38 @@ func (g *Granter) keyChargeLocked(w *Waiter, t int64) {
 	if ks.active.Add(1) == 1 {
 		kt.active.Add(1)
 	}
-	kt.countLocked(t)
+	if w.keyPast {
+		kt.past.Add(1)
+	}
 	w.keyCharge = int64(float64(g.expectedSlot(w)) * g.keyRate(w.Class))
 	ks.vc.Store(min(max(ks.vc.Load(), t)+w.keyCharge, t+keyLeadMax))
 }
 
 // keyRefused counts a refusal of w against its key.
 func keyRefused(w *Waiter) {
-	if w.key != nil {
+	switch {
+	case w.entry != nil:
+		w.entry.refused.Add(1)
+	case w.key != nil:
 		w.key.refused.Add(1)
 	}
 }
 
-// keyRan charges ks, a key of class c, with a measured slot period of d
-// ns of one of its tasks (RecordSlot), at the key's share. Without the
-// lock.
-func (g *Granter) keyRan(ks *keyState, c Class, d int64) {
-	ks.slot.Add(d)
+// keyUnrank forgets w's sharer, w refused before it was charged.
+func keyUnrank(w *Waiter) { w.key, w.entry = nil, nil }
+
+// keyRan charges w's sharer, of class c, with a measured slot period of
+// d ns of w's task (RecordSlot), at the sharer's share; a key that had
+// not earned a share has earned it. Without the lock.
+func (g *Granter) keyRan(w *Waiter, c Class, d int64) {
+	if e := w.entry; e != nil {
+		e.slot.Add(d)
+		e.earned.Store(true)
+	}
+	ks := w.key
+	if ks != &g.keys[c].pool || w.entry == nil {
+		ks.slot.Add(d)
+	}
 	ks.advance(int64(float64(d)*g.keyRate(c)), g.now())
 }
 
@@ -275,38 +341,42 @@ func (ks *keyState) advance(d, t int64) {
 	}
 }
 
-// KeyDone ends w's charge to its key when its task ends for good: the
+// KeyDone ends w's charge to its sharer when its task ends for good: the
 // expected slot time charged when it passed the door goes back, since
 // its measured slot periods were charged instead (RecordSlot), or, if it
 // never ran, it never used any. Without the lock; every path that ends
-// a keyed task calls it once, after its last RecordSlot.
+// a charged task calls it once, after its last RecordSlot.
 func (g *Granter) KeyDone(w *Waiter) {
 	ks := w.key
 	if ks == nil {
 		return
 	}
-	w.key = nil
+	w.key, w.entry = nil, nil
 	if w.keyCharge != 0 {
 		ks.advance(-w.keyCharge, g.now())
 		w.keyCharge = 0
 	}
+	kt := &g.keys[w.Class]
+	if w.keyPast {
+		kt.past.Add(-1)
+	}
 	if ks.active.Add(-1) == 0 {
-		g.keys[w.Class].active.Add(-1)
+		kt.active.Add(-1)
 	}
 }
 
-// Keyed reports whether w's task is charged to a key (it is timed, so
+// Keyed reports whether w's task is charged to a sharer (it is timed, so
 // that its end can charge its measured slot time).
 func (w *Waiter) Keyed() bool { return w.key != nil }
 
 // KeyStat is one tracked key's figures (Keys).
 type KeyStat struct {
 	Class   Class
-	Name    string
-	Slot    int64 // measured slot time of its tasks that queued, ns
+	Name    string // at most keyNameMax bytes of the key, and its digest when cut
+	Slot    int64  // measured slot time of its tasks that queued, ns
 	Refused uint64
-	Lead    int64 // how far past its share, ns (0: within it)
-	Queued  int32 // its tasks queued or running
+	Lead    int64 // how far past its share, ns (0: within it, or not yet earned)
+	Queued  int32 // its tasks queued or running, once it earned a share
 }
 
 // Keys returns up to n tracked keys of every class with the most slot
@@ -318,6 +388,9 @@ func (g *Granter) Keys(n int) (top []KeyStat, untracked uint64) {
 		kt := &g.keys[c]
 		untracked += kt.untracked.Load()
 		for _, ks := range kt.m {
+			if ks.slot.Load() == 0 && ks.refused.Load() == 0 && ks.active.Load() == 0 {
+				continue // looked up, nothing to report yet
+			}
 			top = append(top, KeyStat{Class: Class(c), Name: ks.name, Slot: ks.slot.Load(), Refused: ks.refused.Load(),
 				Lead: max(ks.vc.Load()-t, 0), Queued: ks.active.Load()})
 		}
@@ -338,7 +411,8 @@ func (g *Granter) Keys(n int) (top []KeyStat, untracked uint64) {
 	return top, untracked
 }
 
-// ActiveKeys is the keys of every class with work in flight.
+// ActiveKeys is the sharers of every class with work in flight (earned
+// keys, and each class's pool).
 func (g *Granter) ActiveKeys() int32 {
 	var n int32
 	for c := range g.keys {

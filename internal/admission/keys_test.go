@@ -25,6 +25,17 @@ func (o *order) task(name string) func(context.Context) error {
 	}
 }
 
+// earn makes names keys of class c that have earned a share (as if a
+// task of each had been served from the queue).
+func earn(g *Granter, c Class, names ...string) {
+	g.lock()
+	defer g.unlock()
+	g.keys[c].inUse = true
+	for _, n := range names {
+		g.keys[c].entryLocked(n, g.now()).earned.Store(true)
+	}
+}
+
 // A key past its share queues behind a key within it: with one slot
 // held, a flooding key queues eight tasks of 500 ms (its clock runs
 // 500 ms ahead per task), then a key that ran nothing queues one. FIFO
@@ -32,6 +43,7 @@ func (o *order) task(name string) func(context.Context) error {
 // first.
 func TestAKeyPastItsShareQueuesBehindTheOthers(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
+	earn(&e.g, Batch, "flood", "light")
 	release := hold(t, e, 1)
 	var o order
 	svc := WithTarget(context.Background(), Target{Service: 500 * time.Millisecond})
@@ -89,6 +101,7 @@ func TestTasksWithoutKeysKeepArrivalOrder(t *testing.T) {
 // since the flood's queue is ranked behind it.
 func TestAKeyPastItsShareIsShedFirst(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
+	earn(&e.g, Interactive, "flood", "light")
 	release := hold(t, e, 1)
 	defer release()
 	obj := WithTarget(context.Background(), Target{Latency: 100 * time.Millisecond, Service: 10 * time.Millisecond})
@@ -103,14 +116,24 @@ func TestAKeyPastItsShareIsShedFirst(t *testing.T) {
 		}
 		queued++
 	}
-	if !errors.Is(floodErr, ErrDeadline) {
+	if !errors.Is(floodErr, ErrDeadline) && !errors.Is(floodErr, ErrSaturated) {
 		t.Fatalf("the flood queued %d tasks and was never refused (%v)", queued, floodErr)
 	}
 	if _, err := e.Go(WithKey(obj, "light"), Interactive, noop); err != nil {
 		t.Errorf("a task of a key within its share, the flood's %d tasks queued: %v; want it admitted", queued, err)
 	}
-	if _, err := e.Go(WithKey(obj, "flood"), Interactive, noop); err == nil {
-		t.Error("the flood's next task was admitted: want it refused still")
+	// The flood's next tasks are refused, but for the late budget's run
+	// (door.go: about ten late tasks in a row go after a fresh start; the
+	// light task in flight now spares the flood, within its share, from
+	// the standing-queue test).
+	admitted := 0
+	for range 20 {
+		if _, err := e.Go(WithKey(obj, "flood"), Interactive, noop); err == nil {
+			admitted++
+		}
+	}
+	if admitted > 15 {
+		t.Errorf("%d of the flood's next 20 tasks were admitted: want it refused still, beyond the late budget's run", admitted)
 	}
 	top, _ := e.g.Keys(10)
 	for _, k := range top {
@@ -125,6 +148,7 @@ func TestAKeyPastItsShareIsShedFirst(t *testing.T) {
 // work in flight.
 func TestAKeysChargeFollowsItsTasks(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
+	earn(&e.g, Batch, "gone", "ran")
 	release := hold(t, e, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	svc := WithTarget(context.Background(), Target{Service: 50 * time.Millisecond})
@@ -182,19 +206,22 @@ func TestAMillionKeysKeepTheTableBounded(t *testing.T) {
 	runtime.GC()
 	runtime.ReadMemStats(&before)
 	g.lock()
-	heavy := g.keys[Batch].lookupLocked("heavy", 0)
+	kt := &g.keys[Batch]
+	heavy := kt.entryLocked("heavy", 0)
+	heavy.earned.Store(true)
 	heavy.active.Store(1)
-	g.keys[Batch].active.Store(1)
+	kt.active.Store(1)
 	for i := range 1_000_000 {
-		ks := g.keys[Batch].lookupLocked(fmt.Sprint("tenant-", i), int64(i))
+		ks := kt.entryLocked(fmt.Sprint("tenant-", i), int64(i))
 		if ks == nil {
 			g.unlock()
 			t.Fatalf("key %d untracked while the table has idle keys", i)
 		}
 		ks.slot.Store(int64(i % 7))
+		ks.earned.Store(i%2 == 0)
 	}
-	n := len(g.keys[Batch].m)
-	_, kept := g.keys[Batch].m["heavy"]
+	n := len(kt.m)
+	kept := kt.entryLocked("heavy", 0) == heavy
 	g.unlock()
 	runtime.GC()
 	runtime.ReadMemStats(&after)
@@ -206,20 +233,35 @@ func TestAMillionKeysKeepTheTableBounded(t *testing.T) {
 	}
 }
 
-// With every tracked key busy, a new key's tasks queue untracked, as a
-// key within its share.
+// With every tracked key busy, a new key's tasks are charged to the
+// pool untracked, and the next keyTableMax/4 new keys do not sweep the
+// table again: a full table costs an arrival no walk of it.
 func TestAFullTableOfBusyKeysLeavesNewKeysUntracked(t *testing.T) {
 	var g Granter
 	g.Init(Config{Counters: [NumClasses]*Counters{{}, {}, {}, {}}, Owner: nopOwner{}})
 	g.SetSlots(2)
 	g.lock()
 	defer g.unlock()
+	kt := &g.keys[Batch]
 	for i := range keyTableMax {
-		g.keys[Batch].lookupLocked(fmt.Sprint(i), 0).active.Store(1)
+		ks := kt.entryLocked(fmt.Sprint(i), 0)
+		ks.earned.Store(true)
+		ks.active.Store(1)
 	}
-	g.keys[Batch].active.Store(keyTableMax)
-	if ks := g.keys[Batch].lookupLocked("new", 0); ks != nil || g.keys[Batch].untracked.Load() != 1 {
-		t.Errorf("a new key with %d busy ones: tracked %v, untracked count %d", keyTableMax, ks != nil, g.keys[Batch].untracked.Load())
+	kt.active.Store(keyTableMax)
+	w := &Waiter{Class: Batch}
+	g.keyRankLocked("new", true, w, 0)
+	if w.key != &kt.pool || w.entry != nil || kt.untracked.Load() != 1 {
+		t.Errorf("a new key with %d busy ones: charged to the pool %v, tracked %v, untracked count %d", keyTableMax, w.key == &kt.pool, w.entry != nil, kt.untracked.Load())
+	}
+	if kt.sweepIn != keyTableMax/4 {
+		t.Errorf("after a sweep that freed nothing, the next sweep in %d new keys: want %d", kt.sweepIn, keyTableMax/4)
+	}
+	for i := range keyTableMax / 4 {
+		kt.entryLocked(fmt.Sprint("more-", i), 0)
+	}
+	if kt.sweepIn != 0 {
+		t.Errorf("after %d more new keys, the next sweep in %d: want 0", keyTableMax/4, kt.sweepIn)
 	}
 }
 
@@ -241,6 +283,7 @@ func TestAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 	obj := func(key string) context.Context {
 		return WithKey(WithTarget(context.Background(), Target{Latency: time.Second}), key)
 	}
+	earn(&e.g, Interactive, "a", "b", "flood", "light")
 	noop := func(context.Context) error { return nil }
 	var tasks []*testTask
 	for _, k := range []string{"a", "b"} {
@@ -251,7 +294,7 @@ func TestAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 		tasks = append(tasks, tk)
 	}
 	e.g.lock()
-	e.g.keys[Interactive].lookupLocked("flood", now()).vc.Store(now() + int64(8*time.Second))
+	e.g.keys[Interactive].entryLocked("flood", now()).vc.Store(now() + int64(8*time.Second))
 	st := &e.g.shed[Interactive]
 	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 0.2
 	e.g.unlock()
@@ -260,7 +303,7 @@ func TestAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 	}
 	tk, err := e.Go(obj("light"), Interactive, noop)
 	if err != nil {
-		t.Errorf("a new key's task was refused under the hold: %v", err)
+		t.Errorf("a task of a key within its share was refused under the hold: %v", err)
 	} else {
 		tasks = append(tasks, tk)
 	}
@@ -271,47 +314,73 @@ func TestAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 }
 
 // The backlog refusal of a severely outrun class (door.go) spares a task
-// of a key within its share: the backlog is the keys' past theirs.
+// of a sharer within its share while another sharer has work in flight:
+// the backlog is the sharers' past theirs. Unkeyed tasks share the pool
+// once the class has seen a key, and are spared on the same terms; with
+// no other sharer in flight, the backlog is everyone's.
 func TestABacklogRefusalSparesAKeyWithinItsShare(t *testing.T) {
 	e, st := sheddingWithOneBehind(t)
 	st.severe = true
 	t0 := now()
-	waited := func(key string, lead time.Duration) *Waiter {
+	kt := &e.g.keys[Interactive]
+	waited := func(key string, keyed bool, lead time.Duration) *Waiter {
 		w := &Waiter{Class: Interactive, target: targetObjective, Enq: t0 - int64(time.Second)}
-		if key != "" {
-			e.g.keyRankLocked(key, true, w, t0)
+		e.g.keyRankLocked(key, keyed, w, t0)
+		if w.key != nil {
 			w.key.vc.Store(t0 + int64(lead))
-			e.g.keyRankLocked(key, true, w, t0)
+			e.g.keyRankLocked(key, keyed, w, t0)
 		}
 		return w
 	}
-	if e.g.backlogLocked(waited("light", 0), t0) {
-		t.Error("a task of a key within its share, waited 1 s: refused as backlog")
+	if !e.g.backlogLocked(waited("", false, 0), t0) {
+		t.Error("an unkeyed task in a class that has seen no key, waited 1 s: not refused as backlog")
 	}
-	if !e.g.backlogLocked(waited("flood", 8*time.Second), t0) {
+	e.g.unlock()
+	earn(&e.g, Interactive, "light", "flood", "busy")
+	e.g.lock()
+	if e.g.backlogLocked(waited("light", true, 0), t0) == false {
+		t.Error("a key within its share, no other sharer in flight: spared, want refused as backlog")
+	}
+	busy := kt.entryLocked("busy", t0)
+	busy.active.Store(1)
+	kt.active.Store(1)
+	if e.g.backlogLocked(waited("light", true, 0), t0) {
+		t.Error("a task of a key within its share, waited 1 s, another sharer in flight: refused as backlog")
+	}
+	if !e.g.backlogLocked(waited("flood", true, 8*time.Second), t0) {
 		t.Error("a task of a key 8 s past its share, waited 1 s: not refused as backlog")
 	}
-	if !e.g.backlogLocked(waited("", 0), t0) {
-		t.Error("an unkeyed task, waited 1 s: not refused as backlog")
+	if e.g.backlogLocked(waited("", false, 0), t0) {
+		t.Error("an unkeyed task (the pool within its share), waited 1 s, another sharer in flight: refused as backlog")
+	}
+	if e.g.backlogLocked(waited("new", true, 0), t0) {
+		t.Error("a new key's task (the pool within its share), waited 1 s, another sharer in flight: refused as backlog")
+	}
+	if !e.g.backlogLocked(waited("", false, 8*time.Second), t0) {
+		t.Error("an unkeyed task, the pool 8 s past its share: not refused as backlog")
 	}
 }
 
-// The keys sharing a class's slots are those with work in flight or a
-// clock ahead of now: a light key between its requests still holds its
-// place in the count, so a flood's share is the slots over every key
-// that uses them, not over those that happen to have a task in flight.
-func TestKeysSharingAClassCountThoseWithAClockAhead(t *testing.T) {
+// The sharers of a class's slots are those with work in flight: a key
+// whose clock is ahead but has nothing queued or running does not count,
+// so keys made up and left behind cannot thin the others' shares.
+func TestOnlySharersWithWorkInFlightCount(t *testing.T) {
 	e := newExec(t, Options{Slots: 2})
+	earn(&e.g, Batch, "ahead", "behind", "busy")
 	e.g.lock()
 	defer e.g.unlock()
 	t0 := now()
 	kt := &e.g.keys[Batch]
-	kt.lookupLocked("ahead", t0).vc.Store(t0 + int64(time.Second))
-	kt.lookupLocked("behind", t0).vc.Store(t0 - int64(time.Second))
-	kt.lookupLocked("busy", t0).active.Store(1)
-	kt.active.Store(1)
-	kt.countLocked(t0 + keyCountEvery)
-	if n, r := kt.sharing.Load(), e.g.keyRate(Batch); n != 2 || r != 1 {
-		t.Errorf("sharing keys %d, rate %v: want 2 (ahead, busy), 2 keys over 2 slots", n, r)
+	kt.entryLocked("ahead", t0).vc.Store(t0 + int64(time.Second))
+	kt.entryLocked("behind", t0).vc.Store(t0 - int64(time.Second))
+	w := &Waiter{Class: Batch}
+	e.g.keyRankLocked("busy", true, w, t0)
+	e.g.keyChargeLocked(w, t0)
+	if n, r := kt.active.Load(), e.g.keyRate(Batch); n != 1 || r != 0.5 {
+		t.Errorf("sharers %d, rate %v: want 1 (busy) over 2 slots", n, r)
+	}
+	e.g.KeyDone(w)
+	if n := kt.active.Load(); n != 0 {
+		t.Errorf("sharers after the task ended: %d, want 0", n)
 	}
 }

@@ -403,12 +403,15 @@ type Waiter struct {
 	// a slot: from then on w belongs to its running task, and only that
 	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.
 	Started bool
-	// key is the key w's task is charged to (nil: none, or untracked),
-	// keyCharge the expected slot time it was charged when it passed the
-	// door, until its task ends (keys.go).
+	// key is the sharer w's task is charged to (nil: none: no task of its
+	// class carried a key), entry its key's entry while the key has not
+	// earned a share (nil: none, earned, or untracked), keyCharge the
+	// expected slot time it was charged when it passed the door, until
+	// its task ends (keys.go).
 	key       *keyState
+	entry     *keyState
 	keyCharge int64
-	keyPast   bool // its key was past its share when it arrived (keyInShare)
+	keyPast   bool // its sharer was past its share when it arrived (keySpared)
 }
 
 // cancelableLocked reports whether a cancellation from outside the task

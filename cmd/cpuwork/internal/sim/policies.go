@@ -69,6 +69,9 @@ func (p *granted) arrive(j *job) {
 		}
 		ctx = admission.TargetContextAt(ctx, j.arrival, lat, svc)
 	}
+	if j.Key != "" {
+		ctx = admission.WithKey(ctx, j.Key)
+	}
 	if j.Deadline > 0 {
 		ctx = deadlineCtx{ctx, admission.TimeAt(j.arrival + int64(j.Deadline))}
 	}
@@ -127,7 +130,7 @@ func (p *granted) done(j *job) {
 			if w.Ready == nil {
 				w.Ready = make(chan struct{}, 1)
 			}
-			period := admission.SlotPeriod{Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared}
+			period := admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared}
 			if p.g.HandOver(w, p.due(j), period) {
 				return // Wake runs it again
 			}
@@ -135,7 +138,8 @@ func (p *granted) done(j *job) {
 		p.run(j)
 		return
 	}
-	p.g.RecordSlot(j.Class, admission.SlotPeriod{Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared})
+	p.g.RecordSlot(j.Class, admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared})
+	p.g.KeyDone(w) // after its last period, as the executor does
 	p.cnt[j.Class].Completed.Inc(uintptr(unsafe.Pointer(j)))
 	p.g.Release(j.Class, &w.Est, nil)
 	p.s.end(j, served) // a loop's client submits again after the release, as a caller of Do does

@@ -33,6 +33,9 @@ type Request struct {
 	CPU      time.Duration // slot time it takes once running (> 0)
 	Deadline time.Duration // the client gives up this long after arrival; 0: never
 	Kind     string        // a label the report groups by ("" : the class's name)
+	// Key is the request's key under cpuwork (WithKey: a tenant, a
+	// client); "": none. The other policies ignore it.
+	Key string
 }
 
 // Loop is a closed-loop source: Clients clients, each submitting a task
@@ -259,6 +262,16 @@ func (s *sim) newJob(r Request, loop int) *job {
 
 // Run replays wl through the named policy (Policies).
 func Run(wl *Workload, policy string) (*Result, error) {
+	s, err := replay(wl, policy)
+	if err != nil {
+		return nil, err
+	}
+	return s.result(policy), nil
+}
+
+// replay replays wl through the named policy and returns the replay,
+// every job in it ended.
+func replay(wl *Workload, policy string) (*sim, error) {
 	if err := wl.Validate(); err != nil {
 		return nil, err
 	}
@@ -315,7 +328,7 @@ func Run(wl *Workload, policy string) (*Result, error) {
 			s.pol.tick(e.gen)
 		}
 	}
-	return s.result(policy), nil
+	return s, nil
 }
 
 // arm schedules the next open-loop arrival (one at a time: the heap
