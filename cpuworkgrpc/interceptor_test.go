@@ -74,6 +74,9 @@ func (h *gated) Watch(req *healthpb.HealthCheckRequest, ss healthpb.Health_Watch
 		if err := ss.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}); err != nil {
 			return err
 		}
+		if req.Service == "panic" {
+			panic("mid-stream")
+		}
 	}
 	return nil
 }
@@ -304,5 +307,30 @@ func TestKeyPerCall(t *testing.T) {
 	st := e.Stats()
 	if len(st.Keys) != 1 || st.Keys[0].Key != "tenant-a" || st.Keys[0].SlotTime <= 0 {
 		t.Errorf("Stats.Keys %+v: want tenant-a with its two calls' slot time", st.Keys)
+	}
+}
+
+// A streaming handler that panics after sending part of its answer ends
+// its stream with Internal, never OK: the client's Recv after the
+// messages sent returns the error, and the slot is back.
+func TestAPanicMidStreamEndsItWithAnError(t *testing.T) {
+	e := newExecutor(t, cpuwork.Options{Slots: 1})
+	_, c := serve(t, e, cpuworkgrpc.Options{Logger: slog.New(slog.DiscardHandler)})
+	for range 2 { // more panics than slots: a lost slot would hang the next call
+		st, err := c.Watch(context.Background(), &healthpb.HealthCheckRequest{Service: "panic"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := 0
+		for {
+			_, err = st.Recv()
+			if err != nil {
+				break
+			}
+			got++
+		}
+		if got != 1 || status.Code(err) != codes.Internal {
+			t.Fatalf("a stream that panicked after one message: %d received, then %v; want 1, then Internal", got, err)
+		}
 	}
 }

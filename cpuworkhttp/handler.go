@@ -10,13 +10,17 @@
 //	h := cpuworkhttp.Handler(e, mux, cpuworkhttp.Options{Objective: time.Second})
 //	err = cpuworkhttp.Serve(&http.Server{Handler: h}, ln)
 //
+// The server's own handler is wrapped as it is: no routing is added and
+// no request is changed. Requests under /debug/ (net/http/pprof,
+// schedstat.Handler) bypass admission by default, so that a diagnosis's
+// requests never wait for a slot; Options.Bypass names others (health
+// checks) or none.
+//
 // A request's handler runs as the task: cpuwork.Checkpoint(r.Context())
 // inside it yields to more urgent work and returns the task's error when
 // it should stop. Handlers that mostly wait (on a database, a downstream
-// service) hold a slot while they wait; route them around the middleware
-// or wrap only their CPU-bound part with Executor.Do. Route /debug/
-// (net/http/pprof, schedstat.Handler) around it too, so that a
-// diagnosis's requests never wait for a slot.
+// service) hold a slot while they wait; let them bypass admission
+// (Options.Bypass) or wrap only their CPU-bound part with Executor.Do.
 package cpuworkhttp
 
 import (
@@ -29,7 +33,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
@@ -94,6 +100,30 @@ type Options struct {
 	// Logger receives a handler's panic (with its stack) and a Class
 	// function's invalid class; nil: slog.Default().
 	Logger *slog.Logger
+
+	// Bypass reports whether a request is served outside admission: its
+	// handler runs at once on the request's goroutine, with no slot, no
+	// queue and no refusal, and r reaches h as it came (the server's own
+	// diagnostics — net/http/pprof, schedstat.Handler, health checks —
+	// so that a diagnosis never waits behind the work it diagnoses).
+	// nil: the requests whose path starts with "/debug/"
+	// (PathPrefix("/debug/")); to admit every request, return false.
+	Bypass func(*http.Request) bool
+}
+
+// PathPrefix returns a Bypass that serves outside admission the requests
+// whose URL path (r.URL.Path, as the server parsed it, uncleaned) starts
+// with any of prefixes.
+func PathPrefix(prefixes ...string) func(*http.Request) bool {
+	ps := slices.Clone(prefixes)
+	return func(r *http.Request) bool {
+		for _, p := range ps {
+			if strings.HasPrefix(r.URL.Path, p) {
+				return true
+			}
+		}
+		return false
+	}
 }
 
 // Handler returns h admitted through e: every request is submitted as a
@@ -111,10 +141,13 @@ type Options struct {
 // The handler sees r with its context replaced by the task's: it carries
 // the request's target (Objective, Service, TimeoutHeader) and is what
 // cpuwork.Checkpoint takes. A panic in h is recovered by the executor
-// with its slot released, logged, and answered 500 when nothing was
-// written yet; http.ErrAbortHandler is re-raised after the slot is
-// released, so net/http aborts the response as it would without the
-// middleware. A request whose client went away or whose deadline passed
+// with its slot released and logged: answered 500 when nothing was
+// written yet; once h wrote a header or a byte, flushed or hijacked,
+// the response is aborted instead (a panic with http.ErrAbortHandler
+// after the slot is released: net/http closes an HTTP/1.1 connection or
+// resets an HTTP/2 stream), so a truncated answer never reaches the
+// client as a success. h's own http.ErrAbortHandler is re-raised the
+// same way, as net/http would without the middleware. A request whose client went away or whose deadline passed
 // while it queued is answered 503 (the client, if still there, may
 // retry). After Executor.Close began, requests are answered 503 with
 // "Connection: close".
@@ -149,6 +182,9 @@ func Handler(e *cpuwork.Executor, h http.Handler, o Options) http.Handler {
 	if log == nil {
 		log = slog.Default()
 	}
+	if o.Bypass == nil {
+		o.Bypass = PathPrefix("/debug/")
+	}
 	return &handler{e: e, h: h, o: o, retry: retry, log: log}
 }
 
@@ -161,6 +197,10 @@ type handler struct {
 }
 
 func (m *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m.o.Bypass(r) {
+		m.h.ServeHTTP(w, r)
+		return
+	}
 	ctx := r.Context()
 	if m.o.TimeoutHeader != "" {
 		if d, ok := parseTimeout(r.Header.Get(m.o.TimeoutHeader), m.o.TimeoutUnit); ok {
@@ -204,9 +244,14 @@ func (m *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			panic(http.ErrAbortHandler)
 		}
 		m.log.Error("cpuworkhttp: handler panicked", "method", r.Method, "path", r.URL.Path, "panic", fmt.Sprint(pe.Value), "stack", string(pe.Stack))
-		if !*wrote {
-			http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
+		if *wrote {
+			// Part of an answer is out (or buffered): completing it would
+			// hand the client a truncated body as a success. Abort it, as
+			// net/http does a panicking handler's: the connection closes
+			// (HTTP/1.1) or the stream resets (HTTP/2). The slot is back.
+			panic(http.ErrAbortHandler)
 		}
+		http.Error(w, http.StatusText(http.StatusInternalServerError), http.StatusInternalServerError)
 		return
 	}
 	if *wrote {

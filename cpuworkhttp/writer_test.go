@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"context"
 	"io"
+	"log"
+	"sync"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -120,5 +122,61 @@ func TestAnUpgradeHijacksTheConnection(t *testing.T) {
 	defer cancel()
 	if err := e.Close(ctx); err != nil {
 		t.Errorf("a slot stayed held after the hijacking handler returned: %v", err)
+	}
+}
+
+// A handler that panics after it began its answer is not answered as a
+// success: the middleware releases the slot and aborts the response
+// (http.ErrAbortHandler), so the client sees an error, as without the
+// middleware — on HTTP/1.1 with and without a flush before the panic,
+// and on HTTP/2. The panic is logged and the slot is back.
+func TestAPanicAfterWritingAbortsTheResponse(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		for _, flush := range []bool{false, true} {
+			name := map[bool]string{false: "HTTP/1.1", true: "HTTP/2"}[h2] + map[bool]string{false: "", true: " flushed"}[flush]
+			t.Run(name, func(t *testing.T) {
+				e := newExecutor(t, cpuwork.Options{Slots: 1})
+				h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Path == "/ok" {
+						io.WriteString(w, "ok")
+						return
+					}
+					io.WriteString(w, `{"items": [1, 2,`)
+					if flush {
+						w.(http.Flusher).Flush()
+					}
+					panic("mid-body")
+				})
+				var logged strings.Builder
+				var mu sync.Mutex
+				srv := httptest.NewUnstartedServer(cpuworkhttp.Handler(e, h, cpuworkhttp.Options{Logger: slogTo(&mu, &logged)}))
+				srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+				srv.EnableHTTP2 = h2
+				if h2 {
+					srv.StartTLS()
+				} else {
+					srv.Start()
+				}
+				defer srv.Close()
+				resp, err := srv.Client().Get(srv.URL + "/json")
+				if err == nil {
+					body, rerr := io.ReadAll(resp.Body)
+					resp.Body.Close()
+					if rerr == nil {
+						t.Fatalf("a panic after writing: the client got status %d and the body %q with no error, want the response aborted", resp.StatusCode, body)
+					}
+				}
+				resp, err = srv.Client().Get(srv.URL + "/ok")
+				if err != nil {
+					t.Fatalf("after the panic: %v", err)
+				}
+				resp.Body.Close()
+				mu.Lock()
+				defer mu.Unlock()
+				if !strings.Contains(logged.String(), "mid-body") {
+					t.Errorf("the panic was not logged: %q", logged.String())
+				}
+			})
+		}
 	}
 }
