@@ -5,17 +5,28 @@ import (
 	"context"
 	"io"
 	"log"
-	"sync"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/cpuworkhttp"
 )
+
+// start starts srv over HTTP/2 (TLS) or HTTP/1.1, closed when t ends.
+func start(t *testing.T, srv *httptest.Server, h2 bool) {
+	srv.EnableHTTP2 = h2
+	if h2 {
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+}
 
 // interfaces reports which optional interfaces w has, as a handler's type
 // assertions see them.
@@ -47,13 +58,7 @@ func TestTheWriterKeepsEveryOptionalInterface(t *testing.T) {
 				}), cpuworkhttp.Options{}).ServeHTTP(w, r)
 				seen <- [2]map[string]bool{interfaces(w), inner}
 			}))
-			srv.EnableHTTP2 = h2
-			if h2 {
-				srv.StartTLS()
-			} else {
-				srv.Start()
-			}
-			defer srv.Close()
+			start(t, srv, h2)
 			resp, err := srv.Client().Get(srv.URL)
 			if err != nil {
 				t.Fatal(err)
@@ -151,13 +156,7 @@ func TestAPanicAfterWritingAbortsTheResponse(t *testing.T) {
 				var mu sync.Mutex
 				srv := httptest.NewUnstartedServer(cpuworkhttp.Handler(e, h, cpuworkhttp.Options{Logger: slogTo(&mu, &logged)}))
 				srv.Config.ErrorLog = log.New(io.Discard, "", 0)
-				srv.EnableHTTP2 = h2
-				if h2 {
-					srv.StartTLS()
-				} else {
-					srv.Start()
-				}
-				defer srv.Close()
+				start(t, srv, h2)
 				resp, err := srv.Client().Get(srv.URL + "/json")
 				if err == nil {
 					body, rerr := io.ReadAll(resp.Body)
