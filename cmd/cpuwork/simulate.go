@@ -188,8 +188,8 @@ func scenarioInfo(name string) (sim.ScenarioInfo, bool) {
 }
 
 func traceWorkload(path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (*sim.Workload, error) {
-	if slots < 1 {
-		return nil, usageError(fmt.Errorf("--slots %d: want at least 1", slots))
+	if slots < 1 || slots > sim.MaxSlots {
+		return nil, usageError(fmt.Errorf("--slots %d: want 1 to %d (the executor's bound)", slots, sim.MaxSlots))
 	}
 	if queueLimit < 1 {
 		return nil, usageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))

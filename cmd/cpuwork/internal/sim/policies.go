@@ -256,6 +256,16 @@ func (p *sliced) arrive(j *job) {
 		}
 	}
 	p.runq = append(p.runq, j)
+	if p.head == len(p.runq)-1 {
+		// The run queue was empty: the running goroutines ran on past
+		// their slices' ends with nobody to yield to; from now on each
+		// is preempted at its slice's next end.
+		for i := range p.ps {
+			if p.ps[i].j != nil {
+				p.arm(i)
+			}
+		}
+	}
 }
 
 // run runs j on P i in a time slice that began at slice.
@@ -266,8 +276,25 @@ func (p *sliced) run(i int, j *job, slice int64) {
 	P := &p.ps[i]
 	j.from = p.s.now
 	P.j, P.slice = j, slice
+	p.arm(i)
+}
+
+// arm sets P i's next event: its goroutine's end or, while another
+// waits in the run queue, the end of its time slice, whichever comes
+// first. A goroutine that nobody waits for is not preempted (the
+// scheduler would run it again at once), so a request's CPU time costs
+// no events of its own: the replay's cost is independent of it.
+func (p *sliced) arm(i int) {
+	P := &p.ps[i]
+	j := P.j
+	at := p.s.now + j.left - (p.s.now - j.from)
+	if p.head < len(p.runq) {
+		// The time slices run back to back from P.slice.
+		k := max(1, (p.s.now-P.slice+p.slice-1)/p.slice)
+		at = min(at, P.slice+k*p.slice)
+	}
 	P.gen++
-	p.s.push(min(p.s.now+j.left, slice+p.slice), evTick, nil, uint64(i)<<48|P.gen)
+	p.s.push(at, evTick, nil, uint64(i)<<48|P.gen)
 }
 
 func (p *sliced) tick(gen uint64) {
@@ -278,6 +305,11 @@ func (p *sliced) tick(gen uint64) {
 	}
 	j := P.j
 	j.left -= p.s.now - j.from
+	j.from = p.s.now
+	if j.left > 0 && p.head == len(p.runq) {
+		p.arm(i) // its slice ended with nobody waiting: it runs on
+		return
+	}
 	P.j = nil
 	if j.left <= 0 {
 		if j.loop >= 0 {

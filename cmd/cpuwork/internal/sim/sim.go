@@ -76,11 +76,14 @@ type Workload struct {
 	StepAt time.Duration
 }
 
+// MaxSlots is the most slots a workload may have: the executor's bound.
+const MaxSlots = 4096
+
 // Validate reports the first thing wrong with w.
 func (w *Workload) Validate() error {
 	switch {
-	case w.Slots < 1:
-		return fmt.Errorf("slots %d: must be at least 1", w.Slots)
+	case w.Slots < 1 || w.Slots > MaxSlots:
+		return fmt.Errorf("slots %d: must be 1 to %d (the executor's bound)", w.Slots, MaxSlots)
 	case w.Duration <= 0:
 		return errors.New("the workload has no duration")
 	case len(w.Requests) == 0 && len(w.Loops) == 0:

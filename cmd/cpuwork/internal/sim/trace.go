@@ -26,9 +26,14 @@ import (
 //	kind         a label the report groups by (empty: the class's name)
 //
 // The requests come back sorted by arrival. An error names the line and
-// the column.
+// the column. The input is bounded: at most MaxTraceBytes in all, lines
+// of at most MaxLineBytes, kinds of at most MaxKindBytes and at most
+// MaxKinds of them, a CPU time of at most MaxCPU, arrivals and deadlines
+// of at most MaxSpan, and CPU times that add up to at most MaxSpan. A
+// UTF-8 byte order mark before the header is skipped.
 func ReadCSV(r io.Reader) ([]Request, error) {
-	cr := csv.NewReader(r)
+	lr := &lineBound{r: r}
+	cr := csv.NewReader(lr)
 	cr.FieldsPerRecord = -1
 	cr.TrimLeadingSpace = true
 	cr.Comment = '#'
@@ -37,10 +42,13 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 		return nil, errors.New("the trace is empty: want a header (arrival_ms,class,cpu_ms[,deadline_ms][,kind]) and one line per request")
 	}
 	if err != nil {
-		return nil, err
+		return nil, lr.wrap(err)
 	}
 	col := map[string]int{}
 	for i, h := range head {
+		if i == 0 {
+			h = strings.TrimPrefix(h, "\ufeff") // what spreadsheets write first
+		}
 		h = strings.ToLower(strings.TrimSpace(h))
 		switch h {
 		case "arrival_ms", "class", "cpu_ms", "deadline_ms", "kind":
@@ -49,7 +57,7 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 			}
 			col[h] = i
 		default:
-			return nil, fmt.Errorf("line 1: unknown column %q (known: arrival_ms, class, cpu_ms, deadline_ms, kind)", h)
+			return nil, fmt.Errorf("line 1: unknown column %s (known: arrival_ms, class, cpu_ms, deadline_ms, kind)", quote(h))
 		}
 	}
 	for _, need := range []string{"arrival_ms", "class", "cpu_ms"} {
@@ -58,13 +66,15 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 		}
 	}
 	var reqs []Request
+	kinds := map[string]bool{}
+	var total time.Duration
 	for {
 		rec, err := cr.Read()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, err
+			return nil, lr.wrap(err)
 		}
 		line, _ := cr.FieldPos(0)
 		field := func(name string) string {
@@ -79,8 +89,15 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 				return 0, nil
 			}
 			v, err := strconv.ParseFloat(s, 64)
-			if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || v > 1e12 {
-				return 0, fmt.Errorf("line %d: %s %q: want a number of milliseconds >= 0", line, name, s)
+			if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+				return 0, fmt.Errorf("line %d: %s %s: want a number of milliseconds >= 0", line, name, quote(s))
+			}
+			bound := MaxSpan
+			if name == "cpu_ms" {
+				bound = MaxCPU
+			}
+			if v > float64(bound.Milliseconds()) {
+				return 0, fmt.Errorf("line %d: %s %s: at most %v", line, name, quote(s), bound)
 			}
 			return time.Duration(v * 1e6), nil
 		}
@@ -92,15 +109,30 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 			return nil, err
 		}
 		if q.CPU <= 0 {
-			return nil, fmt.Errorf("line %d: cpu_ms %q: must be > 0", line, field("cpu_ms"))
+			return nil, fmt.Errorf("line %d: cpu_ms %s: must be > 0", line, quote(field("cpu_ms")))
+		}
+		if total += q.CPU; total > MaxSpan {
+			return nil, fmt.Errorf("line %d: the CPU times so far add up to more than %v", line, MaxSpan)
 		}
 		if q.Deadline, err = ms("deadline_ms", false); err != nil {
 			return nil, err
 		}
 		if q.Class, err = ParseClass(field("class")); err != nil {
+			if len(field("class")) > 32 {
+				return nil, fmt.Errorf("line %d: class %s: want critical, interactive, batch or background", line, quote(field("class")))
+			}
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
 		q.Kind = field("kind")
+		if len(q.Kind) > MaxKindBytes {
+			return nil, fmt.Errorf("line %d: kind %s: at most %d bytes", line, quote(q.Kind), MaxKindBytes)
+		}
+		if !kinds[q.Kind] {
+			if len(kinds) == MaxKinds {
+				return nil, fmt.Errorf("line %d: kind %s: more than %d kinds (the report has a row per kind)", line, quote(q.Kind), MaxKinds)
+			}
+			kinds[strings.Clone(q.Kind)] = true
+		}
 		reqs = append(reqs, q)
 	}
 	if len(reqs) == 0 {
@@ -109,6 +141,73 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 	slices.SortStableFunc(reqs, func(a, b Request) int { return int(a.At - b.At) })
 	return reqs, nil
 }
+
+// The bounds of a trace (ReadCSV).
+const (
+	MaxTraceBytes = 256 << 20
+	MaxLineBytes  = 4096
+	MaxKindBytes  = 64
+	MaxKinds      = 1000
+	MaxCPU        = time.Hour
+	MaxSpan       = 100 * 365 * 24 * time.Hour
+)
+
+// lineBound reads r, failing once it has given MaxTraceBytes or a line
+// grows past MaxLineBytes; line is the line being read (from 1).
+type lineBound struct {
+	r         io.Reader
+	n, inLine int
+	line      int
+	err       error
+}
+
+func (b *lineBound) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.r.Read(p)
+	for i := 0; i < n; i++ {
+		if b.line == 0 {
+			b.line = 1
+		}
+		b.n++
+		b.inLine++
+		switch {
+		case b.n > MaxTraceBytes:
+			b.err = fmt.Errorf("line %d: the trace is longer than %d MiB", b.line, MaxTraceBytes>>20)
+		case b.inLine > MaxLineBytes:
+			b.err = fmt.Errorf("line %d: longer than %d bytes", b.line, MaxLineBytes)
+		case p[i] == '\n':
+			b.line++
+			b.inLine = 0
+			continue
+		default:
+			continue
+		}
+		return i, b.err
+	}
+	return n, err
+}
+
+// wrap returns the bound's own error for err, a read's, when the bound
+// caused it.
+func (b *lineBound) wrap(err error) error {
+	if b.err != nil {
+		return b.err
+	}
+	return err
+}
+
+// quote quotes s for an error, cut to its first 32 bytes.
+func quote(s string) string {
+	if len(s) > 32 {
+		return strconv.Quote(s[:32]) + fmt.Sprintf("… (%d bytes)", len(s))
+	}
+	return strconv.Quote(s)
+}
+
+// maxArrivals bounds the requests a scenario generates.
+const maxArrivals = 2_000_000
 
 // ParseClass reads a class name.
 func ParseClass(s string) (Class, error) {
@@ -152,6 +251,13 @@ func Scenario(name string, load float64, d time.Duration, seed uint64) (*Workloa
 	}
 	const slots = 2
 	rng := rand.New(rand.NewPCG(seed, 0x73696d)) // "sim"
+	tooMany := false
+	checked := func(w *Workload) (*Workload, error) {
+		if tooMany {
+			return nil, fmt.Errorf("%s at %v of capacity for %v: over %d arrivals; lower the load or the duration", name, load, d, maxArrivals)
+		}
+		return w, nil
+	}
 	// mix is Poisson arrivals of 90 % small and 10 % large requests at
 	// load, after a step from 80 % at stepAt (0: none), clients giving
 	// up after deadline (0: never).
@@ -171,6 +277,10 @@ func Scenario(name string, load float64, d time.Duration, seed uint64) (*Workloa
 			if t >= d {
 				break
 			}
+			if len(w.Requests) == maxArrivals {
+				tooMany = true
+				break
+			}
 			q := Request{At: t, Class: admission.Interactive, CPU: small, Kind: "small", Deadline: deadline}
 			if rng.Float64() >= 0.9 {
 				q.CPU, q.Kind = large, "large"
@@ -182,18 +292,21 @@ func Scenario(name string, load float64, d time.Duration, seed uint64) (*Workloa
 	switch name {
 	case "service":
 		large := 34330 * time.Microsecond
-		return mix(77*time.Microsecond, large, 3*large, 0, 0), nil
+		return checked(mix(77*time.Microsecond, large, 3*large, 0, 0))
 	case "inference":
 		large := 4 * 5890 * time.Microsecond
-		return mix(5890*time.Microsecond, large, 3*large, 0, 0), nil
+		return checked(mix(5890*time.Microsecond, large, 3*large, 0, 0))
 	case "step":
 		// imageproxy's middleware gives no run time (Declared false).
 		large := 258520 * time.Microsecond
 		w := mix(17050*time.Microsecond, large, 3*large, d/2, 6*large)
 		w.Declared = false
 		w.QueueLimit = 2 * slots // imgproxy's admitter: a queue of 2x GOMAXPROCS
-		return w, nil
+		return checked(w)
 	case "priority":
+		if d > time.Hour {
+			return nil, fmt.Errorf("priority for %v: at most an hour", d)
+		}
 		w := &Workload{Name: name, Slots: slots, Duration: d}
 		for t := time.Duration(0); t < d; t += 7 * time.Millisecond {
 			// Each sent within 1 ms after its time: the batch tasks'
