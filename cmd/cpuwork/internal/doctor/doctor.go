@@ -44,7 +44,7 @@ const (
 
 // Finding is one diagnosis.
 type Finding struct {
-	ID       string   `json:"id"`       // stable: gomaxprocs-above-quota, cpu-throttled, throttling-impact, os-starvation, self-oversubscribed, at-capacity, unresponsive, slow-to-answer, oversubscribed, timer-starvation, gc-pressure, inconclusive, healthy
+	ID       string   `json:"id"`       // stable: gomaxprocs-above-quota, cpu-throttled, throttling-impact, os-starvation, self-oversubscribed, at-capacity, unresponsive, slow-to-answer, slow-to-send-headers, not-answered, oversubscribed, timer-starvation, gc-pressure, inconclusive, healthy
 	Severity Severity `json:"severity"` // info, warning or critical
 	Summary  string   `json:"summary"`
 	Evidence []string `json:"evidence"` // numbers and the files they came from
@@ -481,11 +481,14 @@ func fetch(ctx context.Context, base string) (*schedstat.Sample, *ExecutorView, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", u, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := targetClient.Do(req)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", u, err)
 	}
 	defer resp.Body.Close()
+	if err := checkRedirect(u, resp); err != nil {
+		return nil, nil, err
+	}
 	if resp.StatusCode != http.StatusOK {
 		return nil, nil, newStatusError(u, resp, "mount schedstat.Handler there")
 	}
@@ -812,7 +815,25 @@ func diagnose(w *Window) []Finding {
 	}
 	if p := w.Probes; p != nil && p.Sent > 0 && p.Refused < p.Sent {
 		ev := fmt.Sprintf("%d of %d trivial requests answered within the window + %v, median %v; %d timed out", p.Answered, p.Sent, margin, short(p.median()), p.TimedOut)
+		if p.SlowHeaders > 0 {
+			ev += fmt.Sprintf("; %d began their answer in time and sent its headers slowly", p.SlowHeaders)
+		}
+		if p.Failed > 0 {
+			ev += fmt.Sprintf("; %d not answered: %s", p.Failed, strings.Join(p.Why, "; "))
+		}
 		switch {
+		case p.SlowHeaders*2 >= p.Sent:
+			out = append(out, Finding{ID: "slow-to-send-headers", Severity: Warning,
+				Summary:  "the process begins its answers to trivial requests in time but sends their headers slowly: what keeps them waiting is not a P",
+				Evidence: []string{ev},
+				Fix:      "look at what writes the headers: a proxy in front of the process, a handler or middleware that writes them slowly, or the network in between; the CPU view says nothing of it",
+			})
+		case p.Failed*2 >= p.Sent:
+			out = append(out, Finding{ID: "not-answered", Severity: Warning,
+				Summary:  "the trivial requests got answers the doctor could not read, so it cannot judge how fast the process answers",
+				Evidence: []string{ev},
+				Fix:      "give --url the address of the process's own HTTP server (not a proxy or another protocol's port), serving plain HTTP/1.1 or HTTP/2",
+			})
 		case p.TimedOut*2 >= p.Sent:
 			out = append(out, Finding{ID: "unresponsive", Severity: Critical,
 				Summary:  "the process did not answer trivial requests within the window: it is too saturated to run its network handlers",
@@ -915,6 +936,7 @@ var causeOrder = []string{
 	"cpu-throttled", "throttling-impact",
 	"unresponsive", "slow-to-answer",
 	"os-starvation", "at-capacity",
+	"slow-to-send-headers", "not-answered",
 }
 
 // rank orders findings: every warning or critical before any info;

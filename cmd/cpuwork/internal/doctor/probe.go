@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptrace"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cpuwork/cpuwork/schedstat"
@@ -23,12 +26,57 @@ import (
 // process answers late or not at all: its netpoller is polled by a P only
 // when its run queues are empty (and by sysmon every 10 ms), and the
 // handler goroutine then waits behind every runnable one.
+//
+// Each probe ends one way: answered (its status and headers came in time;
+// a redirect is an answer, never followed), refused (nothing listens
+// there), timed out (not a byte of the answer in time), slow to send
+// headers (the answer began in time but its headers took at least
+// slowAnswer more, and half the probe's time or longer: the process is
+// not what keeps it waiting) or failed (an answer the client refused:
+// malformed, headers over its bound; Why says what).
 type Probes struct {
-	Sent     int             `json:"sent"`
-	Answered int             `json:"answered"`
-	Refused  int             `json:"refused"` // connection refused: nothing listens there
-	TimedOut int             `json:"timed_out"`
-	Latency  []time.Duration `json:"latency_ns"` // of the answered ones
+	Sent        int             `json:"sent"`
+	Answered    int             `json:"answered"`
+	Refused     int             `json:"refused"` // connection refused: nothing listens there
+	TimedOut    int             `json:"timed_out"`
+	SlowHeaders int             `json:"slow_headers"`
+	Failed      int             `json:"failed"`
+	Why         []string        `json:"why,omitempty"` // the failed ones' reasons, each once
+	Latency     []time.Duration `json:"latency_ns"`    // of the answered ones
+}
+
+// targetClient is the doctor's HTTP client for its target. It follows no
+// redirect: a redirect is the target's answer, and the doctor (often run
+// as root) reads nothing of another host or scheme as the target's. An
+// answer's headers are bounded at maxHeaderBytes (the bodies are bounded
+// where they are read).
+var targetClient = &http.Client{
+	CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	Transport: func() http.RoundTripper {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxResponseHeaderBytes = maxHeaderBytes
+		return t
+	}(),
+}
+
+// maxHeaderBytes bounds the headers of an answer the doctor reads.
+const maxHeaderBytes = 1 << 20
+
+// redirectError is a source that answered with a redirect.
+type redirectError struct {
+	url, status, location string
+}
+
+func (e *redirectError) Error() string {
+	return fmt.Sprintf("%s: %s, a redirect to %q: not followed (the doctor reads only the target itself; give --url the address that serves /debug/)", e.url, e.status, e.location)
+}
+
+// checkRedirect returns a redirectError when resp is a redirect.
+func checkRedirect(u string, resp *http.Response) error {
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return &redirectError{url: u, status: resp.Status, location: resp.Header.Get("Location")}
+	}
+	return nil
 }
 
 // median of the answered probes' latencies (0 for none).
@@ -47,13 +95,12 @@ func (p *Probes) median() time.Duration {
 func probe(ctx context.Context, base string, n int, d, margin time.Duration) *Probes {
 	p := &Probes{}
 	type result struct {
-		lat     time.Duration
-		err     error
-		refused bool
+		lat, first time.Duration // until the headers, until the answer's first byte (0: none)
+		err        error
+		refused    bool
 	}
 	results := make(chan result, n)
 	deadline := time.Now().Add(d + margin)
-	c := http.Client{}
 	for i := range n {
 		at := time.Duration(i) * d / time.Duration(n)
 		go func() {
@@ -65,32 +112,52 @@ func probe(ctx context.Context, base string, n int, d, margin time.Duration) *Pr
 			}
 			rctx, cancel := context.WithDeadline(ctx, deadline)
 			defer cancel()
+			var first atomic.Int64
+			t0 := time.Now()
+			rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{
+				GotFirstResponseByte: func() { first.Store(int64(time.Since(t0))) },
+			})
 			req, err := http.NewRequestWithContext(rctx, "GET", base, nil)
 			if err != nil {
 				results <- result{err: err}
 				return
 			}
-			t0 := time.Now()
-			resp, err := c.Do(req)
+			resp, err := targetClient.Do(req)
+			r := result{lat: time.Since(t0), err: err, first: time.Duration(first.Load())}
 			if err != nil {
-				results <- result{err: err, refused: isRefused(err)}
-				return
+				r.refused = isRefused(err)
+			} else {
+				resp.Body.Close()
 			}
-			resp.Body.Close()
-			results <- result{lat: time.Since(t0)}
+			results <- r
 		}()
 	}
 	for range n {
 		r := <-results
 		p.Sent++
+		slow := r.first > 0 && r.lat-r.first >= slowAnswer && r.lat-r.first >= r.lat/2
 		switch {
+		case r.refused:
+			p.Refused++
+		case slow && (r.err == nil || errors.Is(r.err, context.DeadlineExceeded)):
+			p.SlowHeaders++
 		case r.err == nil:
 			p.Answered++
 			p.Latency = append(p.Latency, r.lat)
-		case r.refused:
-			p.Refused++
-		default:
+		case errors.Is(r.err, context.DeadlineExceeded) || errors.Is(r.err, context.Canceled):
 			p.TimedOut++
+		default:
+			p.Failed++
+			why := r.err.Error()
+			if ue, ok := r.err.(*url.Error); ok {
+				why = ue.Err.Error()
+			}
+			if len(why) > 200 {
+				why = why[:200] + "…"
+			}
+			if !slices.Contains(p.Why, why) {
+				p.Why = append(p.Why, why)
+			}
 		}
 	}
 	return p

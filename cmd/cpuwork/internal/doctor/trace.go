@@ -134,9 +134,13 @@ func pprofGet(ctx context.Context, base, what string, d time.Duration) (string, 
 	if err != nil {
 		return u, nil, fmt.Errorf("%s: %w", u, err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := targetClient.Do(req)
 	if err != nil {
 		return u, nil, fmt.Errorf("%s: %w", u, err)
+	}
+	if err := checkRedirect(u, resp); err != nil {
+		resp.Body.Close()
+		return u, nil, err
 	}
 	if resp.StatusCode != http.StatusOK {
 		resp.Body.Close()
