@@ -184,7 +184,16 @@ func New(c Config) (*Group, error) {
 			if err := g.mkParents(h.mount, parent); err != nil {
 				return err
 			}
-			addTo(r.dir, r.parents, g.created[:len(g.created)-n]...)
+			if err := r.addTo(r.parents, g.created[:len(g.created)-n]...); err != nil {
+				// Unrecorded, they would be nobody's to remove: remove
+				// the parents just made (deepest first) now.
+				for _, d := range g.created[:len(g.created)-n] {
+					os.Remove(d)
+					madeParents.Delete(d)
+				}
+				g.created = g.created[len(g.created)-n:]
+				return err
+			}
 			if err := os.Mkdir(dir, 0o755); err != nil {
 				if errors.Is(err, fs.ErrExist) {
 					return fmt.Errorf("%w: %s (another group of that name, or a leftover: New never adopts a group it did not create; remove it with rmdir once it is empty)", ErrExist, dir)
@@ -193,7 +202,7 @@ func New(c Config) (*Group, error) {
 			}
 			g.dirs[key] = dir
 			if ownName(c.Name) {
-				addTo(r.dir, r.owned, dir)
+				return r.addTo(r.owned, dir)
 			}
 			return nil
 		})
@@ -278,14 +287,17 @@ func (g *Group) removeDirs() {
 		os.Remove(d)
 		below = append(below, d)
 	}
+	// A registry that cannot be read is kept as it is (its error says so
+	// to whoever reads it next); this process's own parents still go.
 	withParentsLock(func(r registries) error {
-		dropFrom(r.dir, r.owned, below...)
+		derr := r.dropFrom(r.owned, below...)
 		var made []string
 		madeParents.Range(func(k, _ any) bool { made = append(made, k.(string)); return true })
-		for _, d := range removeEmptyParents(r, made, below) {
+		removed, perr := removeEmptyParents(r, made, below)
+		for _, d := range removed {
 			madeParents.Delete(d)
 		}
-		return nil
+		return errors.Join(derr, perr)
 	})
 }
 
@@ -581,7 +593,11 @@ func SweepOwned(parent, prefix string) []Swept {
 		parent = "cpuwork"
 	}
 	var owned []string
-	if withParentsLock(func(r registries) error { owned = readList(r.owned); return nil }) != nil {
+	if withParentsLock(func(r registries) error {
+		var err error
+		owned, err = r.readList(r.owned)
+		return err
+	}) != nil {
 		return nil
 	}
 	var out []Swept
@@ -609,17 +625,24 @@ func SweepOwned(parent, prefix string) []Swept {
 			if !slices.Contains(owned, d) || startTime(pid) == start {
 				continue // not recorded by its owner, or its owner is alive
 			}
+			// Claim d: take it out of the registry under the lock, so
+			// that of sweeps running at once exactly one kills and
+			// removes it, and reports what it killed.
+			if !claim(d) {
+				continue
+			}
 			killed := killAll(h.mount, d)
 			if os.Remove(d) == nil {
 				out = append(out, Swept{Dir: d, OwnerPID: pid, OwnerStart: start, Killed: killed})
 				below = append(below, d)
+			} else {
+				withParentsLock(func(r registries) error { return r.addTo(r.owned, d) }) // a later sweep tries again
 			}
 		}
 		if len(below) > 0 {
 			withParentsLock(func(r registries) error {
-				dropFrom(r.dir, r.owned, below...)
-				removeEmptyParents(r, nil, below)
-				return nil
+				_, err := removeEmptyParents(r, nil, below)
+				return err
 			})
 		}
 		if Version() == 2 {
@@ -627,6 +650,25 @@ func SweepOwned(parent, prefix string) []Swept {
 		}
 	}
 	return out
+}
+
+// claim takes d out of the owned registry, under the lock; false when
+// it is no longer there (another sweep claimed it) or the registry
+// cannot be read or written.
+func claim(d string) bool {
+	claimed := false
+	withParentsLock(func(r registries) error {
+		list, err := r.readList(r.owned)
+		if err != nil || !slices.Contains(list, d) {
+			return err
+		}
+		if err := r.writeList(r.owned, slices.DeleteFunc(list, func(x string) bool { return x == d })); err != nil {
+			return err
+		}
+		claimed = true
+		return nil
+	})
+	return claimed
 }
 
 // killAll kills every process in the cgroup directory d (below the
