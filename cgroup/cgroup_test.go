@@ -133,20 +133,29 @@ func TestQuotaWeightAndStatOnARealCgroup(t *testing.T) {
 	}
 }
 
+// sleepIn starts a sleep in g and returns it (killed when the test ends,
+// if it still runs).
+func sleepIn(t *testing.T, g *Group) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go cmd.Wait()
+	t.Cleanup(func() { cmd.Process.Kill() })
+	if err := g.Add(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	return cmd
+}
+
 func TestRemoveKillsWhatIsLeft(t *testing.T) {
 	need(t)
 	g, err := New(Config{Name: name(t), Parent: testParent})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("sleep", "30")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go cmd.Wait()
-	if err := g.Add(cmd.Process.Pid); err != nil {
-		t.Fatal(err)
-	}
+	sleepIn(t, g)
 	if err := g.Remove(); err != nil {
 		t.Fatal(err)
 	}

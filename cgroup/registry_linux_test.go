@@ -5,7 +5,6 @@ package cgroup
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -21,6 +20,30 @@ func privateState(t *testing.T) string {
 	base := t.TempDir()
 	withStateBase(t, base, "cpuwork")
 	return filepath.Join(base, "cpuwork")
+}
+
+// newWithin returns New's error for a group under parent (removing the
+// group if New made it), failing the test if New blocks for 10 s; unblock
+// then lets it go on.
+func newWithin(t *testing.T, parent string, unblock func()) error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() {
+		g, err := New(Config{Name: name(t), Parent: parent})
+		if err == nil {
+			g.Remove()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(10 * time.Second):
+		unblock()
+		<-done
+		t.Fatal("New blocked for 10 s")
+		return nil
+	}
 }
 
 // The lock has a deadline: held by another open file description (a run
@@ -41,23 +64,9 @@ func TestAHeldLockIsGivenUpOnNamingItsHolder(t *testing.T) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		g, err := New(Config{Name: name(t), Parent: testParent + "/held"})
-		if err == nil {
-			g.Remove()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
-			t.Errorf("New with the lock held: %v; want an error naming pid %d", err, os.Getpid())
-		}
-	case <-time.After(10 * time.Second):
-		syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
-		<-done
-		t.Fatal("New blocked on a held lock for 10 s")
+	err = newWithin(t, testParent+"/held", func() { syscall.Flock(int(f.Fd()), syscall.LOCK_UN) })
+	if err == nil || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Errorf("New with the lock held: %v; want an error naming pid %d", err, os.Getpid())
 	}
 }
 
@@ -70,23 +79,11 @@ func TestAFIFOForARegistryIsRefusedNotWaitedOn(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(dir, "parents"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() {
-		g, err := New(Config{Name: name(t), Parent: testParent + "/fifo/below"})
-		if err == nil {
-			g.Remove()
-		}
-		done <- err
-	}()
-	select {
-	case err := <-done:
-		if err == nil || !strings.Contains(err.Error(), "not a regular file") {
-			t.Errorf("New with a FIFO for the parents registry: %v; want it refused", err)
-		}
-	case <-time.After(10 * time.Second):
-		os.OpenFile(filepath.Join(dir, "parents"), os.O_WRONLY|syscall.O_NONBLOCK, 0) // unblock it
-		<-done
-		t.Fatal("New blocked on a FIFO for 10 s")
+	err := newWithin(t, testParent+"/fifo/below", func() {
+		os.OpenFile(filepath.Join(dir, "parents"), os.O_WRONLY|syscall.O_NONBLOCK, 0)
+	})
+	if err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Errorf("New with a FIFO for the parents registry: %v; want it refused", err)
 	}
 	if fi, err := os.Lstat(filepath.Join(dir, "parents")); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
 		t.Errorf("the FIFO was replaced: %v %v", fi, err)
@@ -162,15 +159,7 @@ func TestConcurrentSweepsReportEachGroupOnce(t *testing.T) {
 		if err := withParentsLock(func(r registries) error { return r.addTo(r.owned, g.Dir()) }); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command("sleep", "30")
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go cmd.Wait()
-		if err := g.Add(cmd.Process.Pid); err != nil {
-			cmd.Process.Kill()
-			t.Fatal(err)
-		}
+		cmd := sleepIn(t, g)
 		var mu sync.Mutex
 		var reports []Swept
 		var wg sync.WaitGroup
