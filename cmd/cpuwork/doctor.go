@@ -67,15 +67,20 @@ execs it) and diagnoses it; where the top finding's fix can be applied
 from outside (today: GOMAXPROCS from the CPU budget, added to CMD's
 environment), it runs CMD --pairs times as is, as is again (the A/A
 control) and fixed, in a shuffled order per round, each for --duration
-(default 3s here) after 1 s to settle, and prints each figure the
-finding rests on (run delay per second, the throttled share and time,
-with --url the Go scheduling latency p99 from the trace, with --load the
-load command's p99, read from hey's or vegeta's summary or a JSON line
-with "p99_ms") with the bench's three-way verdict. A fix that needs code
-(admission, Checkpoint) is named with the guide, not proved. Exit
-status: 0 the fix proved better, or nothing to prove (a healthy
-program); 3 a finding whose fix needs code; 4 the proof did not decide;
-2 no CMD; 1 CMD exited at once or could not start.`,
+(default 3s here) after 1 s to settle, and judges each figure with the
+bench's three-way rule. The verdict rests on what the program's users
+feel: with --load, the load command's p99 and throughput (hey's or
+vegeta's summary, or a JSON line with "p99_ms" and "rps"; the command
+runs outside CMD's cgroup, in a group of its own with no quota, and gets
+CMD's PID in $CPUWORK_TARGET_PID); with --url, the median of trivial
+requests. A fix that makes any of them worse is worse. Run delay and the
+throttled share and time are printed as the mechanism; without --load
+or --url there is no verdict. A fix that needs code (admission,
+Checkpoint) is named with the guide, not proved. Exit status: 0 the fix
+proved better, or nothing to prove (a healthy program); 3 a finding
+whose fix needs code; 4 the fix not proved better (worse, undecided, or
+no verdict without --load or --url); 2 no CMD; 1 CMD exited at once or
+could not start.`,
 		Args: cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if prove {
@@ -111,7 +116,7 @@ program); 3 a finding whose fix needs code; 4 the proof did not decide;
 	f.DurationVar(&cfg.Duration, "duration", 5*time.Second, "observation window (positive); sources get 5 s more to answer")
 	f.BoolVar(&asJSON, "json", false, "print JSON")
 	f.BoolVar(&prove, "prove", false, "start CMD (after --), diagnose it, and prove the top fix that applies from outside by running CMD as is and fixed, alternated")
-	f.StringVar(&load, "load", "", "with --prove: a shell command run during each window; its p99 latency (hey, vegeta, or a JSON line with p99_ms) is a figure")
+	f.StringVar(&load, "load", "", "with --prove: a shell command run during each window, outside the program's cgroup (its PID in $CPUWORK_TARGET_PID); its p99 latency and throughput (hey, vegeta, or a JSON line with p99_ms and rps) are what the verdict rests on")
 	f.IntVar(&pairs, "pairs", 5, "with --prove: rounds of as is, as is again and fixed")
 	return cmd
 }

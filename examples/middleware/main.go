@@ -43,6 +43,7 @@ func serve(ln net.Listener) error {
 	mux.HandleFunc("/hash", hash)
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 
 	// cpuwork: the adoption.
 	exec, err := cpuwork.New(cpuwork.Options{}) // slots from the CPU budget

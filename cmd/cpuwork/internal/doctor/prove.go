@@ -11,6 +11,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/cgroup"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/bench"
 )
 
@@ -33,10 +35,19 @@ type ProveConfig struct {
 	// window (the Go scheduling latency figure comes from its trace).
 	URL string
 	// Load, when not empty, is a shell command run during each window
-	// (a load generator against the program); its output's p99 latency
-	// (hey's or vegeta's summary, or a JSON line with "p99_ms") is a
-	// figure of the proof.
+	// (a load generator against the program), outside the program's
+	// cgroup where the doctor can make one of its own (LoadGroup); its
+	// environment carries the program's PID as CPUWORK_TARGET_PID. Its
+	// output's p99 latency and throughput (hey's or vegeta's summary, or
+	// a JSON line with "p99_ms" and "rps") are figures of the proof, and
+	// what its verdict rests on.
 	Load string
+	// LoadGroup makes the cgroup the load command runs in (its
+	// cgroup.procs file) and a function that removes it; nil: a group
+	// with no quota below the hierarchy's root (cgroup.New, Parent
+	// "/cpuwork"). When it fails the load runs in the doctor's own
+	// cgroup, and the proof says so.
+	LoadGroup func() (procs string, remove func() error, err error)
 	// Duration is each window; 0: 3 s. Pairs is the number of
 	// alternated rounds; 0: 5. Settle is the time between a start and
 	// its window; 0: 1 s.
@@ -48,6 +59,9 @@ type ProveConfig struct {
 	// started is called with each process started (tests place it in a
 	// cgroup); nil: nothing.
 	started func(pid int) error
+	// loadProcs is the load's cgroup.procs file ("": the doctor's own
+	// cgroup).
+	loadProcs string
 }
 
 // Fix is a change the doctor applies from outside: variables added to
@@ -62,8 +76,13 @@ type Fix struct {
 // interval, the A/A control's (as is against as is again), the margin
 // and the three-way verdict (bench's rule).
 type Figure struct {
-	Name     string        `json:"name"`
-	Unit     string        `json:"unit"`
+	Name string `json:"name"`
+	Unit string `json:"unit"`
+	// Felt marks a figure of what the program's users feel (the load's
+	// latency and throughput, the probes' latency): the verdict rests on
+	// these; the others are the mechanism.
+	Felt     bool          `json:"felt,omitempty"`
+	Higher   bool          `json:"higher_is_better,omitempty"`
 	AsIs     float64       `json:"as_is"`
 	Fixed    float64       `json:"fixed"`
 	Ratio    float64       `json:"ratio"`
@@ -86,10 +105,17 @@ type Proof struct {
 	Fix     *Fix     `json:"fix,omitempty"`
 	Refusal string   `json:"refusal,omitempty"`
 	Figures []Figure `json:"figures"`
-	// Verdict is the verdict of the figure the finding rests on.
-	Verdict bench.Verdict `json:"verdict,omitempty"`
-	Pairs   int           `json:"pairs"`
-	Elapsed time.Duration `json:"elapsed_ns"`
+	// Verdict rests on what the users feel (Figure.Felt): worse when any
+	// such figure is worse beyond the margin, else the verdict of the
+	// first of them (the load's p99, else the probes'). Without --load or
+	// --url it is empty: the mechanism's figures alone prove no benefit
+	// (NoVerdict says so).
+	Verdict   bench.Verdict `json:"verdict,omitempty"`
+	NoVerdict string        `json:"no_verdict,omitempty"`
+	// LoadWhere says where the load command ran.
+	LoadWhere string        `json:"load_where,omitempty"`
+	Pairs     int           `json:"pairs"`
+	Elapsed   time.Duration `json:"elapsed_ns"`
 }
 
 // ErrExitedAtOnce is returned when the command ends before its first
@@ -137,6 +163,20 @@ func Prove(cfg ProveConfig) (*Proof, error) {
 		return p, nil
 	}
 	figs := figuresFor(first.res, cfg) // cfg.Duration is set: the floors use it
+	if cfg.Load != "" {
+		mk := cfg.LoadGroup
+		if mk == nil {
+			mk = outsideGroup
+		}
+		procs, remove, err := mk()
+		if err != nil {
+			p.LoadWhere = fmt.Sprintf("in the doctor's own cgroup, competing with the program for its quota: no cgroup of its own (%v)", err)
+		} else {
+			defer remove()
+			cfg.loadProcs = procs
+			p.LoadWhere = "outside the program's cgroup, in " + filepath.Dir(procs) + " (no quota)"
+		}
+	}
 	arms := []string{"as is", "as is again", "fixed"}
 	for round := range cfg.Pairs {
 		order := slices.Clone(arms)
@@ -172,15 +212,48 @@ func Prove(cfg ProveConfig) (*Proof, error) {
 			aa = append(aa, (f.aa[k]+f.floor)/(f.asIs[k]+f.floor))
 		}
 		f.AsIs, f.Fixed = median(f.asIs), median(f.fixed)
-		j := bench.JudgeOnce(ratios, aa, false)
+		j := bench.JudgeOnce(ratios, aa, f.Higher)
 		f.Ratio, f.Lo, f.Hi, f.AA, f.Margin, f.Verdict = j.Ratio, j.Lo, j.Hi, j.AA, j.Margin, j.Verdict
-		if f.finding {
-			p.Verdict = f.Verdict
-		}
 	}
 	p.Figures = figs
+	p.Verdict, p.NoVerdict = feltVerdict(figs)
 	p.Elapsed = time.Since(begin)
 	return p, nil
+}
+
+// feltVerdict is a proof's verdict from its figures: it rests on what
+// the users feel — worse when any felt figure is worse, else the first
+// felt figure's verdict; with no felt figure, none.
+func feltVerdict(figs []Figure) (bench.Verdict, string) {
+	var first *Figure
+	for i := range figs {
+		f := &figs[i]
+		if !f.Felt {
+			continue
+		}
+		if f.Verdict == bench.Worse {
+			return bench.Worse, ""
+		}
+		if first == nil {
+			first = f
+		}
+	}
+	if first == nil {
+		return "", "no verdict: without --load or --url the figures show the mechanism (throttling and run delay fall once GOMAXPROCS fits the quota, whatever the program's users feel), not a benefit; give --load a load generator's command, or --url"
+	}
+	return first.Verdict, ""
+}
+
+// outsideGroup makes the load command's cgroup: no quota, below the
+// hierarchy's root, so that the load does not compete with the program
+// for its quota (as a user's load generator, never in the server's
+// container, does not).
+func outsideGroup() (string, func() error, error) {
+	g, err := cgroup.New(cgroup.Config{Name: cgroup.OwnedName("prove-load"), Parent: "/cpuwork"})
+	if err != nil {
+		return "", nil, err
+	}
+	return filepath.Join(g.Dir(), "cgroup.procs"), g.Remove, nil
 }
 
 // fixFor returns the fix of res's top finding that the doctor can apply
@@ -243,7 +316,11 @@ func figuresFor(res *Result, cfg ProveConfig) []Figure {
 		figs = append(figs, Figure{Name: "Go scheduling latency p99", Unit: "ms", floor: 0.01})
 	}
 	if cfg.Load != "" {
-		figs = append(figs, Figure{Name: "load p99", Unit: "ms", floor: 0.1})
+		figs = append(figs, Figure{Name: "load p99", Unit: "ms", floor: 0.1, Felt: true},
+			Figure{Name: "load throughput", Unit: "requests/s", floor: 0.1, Felt: true, Higher: true})
+	}
+	if cfg.URL != "" {
+		figs = append(figs, Figure{Name: "probe median", Unit: "ms", floor: 0.1, Felt: true})
 	}
 	return figs
 }
@@ -252,6 +329,7 @@ func figuresFor(res *Result, cfg ProveConfig) []Figure {
 type measured struct {
 	res     *Result
 	loadP99 float64 // ms; NaN when the load command's output had none
+	loadRPS float64 // requests/s; NaN when none
 }
 
 func (m *measured) value(name string) float64 {
@@ -273,6 +351,13 @@ func (m *measured) value(name string) float64 {
 		return float64(w.Trace.WaitP99) / 1e6
 	case "load p99":
 		return m.loadP99
+	case "load throughput":
+		return m.loadRPS
+	case "probe median":
+		if w.Probes == nil || len(w.Probes.Latency) == 0 {
+			return math.NaN()
+		}
+		return float64(w.Probes.median()) / 1e6
 	}
 	return math.NaN()
 }
@@ -314,7 +399,13 @@ func (cfg ProveConfig) window(env []string, d time.Duration) (*measured, error) 
 	var load *exec.Cmd
 	var out bytes.Buffer
 	if cfg.Load != "" {
-		load = exec.Command("sh", "-c", cfg.Load)
+		if cfg.loadProcs != "" {
+			// The shell joins the load's cgroup before it runs the load.
+			load = exec.Command("sh", "-c", `echo $$ > "$0" && exec sh -c "$1"`, cfg.loadProcs, cfg.Load)
+		} else {
+			load = exec.Command("sh", "-c", cfg.Load)
+		}
+		load.Env = append(os.Environ(), "CPUWORK_TARGET_PID="+strconv.Itoa(cmd.Process.Pid))
 		load.Stdout, load.Stderr = &out, &out
 		if err := load.Start(); err != nil {
 			return nil, fmt.Errorf("start --load: %w", err)
@@ -324,7 +415,7 @@ func (cfg ProveConfig) window(env []string, d time.Duration) (*measured, error) 
 	m := &measured{res: res, loadP99: math.NaN()}
 	if load != nil {
 		load.Wait()
-		m.loadP99 = parseLoadP99(out.String())
+		m.loadP99, m.loadRPS = parseLoadP99(out.String()), parseLoadRPS(out.String())
 	}
 	if err != nil {
 		select {
@@ -340,7 +431,49 @@ func (cfg ProveConfig) window(env []string, d time.Duration) (*measured, error) 
 var (
 	heyP99     = regexp.MustCompile(`(?m)^\s*99%+ in ([0-9.]+) secs`)
 	vegetaText = regexp.MustCompile(`(?m)^Latencies\s+\[[^\]]*\]\s+(.*)$`)
+	heyRPS     = regexp.MustCompile(`(?m)^\s*Requests/sec:\s+([0-9.]+)`)
+	vegetaRPS  = regexp.MustCompile(`(?m)^Requests\s+\[total, rate, throughput\]\s+[0-9.]+,\s*[0-9.]+,\s*([0-9.]+)`)
 )
+
+// parseLoadRPS reads the requests answered per second from a load
+// generator's output: hey's "Requests/sec", vegeta's text report's
+// throughput (successful requests per second), or a JSON line with
+// "rps" or vegeta's "throughput". NaN when none.
+func parseLoadRPS(out string) float64 {
+	for _, re := range []*regexp.Regexp{heyRPS, vegetaRPS} {
+		if m := re.FindStringSubmatch(out); m != nil {
+			if v, err := strconv.ParseFloat(m[1], 64); err == nil {
+				return v
+			}
+		}
+	}
+	return fromJSONLines(out, func(line []byte) (float64, bool) {
+		var j struct {
+			RPS        *float64 `json:"rps"`
+			Throughput *float64 `json:"throughput"`
+		}
+		switch {
+		case json.Unmarshal(line, &j) != nil:
+		case j.RPS != nil:
+			return *j.RPS, true
+		case j.Throughput != nil:
+			return *j.Throughput, true
+		}
+		return 0, false
+	})
+}
+
+// fromJSONLines returns what get finds in the first line of out it
+// finds anything in; NaN when none.
+func fromJSONLines(out string, get func(line []byte) (float64, bool)) float64 {
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if v, ok := get(sc.Bytes()); ok {
+			return v
+		}
+	}
+	return math.NaN()
+}
 
 // parseLoadP99 reads a p99 latency in milliseconds from a load
 // generator's output: hey's "99% in X secs", vegeta's text report
@@ -359,25 +492,22 @@ func parseLoadP99(out string) float64 {
 			}
 		}
 	}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
+	return fromJSONLines(out, func(line []byte) (float64, bool) {
 		var j struct {
 			P99ms     *float64 `json:"p99_ms"`
 			Latencies *struct {
 				P99 float64 `json:"99th"`
 			} `json:"latencies"`
 		}
-		if json.Unmarshal(sc.Bytes(), &j) != nil {
-			continue
-		}
 		switch {
+		case json.Unmarshal(line, &j) != nil:
 		case j.P99ms != nil:
-			return *j.P99ms
+			return *j.P99ms, true
 		case j.Latencies != nil:
-			return j.Latencies.P99 / 1e6
+			return j.Latencies.P99 / 1e6, true
 		}
-	}
-	return math.NaN()
+		return 0, false
+	})
 }
 
 func median(xs []float64) float64 {
@@ -399,15 +529,38 @@ func (p *Proof) Text(out io.Writer) {
 	}
 	fmt.Fprintf(out, "\n--prove: the fix applied: %s\n", p.Fix.What)
 	fmt.Fprintf(out, "%d rounds, each the command as is, as is again (the A/A control) and fixed, in a shuffled order; %v\n", p.Pairs, p.Elapsed.Round(time.Second))
-	for _, f := range p.Figures {
-		mark := ""
-		if f.finding {
-			mark = "  <- the finding's figure"
+	if p.LoadWhere != "" {
+		fmt.Fprintf(out, "the load ran %s\n", p.LoadWhere)
+	}
+	for _, felt := range []bool{true, false} {
+		head := "what the program's users feel (the verdict rests on these):"
+		if !felt {
+			head = "the mechanism (not the verdict):"
 		}
-		fmt.Fprintf(out, "  %-26s as is %.3g, fixed %.3g %s: %.2fx [%.2f-%.2f], A/A %.2fx, margin %.0f%%: %s%s\n",
-			f.Name, f.AsIs, f.Fixed, f.Unit, f.Ratio, f.Lo, f.Hi, f.AA, 100*f.Margin, f.Verdict, mark)
+		printed := false
+		for _, f := range p.Figures {
+			if f.Felt != felt {
+				continue
+			}
+			if !printed {
+				fmt.Fprintln(out, head)
+				printed = true
+			}
+			mark := ""
+			if f.finding {
+				mark = "  <- the finding's figure"
+			}
+			if math.IsNaN(f.AsIs) && math.IsNaN(f.Fixed) {
+				fmt.Fprintf(out, "  %-26s not measured (the source did not give it): %s\n", f.Name, f.Verdict)
+				continue
+			}
+			fmt.Fprintf(out, "  %-26s as is %.3g, fixed %.3g %s: %.2fx [%.2f-%.2f], A/A %.2fx, margin %.0f%%: %s%s\n",
+				f.Name, f.AsIs, f.Fixed, f.Unit, f.Ratio, f.Lo, f.Hi, f.AA, 100*f.Margin, f.Verdict, mark)
+		}
 	}
 	if p.Verdict != "" {
 		fmt.Fprintf(out, "verdict: the fix is %s\n", p.Verdict)
+	} else if p.NoVerdict != "" {
+		fmt.Fprintf(out, "%s\n", p.NoVerdict)
 	}
 }

@@ -2,8 +2,10 @@ package doctor
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,10 +65,10 @@ func TestProveOnAHealthyProgramHasNothingToProve(t *testing.T) {
 	}
 }
 
-// GOMAXPROCS 4 in a 1-CPU cgroup: the fix (GOMAXPROCS=1 in the
-// environment) removes the throttling and lowers the run delay, and the
-// proof says better.
-func TestProveGOMAXPROCSAboveAQuota(t *testing.T) {
+// quotaGroup makes a 1-CPU cgroup for the test's command (skipping the
+// test where it cannot), removed when the test ends.
+func quotaGroup(t *testing.T) *cgroup.Group {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root to create a cgroup with a CPU quota")
 	}
@@ -74,14 +76,23 @@ func TestProveGOMAXPROCSAboveAQuota(t *testing.T) {
 	if err != nil {
 		t.Skipf("cannot create a CPU cgroup here: %v", err)
 	}
-	defer func() {
+	t.Cleanup(func() {
 		if err := g.Remove(); err != nil {
 			t.Error(err)
 		}
-	}()
+	})
+	return g
+}
+
+// proveBusy proves a program of four busy loops with GOMAXPROCS 4 in a
+// 1-CPU cgroup, in 3 rounds of windows of d, with the load command load
+// ("": none); it returns the proof and its text (logged).
+func proveBusy(t *testing.T, load string, d time.Duration) (*Proof, string) {
+	t.Helper()
+	g := quotaGroup(t)
 	t.Setenv("DOCTOR_ILL", "busy:4")
 	t.Setenv("GOMAXPROCS", "4")
-	p, err := Prove(ProveConfig{Cmd: []string{os.Args[0], "-test.run=^$"}, Pairs: 3, Duration: time.Second,
+	p, err := Prove(ProveConfig{Cmd: []string{os.Args[0], "-test.run=^$"}, Load: load, Pairs: 3, Duration: d,
 		Settle: 300 * time.Millisecond, started: g.Add})
 	if err != nil {
 		t.Fatal(err)
@@ -89,6 +100,14 @@ func TestProveGOMAXPROCSAboveAQuota(t *testing.T) {
 	var b strings.Builder
 	p.Text(&b)
 	t.Log("\n" + b.String())
+	return p, b.String()
+}
+
+// GOMAXPROCS 4 in a 1-CPU cgroup: the fix (GOMAXPROCS=1 in the
+// environment) removes the throttling and lowers the run delay, and the
+// proof says better.
+func TestProveGOMAXPROCSAboveAQuota(t *testing.T) {
+	p, text := proveBusy(t, "", time.Second)
 	if p.Fix == nil || p.Fix.Env[0] != "GOMAXPROCS=1" {
 		t.Fatalf("fix %+v (refusal %q), want GOMAXPROCS=1", p.Fix, p.Refusal)
 	}
@@ -103,8 +122,72 @@ func TestProveGOMAXPROCSAboveAQuota(t *testing.T) {
 			t.Errorf("%s: %s", f.Name, f.Verdict)
 		}
 	}
-	if p.Verdict == bench.Worse || p.Verdict == "" {
-		t.Errorf("verdict %q", p.Verdict)
+	// Without --load or --url nothing says what the users feel: no
+	// verdict, and the text says why.
+	if p.Verdict != "" || !strings.Contains(text, "no verdict: without --load or --url") {
+		t.Errorf("verdict %q without a load: want none, said", p.Verdict)
+	}
+}
+
+// provedWithLoad proves GOMAXPROCS 4 in a 1-CPU cgroup with a load whose
+// p99 the fix multiplies by factor: the fake load reads whether its
+// target runs with the fix (GOMAXPROCS=1 in its environment, through
+// $CPUWORK_TARGET_PID) and prints a JSON line with p99_ms (about 100 ms
+// as is, with a few percent of noise), and records the cgroup it ran in.
+func provedWithLoad(t *testing.T, factor string) (*Proof, string) {
+	t.Helper()
+	where := filepath.Join(t.TempDir(), "where")
+	load := fmt.Sprintf(`cat /proc/self/cgroup >> %s
+if tr '\0' '\n' < /proc/$CPUWORK_TARGET_PID/environ | grep -qx GOMAXPROCS=1; then f=%s; else f=1; fi
+n=$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')
+awk -v f=$f -v n=$n 'BEGIN { printf "{\"p99_ms\": %%.3f, \"rps\": 50}\n", 100 * f * (1 + n / 65536 / 20) }'`, where, factor)
+	p, _ := proveBusy(t, load, 500*time.Millisecond)
+	ran, _ := os.ReadFile(where)
+	return p, string(ran)
+}
+
+// A fix that makes the load's latency worse is worse, whatever the
+// throttling says (it falls with GOMAXPROCS=1 either way); and the load
+// runs outside the program's cgroup.
+func TestProveCallsAFixThatWorsensTheLoadWorse(t *testing.T) {
+	p, ran := provedWithLoad(t, "2")
+	if p.Verdict != bench.Worse {
+		t.Errorf("the load's p99 doubled by the fix: verdict %q, want worse", p.Verdict)
+	}
+	if strings.Contains(ran, "cpuwork-doctor-test") || !strings.Contains(ran, "prove-load") {
+		t.Errorf("the load ran in\n%s\nwant its own cgroup (prove-load), outside the program's (cpuwork-doctor-test)", ran)
+	}
+	if !strings.Contains(p.LoadWhere, "outside the program's cgroup") {
+		t.Errorf("LoadWhere %q", p.LoadWhere)
+	}
+}
+
+// A fix that improves the load's latency is better.
+func TestProveCallsAFixThatImprovesTheLoadBetter(t *testing.T) {
+	if p, _ := provedWithLoad(t, "0.5"); p.Verdict != bench.Better {
+		t.Errorf("the load's p99 halved by the fix: verdict %q, want better", p.Verdict)
+	}
+}
+
+// The verdict rests on the felt figures: any worse makes it worse; else
+// the first one's; none: no verdict.
+func TestTheVerdictRestsOnWhatTheUsersFeel(t *testing.T) {
+	f := func(name string, felt bool, v bench.Verdict) Figure {
+		return Figure{Name: name, Felt: felt, Verdict: v}
+	}
+	for _, c := range []struct {
+		figs []Figure
+		want bench.Verdict
+	}{
+		{[]Figure{f("throttled time", false, bench.Better), f("load p99", true, bench.Worse)}, bench.Worse},
+		{[]Figure{f("throttled time", false, bench.Better), f("load p99", true, bench.Inconclusive)}, bench.Inconclusive},
+		{[]Figure{f("load p99", true, bench.Better), f("load throughput", true, bench.Worse)}, bench.Worse},
+		{[]Figure{f("load p99", true, bench.Better), f("load throughput", true, bench.Equivalent)}, bench.Better},
+		{[]Figure{f("throttled time", false, bench.Worse)}, ""},
+	} {
+		if got, _ := feltVerdict(c.figs); got != c.want {
+			t.Errorf("%+v: %q, want %q", c.figs, got, c.want)
+		}
 	}
 }
 
