@@ -1,6 +1,6 @@
 // Package cpuwork runs CPU-bound work inside Go services at the speed of
 // the cores the service really has. Its Executor is an admission controller
-// for CPU slots: at most Slots() tasks hold a slot at once, one slot per
+// for CPU slots: at most Stats().Slots tasks hold a slot at once, one slot per
 // core of the CPU budget, and the rest wait in bounded per-class queues.
 //
 // # Why admission, not more goroutines

@@ -18,7 +18,7 @@ import (
 	"github.com/cpuwork/cpuwork/osthread"
 )
 
-// Executor is an admission controller for CPU slots: at most Slots() tasks
+// Executor is an admission controller for CPU slots: at most Stats().Slots tasks
 // hold a slot at once; the rest wait in bounded per-class queues. See the
 // package documentation for the model. All methods are safe for concurrent
 // use. An Executor must be created with New.

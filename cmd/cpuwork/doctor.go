@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
@@ -168,7 +169,10 @@ func runProve(cmd *cobra.Command, cfg doctor.Config, args []string, load string,
 // --url that is not an http(s) URL with a host, a window that is not
 // positive.
 func checkDoctorFlags(cfg doctor.Config) error {
-	if cfg.PID <= 0 {
+	if cfg.PID == 0 {
+		return errors.New("--pid is required: the process to diagnose (cpuwork doctor --pid N), or --prove -- CMD to start one")
+	}
+	if cfg.PID < 0 {
 		return fmt.Errorf("--pid %d: must be a process ID", cfg.PID)
 	}
 	if cfg.Duration <= 0 {

@@ -101,3 +101,22 @@ func TestUsageErrorsExit2EverywhereAndRunsOwnFailures125(t *testing.T) {
 		}
 	}
 }
+
+// The doctor's first words to a newcomer: without --pid it says --pid is
+// required (not that 0 is no process ID); a PID with no process is said
+// so, not as a raw /proc error.
+func TestTheDoctorSaysWhatIsMissingInPlainWords(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"doctor"}, "--pid is required"},
+		{[]string{"doctor", "--pid", "4194303", "--duration", "100ms"}, "no process 4194303"},
+	} {
+		var stderr bytes.Buffer
+		execute(c.args, &stderr)
+		if got := stderr.String(); !strings.Contains(got, c.want) || strings.Contains(got, "/proc/") {
+			t.Errorf("cpuwork %s: %q; want it to say %q, with no /proc path", strings.Join(c.args, " "), strings.TrimSpace(got), c.want)
+		}
+	}
+}

@@ -80,14 +80,18 @@ func hash(w http.ResponseWriter, r *http.Request) {
 		n = v
 	}
 	buf := make([]byte, 64<<10)
-	var sum [32]byte
+	h := sha256.New()
+	sum := make([]byte, 0, sha256.Size)
 	for i := range n {
 		if err := cpuwork.Checkpoint(r.Context()); err != nil {
 			http.Error(w, "busy", http.StatusServiceUnavailable)
 			return
 		}
 		buf[0] = byte(i)
-		sum = sha256.Sum256(append(buf, sum[:]...))
+		h.Reset()
+		h.Write(buf)
+		h.Write(sum)
+		sum = h.Sum(sum[:0])
 	}
 	fmt.Fprintf(w, "%x\n", sum[:8])
 }

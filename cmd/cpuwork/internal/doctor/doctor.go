@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -155,6 +156,9 @@ func Run(cfg Config) (*Result, error) {
 	}
 	res := &Result{PID: cfg.PID, Findings: []Finding{}, Unread: []string{}, NotServed: []string{}, Lacks: []string{}}
 	start0, cpu0, err := procStat(cfg.PID)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("doctor: no process %d (it exited, or the PID is wrong: ps -e lists the running ones)", cfg.PID)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("doctor: pid %d: %w", cfg.PID, err)
 	}
@@ -178,9 +182,12 @@ func Run(cfg Config) (*Result, error) {
 	case !w.Go.QuotaAware && b.GOMAXPROCSEnv == "":
 		w.GOMAXPROCS = b.Affinity
 		w.GOMAXPROCSSource = fmt.Sprintf("%s, whose default GOMAXPROCS is the CPU count (affinity), blind to the quota (Go < 1.25, or a main module at go < 1.25: containermaxprocs=0)", w.Go.GoVersion)
+	case b.GOMAXPROCSEnv != "":
+		w.GOMAXPROCS = b.RuntimeGOMAXPROCS
+		w.GOMAXPROCSSource = "its GOMAXPROCS environment variable (GOMAXPROCS=" + b.GOMAXPROCSEnv + ")"
 	default:
 		w.GOMAXPROCS = b.RuntimeGOMAXPROCS
-		w.GOMAXPROCSSource = "the Go runtime's default rule applied from outside (GOMAXPROCS environment variable, affinity, leaf quota)"
+		w.GOMAXPROCSSource = "the Go runtime's default rule applied from outside (affinity, leaf quota; no GOMAXPROCS variable)"
 		if b.GOMAXPROCSEnv == "" && cfg.URL == "" {
 			w.GOMAXPROCSSource += "; unknown if set in code (runtime.GOMAXPROCS, automaxprocs): give --url to read it"
 		}
@@ -241,6 +248,7 @@ func Run(cfg Config) (*Result, error) {
 	}
 	var profDone chan profiled
 	var probeDone chan *Probes
+	var exStart chan *ExecutorView
 	if cfg.URL != "" {
 		d := min(cfg.Duration, 5*time.Second)
 		profDone = make(chan profiled, 1)
@@ -257,6 +265,10 @@ func Run(cfg Config) (*Result, error) {
 		}()
 		probeDone = make(chan *Probes, 1)
 		go func() { probeDone <- probe(ctx, cfg.URL, 5, cfg.Duration, margin) }()
+		// The executor's counters at the window's start: with the end's,
+		// what it refused in the window.
+		exStart = make(chan *ExecutorView, 1)
+		go func() { _, ex, _ := fetch(ctx, cfg.URL); exStart <- ex }()
 	}
 	runnableDone := make(chan float64, 1)
 	go func() { runnableDone <- sampleRunnable(ctx, cfg.PID, 10, cfg.Duration) }()
@@ -348,6 +360,9 @@ func Run(cfg Config) (*Result, error) {
 			failed(err, false, "no cpuwork executor or schedstat.Handler in this program")
 		} else {
 			w.Runtime, w.Executor, goView = smp, got.ex, true
+			if ex0 := <-exStart; ex0 != nil && got.ex != nil && got.ex.Submitted >= ex0.Submitted {
+				got.ex.WindowSubmitted, got.ex.WindowShed = got.ex.Submitted-ex0.Submitted, got.ex.Shed-min(ex0.Shed, got.ex.Shed)
+			}
 			if smp.GOMAXPROCS > 0 {
 				w.GOMAXPROCS, w.GOMAXPROCSSource = smp.GOMAXPROCS, "the target's /debug/cpuwork"
 			}
@@ -424,6 +439,46 @@ func rough(n int64, what string) string {
 	return fmt.Sprintf("; only %d %s: a rough figure (fewer than %d)", n, what, fewEvents)
 }
 
+// whyAbove says where a GOMAXPROCS above the quota came from.
+func whyAbove(w *Window) string {
+	if w.Budget.GOMAXPROCSEnv != "" {
+		return "as its GOMAXPROCS environment variable sets it"
+	}
+	return "as Go >= 1.25's rule max(2, ceil(quota)) makes it"
+}
+
+// capacityFix is at-capacity's fix.
+func capacityFix(w *Window) string {
+	if how := runsCpuwork(w); how != "" {
+		return "the program runs cpuwork (" + how + "), whose executor queues and sheds by class at capacity: this is the load, not a fault; scale out on queue wait (cpuwork_queue_wait_seconds) or give it more CPU; a batch job at capacity is doing its job"
+	}
+	return "if this is a service, its latency grows with the load from here: bound CPU-bound concurrency (a cpuwork.Executor, which queues and sheds by class) and scale out on queue wait; a batch job at capacity is doing its job"
+}
+
+// runsCpuwork says how the doctor knows the target runs cpuwork ("":
+// it does not know it to): the executor's view at /debug/cpuwork, or
+// the module in its build information.
+func runsCpuwork(w *Window) string {
+	switch {
+	case w.Executor != nil:
+		return "its executor serves /debug/cpuwork"
+	case w.Go.Cpuwork:
+		return "its binary links " + cpuworkModule
+	}
+	return ""
+}
+
+// bound is a fix's words for bounding CPU-bound concurrency: adopt, for
+// a program not known to run cpuwork; for one that does, what to do
+// with the executor it has.
+func bound(w *Window, adopt string) string {
+	how := runsCpuwork(w)
+	if how == "" {
+		return adopt
+	}
+	return "the program runs cpuwork (" + how + "): route every CPU-bound path through its executor (Do, or the middleware), give its requests a latency objective so that it sheds what it cannot serve in time, and keep /debug/ outside admission"
+}
+
 // loopFix is the fix for work that holds every P without yielding:
 // checkpoint (Checkpoint in the program's loops) when the CPU profile
 // shows the time in the program's own code or was not read; when it
@@ -431,11 +486,19 @@ func rough(n int64, what string) string {
 // Checkpoint can be put, admission and smaller units of work instead.
 func loopFix(w *Window, checkpoint string) string {
 	p := w.Profile
+	if how := runsCpuwork(w); how != "" {
+		lib := ""
+		if p != nil && p.Samples > 0 && p.Library+p.Cgo >= 0.5 {
+			lib = fmt.Sprintf(" (%.0f%% of the CPU samples are inside libraries or C, so a Checkpoint goes between their calls)", 100*(p.Library+p.Cgo))
+		}
+		return "the program runs cpuwork (" + how + "): its tasks hold every P while they run and hand one over at a Checkpoint" + lib +
+			"; call Checkpoint at least every few hundred microseconds of work, serve the listener through cpuwork.WatchListener, and if handlers must answer at once while every slot is busy, leave them a P (Options.Slots below GOMAXPROCS, or Options.Batch.SpareP for batch work)"
+	}
 	if p == nil || p.Samples == 0 {
 		return checkpoint
 	}
 	const most = 0.5
-	admit := "admit the work through a cpuwork.Executor with a class (slots = the budget: requests queue and shed instead of sharing every P) and make each unit smaller where the library allows (a smaller input, Executor.For over its parts)"
+	admit := bound(w, "admit the work through a cpuwork.Executor with a class (slots = the budget: requests queue and shed instead of sharing every P)") + " and make each unit smaller where the library allows (a smaller input, Executor.For over its parts)"
 	switch {
 	case p.Cgo >= most:
 		return fmt.Sprintf("%.0f%% of the CPU samples are in C called through cgo, where Checkpoint cannot reach: %s", 100*p.Cgo, admit)
@@ -518,8 +581,20 @@ func readDebug(r io.Reader) (*schedstat.Sample, *ExecutorView, error) {
 // (cpuwork.Executor.Stats): per class, where its accounted tasks' time
 // went, and its slowest accounted tasks.
 type ExecutorView struct {
-	Classes   []ClassView    `json:"classes"`
-	SlowTasks []account.Task `json:"slow_tasks"`
+	Slots int `json:"slots"` // the executor's slots (Stats.Slots)
+	// Free and Queued are its free slots and its tasks waiting for one,
+	// when /debug/cpuwork was read; Submitted and Shed its submissions
+	// and the refusals among them (Stats: Rejected) since it started;
+	// WindowSubmitted and WindowShed the same over the window (read at
+	// its start and end; 0 when the start's read failed).
+	Free            int            `json:"free"`
+	Queued          int            `json:"queued"`
+	Submitted       uint64         `json:"submitted"`
+	Shed            uint64         `json:"shed"`
+	WindowSubmitted uint64         `json:"window_submitted"`
+	WindowShed      uint64         `json:"window_shed"`
+	Classes         []ClassView    `json:"classes"`
+	SlowTasks       []account.Task `json:"slow_tasks"`
 }
 
 // ClassView is one class's accounted latency: P99 of each part over its
@@ -541,8 +616,11 @@ func parseExecutorView(raw json.RawMessage) *ExecutorView {
 	if err := json.Unmarshal(raw, &d); err != nil {
 		return nil
 	}
-	v := &ExecutorView{SlowTasks: d.SlowTasks}
+	v := &ExecutorView{Slots: d.Slots, Free: d.Free, SlowTasks: d.SlowTasks}
 	for _, cs := range d.Classes {
+		v.Queued += cs.Queued
+		v.Submitted += cs.Submitted
+		v.Shed += cs.Rejected
 		if cs.Accounted == 0 {
 			continue
 		}
@@ -552,8 +630,8 @@ func parseExecutorView(raw json.RawMessage) *ExecutorView {
 		}
 		v.Classes = append(v.Classes, cv)
 	}
-	if len(v.Classes) == 0 && len(v.SlowTasks) == 0 {
-		return nil
+	if v.Slots == 0 && len(v.Classes) == 0 && len(v.SlowTasks) == 0 {
+		return nil // not an executor's Stats
 	}
 	return v
 }
@@ -671,6 +749,20 @@ func busyCores(w *Window) float64 {
 }
 
 func diagnose(w *Window) []Finding {
+	out := findings(w)
+	if runsCpuwork(w) != "" {
+		// A program that runs cpuwork is never told to adopt it: where a
+		// fix names the executor, it is the program's own.
+		for i := range out {
+			out[i].Fix = strings.ReplaceAll(out[i].Fix, "a cpuwork.Executor", "the program's cpuwork executor")
+		}
+	}
+	return out
+}
+
+// findings is diagnose's list, before its fixes are fitted to a program
+// that runs cpuwork.
+func findings(w *Window) []Finding {
 	var out []Finding
 	b := w.Budget
 	thr := w.Throttling
@@ -729,7 +821,7 @@ func diagnose(w *Window) []Finding {
 			})
 		} else {
 			out = append(out, Finding{ID: "gomaxprocs-above-quota", Severity: Info,
-				Summary:  fmt.Sprintf("GOMAXPROCS %d is above the %.2f-core quota, as Go >= 1.25's rule max(2, ceil(quota)) makes it, but nothing was throttled and the CPU used stayed below the quota in this window: it costs only when more goroutines than the quota run CPU-bound work at once", w.GOMAXPROCS, b.Cores),
+				Summary:  fmt.Sprintf("GOMAXPROCS %d is above the %.2f-core quota, %s, but nothing was throttled and the CPU used stayed below the quota in this window: it costs only when more goroutines than the quota run CPU-bound work at once", w.GOMAXPROCS, b.Cores, whyAbove(w)),
 				Evidence: ev,
 				Fix:      "none now; if the service gets CPU-bound bursts, bound them (a cpuwork.Executor) or set GOMAXPROCS to floor(quota)",
 			})
@@ -802,16 +894,26 @@ func diagnose(w *Window) []Finding {
 			}
 		}
 	}
-	if w.Duration > 0 && b.Cores > 0 && w.CPUCores >= capacityWarn*b.Cores {
+	full := w.Duration > 0 && b.Cores > 0 && w.CPUCores >= capacityWarn*b.Cores
+	ex := w.Executor
+	queued := ex != nil && ex.Slots > 0 && ex.Free <= 0 && ex.Queued > 0
+	shed := ex != nil && ex.WindowShed > 0
+	if full || queued || shed {
 		ev := []string{fmt.Sprintf("CPU used %.2f cores of a %.2f-core budget (%s) over the whole %v window (/proc/PID/stat)", w.CPUCores, b.Cores, b.Source, w.Duration.Round(time.Millisecond))}
+		summary := "the process used its whole CPU budget for the whole window: work that arrives now waits (in Go's run queues, the kernel's, or a queue of its own)"
+		if queued {
+			ev = append(ev, fmt.Sprintf("the executor's %d slots all busy and %d tasks waiting for one at the window's end (/debug/cpuwork)", ex.Slots, ex.Queued))
+		}
+		if shed {
+			ev = append(ev, fmt.Sprintf("the executor refused %d of %d submissions in the window (/debug/cpuwork at its start and end)", ex.WindowShed, ex.WindowSubmitted))
+		}
+		if !full {
+			summary = "the executor serves all its slots can and queues or refuses the rest: the load is over what the process serves"
+		}
 		for _, p := range w.Pressure {
 			ev = append(ev, fmt.Sprintf("CPU pressure (PSI) some avg10 %.1f%% (%s)", p.SomeAvg10, p.File))
 		}
-		out = append(out, Finding{ID: "at-capacity", Severity: Warning,
-			Summary:  "the process used its whole CPU budget for the whole window: work that arrives now waits (in Go's run queues, the kernel's, or a queue of its own)",
-			Evidence: ev,
-			Fix:      "if this is a service, its latency grows with the load from here: bound CPU-bound concurrency (a cpuwork.Executor, which queues and sheds by class) and scale out on queue wait; a batch job at capacity is doing its job",
-		})
+		out = append(out, Finding{ID: "at-capacity", Severity: Warning, Summary: summary, Evidence: ev, Fix: capacityFix(w)})
 	}
 	if p := w.Probes; p != nil && p.Sent > 0 && p.Refused < p.Sent {
 		ev := fmt.Sprintf("%d of %d trivial requests answered within the window + %v, median %v; %d timed out", p.Answered, p.Sent, margin, short(p.median()), p.TimedOut)
@@ -838,13 +940,13 @@ func diagnose(w *Window) []Finding {
 			out = append(out, Finding{ID: "unresponsive", Severity: Critical,
 				Summary:  "the process did not answer trivial requests within the window: it is too saturated to run its network handlers",
 				Evidence: []string{ev, fmt.Sprintf("CPU used %.2f cores of %.2f; %.1f threads runnable on average", w.CPUCores, b.Cores, w.RunnableThreads)},
-				Fix:      "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or Options.Batch.SpareP), and shed load at the door instead of queueing it behind busy goroutines",
+				Fix:      bound(w, "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or Options.Batch.SpareP), and shed load at the door instead of queueing it behind busy goroutines"),
 			})
 		case p.Answered > 0 && p.median() >= slowAnswer && w.CPUCores >= busyForSlowAnswer*busyCores(w):
 			out = append(out, Finding{ID: "slow-to-answer", Severity: Warning,
 				Summary:  fmt.Sprintf("a trivial request takes %v (median) to answer: requests wait for a P behind CPU-bound work", short(p.median())),
 				Evidence: []string{ev},
-				Fix:      loopFix(w, "bound CPU-bound concurrency (a cpuwork.Executor), call cpuwork.Checkpoint in long loops and serve the listener through cpuwork.WatchListener: with every P busy Go polls the network only every 10 ms, and Checkpoint then wakes the netpoller when a request arrives"),
+				Fix:      loopFix(w, bound(w, "bound CPU-bound concurrency (a cpuwork.Executor)")+", call cpuwork.Checkpoint in long loops and serve the listener through cpuwork.WatchListener: with every P busy Go polls the network only every 10 ms, and Checkpoint then wakes the netpoller when a request arrives"),
 			})
 		}
 	}
@@ -858,7 +960,7 @@ func diagnose(w *Window) []Finding {
 						fmt.Sprintf("%d runnable goroutines on %d Ps (/sched/goroutines/runnable)", s.Runnable, s.GOMAXPROCS),
 						fmt.Sprintf("scheduling latency p99 %v, p50 %v over %d events in %v (/sched/latencies)", short(s.SchedLatency.P99), short(s.SchedLatency.P50), s.SchedLatency.Count, short(s.Interval)) + rough(int64(s.SchedLatency.Count), "events"),
 					},
-					Fix: "bound CPU-bound concurrency to the budget: run the work through a cpuwork.Executor (Do/Go with a class; slots = floor(quota)) so excess requests queue, with priorities, instead of sharing the Ps",
+					Fix: bound(w, "bound CPU-bound concurrency to the budget: run the work through a cpuwork.Executor (Do/Go with a class; slots = floor(quota)) so excess requests queue, with priorities, instead of sharing the Ps"),
 				})
 			}
 		}
@@ -900,7 +1002,7 @@ func diagnose(w *Window) []Finding {
 			out = append(out, Finding{ID: "oversubscribed", Severity: Warning,
 				Summary:  fmt.Sprintf("goroutines wait up to %v (p99) in Go's run queues, %.0f or more per P on average: CPU-bound tasks are time-sliced with each other and finish late", short(tv.WaitP99), perP),
 				Evidence: []string{ev},
-				Fix:      "bound CPU-bound concurrency to the budget: run the work through a cpuwork.Executor (Do/Go with a class; slots = floor(quota)) so excess requests queue, with priorities, instead of sharing the Ps",
+				Fix:      bound(w, "bound CPU-bound concurrency to the budget: run the work through a cpuwork.Executor (Do/Go with a class; slots = floor(quota)) so excess requests queue, with priorities, instead of sharing the Ps"),
 			})
 		}
 	}

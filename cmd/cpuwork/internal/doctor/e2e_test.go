@@ -2,12 +2,18 @@ package doctor
 
 import (
 	"bufio"
+	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,4 +217,99 @@ func TestThrottlingIsJudgedByWhatItAddsToTheExecutorsP99(t *testing.T) {
 	if ex := r.Window.Executor; ex == nil || len(ex.SlowTasks) == 0 {
 		t.Errorf("no slowest tasks read from /debug/cpuwork: %+v", ex)
 	}
+}
+
+// README's service (examples/middleware: the middleware adoption and
+// /debug/cpuwork), built and doctored as a newcomer would: idle it is
+// healthy; loaded past what it serves the load is named, and no
+// finding tells it to adopt the cpuwork executor it runs, nor calls it
+// unresponsive because a probe waited for a slot (the probes bypass
+// admission). A slow-to-answer finding (probes waiting for a P behind
+// the slots' tasks on a machine the test's own load shares) may come
+// with it, its fix fitted to a program that runs cpuwork.
+func TestREADMEsServiceIsDiagnosedAsRunningCpuwork(t *testing.T) {
+	if os.Getenv(faultsEnv) == "" {
+		t.Skipf("loads the machine to capacity: alone, with %s=1 (as .ci/run runs it)", faultsEnv)
+	}
+	bin := filepath.Join(t.TempDir(), "middleware")
+	build := exec.Command("go", "build", "-o", bin, "./middleware")
+	build.Dir = "../../../../examples"
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	cmd := exec.Command(bin, "-addr", addr)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	base := "http://" + addr
+	waitUntilServed(t, base+"/debug/cpuwork")
+	time.Sleep(1200 * time.Millisecond) // the sampler's first interval
+	adopt := func(r *Result) []string {
+		var bad []string
+		for _, f := range r.Findings {
+			if strings.Contains(f.Fix, "a cpuwork.Executor") || f.ID == "unresponsive" {
+				bad = append(bad, f.ID+": "+f.Fix)
+			}
+		}
+		return bad
+	}
+	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: base, Duration: 2 * time.Second})
+	if r.Findings[0].ID != "healthy" {
+		t.Errorf("README's service, idle: findings %v; want healthy", ids(r))
+	}
+	if bad := adopt(r); len(bad) > 0 {
+		t.Errorf("idle: %v", bad)
+	}
+	loading, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	client := &http.Client{Timeout: 5 * time.Second}
+	for range 6 { // closed loop, 6 at once: over the slots, queued and shed
+		wg.Go(func() {
+			for loading.Err() == nil {
+				// About 0.2 s of CPU a request: the clients cost little beside it.
+				if resp, err := client.Get(base + "/hash?rounds=3000"); err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond) // the slots busy, the queue standing
+	r = diagnoseT(t, Config{PID: cmd.Process.Pid, URL: base, Duration: 2 * time.Second})
+	stop()
+	wg.Wait()
+	_, full := find(r.Findings, "at-capacity")
+	_, slow := find(r.Findings, "slow-to-answer")
+	if r.Findings[0].ID == "healthy" || !full && !slow {
+		t.Errorf("README's service, loaded: findings %v; want the load named (at-capacity, or slow-to-answer where the doctor's own work keeps the service under 90 %% of the cores)", ids(r))
+	}
+	if bad := adopt(r); len(bad) > 0 {
+		t.Errorf("loaded: advice for a program without an executor, or unresponsive: %v", bad)
+	}
+	if !r.Window.Go.Cpuwork {
+		t.Error("the binary links cpuwork, and the doctor did not see it")
+	}
+}
+
+// waitUntilServed polls u until it answers 200, for 10 s at most.
+func waitUntilServed(t *testing.T, u string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(u); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s never answered 200", u)
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -89,10 +90,17 @@ func (p *Probes) median() time.Duration {
 	return s[len(s)/2]
 }
 
-// probe sends n trivial requests to base, one every d/n, each allowed to
-// take until the window's end plus margin, and returns when every probe
-// has answered or given up.
+// probePath is what a probe asks for below --url: a path no program
+// serves (any status is an answer), under /debug/ so that cpuworkhttp's
+// default bypass answers it without a slot: a probe measures whether the
+// process gets to its network handlers, not its admission queue.
+const probePath = "/debug/cpuwork-doctor-probe"
+
+// probe sends n trivial requests to base's probePath, one every d/n,
+// each allowed to take until the window's end plus margin, and returns
+// when every probe has answered or given up.
 func probe(ctx context.Context, base string, n int, d, margin time.Duration) *Probes {
+	base = strings.TrimSuffix(base, "/") + probePath
 	p := &Probes{}
 	type result struct {
 		lat, first time.Duration // until the headers, until the answer's first byte (0: none)
@@ -213,7 +221,13 @@ type GoInfo struct {
 	// MainModule is the main module's path ("" when unknown): the
 	// program's own code, as opposed to its libraries.
 	MainModule string `json:"main_module,omitempty"`
+	// Cpuwork: the program links github.com/cpuwork/cpuwork (its build
+	// information lists the module): it runs an executor, or can.
+	Cpuwork bool `json:"links_cpuwork,omitempty"`
 }
+
+// cpuworkModule is the library's module path.
+const cpuworkModule = "github.com/cpuwork/cpuwork"
 
 // goInfo reads the build information of /proc/PID/exe.
 func goInfo(pid int) GoInfo {
@@ -222,6 +236,7 @@ func goInfo(pid int) GoInfo {
 		return GoInfo{Unreadable: err.Error(), NotGo: strings.Contains(err.Error(), "not a Go executable")}
 	}
 	g := GoInfo{GoVersion: bi.GoVersion, QuotaAware: goAtLeast(bi.GoVersion, 25), MainModule: bi.Main.Path}
+	g.Cpuwork = bi.Main.Path == cpuworkModule || slices.ContainsFunc(bi.Deps, func(m *debug.Module) bool { return m.Path == cpuworkModule })
 	for _, s := range bi.Settings {
 		if s.Key == "DefaultGODEBUG" && hasSetting(s.Value, "containermaxprocs=0") {
 			g.QuotaAware = false

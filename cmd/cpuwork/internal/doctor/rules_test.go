@@ -564,3 +564,23 @@ func TestDoctorDocsStateTheCodesThresholds(t *testing.T) {
 		}
 	}
 }
+
+// Where a GOMAXPROCS above the quota came from is said as it is: from
+// the environment variable, not from Go's default rule; and a program
+// that links cpuwork is never told to adopt an executor.
+func TestTheFindingsSayWhereGOMAXPROCSCameFromAndKnowCpuwork(t *testing.T) {
+	w := quotaWindow(1, 4)
+	w.Budget.GOMAXPROCSEnv = "4"
+	f, _ := find(diagnose(w), "gomaxprocs-above-quota")
+	if !strings.Contains(f.Summary, "environment variable") || strings.Contains(f.Summary, "max(2, ceil(quota))") {
+		t.Errorf("GOMAXPROCS=4 from the environment: %q", f.Summary)
+	}
+	w = quotaWindow(1, 4)
+	w.CPUCores, w.Throttling = 1, budget.Stat{Periods: 50, ThrottledPeriods: 30, ThrottledTime: time.Second}
+	w.Go.Cpuwork = true
+	for _, f := range diagnose(w) {
+		if strings.Contains(f.Fix, "a cpuwork.Executor") {
+			t.Errorf("%s for a program that links cpuwork: %q", f.ID, f.Fix)
+		}
+	}
+}
