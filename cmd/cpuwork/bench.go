@@ -55,7 +55,7 @@ rounds: an estimate with its 95 % confidence interval, against the
 equivalence margin an A/A control (one alternative run twice in every round)
 measured in the same run. A scenario runs 3 pairs, then more, up to 12,
 while a comparison is inconclusive and its share of the run's time allows:
-the default suite takes about 11 minutes on 2 cores. --thorough runs every
+the default suite takes about 9 minutes on 2 cores. --thorough runs every
 variant, longer runs and up to 24 pairs (a publication run); --quick is a
 smoke test of a minute or two that prints no verdicts. An inconclusive
 comparison says about how many pairs would decide it here, and the

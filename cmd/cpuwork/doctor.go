@@ -78,7 +78,8 @@ requests. A fix that makes any of them worse is worse. Run delay and the
 throttled share and time are printed as the mechanism; without --load
 or --url there is no verdict. A fix that needs code (admission,
 Checkpoint) is named with the guide, not proved. Exit status: 0 the fix
-proved better, or nothing to prove (a healthy program); 3 a finding
+proved better, or nothing to prove (a healthy program); 5 nothing
+found in the OS view without --url (as doctor); 3 a finding
 whose fix needs code; 4 the fix not proved better (worse, undecided, or
 no verdict without --load or --url); 2 no CMD; 1 CMD exited at once or
 could not start.`,
@@ -153,8 +154,10 @@ func runProve(cmd *cobra.Command, cfg doctor.Config, args []string, load string,
 		return err
 	}
 	switch {
-	case p.Fix == nil && (p.Diagnosis.Worst() == doctor.Info || p.Diagnosis.Worst() == doctor.Partial):
+	case p.Fix == nil && p.Diagnosis.Worst() == doctor.Info:
 		return nil
+	case p.Fix == nil && p.Diagnosis.Worst() == doctor.Partial:
+		return exitCode(5) // as doctor: nothing found in the OS view, the Go view not asked for
 	case p.Fix == nil && p.Diagnosis.Worst() == doctor.Inconclusive:
 		return exitCode(4)
 	case p.Fix == nil:

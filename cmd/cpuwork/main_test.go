@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -118,5 +119,19 @@ func TestTheDoctorSaysWhatIsMissingInPlainWords(t *testing.T) {
 		if got := stderr.String(); !strings.Contains(got, c.want) || strings.Contains(got, "/proc/") {
 			t.Errorf("cpuwork %s: %q; want it to say %q, with no /proc path", strings.Join(c.args, " "), strings.TrimSpace(got), c.want)
 		}
+	}
+}
+
+// doctor --prove on an idle Go program, without --url, exits as doctor
+// does for the same view: 5, nothing found in the OS view (was 0).
+func TestProveExitsAsTheDoctorForNothingFoundInTheOSView(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a 6-s diagnosis")
+	}
+	t.Setenv("CPUWORK_AS_MAIN", "1") // the child: this binary as cpuwork, idle for 20 s
+	var stderr bytes.Buffer
+	code := execute([]string{"doctor", "--prove", "--", os.Args[0], "doctor", "--pid", strconv.Itoa(os.Getpid()), "--duration", "20s"}, &stderr)
+	if code != 5 {
+		t.Errorf("exit %d, want 5 (%s)", code, strings.TrimSpace(stderr.String()))
 	}
 }

@@ -132,6 +132,7 @@ class is critical, interactive, batch or background):
 	f := cmd.Flags()
 	f.StringSliceVar(&scenarios, "scenario", scenarioNames(true), "the bench scenarios to replay: "+strings.Join(scenarioNames(false), ", ")+" (step, realserver-step's, only when named)")
 	f.Float64SliceVar(&loads, "load", nil, "offered load as multiples of capacity (the slots over the mean CPU time per request), for service and inference (default 0.8,2) and step's level after its step (default 1.4,3)")
+	f.Lookup("load").DefValue = "" // each scenario has its own, said above: not "(default [])"
 	f.Uint64Var(&seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
 	f.DurationVar(&duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
 	f.StringVar(&trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind])")
@@ -241,6 +242,7 @@ func printSim(w io.Writer, rep simReport, seed uint64, scenario bool) {
 		src = fmt.Sprintf(", arrivals from seed %d", seed)
 	}
 	fmt.Fprintf(w, "# %s: %d slots, %.3g s%s; exact (a virtual clock: no noise, no interval); the admission policy only (no netpoll, throttling or other threads)\n", rep.Workload, rep.Slots, rep.Seconds, src)
+	fmt.Fprintf(w, "# within objective: %s; p99 all counts a refused or given-up request as never answered (\"never\": over 1 %% were not)\n", objectives(rep.results))
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "policy\tkind\trequests\tserved\trefused\tgave up\tp50 served\tp99 served\tp99 all\twithin objective\tgoodput CPU-s/s\t")
 	row := func(policy string, g sim.Group) {
@@ -268,6 +270,23 @@ func printSim(w io.Writer, rep simReport, seed uint64, scenario bool) {
 	for _, line := range simSummary(rep.results, rep.stepped) {
 		fmt.Fprintln(w, line)
 	}
+}
+
+// objectives says what "within objective" means for each class of the
+// results: served within its objective, or (none) by the workload's end.
+func objectives(rs []*sim.Result) string {
+	if len(rs) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, c := range rs[0].Classes {
+		if c.Objective > 0 {
+			parts = append(parts, fmt.Sprintf("%s served within %v of arrival", c.Kind, c.Objective))
+		} else {
+			parts = append(parts, fmt.Sprintf("%s served by the workload's end (no objective given)", c.Kind))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 // simSummary compares cpuwork with the best other policy per class: the

@@ -108,3 +108,21 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		}
 	}
 }
+
+// simulate says what its "within objective" column counts and what
+// "never" means, and its --help gives no "(default [])".
+func TestSimulateSaysWhatItsColumnsMean(t *testing.T) {
+	out, err := run(t, "simulate", "--scenario", "service", "--load", "2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"# within objective: interactive served within 102.99ms of arrival", `("never": over 1 % were not)`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("simulate's output lacks %q", want)
+		}
+	}
+	help, _ := run(t, "simulate", "--help")
+	if strings.Contains(help, "(default [])") {
+		t.Error("simulate --help says (default [])")
+	}
+}

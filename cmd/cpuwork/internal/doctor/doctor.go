@@ -1096,7 +1096,7 @@ func (r *Result) Text(out io.Writer) {
 		case w.LimitDir == "":
 			throttled = "none (no CPU quota)"
 		}
-		fmt.Fprintf(out, "  lost time per second of wall: kernel run delay %s, throttled %s", delay, throttled)
+		fmt.Fprintf(out, "  lost time per second of wall, summed over the threads or goroutines that waited (so it can pass 1 s): kernel run delay %s, throttled %s", delay, throttled)
 		if t := w.Trace; t != nil && t.Duration > 0 {
 			fmt.Fprintf(out, ", Go run queues %.3f s (execution trace)", t.Runnable.Seconds()/t.Duration.Seconds())
 		}
