@@ -285,7 +285,11 @@ func TestGOMAXPROCSAboveTheQuotaIsThrottled(t *testing.T) {
 // oversubscribed and timer-starvation, read through --url.
 func TestManyRunnableGoroutinesAreOversubscribedAndStarveTimers(t *testing.T) {
 	cmd, addr := start(t, "served:100", "GOMAXPROCS=2")
-	waitFirstSample(t, "http://"+addr, 30*time.Second)
+	// A sample that already sees the 100 spinners: with every P spinning
+	// the sampler may take no other before the window's end, and the
+	// doctor then reads the first, taken while they were starting (58
+	// runnable of 69 goroutines, in one CI run).
+	waitSample(t, "http://"+addr, 30*time.Second, func(s *schedstat.Sample) bool { return s.Goroutines >= 100 })
 	r := diagnoseT(t, Config{PID: cmd.Process.Pid, URL: "http://" + addr, Duration: time.Second})
 	got := ids(r)
 	for _, want := range []string{"oversubscribed", "timer-starvation"} {
@@ -305,11 +309,21 @@ func TestManyRunnableGoroutinesAreOversubscribedAndStarveTimers(t *testing.T) {
 // a fetch at the window's end can still find no sample.
 func waitFirstSample(t testing.TB, base string, limit time.Duration) {
 	t.Helper()
+	waitSample(t, base, limit, func(*schedstat.Sample) bool { return true })
+}
+
+// waitSample waits, up to limit, until the sampler behind base has taken
+// a sample for which ok holds.
+func waitSample(t testing.TB, base string, limit time.Duration, ok func(*schedstat.Sample) bool) {
+	t.Helper()
 	deadline := time.Now().Add(limit)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, _, err := fetch(ctx, base)
+		s, _, err := fetch(ctx, base)
 		cancel()
+		if err == nil && !ok(s) {
+			err = fmt.Errorf("a sample, not yet the one wanted (%d goroutines)", s.Goroutines)
+		}
 		if err == nil {
 			return
 		}
