@@ -377,6 +377,19 @@ func Run(cfg Config) (*Result, error) {
 	return res, nil
 }
 
+// missingFix says how to get what a verdict lacked: the run delay needs
+// the target's user or root; Go's view needs the target to serve it.
+func missingFix(kernelRead, goViewMissing bool) string {
+	var fix []string
+	if !kernelRead {
+		fix = append(fix, "run the doctor as the target's user or as root, so that /proc/PID/task/*/schedstat can be read")
+	}
+	if goViewMissing {
+		fix = append(fix, `serve Go's view at --url: import _ "net/http/pprof" (or mount its handlers, trace among them) and mount schedstat.Handler at /debug/cpuwork, outside any admission middleware`)
+	}
+	return strings.Join(fix, "; ") + "; then run again"
+}
+
 // settle turns a "healthy" that rests on half a view into what it is:
 // inconclusive when a source the diagnosis needs could not be read (the
 // threads' run delay; with url, Go's own view: the execution trace or
@@ -408,7 +421,7 @@ func settle(res *Result, url string, kernelRead, goView bool, extras []string) {
 			res.Findings[0] = Finding{ID: "inconclusive", Severity: Inconclusive,
 				Summary:  "nothing found, but the diagnosis lacks " + strings.Join(missing, " and ") + ": not healthy, not judged",
 				Evidence: append([]string{}, res.Unread...),
-				Fix:      "make the missing source readable (run as the target's user or root; give a --url where the target serves net/http/pprof) and run again"}
+				Fix:      missingFix(kernelRead, url != "" && !goView)}
 		case len(needed) > 0:
 			// Never healthy from half a view: what was not read is named.
 			res.Findings[0] = Finding{ID: "inconclusive", Severity: Inconclusive,

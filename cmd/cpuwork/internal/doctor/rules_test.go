@@ -584,3 +584,14 @@ func TestTheFindingsSayWhereGOMAXPROCSCameFromAndKnowCpuwork(t *testing.T) {
 		}
 	}
 }
+
+// What an inconclusive diagnosis lacks is said with its own remedy: a
+// program that serves no Go view is told to serve one, not to run as
+// root.
+func TestAnInconclusiveDiagnosisSaysHowToGetWhatItLacks(t *testing.T) {
+	res := &Result{Findings: []Finding{{ID: "healthy", Severity: Info}}}
+	settle(res, "http://127.0.0.1:1", true, false, nil)
+	if f := res.Findings[0]; f.ID != "inconclusive" || !strings.Contains(f.Fix, "net/http/pprof") || strings.Contains(f.Fix, "root") {
+		t.Errorf("no Go view at --url: %s, %q", f.ID, f.Fix)
+	}
+}
