@@ -94,7 +94,7 @@ func WriteScenario(w io.Writer, s *Scenario) {
 	fmt.Fprintf(tw, "CPU s\tvalid\t\n")
 	for _, v := range s.Variants {
 		l := v.Latency
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.3fx\t", v.Name, ms(meanOfRepeats(v)), ms(l.P50), ms(l.P90), p99Spread(v), ms(l.P999), ms(l.Max), v.Ratio["p99"])
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t", v.Name, ms(meanOfRepeats(v)), ms(l.P50), ms(l.P90), p99Spread(v), ms(l.P999), ms(l.Max), vsBaseline(v))
 		for _, c := range extraCols {
 			fmt.Fprintf(tw, "%s\t", c.format(v.Extra[c.key]))
 		}
@@ -400,8 +400,8 @@ func htmlTable(s *Scenario) template.HTML {
 	b.WriteString("<th>CPU s</th><th>valid</th></tr>\n")
 	for _, v := range s.Variants {
 		l := v.Latency
-		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%.3fx</td>",
-			esc(v.Name), ms(meanOfRepeats(v)), ms(l.P50), ms(l.P90), esc(p99Spread(v)), ms(l.P999), ms(l.Max), v.Ratio["p99"])
+		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>",
+			esc(v.Name), ms(meanOfRepeats(v)), ms(l.P50), ms(l.P90), esc(p99Spread(v)), ms(l.P999), ms(l.Max), vsBaseline(v))
 		for _, c := range cols {
 			b.WriteString("<td>" + esc(c.format(v.Extra[c.key])) + "</td>")
 		}
@@ -760,4 +760,15 @@ func howLong(sec float64) string {
 		return fmt.Sprintf("%.0f min", sec/60)
 	}
 	return fmt.Sprintf("%.1f h", sec/3600)
+}
+
+// vsBaseline is v's p99 over the baseline's, or "-" where the variant has
+// no baseline to compare with (a run beside a neighbour or under a quota
+// whose baseline did not run there).
+func vsBaseline(v *Variant) string {
+	r, ok := v.Ratio["p99"]
+	if !ok || r == 0 || math.IsNaN(r) || math.IsInf(r, 0) {
+		return "-"
+	}
+	return fmt.Sprintf("%.3fx", r)
 }
