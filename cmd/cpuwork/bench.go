@@ -159,6 +159,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			// Each scenario's table and verdict as soon as it is judged.
 			stdout := cmd.OutOrStdout()
 			if !asJSON {
+				fmt.Fprint(stdout, bench.Legend+"\n")
 				cfg.Done = func(s *bench.Scenario) {
 					if bar != nil {
 						bar.Clear()

@@ -772,3 +772,13 @@ func vsBaseline(v *Variant) string {
 	}
 	return fmt.Sprintf("%.3fx", r)
 }
+
+// Legend says, once before the tables, what the bench's names and
+// columns mean, in the words README defines.
+const Legend = `How to read this (docs/bench.md has the rest):
+  variant names: X-aa is a second copy of X run in the same rounds (the A/A control: how far two identical runs differ gives the margin); +nice0 runs beside a CPU-bound process at nice 0, the default priority; +quota1.5 in a 1.5-CPU cgroup; @80%, @200% at an open-loop load of 80 % and twice the capacity
+  C1-C5: the field reports (docs/claims.md) a scenario reproduces; "goal": what cpuwork aims at, a figure, not a verdict
+  goodput within the objective: CPU-seconds of work per second done by requests answered within their latency objective; p99 of served counts answered requests, p99 of all counts a refused one as never answered
+  gen. late p99: how late the load generator itself sent (its own lag, apart from the service's); floor: the best any variant can do here (no batch work at all)
+  Bonferroni: an interval's end widened because the best of several alternatives was chosen on the same pairs
+`

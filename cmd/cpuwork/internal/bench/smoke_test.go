@@ -23,3 +23,13 @@ func TestASmokeTestSaysItsGoalsAreNotJudged(t *testing.T) {
 		t.Errorf("a variant with no baseline printed 0.000x:\n%s", b.String())
 	}
 }
+
+// Every name the tables use that README does not define is in the
+// legend printed before them.
+func TestTheLegendNamesWhatTheTablesUse(t *testing.T) {
+	for _, w := range []string{"-aa", "+nice0", "+quota1.5", "@200%", "C1-C5", "goal", "goodput", "p99 of all", "gen. late p99", "floor", "Bonferroni"} {
+		if !strings.Contains(Legend, w) {
+			t.Errorf("the legend does not say what %q means", w)
+		}
+	}
+}
