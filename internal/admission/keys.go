@@ -40,14 +40,14 @@ import (
 //     within keyLeadMax once others compete, and no task waits forever;
 //   - the door estimates a task's wait from the work ranked ahead of it,
 //     so when the class sheds, tasks of sharers past their share, which
-//     see more work ahead, are refused first; and while a task of a
-//     sharer past its share (a lead over keyPastLead at its arrival) is
-//     in flight, a shedding class's test of its standing queue (door.go,
-//     with an objective's target) refuses the others' tasks, not those
-//     of sharers within their share: the queue stands because of the
-//     sharers past theirs. With no sharer past its share the queue is
-//     everyone's and sheds anyone; the latency target still refuses any
-//     task that cannot meet it;
+//     see more work ahead, are refused first; and while another sharer
+//     has work in flight, a shedding class's tests of its standing queue
+//     and its backlog (door.go, with an objective's target) spare the
+//     tasks of a sharer within its share (a lead of at most keyPastLead
+//     at its arrival): the queue stands because of the sharers past
+//     theirs. With one sharer in flight the queue is its own and sheds
+//     as any; the latency target still refuses any task that cannot
+//     meet it;
 //   - a task that finds a free slot with nobody queued is not charged: a
 //     key's share matters only while tasks queue, and the fast path never
 //     reads the key.
@@ -112,10 +112,8 @@ type keyTable struct {
 	// (or is untracked) and, once inUse, of the tasks without a key.
 	pool  keyState
 	inUse bool // a task of the class carried a key (under mu)
-	// active is the sharers with active > 0; past the tasks in flight
-	// whose sharer was past its share when they arrived.
+	// active is the sharers with active > 0.
 	active atomic.Int32
-	past   atomic.Int32
 	// untracked counts the keyed tasks charged to the pool because the
 	// table was full; sweepIn the new keys to wait before sweeping a
 	// full table again (under mu).
@@ -244,7 +242,7 @@ func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
 
 // keySpared reports whether a shedding class's standing-queue and
 // backlog tests spare w: its sharer was within its share when it arrived
-// while a task of a sharer past its share is in flight (door.go).
+// and another sharer has work in flight (door.go).
 func (g *Granter) keySpared(w *Waiter) bool {
 	if w.key == nil || w.keyPast {
 		return false
@@ -294,9 +292,6 @@ func (g *Granter) keyChargeLocked(w *Waiter, t int64) {
 	kt := &g.keys[w.Class]
 	if ks.active.Add(1) == 1 {
 		kt.active.Add(1)
-	}
-	if w.keyPast {
-		kt.past.Add(1)
 	}
 	w.keyCharge = int64(float64(g.expectedSlot(w)) * g.keyRate(w.Class))
 	ks.vc.Store(min(max(ks.vc.Load(), t)+w.keyCharge, t+keyLeadMax))
@@ -357,9 +352,6 @@ func (g *Granter) KeyDone(w *Waiter) {
 		w.keyCharge = 0
 	}
 	kt := &g.keys[w.Class]
-	if w.keyPast {
-		kt.past.Add(-1)
-	}
 	if ks.active.Add(-1) == 0 {
 		kt.active.Add(-1)
 	}
