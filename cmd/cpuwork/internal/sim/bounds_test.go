@@ -79,5 +79,5 @@ func TestAGoroutinesReplaysCostIsIndependentOfCPUTime(t *testing.T) {
 	if j := s.jobs[1]; j.end-j.arrival != int64(54*time.Millisecond) {
 		t.Errorf("the short request took %v: want 54 ms (from 1 ms: 9 ms of the long one's slice, then its own 25 ms in slices of 10 ms between two more of the long one's)", time.Duration(j.end-j.arrival))
 	}
-	t.Logf("replayed in %v", time.Since(start))
+	t.Logf("replayed in %v, %d events", time.Since(start), s.seq)
 }
