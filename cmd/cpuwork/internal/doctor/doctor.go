@@ -452,6 +452,78 @@ func rough(n int64, what string) string {
 	return fmt.Sprintf("; only %d %s: a rough figure (fewer than %d)", n, what, fewEvents)
 }
 
+// capacityFinding is at-capacity: the CPU budget used up over the whole
+// window, or the executor's own view of work it could not take.
+func capacityFinding(w *Window) (Finding, bool) {
+	b := w.Budget
+	full := w.Duration > 0 && b.Cores > 0 && w.CPUCores >= capacityWarn*b.Cores
+	ex := w.Executor
+	queued := ex != nil && ex.Slots > 0 && ex.Free <= 0 && ex.Queued > 0
+	shed := ex != nil && ex.WindowShed > 0
+	if !full && !queued && !shed {
+		return Finding{}, false
+	}
+	ev := []string{fmt.Sprintf("CPU used %.2f cores of a %.2f-core budget (%s) over the whole %v window (/proc/PID/stat)", w.CPUCores, b.Cores, b.Source, w.Duration.Round(time.Millisecond))}
+	summary := "the process used its whole CPU budget for the whole window: work that arrives now waits (in Go's run queues, the kernel's, or a queue of its own)"
+	if queued {
+		ev = append(ev, fmt.Sprintf("the executor's %d slots all busy and %d tasks waiting for one at the window's end (/debug/cpuwork)", ex.Slots, ex.Queued))
+	}
+	if shed {
+		ev = append(ev, fmt.Sprintf("the executor refused %d of %d submissions in the window (/debug/cpuwork at its start and end)", ex.WindowShed, ex.WindowSubmitted))
+	}
+	if !full {
+		summary = "the executor serves all its slots can and queues or refuses the rest: the load is over what the process serves"
+	}
+	for _, p := range w.Pressure {
+		ev = append(ev, fmt.Sprintf("CPU pressure (PSI) some avg10 %.1f%% (%s)", p.SomeAvg10, p.File))
+	}
+	return Finding{ID: "at-capacity", Severity: Warning, Summary: summary, Evidence: ev, Fix: capacityFix(w)}, true
+}
+
+// probeFinding is what the probes say, if anything: headers sent slowly,
+// answers not readable, unresponsive, or slow to answer.
+func probeFinding(w *Window) (Finding, bool) {
+	b := w.Budget
+	p := w.Probes
+	if p == nil || p.Sent == 0 || p.Refused >= p.Sent {
+		return Finding{}, false
+	}
+	ev := fmt.Sprintf("%d of %d trivial requests answered within the window + %v, median %v; %d timed out", p.Answered, p.Sent, margin, short(p.median()), p.TimedOut)
+	if p.SlowHeaders > 0 {
+		ev += fmt.Sprintf("; %d began their answer in time and sent its headers slowly", p.SlowHeaders)
+	}
+	if p.Failed > 0 {
+		ev += fmt.Sprintf("; %d not answered: %s", p.Failed, strings.Join(p.Why, "; "))
+	}
+	switch {
+	case p.SlowHeaders*2 >= p.Sent:
+		return Finding{ID: "slow-to-send-headers", Severity: Warning,
+			Summary:  "the process begins its answers to trivial requests in time but sends their headers slowly: what keeps them waiting is not a P",
+			Evidence: []string{ev},
+			Fix:      "look at what writes the headers: a proxy in front of the process, a handler or middleware that writes them slowly, or the network in between; the CPU view says nothing of it",
+		}, true
+	case p.Failed*2 >= p.Sent:
+		return Finding{ID: "not-answered", Severity: Warning,
+			Summary:  "the trivial requests got answers the doctor could not read, so it cannot judge how fast the process answers",
+			Evidence: []string{ev},
+			Fix:      "give --url the address of the process's own HTTP server (not a proxy or another protocol's port), serving plain HTTP/1.1 or HTTP/2",
+		}, true
+	case p.TimedOut*2 >= p.Sent:
+		return Finding{ID: "unresponsive", Severity: Critical,
+			Summary:  "the process did not answer trivial requests within the window: it is too saturated to run its network handlers",
+			Evidence: []string{ev, fmt.Sprintf("CPU used %.2f cores of %.2f; %.1f threads runnable on average", w.CPUCores, b.Cores, w.RunnableThreads)},
+			Fix:      bound(w, "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or Options.Batch.SpareP), and shed load at the door instead of queueing it behind busy goroutines"),
+		}, true
+	case p.Answered > 0 && p.median() >= slowAnswer && w.CPUCores >= busyForSlowAnswer*busyCores(w):
+		return Finding{ID: "slow-to-answer", Severity: Warning,
+			Summary:  fmt.Sprintf("a trivial request takes %v (median) to answer: requests wait for a P behind CPU-bound work", short(p.median())),
+			Evidence: []string{ev},
+			Fix:      loopFix(w, bound(w, "bound CPU-bound concurrency (a cpuwork.Executor)")+", call cpuwork.Checkpoint in long loops and serve the listener through cpuwork.WatchListener: with every P busy Go polls the network only every 10 ms, and Checkpoint then wakes the netpoller when a request arrives"),
+		}, true
+	}
+	return Finding{}, false
+}
+
 // whyAbove says where a GOMAXPROCS above the quota came from.
 func whyAbove(w *Window) string {
 	if w.Budget.GOMAXPROCSEnv != "" {
@@ -907,61 +979,11 @@ func findings(w *Window) []Finding {
 			}
 		}
 	}
-	full := w.Duration > 0 && b.Cores > 0 && w.CPUCores >= capacityWarn*b.Cores
-	ex := w.Executor
-	queued := ex != nil && ex.Slots > 0 && ex.Free <= 0 && ex.Queued > 0
-	shed := ex != nil && ex.WindowShed > 0
-	if full || queued || shed {
-		ev := []string{fmt.Sprintf("CPU used %.2f cores of a %.2f-core budget (%s) over the whole %v window (/proc/PID/stat)", w.CPUCores, b.Cores, b.Source, w.Duration.Round(time.Millisecond))}
-		summary := "the process used its whole CPU budget for the whole window: work that arrives now waits (in Go's run queues, the kernel's, or a queue of its own)"
-		if queued {
-			ev = append(ev, fmt.Sprintf("the executor's %d slots all busy and %d tasks waiting for one at the window's end (/debug/cpuwork)", ex.Slots, ex.Queued))
-		}
-		if shed {
-			ev = append(ev, fmt.Sprintf("the executor refused %d of %d submissions in the window (/debug/cpuwork at its start and end)", ex.WindowShed, ex.WindowSubmitted))
-		}
-		if !full {
-			summary = "the executor serves all its slots can and queues or refuses the rest: the load is over what the process serves"
-		}
-		for _, p := range w.Pressure {
-			ev = append(ev, fmt.Sprintf("CPU pressure (PSI) some avg10 %.1f%% (%s)", p.SomeAvg10, p.File))
-		}
-		out = append(out, Finding{ID: "at-capacity", Severity: Warning, Summary: summary, Evidence: ev, Fix: capacityFix(w)})
+	if f, ok := capacityFinding(w); ok {
+		out = append(out, f)
 	}
-	if p := w.Probes; p != nil && p.Sent > 0 && p.Refused < p.Sent {
-		ev := fmt.Sprintf("%d of %d trivial requests answered within the window + %v, median %v; %d timed out", p.Answered, p.Sent, margin, short(p.median()), p.TimedOut)
-		if p.SlowHeaders > 0 {
-			ev += fmt.Sprintf("; %d began their answer in time and sent its headers slowly", p.SlowHeaders)
-		}
-		if p.Failed > 0 {
-			ev += fmt.Sprintf("; %d not answered: %s", p.Failed, strings.Join(p.Why, "; "))
-		}
-		switch {
-		case p.SlowHeaders*2 >= p.Sent:
-			out = append(out, Finding{ID: "slow-to-send-headers", Severity: Warning,
-				Summary:  "the process begins its answers to trivial requests in time but sends their headers slowly: what keeps them waiting is not a P",
-				Evidence: []string{ev},
-				Fix:      "look at what writes the headers: a proxy in front of the process, a handler or middleware that writes them slowly, or the network in between; the CPU view says nothing of it",
-			})
-		case p.Failed*2 >= p.Sent:
-			out = append(out, Finding{ID: "not-answered", Severity: Warning,
-				Summary:  "the trivial requests got answers the doctor could not read, so it cannot judge how fast the process answers",
-				Evidence: []string{ev},
-				Fix:      "give --url the address of the process's own HTTP server (not a proxy or another protocol's port), serving plain HTTP/1.1 or HTTP/2",
-			})
-		case p.TimedOut*2 >= p.Sent:
-			out = append(out, Finding{ID: "unresponsive", Severity: Critical,
-				Summary:  "the process did not answer trivial requests within the window: it is too saturated to run its network handlers",
-				Evidence: []string{ev, fmt.Sprintf("CPU used %.2f cores of %.2f; %.1f threads runnable on average", w.CPUCores, b.Cores, w.RunnableThreads)},
-				Fix:      bound(w, "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or Options.Batch.SpareP), and shed load at the door instead of queueing it behind busy goroutines"),
-			})
-		case p.Answered > 0 && p.median() >= slowAnswer && w.CPUCores >= busyForSlowAnswer*busyCores(w):
-			out = append(out, Finding{ID: "slow-to-answer", Severity: Warning,
-				Summary:  fmt.Sprintf("a trivial request takes %v (median) to answer: requests wait for a P behind CPU-bound work", short(p.median())),
-				Evidence: []string{ev},
-				Fix:      loopFix(w, bound(w, "bound CPU-bound concurrency (a cpuwork.Executor)")+", call cpuwork.Checkpoint in long loops and serve the listener through cpuwork.WatchListener: with every P busy Go polls the network only every 10 ms, and Checkpoint then wakes the netpoller when a request arrives"),
-			})
-		}
+	if f, ok := probeFinding(w); ok {
+		out = append(out, f)
 	}
 	if s := w.Runtime; s != nil {
 		if s.GoroutineStates && s.GOMAXPROCS > 0 {
