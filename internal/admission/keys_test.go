@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -383,4 +384,28 @@ func TestOnlySharersWithWorkInFlightCount(t *testing.T) {
 	if n := kt.active.Load(); n != 0 {
 		t.Errorf("sharers after the task ended: %d, want 0", n)
 	}
+}
+
+// A full table of long keys stays within the bound the docs state: under
+// 1 MiB a class (keyTableMax keys, each a digest and at most keyNameMax
+// bytes of its string), whatever the keys' length.
+func TestAFullTableIsUnderAMebibyte(t *testing.T) {
+	var g Granter
+	g.Init(Config{Counters: [NumClasses]*Counters{{}, {}, {}, {}}, Owner: nopOwner{}})
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	g.lock()
+	for i := range keyTableMax {
+		g.keys[Batch].entryLocked(fmt.Sprint(i, "-", strings.Repeat("k", 1000)), 0)
+	}
+	g.unlock()
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	grew := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("a full table of %d keys of 1,000 bytes: %d bytes, %d a key", keyTableMax, grew, grew/keyTableMax)
+	if grew > 1<<20 {
+		t.Errorf("a full table took %d bytes: the docs say under 1 MiB a class", grew)
+	}
+	runtime.KeepAlive(&g)
 }
