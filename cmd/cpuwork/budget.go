@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/cli"
 	"io"
 	"math"
 	"os"
@@ -67,7 +68,7 @@ All CPU amounts are in cores (1.25 = 1250m).`,
 			var b budget.Budget
 			var err error
 			if pid < 0 {
-				return usageError(fmt.Errorf("budget: --pid %d: must be a process ID (or 0 for this process)", pid))
+				return cli.UsageError(fmt.Errorf("budget: --pid %d: must be a process ID (or 0 for this process)", pid))
 			}
 			p := pid
 			if pid == 0 {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/cli"
 	"io"
 	"net/url"
 	"time"
@@ -89,10 +90,10 @@ could not start.`,
 				return runProve(cmd, cfg, args, load, pairs, asJSON)
 			}
 			if len(args) > 0 {
-				return usageError(fmt.Errorf("doctor: unexpected arguments %q (a command to prove goes after --prove --)", args))
+				return cli.UsageError(fmt.Errorf("doctor: unexpected arguments %q (a command to prove goes after --prove --)", args))
 			}
 			if err := checkDoctorFlags(cfg); err != nil {
-				return usageError(fmt.Errorf("doctor: %w", err))
+				return cli.UsageError(fmt.Errorf("doctor: %w", err))
 			}
 			res, err := doctor.Run(cfg)
 			if err != nil {
@@ -105,11 +106,11 @@ could not start.`,
 			case doctor.Info:
 				return nil
 			case doctor.Partial:
-				return exitCode(5)
+				return cli.ExitCode(5)
 			case doctor.Inconclusive:
-				return exitCode(4)
+				return cli.ExitCode(4)
 			}
-			return exitCode(3)
+			return cli.ExitCode(3)
 		},
 	}
 	f := cmd.Flags()
@@ -126,17 +127,17 @@ could not start.`,
 // runProve is doctor --prove.
 func runProve(cmd *cobra.Command, cfg doctor.Config, args []string, load string, pairs int, asJSON bool) error {
 	if len(args) == 0 {
-		return usageError(fmt.Errorf("doctor: --prove needs a command: cpuwork doctor --prove -- CMD [ARGS]"))
+		return cli.UsageError(fmt.Errorf("doctor: --prove needs a command: cpuwork doctor --prove -- CMD [ARGS]"))
 	}
 	if cfg.PID != 0 {
-		return usageError(fmt.Errorf("doctor: --prove starts its own process: give a command, not --pid"))
+		return cli.UsageError(fmt.Errorf("doctor: --prove starts its own process: give a command, not --pid"))
 	}
 	if pairs < 2 {
-		return usageError(fmt.Errorf("doctor: --pairs %d: at least 2 (an interval needs two)", pairs))
+		return cli.UsageError(fmt.Errorf("doctor: --pairs %d: at least 2 (an interval needs two)", pairs))
 	}
 	if cfg.URL != "" {
 		if err := checkDoctorFlags(doctor.Config{PID: 1, URL: cfg.URL, Duration: time.Second}); err != nil {
-			return usageError(fmt.Errorf("doctor: %w", err))
+			return cli.UsageError(fmt.Errorf("doctor: %w", err))
 		}
 	}
 	d := cfg.Duration
@@ -144,7 +145,7 @@ func runProve(cmd *cobra.Command, cfg doctor.Config, args []string, load string,
 		d = 3 * time.Second
 	}
 	if d <= 0 {
-		return usageError(fmt.Errorf("doctor: --duration %v: must be positive", d))
+		return cli.UsageError(fmt.Errorf("doctor: --duration %v: must be positive", d))
 	}
 	p, err := doctor.Prove(doctor.ProveConfig{Cmd: args, URL: cfg.URL, Load: load, Duration: d, Pairs: pairs, Progress: cmd.ErrOrStderr()})
 	if err != nil {
@@ -157,15 +158,15 @@ func runProve(cmd *cobra.Command, cfg doctor.Config, args []string, load string,
 	case p.Fix == nil && p.Diagnosis.Worst() == doctor.Info:
 		return nil
 	case p.Fix == nil && p.Diagnosis.Worst() == doctor.Partial:
-		return exitCode(5) // as doctor: nothing found in the OS view, the Go view not asked for
+		return cli.ExitCode(5) // as doctor: nothing found in the OS view, the Go view not asked for
 	case p.Fix == nil && p.Diagnosis.Worst() == doctor.Inconclusive:
-		return exitCode(4)
+		return cli.ExitCode(4)
 	case p.Fix == nil:
-		return exitCode(3)
+		return cli.ExitCode(3)
 	case p.Verdict == "better":
 		return nil
 	}
-	return exitCode(4)
+	return cli.ExitCode(4)
 }
 
 // checkDoctorFlags refuses what would otherwise be read as health: a

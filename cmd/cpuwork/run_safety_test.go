@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/cli"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +18,6 @@ import (
 	"unsafe"
 
 	"github.com/cpuwork/cpuwork/cgroup"
-	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/bench"
 	"golang.org/x/sys/unix"
 )
 
@@ -377,34 +377,6 @@ func TestRunRefusesANameOfTheOwnedForm(t *testing.T) {
 	}
 }
 
-// Defect 8: a non-positive bench duration is an error.
-func TestBenchRejectsNonPositiveDurations(t *testing.T) {
-	for _, d := range []string{"-5s", "-1ns"} {
-		if _, err := run(t, "bench", "--duration", d, "--scenario", "timers", "--out", ""); err == nil {
-			t.Errorf("--duration %s accepted", d)
-		}
-	}
-}
-
-// Flags the bench refuses exit 2 before anything runs: an unknown
-// variant (it once ran every variant), an --out that cannot be written
-// (it once exited 1).
-func TestBenchRefusesBadFlagsWithStatus2(t *testing.T) {
-	for _, args := range [][]string{
-		{"bench", "--no-setup", "--scenario", "timers", "--variants", "nosuch", "--out", ""},
-		{"bench", "--no-setup", "--scenario", "timers", "--out", "/proc/version/report"},
-	} {
-		var stderr bytes.Buffer
-		if code := execute(args, &stderr); code != 2 {
-			t.Errorf("%v: exit %d, want 2 (%s)", args, code, stderr.String())
-		}
-	}
-	var stderr bytes.Buffer
-	if code := execute([]string{"bench", "--no-setup", "--scenario", "service", "--variants", "pool-503,cpuwork,pool-503-aa", "--repeat", "-1"}, &stderr); code != 2 || strings.Contains(stderr.String(), "--variants") {
-		t.Errorf("known variants refused: exit %d: %s", code, stderr.String())
-	}
-}
-
 var jsonKeyRE = regexp.MustCompile(`"([^"]+)":`)
 
 // Defect 9: budget --json uses snake_case keys only and [] for empty lists.
@@ -435,7 +407,7 @@ func TestBudgetJSONIsSnakeCaseWithEmptyLists(t *testing.T) {
 // runtime threads have none. If exec-in's goroutine had migrated off the
 // main thread before execve, CMD would inherit no Pdeathsig and outlive a
 // SIGKILLed cpuwork (seen as 1 failure in 30 runs of the SIGKILL test).
-// lockForExec must leave the calling goroutine on a thread that has it.
+// cli.LockForExec must leave the calling goroutine on a thread that has it.
 func TestExecInThreadCarriesTheParentDeathSignal(t *testing.T) {
 	got := make(chan int, 1)
 	go func() {
@@ -446,7 +418,7 @@ func TestExecInThreadCarriesTheParentDeathSignal(t *testing.T) {
 		if err := unix.Prctl(unix.PR_SET_PDEATHSIG, 0, 0, 0, 0); err != nil {
 			t.Error(err)
 		}
-		if err := lockForExec(os.Getppid()); err != nil {
+		if err := cli.LockForExec(os.Getppid()); err != nil {
 			t.Error(err)
 		}
 		var sig int
@@ -458,7 +430,7 @@ func TestExecInThreadCarriesTheParentDeathSignal(t *testing.T) {
 	if sig := <-got; sig != int(syscall.SIGKILL) {
 		t.Fatalf("the exec-ing thread's parent-death signal is %d, want SIGKILL (%d)", sig, syscall.SIGKILL)
 	}
-	if err := lockForExec(os.Getppid() + 100000); err == nil {
+	if err := cli.LockForExec(os.Getppid() + 100000); err == nil {
 		t.Error("lockForExec accepted a parent that is not ours")
 	}
 }
@@ -539,42 +511,6 @@ func TestDoctorProveRefusals(t *testing.T) {
 		var stderr bytes.Buffer
 		if code := execute(c.args, &stderr); code != c.code || !strings.Contains(stderr.String(), c.msg) {
 			t.Errorf("%v: exit %d (%s), want %d and %q", c.args, code, stderr.String(), c.code, c.msg)
-		}
-	}
-}
-
-// bench.md's flag table says what the flags' definitions say: the
-// --duration defaults and the pairs of --repeat and --thorough come from
-// the bench's constants (they once disagreed: 20 vs 24 pairs, 3 to 10 vs
-// 3 to 12, and two different duration defaults).
-func TestBenchDocsTableMatchesTheFlags(t *testing.T) {
-	b, err := os.ReadFile("../../docs/bench.md")
-	if err != nil {
-		t.Fatal(err)
-	}
-	row := func(flag string) string {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "| `"+flag+"` |") {
-				return l
-			}
-		}
-		t.Fatalf("bench.md has no row for %s", flag)
-		return ""
-	}
-	asNeeded, upTo := bench.PairsDefaults()
-	for flag, want := range map[string]string{"--duration": bench.DurationDefaults(), "--repeat": asNeeded, "--thorough": upTo} {
-		if r := row(flag); !strings.Contains(r, want) {
-			t.Errorf("bench.md's %s row %q does not say %q", flag, r, want)
-		}
-	}
-	cmd := rootCmd()
-	bc, _, err := cmd.Find([]string{"bench"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for flag, want := range map[string]string{"duration": bench.DurationDefaults(), "repeat": asNeeded, "thorough": upTo} {
-		if u := bc.Flags().Lookup(flag).Usage; !strings.Contains(u, want) {
-			t.Errorf("--%s's help %q does not say %q", flag, u, want)
 		}
 	}
 }

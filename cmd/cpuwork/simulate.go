@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/cli"
 	"io"
 	"math"
 	"os"
@@ -57,16 +58,16 @@ class is critical, interactive, batch or background):
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, p := range policies {
 				if !knownPolicy(p) {
-					return usageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(true), ", ")))
+					return cli.UsageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(true), ", ")))
 				}
 			}
 			if queueLimit < 1 {
-				return usageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
+				return cli.UsageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
 			}
 			var wls []*sim.Workload
 			if trace != "" {
 				if cmd.Flags().Changed("scenario") || cmd.Flags().Changed("load") {
-					return usageError(errors.New("--trace replays the file: --scenario and --load are for the bench's scenarios"))
+					return cli.UsageError(errors.New("--trace replays the file: --scenario and --load are for the bench's scenarios"))
 				}
 				wl, err := traceWorkload(trace, slots, objectives, targets, declared, queueLimit, duration)
 				if err != nil {
@@ -75,12 +76,12 @@ class is critical, interactive, batch or background):
 				wls = append(wls, wl)
 			} else {
 				if cmd.Flags().Changed("slots") || cmd.Flags().Changed("objective") {
-					return usageError(errors.New("--slots and --objective are for a --trace: the scenarios set their own"))
+					return cli.UsageError(errors.New("--slots and --objective are for a --trace: the scenarios set their own"))
 				}
 				for _, name := range scenarios {
 					sc, ok := scenarioInfo(name)
 					if !ok {
-						return usageError(fmt.Errorf("no scenario %q to simulate (known: %s)", name, strings.Join(scenarioNames(false), ", ")))
+						return cli.UsageError(fmt.Errorf("no scenario %q to simulate (known: %s)", name, strings.Join(scenarioNames(false), ", ")))
 					}
 					levels := []float64{1} // a fixed load: the level is ignored
 					switch {
@@ -91,11 +92,11 @@ class is critical, interactive, batch or background):
 					}
 					for _, l := range levels {
 						if l <= 0 || math.IsNaN(l) || math.IsInf(l, 0) {
-							return usageError(fmt.Errorf("--load %v: want a positive multiple of capacity", l))
+							return cli.UsageError(fmt.Errorf("--load %v: want a positive multiple of capacity", l))
 						}
 						wl, err := sim.Scenario(name, l, duration, seed)
 						if err != nil {
-							return usageError(err)
+							return cli.UsageError(err)
 						}
 						if cmd.Flags().Changed("queue-limit") {
 							wl.QueueLimit = queueLimit
@@ -190,24 +191,24 @@ func scenarioInfo(name string) (sim.ScenarioInfo, bool) {
 
 func traceWorkload(path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (*sim.Workload, error) {
 	if slots < 1 || slots > sim.MaxSlots {
-		return nil, usageError(fmt.Errorf("--slots %d: want 1 to %d (the executor's bound)", slots, sim.MaxSlots))
+		return nil, cli.UsageError(fmt.Errorf("--slots %d: want 1 to %d (the executor's bound)", slots, sim.MaxSlots))
 	}
 	if queueLimit < 1 {
-		return nil, usageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
+		return nil, cli.UsageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
 	}
 	wl := &sim.Workload{Name: path, Slots: slots, Targets: targets, Declared: declared, QueueLimit: queueLimit}
 	for _, o := range objectives {
 		name, val, ok := strings.Cut(o, "=")
 		if !ok {
-			return nil, usageError(fmt.Errorf("--objective %q: want class=duration, e.g. interactive=250ms", o))
+			return nil, cli.UsageError(fmt.Errorf("--objective %q: want class=duration, e.g. interactive=250ms", o))
 		}
 		c, err := sim.ParseClass(strings.TrimSpace(name))
 		if err != nil {
-			return nil, usageError(fmt.Errorf("--objective %q: %w", o, err))
+			return nil, cli.UsageError(fmt.Errorf("--objective %q: %w", o, err))
 		}
 		dv, err := time.ParseDuration(strings.TrimSpace(val))
 		if err != nil || dv <= 0 {
-			return nil, usageError(fmt.Errorf("--objective %q: want a positive duration such as 250ms", o))
+			return nil, cli.UsageError(fmt.Errorf("--objective %q: want a positive duration such as 250ms", o))
 		}
 		wl.Objective[c] = dv
 	}

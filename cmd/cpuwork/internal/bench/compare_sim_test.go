@@ -3,6 +3,7 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/judge"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -132,7 +133,7 @@ func judgeSim(rng *rand.Rand, noise []float64, k int, shift float64, maxPairs in
 	}
 	level := lookLevel(maxPairs)
 	if once {
-		level = confidence
+		level = judge.Confidence
 	}
 	c := check{label: "sim", judged: "cw", against: against, metric: "p99", aa: [2]string{"a0", "a0-aa"}}
 	if bound {

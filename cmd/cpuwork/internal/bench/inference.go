@@ -163,7 +163,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 			}
 		}
 	}
-	judge(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil, frac))
+	judgeChecks(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil, frac))
 	return s, nil
 }
 

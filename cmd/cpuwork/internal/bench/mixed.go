@@ -113,7 +113,7 @@ func (r *Runner) mixedScenario(tg realTarget) (*Scenario, error) {
 		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (%s); %s", realserverQuota, tg.quotaProcs(), capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
 		cs = append(cs, mixedChecks(tg, loads, quotaSuffix())...)
 	})
-	judge(s, cs)
+	judgeChecks(s, cs)
 	return s, nil
 }
 

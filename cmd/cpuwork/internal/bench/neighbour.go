@@ -125,7 +125,7 @@ func (r *Runner) neighbour(self string) *Scenario {
 			}
 		}
 	}
-	judge(s, neighbourChecks(r.defaultRun()))
+	judgeChecks(s, neighbourChecks(r.defaultRun()))
 	return s
 }
 

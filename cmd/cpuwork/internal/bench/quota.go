@@ -203,7 +203,7 @@ func (r *Runner) quota(self string) *Scenario {
 			}
 		}
 	}
-	judge(s, quotaChecks(quotas))
+	judgeChecks(s, quotaChecks(quotas))
 	return s
 }
 

@@ -622,7 +622,7 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 	if beside {
 		cs = append(cs, realserverBesideChecks(tg, cc)...)
 	}
-	judge(s, cs)
+	judgeChecks(s, cs)
 	return s, nil
 }
 

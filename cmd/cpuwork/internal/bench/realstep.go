@@ -92,7 +92,7 @@ func (r *Runner) realserverStep(tg realTarget, name string) (*Scenario, error) {
 		s.Notes = append(s.Notes, fmt.Sprintf("quota case: every server in a %.1f-CPU cgroup (GOMAXPROCS from Go's default for it: 2); %s", realserverQuota, capacityNote("stock"+quotaSuffix(), r.slots, qcals)))
 		r.checkLoads(s, "stock"+quotaSuffix(), realStepLevels, qcals)
 	})
-	judge(s, append(realStepChecks(tg, realStepLevels, "", goal), realStepChecks(tg, realStepLevels, quotaSuffix(), goal)...))
+	judgeChecks(s, append(realStepChecks(tg, realStepLevels, "", goal), realStepChecks(tg, realStepLevels, quotaSuffix(), goal)...))
 	return s, nil
 }
 

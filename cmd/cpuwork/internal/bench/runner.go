@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/judge"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -642,7 +643,7 @@ func PairsDefaults() (asNeeded, thorough string) {
 // otherwise Pocock's per-look level for the looks up to its cap.
 func (r *Runner) lookLevel() float64 {
 	if r.rounds == r.maxRounds {
-		return confidence
+		return judge.Confidence
 	}
 	return lookLevel(r.maxRounds)
 }
@@ -701,7 +702,7 @@ func (r *Runner) more(s *Scenario, done int, checks func() []check, took time.Du
 	if !isLook(done) {
 		return true // on to the next look
 	}
-	judge(s, checks())
+	judgeChecks(s, checks())
 	for _, c := range s.Checks {
 		if c.Kind == "comparison" && c.NotJudged == "" && c.Verdict != Inconclusive {
 			if _, ok := s.decidedAt[c.Label]; !ok {

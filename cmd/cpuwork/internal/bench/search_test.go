@@ -90,7 +90,7 @@ func TestTheCapacitySearchFindsEachVariantsCapacity(t *testing.T) {
 			t.Errorf("%s searched at %v, want %v", name, search, wantRuns)
 		}
 	}
-	judge(s, checks())
+	judgeChecks(s, checks())
 	c := s.Checks[0]
 	// cpuwork's lower bound (140) against the pool's 95: better, which a
 	// lower bound supports.
@@ -123,7 +123,7 @@ func TestACapacitySearchRunThatFailsLeavesThePairOut(t *testing.T) {
 	if !strings.Contains(strings.Join(s.Notes, "\n"), "not measured (the server crashed)") {
 		t.Errorf("the notes do not say why: %q", s.Notes)
 	}
-	judge(s, checks())
+	judgeChecks(s, checks())
 	if c := s.Checks[0]; c.NotJudged == "" || c.Verdict != "" {
 		t.Errorf("judged without cpuwork's capacity: %s", c.line())
 	}
@@ -142,17 +142,17 @@ func TestAJudgedUpperBoundSupportsWorseOnly(t *testing.T) {
 	}
 	c := capacityCheck("", "", 0.1, []string{"pool"}, "pool")
 	s := mk(50, -1) // at most 50 against 100: worse stands
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if got := s.Checks[0].Verdict; got != Worse {
 		t.Errorf("an upper bound half the pool's: %s, want worse: %s", got, s.Checks[0].line())
 	}
 	s = mk(200, -1) // at most 200: better is not supported
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if got := s.Checks[0].Verdict; got != Inconclusive {
 		t.Errorf("an upper bound twice the pool's: %s, want inconclusive: %s", got, s.Checks[0].line())
 	}
 	s = mk(200, 0) // measured: the A/A control's lower bound does not matter
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if got := s.Checks[0].Verdict; got != Better {
 		t.Errorf("measured twice the pool's, with the A/A control a bound: %s, want better: %s", got, s.Checks[0].line())
 	}
@@ -184,12 +184,12 @@ func TestOnlyTheBestAlternativesUpperBoundRestricts(t *testing.T) {
 	}
 	c := capacityCheck("", "", 0.1, []string{"pool", "naive"}, "pool")
 	s := mk(-1) // naive at most 60: the best is the pool whatever naive's true value
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if got := s.Checks[0]; got.Verdict != Worse || got.BestAlternative != "pool@80%" {
 		t.Errorf("a non-best alternative's upper bound: %s", got.line())
 	}
 	s = mk(1) // naive at least 60: it may be above the pool, so worse is not supported... but better would be
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if got := s.Checks[0]; got.Verdict != Worse {
 		t.Errorf("a non-best alternative's lower bound with the judged variant below the best: %s, want worse (a lower bound supports worse)", got.line())
 	}

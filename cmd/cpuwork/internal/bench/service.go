@@ -88,7 +88,7 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 			}
 		}
 	}
-	judge(s, checks())
+	judgeChecks(s, checks())
 	return s, nil
 }
 

@@ -12,7 +12,7 @@ import (
 func TestASmokeTestSaysItsGoalsAreNotJudged(t *testing.T) {
 	s := synth(map[string]map[string][]float64{"cpuwork": {"p99": {0.006}}})
 	s.smoke = true
-	judge(s, []check{{label: "alone: critical p99 (goal)", judged: "cpuwork", metric: "p99", limit: 0.001}})
+	judgeChecks(s, []check{{label: "alone: critical p99 (goal)", judged: "cpuwork", metric: "p99", limit: 0.001}})
 	if l := s.Checks[0].line(); !strings.Contains(l, "goal not judged: smoke test") {
 		t.Errorf("a smoke test's goal line: %q", l)
 	}

@@ -90,7 +90,7 @@ func (r *Runner) tenantsScenario(tg realTarget) (*Scenario, error) {
 			v.Ratio = ratiosTo(v, b)
 		}
 	}
-	judge(s, tenantsChecks(tg, rig.slo.Seconds()))
+	judgeChecks(s, tenantsChecks(tg, rig.slo.Seconds()))
 	return s, nil
 }
 

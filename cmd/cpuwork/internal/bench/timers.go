@@ -74,7 +74,7 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	}
 	s.ratios()
 	s.caseRatios()
-	judge(s, timerChecks(cases, r.defaultRun()))
+	judgeChecks(s, timerChecks(cases, r.defaultRun()))
 	return s, nil
 }
 

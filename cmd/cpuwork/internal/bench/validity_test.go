@@ -86,9 +86,9 @@ func TestLoadLevelsThatAreNotWhatTheySayAreNotJudged(t *testing.T) {
 	if !strings.Contains(s.Calibration, "at 80% pool served 89% of the offer in repeat 2") {
 		t.Errorf("calibration %q", s.Calibration)
 	}
-	judge(s, []check{{label: "x", judged: "pool@50%", metric: "cpu_share_of_slots", limit: 1}})
+	judgeChecks(s, []check{{label: "x", judged: "pool@50%", metric: "cpu_share_of_slots", limit: 1}})
 	s.Calibration = "x"
-	judge(s, []check{{label: "x", judged: "pool@50%", metric: "cpu_share_of_slots", limit: 1}})
+	judgeChecks(s, []check{{label: "x", judged: "pool@50%", metric: "cpu_share_of_slots", limit: 1}})
 	if s.Status != StatusNotJudged {
 		t.Errorf("judged on a failed calibration: %q", s.Status)
 	}
@@ -294,7 +294,7 @@ func TestARepeatWithMislabelledLevelsIsNotJudged(t *testing.T) {
 			t.Errorf("%s: repeats marked %q %q %q, want only repeat 3", v.Name, v.Repeats[0].NotJudged, v.Repeats[1].NotJudged, v.Repeats[2].NotJudged)
 		}
 	}
-	judge(s, checks)
+	judgeChecks(s, checks)
 	if s.Status != StatusBetter || s.Checks[0].Pairs != 2 {
 		t.Errorf("status %s on %d pairs, want better on 2 (repeat 3 left out): %s", s.Status, s.Checks[0].Pairs, s.Verdict)
 	}
@@ -306,7 +306,7 @@ func TestARepeatWithMislabelledLevelsIsNotJudged(t *testing.T) {
 	if !strings.Contains(s.Calibration, "repeat 1") || !strings.Contains(s.Calibration, "repeat 3") {
 		t.Errorf("two of three repeats mislabelled: calibration %q, want both named", s.Calibration)
 	}
-	judge(s, checks)
+	judgeChecks(s, checks)
 	if s.Status != StatusNotJudged {
 		t.Errorf("judged on one repeat: %s", s.Verdict)
 	}
@@ -395,7 +395,7 @@ func TestTheAAControlRunsTheControlAgainAtEveryLevel(t *testing.T) {
 			t.Errorf("%s ran %d times, want 2 (runs: %v)", name, runs[name], runs)
 		}
 	}
-	judge(s, checks())
+	judgeChecks(s, checks())
 	c := s.Checks[0]
 	if math.Abs(c.Margin-0.5) > 1e-9 || c.AAPairs != 2 || math.Abs(c.AAEstimate-1.5) > 1e-9 {
 		t.Errorf("margin %v from A/A %v on %d pairs, want 0.5 from 1.5 on 2", c.Margin, c.AAEstimate, c.AAPairs)
@@ -599,7 +599,7 @@ func TestAFailedCapacityRunLeavesItsRepeatNotJudged(t *testing.T) {
 			t.Errorf("%s: repeats marked %q %q %q, want only repeat 2", v.Name, v.Repeats[0].NotJudged, v.Repeats[1].NotJudged, v.Repeats[2].NotJudged)
 		}
 	}
-	judge(s, checks)
+	judgeChecks(s, checks)
 	if s.Checks[0].Pairs != 2 {
 		t.Errorf("judged on %d pairs, want 2 (repeat 2 left out): %s", s.Checks[0].Pairs, s.Verdict)
 	}
@@ -608,7 +608,7 @@ func TestAFailedCapacityRunLeavesItsRepeatNotJudged(t *testing.T) {
 	if !strings.Contains(s.Calibration, "the capacity runs of pool failed (planted)") {
 		t.Errorf("calibration %q, want the failed run's", s.Calibration)
 	}
-	judge(s, checks)
+	judgeChecks(s, checks)
 	if s.Status != StatusNotJudged {
 		t.Errorf("status %v, want not judged", s.Status)
 	}
@@ -668,7 +668,7 @@ func TestTheDefaultRunLeavesThoroughComparisonsUnjudged(t *testing.T) {
 	for _, def := range []bool{true, false} {
 		s := synth(vals)
 		s.Name, s.defaultRun = "priority", def
-		judge(s, []check{c})
+		judgeChecks(s, []check{c})
 		r := s.Checks[0]
 		switch {
 		case def && (r.Verdict != "" || !r.LeftToThorough || !strings.Contains(r.NotJudged, "left to --thorough: measured 0.50x alt") || !strings.Contains(r.NotJudged, "cpuwork bench --scenario priority --thorough")):

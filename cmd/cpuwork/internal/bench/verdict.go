@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/judge"
 	"math"
 	"slices"
 	"strings"
@@ -152,11 +153,11 @@ type CheckResult struct {
 	LeftToThorough bool `json:"left_to_thorough,omitempty"`
 }
 
-// judge evaluates checks against s's variants and sets s.Status,
+// judgeChecks evaluates checks against s's variants and sets s.Status,
 // s.Checks, s.Summary and s.Verdict. A scenario already skipped stays
 // skipped; a smoke test (quick) reports its figures and comparisons'
 // values with no verdict.
-func judge(s *Scenario, checks []check) {
+func judgeChecks(s *Scenario, checks []check) {
 	if s.Skipped != "" {
 		s.Status = StatusSkipped
 		return
@@ -491,7 +492,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 	}
 	level := s.level
 	if level == 0 {
-		level = confidence // judged outside a run (tests): one look
+		level = judge.Confidence // judged outside a run (tests): one look
 	}
 	// The A/A control of the case on the same metric and pairs: the
 	// interval's smallest spread and the equivalence margin.
@@ -509,7 +510,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 			}
 		}
 		if len(aa) > 0 {
-			r.AAEstimate, r.AACILow, r.AACIHigh = pairedInterval(aa, confidence)
+			r.AAEstimate, r.AACILow, r.AACIHigh = judge.PairedInterval(aa, judge.Confidence)
 			r.AAPairs = len(aa)
 			if len(aa) < 2 {
 				r.AACILow, r.AACIHigh = 0, 0
@@ -528,7 +529,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 		spread = nil
 	}
 	var widened bool
-	r.Estimate, r.CILow, r.CIHigh, widened = comparisonInterval(r.Values, spread, level)
+	r.Estimate, r.CILow, r.CIHigh, widened = judge.ComparisonInterval(r.Values, spread, level)
 	if k := len(c.against); k > 1 {
 		// The best alternative was chosen on these pairs: the best of k
 		// that tie looks better than each does, so the ratio leans
@@ -539,7 +540,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 		// alternative (Bonferroni). The other end needs no correction:
 		// the choice only makes "better" harder.
 		wide := 1 - (1-level)/float64(k)
-		_, lo, hi, w := comparisonInterval(r.Values, spread, wide)
+		_, lo, hi, w := judge.ComparisonInterval(r.Values, spread, wide)
 		widened = widened || w
 		side := "lower"
 		if c.higher {
@@ -556,15 +557,15 @@ func evaluate(s *Scenario, c check) CheckResult {
 	if widened {
 		r.Notes = append(r.Notes, "interval at the A/A control's per-pair spread, wider than the comparison's own")
 	}
-	r.Margin = aaMargin(aa)
-	if why := unstableControl(aa, level); why != "" {
+	r.Margin = judge.AAMargin(aa)
+	if why := judge.UnstableControl(aa, level); why != "" {
 		r.Verdict = ""
 		r.NotJudged = why
 		return r
 	}
 	r.Verdict = Inconclusive
 	if len(r.Values) >= 2 {
-		r.Verdict = threeWay(r.CILow, r.CIHigh, r.Margin, c.higher)
+		r.Verdict = judge.ThreeWay(r.CILow, r.CIHigh, r.Margin, c.higher)
 	}
 	boundedVerdict(&r, c)
 	if r.Verdict == Inconclusive {
@@ -579,7 +580,7 @@ const maxPairsToDecide = 1000
 // pairsToDecide is about how many pairs, looked at once, an inconclusive
 // comparison would need for its interval to clear the margin band or fit
 // inside it: its per-pair spread in logs (pooled with the A/A control's,
-// aa, when wider, as comparisonInterval does) and the distance d of its
+// aa, when wider, as judge.ComparisonInterval does) and the distance d of its
 // estimate from the band's nearer edge give the fewest pairs, more than
 // it has, whose t interval at 1 - 0.025/k for k alternatives (the
 // Bonferroni end) is narrower than d. 0 with fewer than two ratios; an
@@ -589,9 +590,9 @@ func pairsToDecide(ratios, aa []float64, k int, margin float64) int {
 	if n < 2 {
 		return 0
 	}
-	mean, sd := logMeanSpread(ratios)
+	mean, sd := judge.LogMeanSpread(ratios)
 	if len(aa) >= 2 {
-		sd = max(sd, pooledSpread(sd, n, aa))
+		sd = max(sd, judge.PooledSpread(sd, n, aa))
 	}
 	d := math.Abs(math.Abs(mean) - math.Log(1+margin))
 	if d == 0 {
@@ -602,7 +603,7 @@ func pairsToDecide(ratios, aa []float64, k int, margin float64) int {
 	// d: at a few pairs t is far wider than z.
 	p := 1 - 0.025/float64(max(k, 1))
 	narrow := func(pairs int) bool { // the t interval of pairs pairs is narrower than d
-		t := tQuantile(p, pairs-1)
+		t := judge.TQuantile(p, pairs-1)
 		return t*sd/math.Sqrt(float64(pairs)) < d
 	}
 	lo := max(n+1, int(min(math.Ceil(math.Pow(distuv.UnitNormal.Quantile(p)*sd/d, 2)), maxPairsToDecide)))

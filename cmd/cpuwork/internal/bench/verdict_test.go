@@ -2,6 +2,7 @@ package bench
 
 import (
 	"fmt"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/judge"
 	"math"
 	"strings"
 	"testing"
@@ -57,12 +58,12 @@ func TestThreeWayVerdictsAgainstTheBestAlternative(t *testing.T) {
 				"cw": {"p99": jitter(tc.cw, 6)[1:]}, "a": {"p99": jitter(1, 6)[1:]}, "b": {"p99": jitter(2, 6)},
 				"a-aa": {"p99": jitter(1, 6)[1:]},
 			})
-			judge(s, []check{{label: "p99", judged: "cw", against: []string{"a", "b"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
+			judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a", "b"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
 			c := s.Checks[0]
 			if c.Verdict != tc.want || c.BestAlternative != "a" || c.Pairs != 5 {
 				t.Fatalf("%s against %s on %d pairs, want %s against a on 5 (the shortest variant's repeats): %s", c.Verdict, c.BestAlternative, c.Pairs, tc.want, c.line())
 			}
-			if !(c.CILow <= c.Estimate && c.Estimate <= c.CIHigh) || c.Margin < marginFloor {
+			if !(c.CILow <= c.Estimate && c.Estimate <= c.CIHigh) || c.Margin < judge.MarginFloor {
 				t.Errorf("estimate %v outside [%v, %v] or margin %v under the floor", c.Estimate, c.CILow, c.CIHigh, c.Margin)
 			}
 			for _, want := range []string{string(tc.want), "95% CI", "margin", "5 pairs", " a "} {
@@ -83,7 +84,7 @@ func TestAnInconclusiveComparisonNeedsMorePairs(t *testing.T) {
 		want Verdict
 	}{{3, Inconclusive}, {10, Better}} {
 		s := synth(map[string]map[string][]float64{"cw": {"p99": noisy[:tc.n]}, "a": {"p99": jitter(1, tc.n)}, "a-aa": {"p99": jitter(1, tc.n)}})
-		judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
+		judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
 		if got := s.Checks[0].Verdict; got != tc.want {
 			t.Errorf("%d pairs: %s, want %s: %s", tc.n, got, tc.want, s.Checks[0].line())
 		}
@@ -96,7 +97,7 @@ func TestTheAAControlSetsTheMargin(t *testing.T) {
 	// effect, so not judged (it once widened the margin to 20 % and read
 	// a real 10 % difference equivalent).
 	s := synth(map[string]map[string][]float64{"cw": {"p99": jitter(0.9, 6)}, "a": {"p99": jitter(1, 6)}, "a-aa": {"p99": jitter(1.2, 6)}})
-	judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
+	judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
 	c := s.Checks[0]
 	if c.Verdict != "" || !strings.Contains(c.NotJudged, "unstable control") {
 		t.Errorf("verdict %s: want not judged (unstable control): %s", c.Verdict, c.line())
@@ -104,14 +105,14 @@ func TestTheAAControlSetsTheMargin(t *testing.T) {
 	// A control 3 % off, its interval inside the floor: the margin is
 	// the floor and cpuwork's 10 % is better.
 	s = synth(map[string]map[string][]float64{"cw": {"p99": jitter(0.9, 6)}, "a": {"p99": jitter(1, 6)}, "a-aa": {"p99": jitter(1.03, 6)}})
-	judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
-	if c := s.Checks[0]; math.Abs(c.Margin-marginFloor) > 0.01 || c.Verdict != Better {
+	judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
+	if c := s.Checks[0]; math.Abs(c.Margin-judge.MarginFloor) > 0.01 || c.Verdict != Better {
 		t.Errorf("a 3 %% control: margin %.3f, verdict %s: want the floor and better: %s", c.Margin, c.Verdict, c.line())
 	}
 	// Without an A/A control the margin is the floor, and a note says so.
 	s = synth(map[string]map[string][]float64{"cw": {"p99": jitter(0.9, 6)}, "a": {"p99": jitter(1, 6)}})
-	judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
-	if c := s.Checks[0]; c.Margin != marginFloor || c.Verdict != Better || !strings.Contains(strings.Join(c.Notes, " "), "no A/A control") {
+	judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+	if c := s.Checks[0]; c.Margin != judge.MarginFloor || c.Verdict != Better || !strings.Contains(strings.Join(c.Notes, " "), "no A/A control") {
 		t.Errorf("no A/A: margin %v verdict %s notes %q", c.Margin, c.Verdict, c.Notes)
 	}
 }
@@ -132,12 +133,12 @@ func TestThreePairsAgreeingByChanceMakeNoVerdictTheControlsNoiseDenies(t *testin
 		"a-aa": {"batch_jobs_per_s": {1194, 1311, 1358}},
 	})
 	s.level = lookLevel(defaultMaxPairs)
-	judge(s, []check{{label: "jobs", judged: "cw", against: []string{"a"}, metric: "batch_jobs_per_s", higher: true, aa: [2]string{"a", "a-aa"}}})
+	judgeChecks(s, []check{{label: "jobs", judged: "cw", against: []string{"a"}, metric: "batch_jobs_per_s", higher: true, aa: [2]string{"a", "a-aa"}}})
 	c := s.Checks[0]
 	if c.Verdict != Inconclusive || !strings.Contains(strings.Join(c.Notes, " "), "A/A control's per-pair spread") {
 		t.Errorf("3 pairs at 0.93-0.94x beside an A/A control of 0.94-0.99x: %s, notes %q; want inconclusive, at the control's spread", c.line(), c.Notes)
 	}
-	_, lo, hi := pairedInterval([]float64{1191.0 / 1274, 1238.0 / 1320, 1279.0 / 1376}, s.level)
+	_, lo, hi := judge.PairedInterval([]float64{1191.0 / 1274, 1238.0 / 1320, 1279.0 / 1376}, s.level)
 	if !(c.CILow < lo && c.CIHigh > hi) {
 		t.Errorf("interval [%.3f, %.3f], want wider than the pairs' own [%.3f, %.3f]", c.CILow, c.CIHigh, lo, hi)
 	}
@@ -151,7 +152,7 @@ func TestThreePairsAgreeingByChanceMakeNoVerdictTheControlsNoiseDenies(t *testin
 		"b-aa": {"p99": {1, 2.5, 2}},
 	})
 	s.level = lookLevel(defaultMaxPairs)
-	judge(s, []check{{label: "p99", judged: "cw", against: []string{"a", "b"}, metric: "p99", aa: [2]string{"b", "b-aa"}}})
+	judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a", "b"}, metric: "p99", aa: [2]string{"b", "b-aa"}}})
 	if c := s.Checks[0]; c.Verdict != Equivalent || strings.Contains(strings.Join(c.Notes, " "), "A/A control's per-pair spread") {
 		t.Errorf("against a, with b's A/A control: %s, notes %q; want equivalent on its own interval", c.line(), c.Notes)
 	}
@@ -160,8 +161,8 @@ func TestThreePairsAgreeingByChanceMakeNoVerdictTheControlsNoiseDenies(t *testin
 	noisy := []float64{0.5, 0.9, 0.6}
 	s = synth(map[string]map[string][]float64{"cw": {"p99": noisy}, "a": {"p99": {1, 1, 1}}, "a-aa": {"p99": {1, 1.01, 0.99}}})
 	s.level = lookLevel(defaultMaxPairs)
-	judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
-	_, lo, hi = pairedInterval(noisy, s.level)
+	judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99", aa: [2]string{"a", "a-aa"}}})
+	_, lo, hi = judge.PairedInterval(noisy, s.level)
 	if c := s.Checks[0]; math.Abs(c.CILow-lo) > 1e-12 || math.Abs(c.CIHigh-hi) > 1e-12 || strings.Contains(strings.Join(c.Notes, " "), "A/A control's per-pair spread") {
 		t.Errorf("a comparison noisier than its control: [%v, %v], want its own [%v, %v]; notes %q", c.CILow, c.CIHigh, lo, hi, c.Notes)
 	}
@@ -169,7 +170,7 @@ func TestThreePairsAgreeingByChanceMakeNoVerdictTheControlsNoiseDenies(t *testin
 
 func TestHigherIsBetterMirrorsTheVerdict(t *testing.T) {
 	s := synth(map[string]map[string][]float64{"cw": {"goodput_per_s": jitter(200, 5)}, "a": {"goodput_per_s": jitter(100, 5)}, "b": {"goodput_per_s": jitter(50, 5)}})
-	judge(s, []check{{label: "goodput", judged: "cw", against: []string{"a", "b"}, metric: "goodput_per_s", higher: true}})
+	judgeChecks(s, []check{{label: "goodput", judged: "cw", against: []string{"a", "b"}, metric: "goodput_per_s", higher: true}})
 	if c := s.Checks[0]; c.Verdict != Better || c.BestAlternative != "a" {
 		t.Errorf("%s against %s, want better against a (the highest)", c.Verdict, c.BestAlternative)
 	}
@@ -182,7 +183,7 @@ func TestGoalsAreFiguresNeverVerdicts(t *testing.T) {
 		"a":        {"p99": jitter(0.010, 3)},
 		"no-batch": {"p99": jitter(0.003, 3)},
 	})
-	judge(s, []check{
+	judgeChecks(s, []check{
 		{label: "alone: p99", judged: "cw", against: []string{"a"}, metric: "p99"},
 		{label: "alone: p99 (goal)", judged: "cw", metric: "p99", limit: 0.001, floor: "no-batch"},
 		{label: "alone: shed", judged: "cw", metric: "shed_share", limit: 0.01},
@@ -205,7 +206,7 @@ func TestTheStatusSaysWhatEachCaseFound(t *testing.T) {
 		"cw": {"p99": jitter(0.5, 4)}, "a": {"p99": jitter(1, 4)},
 		"cw2": {"p99": jitter(2, 4)}, "cw3": {"p99": jitter(0.5, 4)},
 	})
-	judge(s, []check{
+	judgeChecks(s, []check{
 		{label: "alone: p99", judged: "cw", against: []string{"a"}, metric: "p99"},
 		{label: "95%: p99", judged: "cw2", against: []string{"a"}, metric: "p99"},
 		{label: "nice0: p99", judged: "cw3", against: []string{"a"}, metric: "p99"},
@@ -214,7 +215,7 @@ func TestTheStatusSaysWhatEachCaseFound(t *testing.T) {
 		t.Errorf("status %s %q", s.Status, s.Summary)
 	}
 	s = synth(map[string]map[string][]float64{"cw": {"p99": jitter(0.5, 4)}, "a": {"p99": jitter(1, 4)}})
-	judge(s, []check{{label: "alone: p99", judged: "cw", against: []string{"a"}, metric: "p99"}, {label: "nice0: p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+	judgeChecks(s, []check{{label: "alone: p99", judged: "cw", against: []string{"a"}, metric: "p99"}, {label: "nice0: p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
 	if s.Summary != "better in 2 of 2 cases" {
 		t.Errorf("summary %q", s.Summary)
 	}
@@ -225,7 +226,7 @@ func TestTheStatusSaysWhatEachCaseFound(t *testing.T) {
 func TestChecksAreJudgedOnTheirOwnPairs(t *testing.T) {
 	s := synth(map[string]map[string][]float64{"cw": {"p99": jitter(0.5, 4), "share": {0.9, 0.9, 0.9, 0.9}}, "a": {"p99": jitter(1, 4), "share": {0.9, 0.9, 0.9, 0.9}}})
 	delete(s.variant("cw").Repeats[1].Extra, "share")
-	judge(s, []check{
+	judgeChecks(s, []check{
 		{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"},
 		{label: "share", judged: "cw", against: []string{"a"}, metric: "share", higher: true},
 	})
@@ -238,7 +239,7 @@ func TestChecksAreJudgedOnTheirOwnPairs(t *testing.T) {
 func TestADecidedComparisonKeepsItsPairs(t *testing.T) {
 	s := synth(map[string]map[string][]float64{"cw": {"p99": append(jitter(0.5, 3), 3, 3, 3)}, "a": {"p99": jitter(1, 6)}})
 	s.decidedAt = map[string]int{"p99": 3}
-	judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+	judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
 	if c := s.Checks[0]; c.Pairs != 3 || c.Verdict != Better {
 		t.Errorf("%s on %d pairs, want better on the 3 it was decided on", c.Verdict, c.Pairs)
 	}
@@ -247,7 +248,7 @@ func TestADecidedComparisonKeepsItsPairs(t *testing.T) {
 func TestAQuickRunPrintsNoVerdict(t *testing.T) {
 	s := synth(map[string]map[string][]float64{"cw": {"p99": {0.5}}, "a": {"p99": {1}}})
 	s.smoke = true
-	judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+	judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
 	if s.Status != StatusSmoke || s.Checks[0].Verdict != "" || !strings.Contains(s.Checks[0].line(), "no verdict") {
 		t.Errorf("status %s, check %q", s.Status, s.Checks[0].line())
 	}
@@ -260,13 +261,13 @@ func TestVerdictNotJudgedNeverDropped(t *testing.T) {
 	c := []check{{label: "p99", judged: "cw", against: []string{"a", "b"}, metric: "p99"}}
 	s := base()
 	s.variant("b").Valid, s.variant("b").Invalid = false, "synthetic"
-	judge(s, c)
+	judgeChecks(s, c)
 	if s.Status != StatusNotJudged || !strings.Contains(s.Verdict, "b invalid") {
 		t.Errorf("an invalid alternative: %s %q", s.Status, s.Verdict)
 	}
 	s = base()
 	s.variant("a").Repeats[1].P99 = math.Inf(1)
-	judge(s, c)
+	judgeChecks(s, c)
 	if s.Status != StatusNotJudged || !strings.Contains(s.Verdict, "not a measurement") {
 		t.Errorf("an infinite value: %s %q", s.Status, s.Verdict)
 	}
@@ -275,7 +276,7 @@ func TestVerdictNotJudgedNeverDropped(t *testing.T) {
 	s = base()
 	s.Variants = s.Variants[:0:0]
 	s = synth(map[string]map[string][]float64{"cw": {"p99": jitter(1, 3)}, "a": {"p99": jitter(2, 3)}})
-	judge(s, c)
+	judgeChecks(s, c)
 	if s.Checks[0].NotJudged != "" || !strings.Contains(strings.Join(s.Checks[0].Notes, " "), "not run here: b") {
 		t.Errorf("a left-out alternative: %q %q", s.Checks[0].NotJudged, s.Checks[0].Notes)
 	}
@@ -320,7 +321,7 @@ func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 						vals[a] = map[string][]float64{c.metric: jitter(1, 4)}
 					}
 					s := synth(vals)
-					judge(s, []check{c})
+					judgeChecks(s, []check{c})
 					if got := s.Checks[0].Verdict; got != want {
 						t.Errorf("%s at %vx: %s, want %s: %s", c.label, factor, got, want, s.Checks[0].line())
 					}
@@ -332,7 +333,7 @@ func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 					}
 					s := synth(vals)
 					s.variant(need).Valid, s.variant(need).Invalid = false, "synthetic"
-					judge(s, []check{c})
+					judgeChecks(s, []check{c})
 					if s.Status != StatusNotJudged || !strings.Contains(s.Verdict, need+" invalid") {
 						t.Errorf("%s with %s invalid: %q: %s", c.label, need, s.Status, s.Verdict)
 					}
@@ -374,17 +375,17 @@ func TestABoundSupportsAVerdictOneWayOnly(t *testing.T) {
 	}
 	c := capacityCheck("", "", 0.1, []string{"pool"}, "pool")
 	s := mk(60) // the bound is below the pool's capacity
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if r := s.Checks[0]; r.Verdict != Inconclusive || !strings.Contains(strings.Join(r.Notes, " "), "not supported") {
 		t.Errorf("a lower bound below the pool: %s %v, want inconclusive with a note", r.Verdict, r.Notes)
 	}
 	s = mk(100) // equal: equivalence is not supported by a bound either
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if r := s.Checks[0]; r.Verdict != Inconclusive {
 		t.Errorf("a lower bound equal to the pool: %s, want inconclusive", r.Verdict)
 	}
 	s = mk(180) // the bound alone beats the pool
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if r := s.Checks[0]; r.Verdict != Better {
 		t.Errorf("a lower bound above the pool: %s, want better", r.Verdict)
 	}
@@ -403,17 +404,17 @@ func TestSheddingMoreNeverReadsAsALowerP99OfAll(t *testing.T) {
 	}
 	c := check{label: "80%: p99 of all", judged: "cpuwork@80%", against: []string{"sem@80%"}, metric: "p99_all_s"}
 	s := mk(0.1, 0.75, 0.2) // both shed; cpuwork's slowest answer is lower
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if r := s.Checks[0]; r.Verdict != Inconclusive || !strings.Contains(strings.Join(r.Notes, " "), "not supported") {
 		t.Errorf("both over 1 %% unanswered: %s %v, want inconclusive with a note", r.Verdict, r.Notes)
 	}
 	s = mk(0.1, 0, 0.2) // only the peer sheds: cpuwork's p99 is exact
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if r := s.Checks[0]; r.Verdict != Better {
 		t.Errorf("only the peer over 1 %% unanswered: %s %v, want better", r.Verdict, r.Notes)
 	}
 	s = mk(0.4, 0.1, 0) // cpuwork sheds and is slower: worse stands
-	judge(s, []check{c})
+	judgeChecks(s, []check{c})
 	if r := s.Checks[0]; r.Verdict != Worse {
 		t.Errorf("cpuwork over 1 %% unanswered and slower: %s %v, want worse", r.Verdict, r.Notes)
 	}
@@ -469,7 +470,7 @@ func TestAnUnstableControlMakesItsComparisonsNotJudged(t *testing.T) {
 			"pool":    {"p99": jitter(100, 12)},
 			"pool-aa": {"p99": tc.aa},
 		})
-		judge(s, []check{c})
+		judgeChecks(s, []check{c})
 		got := s.Checks[0]
 		if got.Verdict != tc.want || !strings.Contains(got.NotJudged, tc.why) {
 			t.Errorf("%s: verdict %q, not judged %q; want %q and %q: %s", tc.name, got.Verdict, got.NotJudged, tc.want, tc.why, got.line())
@@ -486,7 +487,7 @@ func TestAnUndecidedComparisonSaysWhatDecidingWouldTake(t *testing.T) {
 	mk := func(cw []float64) *Scenario {
 		s := synth(map[string]map[string][]float64{"cw": {"p99": cw}, "a": {"p99": {1, 1, 1}}})
 		s.Name, s.Pairs, s.DurationS = "service", 3, 180
-		judge(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+		judgeChecks(s, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
 		return s
 	}
 	s := mk(noisy)
@@ -521,7 +522,7 @@ func TestAnUndecidedComparisonSaysWhatDecidingWouldTake(t *testing.T) {
 func TestTheSummarySaysHowLongDecidingWouldTake(t *testing.T) {
 	s := synth(map[string]map[string][]float64{"cw": {"p99": {0.8, 1.0, 0.9}}, "a": {"p99": {1, 1, 1}}})
 	s.Name, s.Pairs, s.DurationS = "service", 3, 180
-	judge(s, []check{{label: "80%: p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+	judgeChecks(s, []check{{label: "80%: p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
 	n := s.Checks[0].PairsToDecide
 	want := fmt.Sprintf(`cannot tell in this run; about %d pairs (%d min here) would decide "80%%: p99"`, n, n)
 	if got := nearestDecision(s); got != want {
@@ -534,7 +535,7 @@ func TestTheSummarySaysHowLongDecidingWouldTake(t *testing.T) {
 	}
 	d := synth(map[string]map[string][]float64{"cw": {"p99": jitter(0.5, 3)}, "a": {"p99": {1, 1, 1}}})
 	d.Pairs, d.DurationS = 3, 180
-	judge(d, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
+	judgeChecks(d, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
 	if got := nearestDecision(d); got != "" {
 		t.Errorf("a decided scenario: %q, want nothing", got)
 	}

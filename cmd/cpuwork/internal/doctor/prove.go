@@ -21,7 +21,7 @@ import (
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cgroup"
-	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/bench"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/judge"
 )
 
 // ProveConfig is a command to diagnose and, where the doctor's top fix
@@ -90,7 +90,7 @@ type Figure struct {
 	Hi       float64       `json:"hi"`
 	AA       float64       `json:"aa"`
 	Margin   float64       `json:"margin"`
-	Verdict  bench.Verdict `json:"verdict"`
+	Verdict  judge.Verdict `json:"verdict"`
 	finding  bool          // the figure the finding rests on
 	floor    float64       // added to both sides of a ratio: the figure's resolution
 	asIs, aa []float64
@@ -110,7 +110,7 @@ type Proof struct {
 	// first of them (the load's p99, else the probes'). Without --load or
 	// --url it is empty: the mechanism's figures alone prove no benefit
 	// (NoVerdict says so).
-	Verdict   bench.Verdict `json:"verdict,omitempty"`
+	Verdict   judge.Verdict `json:"verdict,omitempty"`
 	NoVerdict string        `json:"no_verdict,omitempty"`
 	// LoadWhere says where the load command ran.
 	LoadWhere string        `json:"load_where,omitempty"`
@@ -212,7 +212,7 @@ func Prove(cfg ProveConfig) (*Proof, error) {
 			aa = append(aa, (f.aa[k]+f.floor)/(f.asIs[k]+f.floor))
 		}
 		f.AsIs, f.Fixed = median(f.asIs), median(f.fixed)
-		j := bench.JudgeOnce(ratios, aa, f.Higher)
+		j := judge.JudgeOnce(ratios, aa, f.Higher)
 		f.Ratio, f.Lo, f.Hi, f.AA, f.Margin, f.Verdict = j.Ratio, j.Lo, j.Hi, j.AA, j.Margin, j.Verdict
 	}
 	p.Figures = figs
@@ -224,15 +224,15 @@ func Prove(cfg ProveConfig) (*Proof, error) {
 // feltVerdict is a proof's verdict from its figures: it rests on what
 // the users feel — worse when any felt figure is worse, else the first
 // felt figure's verdict; with no felt figure, none.
-func feltVerdict(figs []Figure) (bench.Verdict, string) {
+func feltVerdict(figs []Figure) (judge.Verdict, string) {
 	var first *Figure
 	for i := range figs {
 		f := &figs[i]
 		if !f.Felt {
 			continue
 		}
-		if f.Verdict == bench.Worse {
-			return bench.Worse, ""
+		if f.Verdict == judge.Worse {
+			return judge.Worse, ""
 		}
 		if first == nil {
 			first = f

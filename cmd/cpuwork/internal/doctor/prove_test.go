@@ -12,7 +12,7 @@ import (
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/cgroup"
-	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/bench"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/judge"
 )
 
 // The refusals of --prove: no command, a command that exits at once, a
@@ -118,7 +118,7 @@ func TestProveGOMAXPROCSAboveAQuota(t *testing.T) {
 	// once): the throttling figures must never be worse, and are better
 	// on a quiet machine (docs/raw/doctor-prove-2026-11-28.txt).
 	for _, f := range p.Figures {
-		if f.Name == "run delay" && f.Verdict != bench.Better || f.Verdict == bench.Worse {
+		if f.Name == "run delay" && f.Verdict != judge.Better || f.Verdict == judge.Worse {
 			t.Errorf("%s: %s", f.Name, f.Verdict)
 		}
 	}
@@ -151,7 +151,7 @@ awk -v f=$f -v n=$n 'BEGIN { printf "{\"p99_ms\": %%.3f, \"rps\": 50}\n", 100 * 
 // runs outside the program's cgroup.
 func TestProveCallsAFixThatWorsensTheLoadWorse(t *testing.T) {
 	p, ran := provedWithLoad(t, "2")
-	if p.Verdict != bench.Worse {
+	if p.Verdict != judge.Worse {
 		t.Errorf("the load's p99 doubled by the fix: verdict %q, want worse", p.Verdict)
 	}
 	if strings.Contains(ran, "cpuwork-doctor-test") || !strings.Contains(ran, "prove-load") {
@@ -164,7 +164,7 @@ func TestProveCallsAFixThatWorsensTheLoadWorse(t *testing.T) {
 
 // A fix that improves the load's latency is better.
 func TestProveCallsAFixThatImprovesTheLoadBetter(t *testing.T) {
-	if p, _ := provedWithLoad(t, "0.5"); p.Verdict != bench.Better {
+	if p, _ := provedWithLoad(t, "0.5"); p.Verdict != judge.Better {
 		t.Errorf("the load's p99 halved by the fix: verdict %q, want better", p.Verdict)
 	}
 }
@@ -172,18 +172,18 @@ func TestProveCallsAFixThatImprovesTheLoadBetter(t *testing.T) {
 // The verdict rests on the felt figures: any worse makes it worse; else
 // the first one's; none: no verdict.
 func TestTheVerdictRestsOnWhatTheUsersFeel(t *testing.T) {
-	f := func(name string, felt bool, v bench.Verdict) Figure {
+	f := func(name string, felt bool, v judge.Verdict) Figure {
 		return Figure{Name: name, Felt: felt, Verdict: v}
 	}
 	for _, c := range []struct {
 		figs []Figure
-		want bench.Verdict
+		want judge.Verdict
 	}{
-		{[]Figure{f("throttled time", false, bench.Better), f("load p99", true, bench.Worse)}, bench.Worse},
-		{[]Figure{f("throttled time", false, bench.Better), f("load p99", true, bench.Inconclusive)}, bench.Inconclusive},
-		{[]Figure{f("load p99", true, bench.Better), f("load throughput", true, bench.Worse)}, bench.Worse},
-		{[]Figure{f("load p99", true, bench.Better), f("load throughput", true, bench.Equivalent)}, bench.Better},
-		{[]Figure{f("throttled time", false, bench.Worse)}, ""},
+		{[]Figure{f("throttled time", false, judge.Better), f("load p99", true, judge.Worse)}, judge.Worse},
+		{[]Figure{f("throttled time", false, judge.Better), f("load p99", true, judge.Inconclusive)}, judge.Inconclusive},
+		{[]Figure{f("load p99", true, judge.Better), f("load throughput", true, judge.Worse)}, judge.Worse},
+		{[]Figure{f("load p99", true, judge.Better), f("load throughput", true, judge.Equivalent)}, judge.Better},
+		{[]Figure{f("throttled time", false, judge.Worse)}, ""},
 	} {
 		if got, _ := feltVerdict(c.figs); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.figs, got, c.want)
