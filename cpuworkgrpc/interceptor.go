@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/loadreport"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -77,6 +78,16 @@ type Options struct {
 	// Logger receives a handler's panic (with its stack) and a Class
 	// function's invalid class; nil: slog.Default().
 	Logger *slog.Logger
+
+	// ReportLoad sends the executor's load with every call, refused ones
+	// too, as a per-call ORCA load report (gRFC A51: the
+	// endpoint-load-metrics-bin trailer, or through orca's recorder when
+	// the server has orca.CallMetricsServerOption):
+	// application_utilization, cpu_utilization, rps_fractional and eps as
+	// package loadreport defines them, the queue counted against
+	// Objective. A client whose balancer is weighted_round_robin then
+	// sends a full replica less. false: no report.
+	ReportLoad bool
 }
 
 // UnaryServerInterceptor returns an interceptor that runs each unary call's
@@ -97,6 +108,7 @@ func UnaryServerInterceptor(e *cpuwork.Executor, o Options) grpc.UnaryServerInte
 	a := newAdmitter(e, o)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
 		ctx, c := a.prepare(ctx, info.FullMethod)
+		defer a.reportLoad(ctx, nil)
 		var resp any
 		var herr error
 		err := e.Do(ctx, c, func(ctx context.Context) error {
@@ -124,6 +136,7 @@ func StreamServerInterceptor(e *cpuwork.Executor, o Options) grpc.StreamServerIn
 	a := newAdmitter(e, o)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		ctx, c := a.prepare(ss.Context(), info.FullMethod)
+		defer a.reportLoad(ctx, ss)
 		if err := e.Allow(ctx, c); err != nil {
 			return a.refusal(ctx, info.FullMethod, c, err)
 		}
@@ -152,6 +165,7 @@ type admitter struct {
 	o     Options
 	retry *durationpb.Duration // nil: no retry information
 	log   *slog.Logger
+	load  *loadreport.Reporter // nil: Options.ReportLoad is off
 }
 
 func newAdmitter(e *cpuwork.Executor, o Options) *admitter {
@@ -167,6 +181,9 @@ func newAdmitter(e *cpuwork.Executor, o Options) *admitter {
 	}
 	if a.log == nil {
 		a.log = slog.Default()
+	}
+	if o.ReportLoad {
+		a.load = loadreport.New(e, o.Objective)
 	}
 	return a
 }

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/loadreport"
 	"github.com/felixge/httpsnoop"
 )
 
@@ -109,6 +110,15 @@ type Options struct {
 	// nil: the requests whose path starts with "/debug/"
 	// (PathPrefix("/debug/")); to admit every request, return false.
 	Bypass func(*http.Request) bool
+
+	// ReportLoad adds the executor's load to every response, refused and
+	// bypassed ones too, in the endpoint-load-metrics header that Envoy
+	// reads (loadreport.HeaderName, in Envoy's text format:
+	// application_utilization, cpu_utilization, rps_fractional, eps;
+	// package loadreport says what each means), so that a balancer by
+	// load sends a full replica less. The queue is counted against
+	// Objective. false: no header.
+	ReportLoad bool
 }
 
 // PathPrefix returns a Bypass that serves outside admission the requests
@@ -185,7 +195,11 @@ func Handler(e *cpuwork.Executor, h http.Handler, o Options) http.Handler {
 	if o.Bypass == nil {
 		o.Bypass = PathPrefix("/debug/")
 	}
-	return &handler{e: e, h: h, o: o, retry: retry, log: log}
+	m := &handler{e: e, h: h, o: o, retry: retry, log: log}
+	if o.ReportLoad {
+		m.load = loadreport.New(e, o.Objective)
+	}
+	return m
 }
 
 type handler struct {
@@ -194,9 +208,13 @@ type handler struct {
 	o     Options
 	retry string
 	log   *slog.Logger
+	load  *loadreport.Reporter // nil: Options.ReportLoad is off
 }
 
 func (m *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m.load != nil {
+		w.Header().Set(loadreport.HeaderName, m.load.Report().Header())
+	}
 	if m.o.Bypass(r) {
 		m.h.ServeHTTP(w, r)
 		return
