@@ -136,21 +136,32 @@ func buildAndRunBench(build, args []string) error {
 	return nil
 }
 
-// builtByGoRun reports whether exe is a binary `go run` built: it lies in
-// a go-build directory under the temporary directory (GOTMPDIR or
-// os.TempDir).
+// builtByGoRun reports whether exe is a binary `go run` built: it lies
+// in a go-build directory under the temporary directory (GOTMPDIR or
+// os.TempDir), or in the build cache, where `go run` keeps the binaries
+// it built before (GOCACHE, by default go-build in the user's cache
+// directory).
 func builtByGoRun(exe string) bool {
 	if exe == "" {
 		return false
+	}
+	under := func(dir string) bool {
+		rel, err := filepath.Rel(dir, exe)
+		return err == nil && rel != "." && !strings.HasPrefix(rel, "..")
 	}
 	for _, tmp := range []string{os.Getenv("GOTMPDIR"), os.TempDir()} {
 		if tmp == "" {
 			continue
 		}
-		rel, err := filepath.Rel(tmp, exe)
-		if err == nil && strings.HasPrefix(rel, "go-build") {
+		if rel, err := filepath.Rel(tmp, exe); err == nil && strings.HasPrefix(rel, "go-build") {
 			return true
 		}
 	}
-	return false
+	cache := os.Getenv("GOCACHE")
+	if cache == "" {
+		if d, err := os.UserCacheDir(); err == nil {
+			cache = filepath.Join(d, "go-build")
+		}
+	}
+	return cache != "" && cache != "off" && under(cache)
 }

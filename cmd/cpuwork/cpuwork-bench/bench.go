@@ -420,3 +420,20 @@ func quotaTimelineCmd() *cobra.Command {
 	cmd.Flags().DurationVar(&duration, "duration", 3*time.Second, "time per policy")
 	return cmd
 }
+
+// fleetReplicaCmd is the fleet scenario's replica, run in its cgroup.
+func fleetReplicaCmd() *cobra.Command {
+	var variant string
+	var iters int
+	var objective time.Duration
+	cmd := &cobra.Command{
+		Use: "fleet-replica", Hidden: true, Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return bench.FleetReplica(variant, iters, objective, os.Stdin, cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&variant, "variant", "cpuwork", "cpuwork or sem")
+	cmd.Flags().IntVar(&iters, "iters", 1, "spin iterations per call")
+	cmd.Flags().DurationVar(&objective, "objective", 500*time.Millisecond, "the calls' latency objective")
+	return cmd
+}

@@ -34,6 +34,6 @@ func rootCmd() *cobra.Command {
 	root.SilenceUsage, root.SilenceErrors = true, true
 	root.CompletionOptions.DisableDefaultCmd = true
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return cli.UsageError(err) })
-	root.AddCommand(loadgenCmd(), cli.ExecInCmd(), quotaChildCmd(), probeCmd(), hogCmd(), inferenceServerCmd(), quotaTimelineCmd())
+	root.AddCommand(loadgenCmd(), cli.ExecInCmd(), quotaChildCmd(), probeCmd(), hogCmd(), inferenceServerCmd(), quotaTimelineCmd(), fleetReplicaCmd())
 	return root
 }

@@ -11,7 +11,7 @@ import (
 // groupPrefixes name every cgroup the bench creates: each is named
 // cgroup.OwnedName(prefix) (prefix-PID-START), so that SweepStale, at the
 // start of a later run, can tell the groups of a bench that died.
-var groupPrefixes = []string{"bench-quota", "bench-loadgen", "bench-inference", "bench-probe", "bench-hog", "compete"}
+var groupPrefixes = []string{"bench-quota", "bench-loadgen", "bench-inference", "bench-probe", "bench-hog", "bench-fleet0", "bench-fleet1", "bench-fleet2", "compete"}
 
 // live holds the groups this process created and has not removed yet, for
 // Cleanup on SIGINT/SIGTERM.

@@ -155,6 +155,7 @@ var scenarioTable = []scenarioDef{
 	mixedDef(imageproxyTarget),
 	mixedDef(opaTarget),
 	realserverStepDef(imageproxyTarget),
+	fleetDef(),
 	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups (0.25 only in the default run): GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {
