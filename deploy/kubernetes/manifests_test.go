@@ -136,33 +136,11 @@ func TestManifestsDecodeStrictlyAndQueryOnlyExportedMetrics(t *testing.T) {
 
 	// prometheus-adapter: the rule's queries parse once its template
 	// placeholders are filled, and it exposes what the HPA asks for.
-	var cm corev1.ConfigMap
-	strict(t, objs["ConfigMap"][0], &cm)
-	var rules struct {
-		Rules []struct {
-			SeriesQuery string `json:"seriesQuery"`
-			Resources   struct {
-				Overrides map[string]struct {
-					Resource string `json:"resource"`
-				} `json:"overrides"`
-			} `json:"resources"`
-			Name struct {
-				Matches string `json:"matches"`
-				As      string `json:"as"`
-			} `json:"name"`
-			MetricsQuery string `json:"metricsQuery"`
-		} `json:"rules"`
-	}
-	j, err := yaml.YAMLToJSON([]byte(cm.Data["config.yaml"]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	strict(t, j, &rules)
+	rules := adapterRules(t)
 	var adapterMetrics []string
-	for _, r := range rules.Rules {
+	for _, r := range rules {
 		checkPromQL(t, "adapter seriesQuery", r.SeriesQuery, names)
-		q := strings.NewReplacer("<<.Series>>", "cpuwork_queue_wait_seconds_bucket", "<<.LabelMatchers>>", `namespace="default",pod=~"cpuwork-service-.*"`, "<<.GroupBy>>", "pod").Replace(r.MetricsQuery)
-		checkPromQL(t, "adapter metricsQuery", q, names)
+		checkPromQL(t, "adapter metricsQuery", fillAdapterTemplate(r.MetricsQuery), names)
 		adapterMetrics = append(adapterMetrics, r.Name.As)
 	}
 
@@ -188,4 +166,41 @@ func TestManifestsDecodeStrictlyAndQueryOnlyExportedMetrics(t *testing.T) {
 		}
 		checkPromQL(t, "KEDA trigger", tr.Metadata["query"], names)
 	}
+}
+
+// adapterRule is one prometheus-adapter rule.
+type adapterRule struct {
+	SeriesQuery string `json:"seriesQuery"`
+	Resources   struct {
+		Overrides map[string]struct {
+			Resource string `json:"resource"`
+		} `json:"overrides"`
+	} `json:"resources"`
+	Name struct {
+		Matches string `json:"matches"`
+		As      string `json:"as"`
+	} `json:"name"`
+	MetricsQuery string `json:"metricsQuery"`
+}
+
+// adapterRules decodes the prometheus-adapter ConfigMap's rules strictly.
+func adapterRules(t *testing.T) []adapterRule {
+	t.Helper()
+	var cm corev1.ConfigMap
+	strict(t, objects(t)["ConfigMap"][0], &cm)
+	var rules struct {
+		Rules []adapterRule `json:"rules"`
+	}
+	j, err := yaml.YAMLToJSON([]byte(cm.Data["config.yaml"]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict(t, j, &rules)
+	return rules.Rules
+}
+
+// fillAdapterTemplate fills a rule's metricsQuery placeholders as the
+// adapter does for the Deployment's pods.
+func fillAdapterTemplate(q string) string {
+	return strings.NewReplacer("<<.Series>>", "cpuwork_queue_wait_seconds_bucket", "<<.LabelMatchers>>", `namespace="default",pod=~"cpuwork-service-.*"`, "<<.GroupBy>>", "pod").Replace(q)
 }

@@ -17,6 +17,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	"os/exec"
 	"os"
 	"runtime"
 	"strconv"
@@ -59,6 +60,15 @@ const (
 
 var fleetLoads = []float64{0.8, 1.0, 1.5}
 
+// fleetAlone are the variants that measure what reporting costs: the
+// large replica alone at 80 % of its capacity, with ReportLoad and
+// without (and the A/A copy of the latter).
+var fleetAlone = []struct{ name, desc string }{
+	{"alone-report", "the large replica alone at 80 % of its capacity, cpuworkgrpc with ReportLoad"},
+	{"alone-quiet", "the same without ReportLoad"},
+	{"alone-quiet" + aaSuffix, aaDesc("alone-quiet")},
+}
+
 // fleetPolicy is the client's balancer for each variant: the service
 // config it is given. weighted_round_robin's defaults wait 10 s before
 // using a weight (blackoutPeriod) and recompute weights every second:
@@ -82,9 +92,10 @@ func fleetDef() scenarioDef {
 			fleetQuotas, levelsText(fleetLoads)),
 		variants: func() []string {
 			vs := describe(fleetVariants)
-			return append(vs, fleetControl+aaSuffix+": "+aaDesc(fleetControl), "cpuwork-wrr-step: cpuwork-wrr at 80 %, with a CPU-bound neighbour started in the large replica's cgroup after the warm-up")
+			vs = append(vs, fleetControl+aaSuffix+": "+aaDesc(fleetControl), "cpuwork-wrr-step: cpuwork-wrr at 80 %, with a CPU-bound neighbour started in the large replica's cgroup after the warm-up")
+			return append(vs, describe(fleetAlone)...)
 		},
-		steps:       func(r *Runner, vs []string) int { return (len(fleetLoads)*(len(fleetVariants)+1) + 1) * r.rounds },
+		steps:       func(r *Runner, vs []string) int { return (len(fleetLoads)*(len(fleetVariants)+1) + 1 + len(fleetAlone)) * r.rounds },
 		run:         needsBinary("fleet", func(r *Runner, bin []string) (*Scenario, error) { return r.fleet(bin[0]) }),
 		minDuration: 500 * time.Millisecond,
 		budget:      600 * time.Second}
@@ -126,6 +137,9 @@ func (r *Runner) fleet(self string) (*Scenario, error) {
 		s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s%s@%.0f%%", fleetControl, aaSuffix, l*100), Description: aaDesc(fleetControl), Valid: true})
 	}
 	s.Variants = append(s.Variants, &Variant{Name: "cpuwork-wrr-step@80%", Description: "cpuwork-wrr at 80 %, a CPU-bound neighbour started in the large replica's cgroup after the warm-up", Valid: true})
+	for _, v := range fleetAlone {
+		s.Variants = append(s.Variants, &Variant{Name: v.name + "@80%", Description: v.desc, Valid: true})
+	}
 	r.pairs(s, fleetChecks, func(round int) {
 		for _, v := range r.shuffled(s.Variants) {
 			r.step(fmt.Sprintf("fleet: %s (pair %d)", v.Name, round+1))
@@ -134,7 +148,12 @@ func (r *Runner) fleet(self string) (*Scenario, error) {
 			name = strings.TrimSuffix(name, aaSuffix)
 			step := strings.HasSuffix(name, "-step")
 			replica, policy, _ := strings.Cut(strings.TrimSuffix(name, "-step"), "-")
-			res, err := fleetOnce(self, groups, spin.Iters, replica, policy, capacity*pct/100, step)
+			gs, rate := groups, capacity*pct/100
+			if replica == "alone" { // the large replica alone, reports on or off
+				gs, rate = groups[:1], fleetQuotas[0]/fleetCost.Seconds()*pct/100
+				replica, policy = map[string]string{"report": "cpuwork", "quiet": "cpuwork-quiet"}[policy], "rr"
+			}
+			res, err := fleetOnce(self, gs, spin.Iters, replica, policy, rate, step)
 			if err != nil {
 				v.Valid, v.Invalid = false, err.Error()
 				continue
@@ -176,6 +195,10 @@ func fleetChecks() []check {
 			check{label: lvl + ": calls not served, semaphores", judged: "sem-rr" + at, metric: "not_served_share", unit: "%"},
 			check{label: lvl + ": the large replica's share of the calls, weighted_round_robin (its share of the capacity: 0.5)", judged: "cpuwork-wrr" + at, metric: "large_share", unit: "%"})
 	}
+	aa := [2]string{"alone-quiet@80%", "alone-quiet" + aaSuffix + "@80%"}
+	cs = append(cs,
+		check{label: "alone at 80%: p99 of served, reports on against off", judged: "alone-report@80%", against: []string{"alone-quiet@80%"}, metric: "p99", aa: aa},
+		check{label: "alone at 80%: goodput within the objective, reports on against off", judged: "alone-report@80%", against: []string{"alone-quiet@80%"}, metric: "goodput_per_s", higher: true, aa: aa})
 	return append(cs, check{label: "step: time until the large replica's share falls halfway to a third after a neighbour starts in its cgroup", judged: "cpuwork-wrr-step@80%", metric: "step_s", limit: 2, unit: "s"})
 }
 
@@ -233,16 +256,32 @@ func fleetOnce(self string, groups []*cgroup.Group, iters int, replica, policy s
 		total = fleetWarmup + fleetStepAt + 3*time.Second
 	}
 	if step {
-		time.AfterFunc(fleetWarmup+fleetStepAt, func() {
+		// The neighbour runs to the run's end and is killed there, so
+		// that it never runs into the next run's replicas.
+		hogged := make(chan *exec.Cmd, 1)
+		timer := time.AfterFunc(fleetWarmup+fleetStepAt, func() {
 			unpin := pinForChildren()
 			defer unpin()
-			hog, done, err := inGroup(self, groups[0], "hog", "--threads", "1", "--duration", "4s")
-			if err == nil {
-				hog.Start()
-				done()
-				go hog.Wait()
+			hog, done, err := inGroup(self, groups[0], "hog", "--threads", "1", "--duration", (total - fleetWarmup - fleetStepAt + time.Second).String())
+			if err != nil {
+				hogged <- nil
+				return
 			}
+			err = hog.Start()
+			done()
+			if err != nil {
+				hog = nil
+			}
+			hogged <- hog
 		})
+		defer func() {
+			if !timer.Stop() {
+				if hog := <-hogged; hog != nil {
+					hog.Process.Kill()
+					hog.Wait()
+				}
+			}
+		}()
 	}
 	res := &fleetResult{served: newHist()}
 	var mu sync.Mutex
@@ -387,13 +426,13 @@ func FleetReplica(variant string, iters int, objective time.Duration, in io.Read
 	spin := &workload.Spin{Iters: iters}
 	var opts []grpc.ServerOption
 	switch variant {
-	case "cpuwork":
+	case "cpuwork", "cpuwork-quiet":
 		e, err := cpuwork.New(cpuwork.Options{})
 		if err != nil {
 			return err
 		}
 		defer e.Close(context.Background())
-		o := cpuworkgrpc.Options{Objective: objective, ReportLoad: true}
+		o := cpuworkgrpc.Options{Objective: objective, ReportLoad: variant == "cpuwork"}
 		opts = append(opts, grpc.UnaryInterceptor(cpuworkgrpc.UnaryServerInterceptor(e, o)))
 	case "sem":
 		sem := semaphore.NewWeighted(int64(runtime.GOMAXPROCS(0)))
@@ -405,7 +444,7 @@ func FleetReplica(variant string, iters int, objective time.Duration, in io.Read
 			return h(ctx, req)
 		}))
 	default:
-		return fmt.Errorf("fleet-replica: variant %q (want cpuwork or sem)", variant)
+		return fmt.Errorf("fleet-replica: variant %q (want cpuwork, cpuwork-quiet or sem)", variant)
 	}
 	srv := grpc.NewServer(opts...)
 	srv.RegisterService(&grpc.ServiceDesc{ServiceName: "cpuwork.bench.Fleet", HandlerType: (*any)(nil),
