@@ -47,8 +47,8 @@ import (
 var fleetQuotas = []float64{0.8, 0.4, 0.4}
 
 const (
-	fleetCost      = 10 * time.Millisecond  // CPU per call
-	fleetObjective = 500 * time.Millisecond // 50 calls' work; a 0.4-CPU replica's throttled pause is 60 ms
+	fleetCost      = 5 * time.Millisecond   // CPU per call
+	fleetObjective = 500 * time.Millisecond // 100 calls' work; a 0.4-CPU replica's throttled pause is 60 ms
 	fleetWarmup    = 1500 * time.Millisecond
 	fleetMeasure   = 3 * time.Second
 	fleetControl   = "cpuwork-rr"
