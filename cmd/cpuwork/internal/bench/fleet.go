@@ -17,8 +17,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
-	"os/exec"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
@@ -95,7 +95,9 @@ func fleetDef() scenarioDef {
 			vs = append(vs, fleetControl+aaSuffix+": "+aaDesc(fleetControl), "cpuwork-wrr-step: cpuwork-wrr at 80 %, with a CPU-bound neighbour started in the large replica's cgroup after the warm-up")
 			return append(vs, describe(fleetAlone)...)
 		},
-		steps:       func(r *Runner, vs []string) int { return (len(fleetLoads)*(len(fleetVariants)+1) + 1 + len(fleetAlone)) * r.rounds },
+		steps: func(r *Runner, vs []string) int {
+			return (len(fleetLoads)*(len(fleetVariants)+1) + 1 + len(fleetAlone)) * r.rounds
+		},
 		run:         needsBinary("fleet", func(r *Runner, bin []string) (*Scenario, error) { return r.fleet(bin[0]) }),
 		minDuration: 500 * time.Millisecond,
 		budget:      600 * time.Second}
@@ -204,13 +206,13 @@ func fleetChecks() []check {
 
 // fleetResult is one run's measurements.
 type fleetResult struct {
-	served                        *hdrhistogram.Histogram // latency of the calls answered OK
-	goodput, offered              float64                 // calls/s
-	refused, unanswered           float64                 // shares of the calls sent
-	largeShare                    float64                 // share of the calls sent to replica 0
-	stepS                         float64                 // step runs: seconds until the share fell
-	cpu                           float64                 // CPU-s the replicas used over the run
-	window                        [][2]int                // calls to replica 0 and in all, per 250 ms of arrivals
+	served              *hdrhistogram.Histogram // latency of the calls answered OK
+	goodput, offered    float64                 // calls/s
+	refused, unanswered float64                 // shares of the calls sent
+	largeShare          float64                 // share of the calls sent to replica 0
+	stepS               float64                 // step runs: seconds until the share fell
+	cpu                 float64                 // CPU-s the replicas used over the run
+	window              [][2]int                // calls to replica 0 and in all, per 250 ms of arrivals
 }
 
 // fleetOnce starts a fleet of replica ("cpuwork" or "sem") in groups,
