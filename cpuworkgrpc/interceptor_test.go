@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -84,23 +82,7 @@ func (h *gated) Watch(req *healthpb.HealthCheckRequest, ss healthpb.Health_Watch
 // serve starts a gRPC server with the interceptors over loopback.
 func serve(t *testing.T, e *cpuwork.Executor, o cpuworkgrpc.Options) (*gated, healthpb.HealthClient) {
 	t.Helper()
-	h := &gated{started: make(chan struct{}, 16), release: make(chan struct{})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer(
-		grpc.UnaryInterceptor(cpuworkgrpc.UnaryServerInterceptor(e, o)),
-		grpc.StreamInterceptor(cpuworkgrpc.StreamServerInterceptor(e, o)))
-	healthpb.RegisterHealthServer(srv, h)
-	go srv.Serve(ln)
-	t.Cleanup(srv.Stop)
-	conn, err := grpc.NewClient(ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return h, healthpb.NewHealthClient(conn)
+	return serveWith(t, e, o)
 }
 
 func newExecutor(t *testing.T, o cpuwork.Options) *cpuwork.Executor {
