@@ -53,7 +53,7 @@ var loadNoise = map[string]bool{"service": true, "inference": true, "timers": tr
 // margin from the A/A control's per-pair ratios aa, in a run whose cap of
 // pairs is maxPairs.
 func decide(ratios, aa []float64, higher bool, maxPairs int) Verdict {
-	if judge.UnstableControl(aa, lookLevel(maxPairs)) != "" {
+	if unstable(aa, lookLevel(maxPairs)) != "" {
 		return Inconclusive // not judged: never a verdict
 	}
 	_, lo, hi, _ := judge.ComparisonInterval(ratios, aa, lookLevel(maxPairs))

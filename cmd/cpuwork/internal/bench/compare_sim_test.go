@@ -80,7 +80,7 @@ func TestSequentialVerdictErrorRates(t *testing.T) {
 	noise["all"] = all
 	names = append(names, "all")
 	const sims = 4000
-	for _, capN := range []int{defaultMaxPairs, thoroughMaxPairs, burstMaxPairs} {
+	for _, capN := range []int{minPairs, 6, defaultMaxPairs, thoroughMaxPairs, burstMaxPairs} { // 3 and 6: where the default run often stops
 		for _, name := range names {
 			if capN == burstMaxPairs && name != "burst" { // the default run's cap for the short burst only
 				continue

@@ -149,7 +149,7 @@ func writeSummary(w io.Writer, rep *Report) {
 	if rep.Quick {
 		fmt.Fprintf(w, "\n== summary: SMOKE TEST, no verdicts ==\n")
 	} else {
-		fmt.Fprintf(w, "\n== summary: cpuwork against the best alternative (better, equivalent or worse beyond the A/A margin, at 95 %% confidence) ==\n")
+		fmt.Fprintf(w, "\n== summary: cpuwork against the best alternative (better, equivalent or worse beyond the A/A margin; each interval at the level printed with it, 95 %% over a scenario's looks together) ==\n")
 	}
 	for _, s := range rep.Scenarios {
 		sum := s.Summary
@@ -456,7 +456,7 @@ Started {{.Started.Format "2006-01-02 15:04 MST"}}, {{printf "%.0f" .DurationS}}
 Latency runs from each task's arrival (intended send time, or the burst's start) to its completion. Schema and method: docs/bench.md.</p>
 {{if .Report.Quick}}<h2 class="smoke">Smoke test: no verdicts</h2><p>--quick runs one pair of every variant to check that the bench works; it judges nothing. Run without --quick for verdicts.</p>{{end}}
 <h2>Summary</h2>
-<p>cpuwork's recommended variant against the <b>best</b> alternative a user would pick, from paired, alternated rounds: <b>better</b> or <b>worse</b> when the 95 % confidence interval of the per-pair ratios lies beyond the equivalence margin that the A/A control (one alternative run twice in every round) measured in the same run (at least 5 %), <b>equivalent</b> when it lies inside it, <b>inconclusive</b> otherwise. Goals (figures) are shown beside their floor and never decide a verdict.</p>
+<p>cpuwork's recommended variant against the <b>best</b> alternative a user would pick, from paired, alternated rounds: <b>better</b> or <b>worse</b> when the confidence interval of the per-pair ratios (at the level printed with it: 95 % over a scenario's looks together, Pocock) lies beyond the equivalence margin that the A/A control (one alternative run twice in every round) measured in the same run (at least 5 %), <b>equivalent</b> when it lies inside it, <b>inconclusive</b> otherwise. Goals (figures) are shown beside their floor and never decide a verdict.</p>
 <table class="summary"><tr><th>scenario</th><th>verdict</th><th>finding per case</th></tr>
 {{range .Sets}}<tr><td><a href="#{{.ID}}">{{.Scenario.Name}}</a></td>
 <td><span class="tag {{cls .Scenario}}">{{status .Scenario}}</span></td><td>{{.Scenario.Summary}}{{with nearest .Scenario}}<br><small>{{.}}</small>{{end}}</td></tr>

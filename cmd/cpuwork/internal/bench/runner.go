@@ -655,7 +655,7 @@ func (r *Runner) levelWords() string {
 		return "each interval at 95 %, looked at once"
 	}
 	k := len(looksTo(r.maxRounds))
-	return fmt.Sprintf("each look's interval at %.1f %% (95 %% over the %d looks together: Pocock)", 100*r.lookLevel(), k)
+	return fmt.Sprintf("each look's interval at %.1f %% (95 %% over the %d looks together: Pocock; a scenario with a higher cap of pairs, the burst's, looks more often at a higher level: each line prints its own)", 100*r.lookLevel(), k)
 }
 
 // looksTo lists the looks up to max.

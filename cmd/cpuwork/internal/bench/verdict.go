@@ -5,6 +5,7 @@ import (
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/judge"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/gonum/stat/distuv"
@@ -115,11 +116,15 @@ type CheckResult struct {
 	// the per-pair ratios judged/best alternative) with its 95 %
 	// confidence interval, the equivalence margin (from the A/A control),
 	// the number of pairs and the best alternative by name.
-	Verdict         Verdict `json:"verdict,omitempty"`
-	Estimate        float64 `json:"estimate,omitempty"`
-	CILow           float64 `json:"ci_low,omitempty"`
-	CIHigh          float64 `json:"ci_high,omitempty"`
-	Margin          float64 `json:"margin,omitempty"`
+	Verdict  Verdict `json:"verdict,omitempty"`
+	Estimate float64 `json:"estimate,omitempty"`
+	CILow    float64 `json:"ci_low,omitempty"`
+	CIHigh   float64 `json:"ci_high,omitempty"`
+	Margin   float64 `json:"margin,omitempty"`
+	// Level is the confidence level of [CILow, CIHigh] as computed at
+	// this look (Pocock's per-look level; 0.95 looked at once); with
+	// several alternatives the deciding end is wider (a note says how).
+	Level           float64 `json:"level,omitempty"`
 	Pairs           int     `json:"pairs"`
 	BestAlternative string  `json:"best_alternative,omitempty"`
 	// The A/A control the margin came from: its estimate and interval
@@ -517,8 +522,11 @@ func evaluate(s *Scenario, c check) CheckResult {
 			}
 		}
 	}
-	if len(aa) == 0 {
+	switch {
+	case len(aa) == 0:
 		r.Notes = append(r.Notes, "no A/A control measured here: margin at its 5 % floor")
+	case len(aa) < 3:
+		r.Notes = append(r.Notes, fmt.Sprintf("an A/A control of %d pair(s): too few to show a bias; margin at its 5 %% floor", len(aa)))
 	}
 	// The control's spread widens the interval only when it is the best
 	// alternative's own: another variant's noise (Go's default GOMAXPROCS
@@ -529,6 +537,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 		spread = nil
 	}
 	var widened bool
+	r.Level = level
 	r.Estimate, r.CILow, r.CIHigh, widened = judge.ComparisonInterval(r.Values, spread, level)
 	if k := len(c.against); k > 1 {
 		// The best alternative was chosen on these pairs: the best of k
@@ -558,7 +567,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 		r.Notes = append(r.Notes, "interval at the A/A control's per-pair spread, wider than the comparison's own")
 	}
 	r.Margin = judge.AAMargin(aa)
-	if why := judge.UnstableControl(aa, level); why != "" {
+	if why := unstable(aa, level); why != "" {
 		r.Verdict = ""
 		r.NotJudged = why
 		return r
@@ -764,8 +773,8 @@ func (r CheckResult) line() string {
 		fmt.Fprintf(&b, "%s: no verdict (smoke test) — %s %.2fx %s, %d pair(s)", r.Label, r.Judged, r.Estimate, r.BestAlternative, r.Pairs)
 	case r.Kind == "comparison":
 		verdict := string(r.Verdict)
-		fmt.Fprintf(&b, "%s: %s — %s %.2fx %s [95%% CI %.2f-%.2fx], margin ±%.0f%% from the A/A control, %d pairs",
-			r.Label, verdict, r.Judged, r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, 100*r.Margin, r.Pairs)
+		fmt.Fprintf(&b, "%s: %s — %s %.2fx %s [%s CI %.2f-%.2fx], margin ±%.0f%% from the A/A control, %d pairs",
+			r.Label, verdict, r.Judged, r.Estimate, r.BestAlternative, levelText(r.Level), r.CILow, r.CIHigh, 100*r.Margin, r.Pairs)
 		if r.AAPairs > 0 {
 			fmt.Fprintf(&b, " (A/A %.2fx [%.2f-%.2fx])", r.AAEstimate, r.AACILow, r.AACIHigh)
 		}
@@ -851,4 +860,28 @@ func fmtValue(x float64, metric, unit string) string {
 		return fmt.Sprintf("%.2fx", x)
 	}
 	return fmt.Sprintf("%.3g", x)
+}
+
+// levelText prints a confidence level as "95%" or "97.8%" (0: 95%).
+func levelText(level float64) string {
+	if level == 0 {
+		level = judge.Confidence
+	}
+	return strings.TrimSuffix(strconv.FormatFloat(100*level, 'f', 1, 64), ".0") + "%"
+}
+
+// unstable says why an A/A control gives no margin, or "": unstable at
+// the look's level (judge.UnstableControl), or showing at 95 %, the
+// level its margin is computed at, a bias beyond the margin's floor —
+// which would otherwise widen the margin instead of stopping the
+// verdict (bench.md: such a control is not judged).
+func unstable(aa []float64, level float64) string {
+	if why := judge.UnstableControl(aa, level); why != "" {
+		return why
+	}
+	if m := judge.AAMargin(aa); m > judge.MarginFloor {
+		est, lo, hi := judge.PairedInterval(aa, judge.Confidence)
+		return fmt.Sprintf("unstable control: the A/A control differs from itself by %.2fx [%.2f-%.2f] at 95 %%, beyond the %.0f %% floor", est, lo, hi, 100*judge.MarginFloor)
+	}
+	return ""
 }

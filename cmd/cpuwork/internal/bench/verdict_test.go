@@ -432,8 +432,8 @@ func TestTheLevelPrintedIsTheLevelUsed(t *testing.T) {
 	}{
 		{24, 24, 0.95, "each interval at 95 %, looked at once"},
 		{48, 48, 0.95, "each interval at 95 %, looked at once"},
-		{3, 12, 1 - 0.0221, "each look's interval at 97.8 % (95 % over the 3 looks together: Pocock)"},
-		{3, 24, 1 - 0.0182, "each look's interval at 98.2 % (95 % over the 4 looks together: Pocock)"},
+		{3, 12, 1 - 0.0221, "each look's interval at 97.8 % (95 % over the 3 looks together: Pocock;"},
+		{3, 24, 1 - 0.0182, "each look's interval at 98.2 % (95 % over the 4 looks together: Pocock;"},
 	} {
 		r := &Runner{rounds: c.rounds, maxRounds: c.max}
 		if got := r.lookLevel(); math.Abs(got-c.level) > 1e-9 {
@@ -538,5 +538,42 @@ func TestTheSummarySaysHowLongDecidingWouldTake(t *testing.T) {
 	judgeChecks(d, []check{{label: "p99", judged: "cw", against: []string{"a"}, metric: "p99"}})
 	if got := nearestDecision(d); got != "" {
 		t.Errorf("a decided scenario: %q, want nothing", got)
+	}
+}
+
+// A control biased at 95 % — the level its margin is computed at — is
+// not judged at a look whose own, wider level would let it pass (it once
+// judged README's inference goodput with a ±28 % margin); the line
+// prints the level its interval was computed at, and a control of fewer
+// than 3 pairs is said to be too few.
+func TestAControlBiasedAt95IsNotJudgedAtAWiderLookAndLinesSayTheirLevel(t *testing.T) {
+	c := check{label: "2x: goodput", judged: "cpuwork", against: []string{"pool"}, metric: "goodput", higher: true, aa: [2]string{"pool", "pool-aa"}}
+	aa := []float64{43.2, 52.7, 64.4} // pool-aa / pool: 0.53x [0.32-0.86] at 95 %
+	s := synth(map[string]map[string][]float64{
+		"cpuwork": {"goodput": {300, 290, 310}},
+		"pool":    {"goodput": {100, 100, 100}},
+		"pool-aa": {"goodput": aa},
+	})
+	s.level = lookLevel(defaultMaxPairs)
+	if judge.UnstableControl([]float64{0.432, 0.527, 0.644}, s.level) != "" {
+		t.Fatal("the control is unstable at the look's level too: the test no longer tests the 95 % rule")
+	}
+	judgeChecks(s, []check{c})
+	if got := s.Checks[0]; got.Verdict != "" || !strings.Contains(got.NotJudged, "at 95 %") {
+		t.Errorf("a control 0.53x at 95 %%: verdict %q, not judged %q", got.Verdict, got.NotJudged)
+	}
+	s = synth(map[string]map[string][]float64{
+		"cpuwork": {"goodput": jitter(300, 3)},
+		"pool":    {"goodput": jitter(100, 3)},
+		"pool-aa": {"goodput": jitter(100, 2)[:2]},
+	})
+	s.level = lookLevel(defaultMaxPairs)
+	judgeChecks(s, []check{c})
+	line := s.Checks[0].line()
+	if want := levelText(lookLevel(defaultMaxPairs)) + " CI"; !strings.Contains(line, want) || strings.Contains(line, "95% CI") {
+		t.Errorf("the line does not print its look's level %q: %s", want, line)
+	}
+	if !strings.Contains(line, "too few") {
+		t.Errorf("a control of 2 pairs is not flagged: %s", line)
 	}
 }
