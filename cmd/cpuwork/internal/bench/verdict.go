@@ -484,6 +484,9 @@ func evaluate(s *Scenario, c check) CheckResult {
 	}
 	r.BestAlternative = best
 	r.BestValues = vals[best]
+	if loss, ok := zeroLoss(&r, c, idx, vals); ok {
+		return loss
+	}
 	for k, jv := range r.JudgedValues {
 		bv := r.BestValues[k]
 		if bv <= 0 || jv <= 0 {
@@ -773,8 +776,12 @@ func (r CheckResult) line() string {
 		fmt.Fprintf(&b, "%s: no verdict (smoke test) — %s %.2fx %s, %d pair(s)", r.Label, r.Judged, r.Estimate, r.BestAlternative, r.Pairs)
 	case r.Kind == "comparison":
 		verdict := string(r.Verdict)
-		fmt.Fprintf(&b, "%s: %s — %s %.2fx %s [%s CI %.2f-%.2fx], margin ±%.0f%% from the A/A control, %d pairs",
-			r.Label, verdict, r.Judged, r.Estimate, r.BestAlternative, levelText(r.Level), r.CILow, r.CIHigh, 100*r.Margin, r.Pairs)
+		interval := fmt.Sprintf("[%s CI %.2f-%.2fx]", levelText(r.Level), r.CILow, r.CIHigh)
+		if r.CILow == 0 && r.CIHigh == 0 {
+			interval = "[no interval]"
+		}
+		fmt.Fprintf(&b, "%s: %s — %s %.2fx %s %s, margin ±%.0f%% from the A/A control, %d pairs",
+			r.Label, verdict, r.Judged, r.Estimate, r.BestAlternative, interval, 100*r.Margin, r.Pairs)
 		if r.AAPairs > 0 {
 			fmt.Fprintf(&b, " (A/A %.2fx [%.2f-%.2fx])", r.AAEstimate, r.AACILow, r.AACIHigh)
 		}
@@ -884,4 +891,52 @@ func unstable(aa []float64, level float64) string {
 		return fmt.Sprintf("unstable control: the A/A control differs from itself by %.2fx [%.2f-%.2f] at 95 %%, beyond the %.0f %% floor", est, lo, hi, 100*judge.MarginFloor)
 	}
 	return ""
+}
+
+// zeroLoss judges a comparison in which the judged variant did nothing
+// (a zero of a higher-is-better metric: no batch work done, nothing
+// served) in a pair where an alternative did some: no ratio can be
+// formed there, and dropping the pair would hide a loss. It is judged on
+// the totals over the pairs instead, against the alternative with the
+// largest total (a geometric mean is 0 with one zero): worse when the
+// judged variant's total is under 1/(1+floor) of it, else inconclusive,
+// with both totals and the zero pairs said. ok is false when no pair has
+// such a zero (the ratios then judge as usual).
+func zeroLoss(r *CheckResult, c check, idx []int, vals map[string][]float64) (CheckResult, bool) {
+	if !c.higher {
+		return CheckResult{}, false
+	}
+	best, sb := "", 0.0
+	for _, a := range c.against {
+		var t float64
+		for _, x := range vals[a] {
+			t += x
+		}
+		if t > sb {
+			best, sb = a, t
+		}
+	}
+	var zeros []string
+	var sj float64
+	for k, jv := range r.JudgedValues {
+		sj += jv
+		if jv <= 0 && best != "" && vals[best][k] > 0 {
+			zeros = append(zeros, strconv.Itoa(idx[k]+1))
+		}
+	}
+	if len(zeros) == 0 {
+		return CheckResult{}, false
+	}
+	out := *r
+	out.BestAlternative, out.BestValues = best, vals[best]
+	out.Estimate = sj / sb
+	out.Margin = judge.MarginFloor
+	out.Verdict = Inconclusive
+	if out.Estimate < 1/(1+judge.MarginFloor) {
+		out.Verdict = Worse
+	}
+	out.Notes = append(out.Notes, fmt.Sprintf("%s did none in pair %s of %d, where %s did some: judged on the totals over the pairs, %s against %s",
+		c.judged, strings.Join(zeros, ", "), len(idx), best,
+		fmtValue(sj, c.metric, c.unit), fmtValue(sb, c.metric, c.unit)))
+	return out, true
 }

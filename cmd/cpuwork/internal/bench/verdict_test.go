@@ -577,3 +577,45 @@ func TestAControlBiasedAt95IsNotJudgedAtAWiderLookAndLinesSayTheirLevel(t *testi
 		t.Errorf("a control of 2 pairs is not flagged: %s", line)
 	}
 }
+
+// A comparison whose judged side did nothing in a pair where the best
+// alternative did work is a loss, said as one — worse on the totals, with
+// both figures — never "not judged" for want of a ratio; a zero that the
+// other pairs outweigh is inconclusive, still said.
+func TestAZeroOnTheJudgedSideIsALoss(t *testing.T) {
+	c := check{label: "2x: batch work", judged: "cpuwork", against: []string{"sem"}, metric: "batch_cpu_per_s", higher: true}
+	for _, tc := range []struct {
+		name   string
+		judged []float64
+		want   Verdict
+	}{
+		{"none in every pair", []float64{0, 0, 0}, Worse},
+		{"none in one pair, less in all", []float64{0, 0.4, 0.5}, Worse},
+		{"none in one pair, far more in the others", []float64{0, 2, 2}, Inconclusive},
+	} {
+		s := synth(map[string]map[string][]float64{
+			"cpuwork": {"batch_cpu_per_s": tc.judged},
+			"sem":     {"batch_cpu_per_s": {0.9, 1.0, 1.1}},
+		})
+		judgeChecks(s, []check{c})
+		got := s.Checks[0]
+		if got.Verdict != tc.want || got.NotJudged != "" || !strings.Contains(got.line(), "did none in pair 1") {
+			t.Errorf("%s: verdict %q, not judged %q: %s", tc.name, got.Verdict, got.NotJudged, got.line())
+		}
+	}
+}
+
+// With zeros on the alternatives' side too, the one with the largest
+// total is the comparator (a geometric mean with a zero is 0).
+func TestAZeroLossIsJudgedAgainstTheLargestTotal(t *testing.T) {
+	c := check{label: "2x: batch work", judged: "cpuwork", against: []string{"stock", "sem"}, metric: "batch_cpu_per_s", higher: true}
+	s := synth(map[string]map[string][]float64{
+		"cpuwork": {"batch_cpu_per_s": {0, 0, 0}},
+		"stock":   {"batch_cpu_per_s": {0, 0.1, 0}},
+		"sem":     {"batch_cpu_per_s": {0, 1, 1}},
+	})
+	judgeChecks(s, []check{c})
+	if got := s.Checks[0]; got.Verdict != Worse || got.BestAlternative != "sem" || !strings.Contains(got.line(), "did none in pair 2, 3 of 3") {
+		t.Errorf("verdict %q against %q: %s", got.Verdict, got.BestAlternative, got.line())
+	}
+}
