@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,6 +143,11 @@ func (r *Runner) fleet(self string) (*Scenario, error) {
 	for _, v := range fleetAlone {
 		s.Variants = append(s.Variants, &Variant{Name: v.name + "@80%", Description: v.desc, Valid: true})
 	}
+	// --variants runs a subset (the checks of the others say "not judged").
+	s.Variants = slices.DeleteFunc(s.Variants, func(v *Variant) bool {
+		name, _, _ := strings.Cut(v.Name, "@")
+		return !r.wants(name)
+	})
 	r.pairs(s, fleetChecks, func(round int) {
 		for _, v := range r.shuffled(s.Variants) {
 			r.step(fmt.Sprintf("fleet: %s (pair %d)", v.Name, round+1))
