@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
@@ -166,6 +167,8 @@ type admitter struct {
 	retry *durationpb.Duration // nil: no retry information
 	log   *slog.Logger
 	load  *loadreport.Reporter // nil: Options.ReportLoad is off
+	// trailer is the last report's trailer (reportLoad).
+	trailer atomic.Pointer[trailerMD]
 }
 
 func newAdmitter(e *cpuwork.Executor, o Options) *admitter {

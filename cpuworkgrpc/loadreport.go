@@ -51,15 +51,37 @@ func (a *admitter) reportLoad(ctx context.Context, ss grpc.ServerStream) {
 		rec.SetEPS(rep.EPS)
 		return
 	}
-	b, err := proto.Marshal(&v3orcapb.OrcaLoadReport{ApplicationUtilization: rep.Utilization, CpuUtilization: rep.CPUUtilization,
-		RpsFractional: rep.RPS, Eps: rep.EPS})
-	if err != nil {
+	md := a.trailerFor(rep)
+	if md == nil {
 		return
 	}
-	md := metadata.Pairs(orcaTrailer, string(b))
 	if ss != nil {
 		ss.SetTrailer(md)
 		return
 	}
 	grpc.SetTrailer(ctx, md)
+}
+
+// trailerMD is a report and its trailer, marshalled once per sample:
+// grpc copies a trailer it is given (metadata.Join), so calls share it.
+type trailerMD struct {
+	rep loadreport.Report
+	md  metadata.MD
+}
+
+// trailerFor is rep as the endpoint-load-metrics-bin trailer, reused
+// while the report is the same (it changes every 250 ms); nil if it
+// cannot be marshalled.
+func (a *admitter) trailerFor(rep loadreport.Report) metadata.MD {
+	if t := a.trailer.Load(); t != nil && t.rep == rep {
+		return t.md
+	}
+	b, err := proto.Marshal(&v3orcapb.OrcaLoadReport{ApplicationUtilization: rep.Utilization, CpuUtilization: rep.CPUUtilization,
+		RpsFractional: rep.RPS, Eps: rep.EPS})
+	if err != nil {
+		return nil
+	}
+	md := metadata.Pairs(orcaTrailer, string(b))
+	a.trailer.Store(&trailerMD{rep, md})
+	return md
 }

@@ -114,12 +114,18 @@ func New(e *cpuwork.Executor, objective time.Duration) *Reporter {
 }
 
 // Report returns the executor's load over about the last second: zero
-// until two samples a quarter second apart exist.
+// until two samples a quarter second apart exist. When a sample is due
+// it is taken on a goroutine of its own (Executor.Stats and, every few
+// seconds, the CPU budget's cgroup files), never on the caller's time:
+// the caller gets the report before it.
 func (r *Reporter) Report() Report {
 	now := time.Since(r.start)
 	if int64(now) >= r.next.Load() && r.mu.TryLock() {
-		r.sampleLocked(now)
-		r.mu.Unlock()
+		r.next.Store(int64(now + sampleEvery))
+		go func() {
+			defer r.mu.Unlock()
+			r.sampleLocked(time.Since(r.start))
+		}()
 	}
 	if p := r.current.Load(); p != nil {
 		return *p
@@ -129,7 +135,6 @@ func (r *Reporter) Report() Report {
 
 // sampleLocked takes a sample at now and computes the report from it.
 func (r *Reporter) sampleLocked(now time.Duration) {
-	r.next.Store(int64(now + sampleEvery))
 	st := r.e.Stats()
 	s := sample{at: now, slots: st.Slots}
 	for _, c := range st.Classes {
