@@ -350,7 +350,7 @@ func leaveOut(s *Scenario, suffix string, bad map[int]string) {
 // refused (refused, named what) and, over capacity, the p99 against
 // cpuwork's own at 80 % as figures; and the same at besideLevel beside
 // besideCompetition. control's A/A control gives every margin.
-func loadChecks(loads []float64, control, metric, refused, what string) []check {
+func loadChecks(loads []float64, control, metric, refused, what string, overloadAlts ...string) []check {
 	var cs []check
 	add := func(where, suf string, l float64) {
 		at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
@@ -359,6 +359,11 @@ func loadChecks(loads []float64, control, metric, refused, what string) []check 
 			aa[1] = control + aaSuffix + at
 		}
 		alts := []string{"naive" + at, control + at}
+		if l > 1 {
+			for _, a := range overloadAlts { // the strongest a user deploys in overload
+				alts = append(alts, a+at)
+			}
+		}
 		if l <= 1 {
 			label := "p99 of served"
 			if metric == "p99_all_s" {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"golang.org/x/sync/semaphore"
 	"net/http"
 	"runtime"
 	"slices"
@@ -17,6 +18,7 @@ var serviceVariants = []struct{ name, desc string }{
 	{"naive", "net/http handlers run the work directly on their goroutines"},
 	{"cpuwork", "the docs' way: handlers call Executor.Do, every user request Interactive whatever its size (a class says how much a request matters, not how big it is) with the service's latency target (WithTarget: 3x a large request's run time, the same for both kinds, so they are served in arrival order) and its expected run time; a request that can no longer meet the target is refused with 503 (ErrDeadline) beyond the late budget (about 1 % served late)"},
 	{"pool-503", "what a user writes to shed: P worker goroutines fed by a channel of 64; a request that finds it full answers 503 at once"},
+	{"sem-deadline", "a semaphore of P whose waiters leave at the objective: a request that has not got a slot by then answers 503 (x/sync semaphore, Acquire with the objective's deadline)"},
 	{"cpuwork-sparep", "handlers call Executor.Do, small requests Interactive and large ones Batch (MaxQueueWait 10 and 50 ms), with Slots = GOMAXPROCS = budget+1 and SpareP: large requests hold at most the budget's slots on SCHED_IDLE threads (Batch.Demote), small ones always find a P and a slot"},
 }
 
@@ -109,7 +111,7 @@ func (r *Runner) serviceBeside(s *Scenario, cc competition, estimate float64, on
 // With the 80 % level (the capacity search's first step), the capacity at
 // the objective is compared too (capacityCheck).
 func serviceChecks(loads []float64, objective float64) []check {
-	cs := loadChecks(loads, "pool-503", "p99", "shed_share", "shed")
+	cs := loadChecks(loads, "pool-503", "p99", "shed_share", "shed", "sem-deadline")
 	if slices.Contains(loads, searchSteps[0]) {
 		cs = append(cs, capacityCheck("", "", objective, []string{"naive", "pool-503"}, "pool-503"))
 	}
@@ -132,8 +134,11 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	// account.Options' default 100 of those per second.
 	acct.Every, acct.SlowWait = 8, sv.slo/4
 	var pool *boundedPool
+	var sem *semaphore.Weighted
 	switch variant {
 	case "naive":
+	case "sem-deadline":
+		sem = semaphore.NewWeighted(int64(r.slots))
 	case "pool-503", "pool-capacity":
 		depth := 64
 		if variant == "pool-capacity" {
@@ -172,6 +177,15 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 			switch {
 			case pool != nil:
 				err = pool.run(func() error { return w.Run(i) })
+			case sem != nil:
+				ctx, cancel := context.WithTimeout(req.Context(), sv.slo)
+				if sem.Acquire(ctx, 1) != nil {
+					err = cpuwork.ErrSaturated // left at the objective: 503
+				} else {
+					err = w.Run(i)
+					sem.Release(1)
+				}
+				cancel()
 			case e == nil:
 				err = w.Run(i)
 			default:
