@@ -91,24 +91,47 @@ func buildAndRunBench(build, args []string) error {
 		return fmt.Errorf("bench: %w", err)
 	}
 	defer os.RemoveAll(dir)
+	// Signals are caught from the start: one during the build stops it
+	// (and the directory is still removed), one during the bench is
+	// passed on to it.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
 	bin := filepath.Join(dir, benchProgram)
 	b := exec.Command(build[0], append(build[1:], bin, benchPackage)...)
 	b.Stdout, b.Stderr = os.Stderr, os.Stderr
 	slow := time.AfterFunc(3*time.Second, func() {
 		fmt.Fprintf(os.Stderr, "cpuwork bench: building %s (on empty caches its first build downloads and compiles its workloads: minutes)\n", benchProgram)
 	})
-	err = b.Run()
-	slow.Stop()
-	if err != nil {
-		return fmt.Errorf("bench: build %s: %w", benchPackage, err)
+	if code, err := runForwarding(b, sigs); err != nil || code != 0 {
+		slow.Stop()
+		if err == nil && code < 128 {
+			err = fmt.Errorf("bench: build %s: exit status %d", benchPackage, code)
+		}
+		if err != nil {
+			return err
+		}
+		return cli.ExitCode(code)
 	}
+	slow.Stop()
 	child := exec.Command(bin, args...)
 	child.Stdin, child.Stdout, child.Stderr = os.Stdin, os.Stdout, os.Stderr
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
-	if err := child.Start(); err != nil {
-		return fmt.Errorf("bench: %w", err)
+	code, err := runForwarding(child, sigs)
+	if err != nil {
+		return err
+	}
+	if code != 0 {
+		return cli.ExitCode(code)
+	}
+	return nil
+}
+
+// runForwarding runs cmd, passing it every signal that arrives on sigs
+// while it runs, and returns its exit status (128 + the signal that
+// ended it).
+func runForwarding(cmd *exec.Cmd, sigs <-chan os.Signal) (int, error) {
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("bench: %w", err)
 	}
 	done := make(chan struct{})
 	defer close(done)
@@ -116,24 +139,24 @@ func buildAndRunBench(build, args []string) error {
 		for {
 			select {
 			case s := <-sigs:
-				child.Process.Signal(s) // the bench removes its cgroups and exits
+				cmd.Process.Signal(s)
 			case <-done:
 				return
 			}
 		}
 	}()
-	err = child.Wait()
+	err := cmd.Wait()
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return cli.ExitCode(128 + int(ws.Signal()))
+			return 128 + int(ws.Signal()), nil
 		}
-		return cli.ExitCode(ee.ExitCode())
+		return ee.ExitCode(), nil
 	}
 	if err != nil {
-		return fmt.Errorf("bench: %w", err)
+		return 0, fmt.Errorf("bench: %w", err)
 	}
-	return nil
+	return 0, nil
 }
 
 // builtByGoRun reports whether exe is a binary `go run` built: it lies

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -105,7 +106,7 @@ func TestSIGTERMToCpuworkBenchReachesTheBench(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(2 * time.Minute)
+	deadline := time.Now().Add(10 * time.Minute) // the bench's first build, on empty caches
 	for !strings.Contains(out.String(), "[1/") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond) // the bench has started its first step
 	}
@@ -181,4 +182,48 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// SIGTERM while `cpuwork bench` builds the bench from the source tree
+// stops the build, exits 128+15 and leaves no build directory (it once
+// killed cpuwork outright, the build and its directory left behind).
+func TestSIGTERMDuringTheBenchsBuildCleansUp(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to build the bench with")
+	}
+	if !builtByGoRun(os.Args[0]) {
+		t.Skipf("the test binary %s is not in a go-build directory", os.Args[0])
+	}
+	before := benchDirs(t)
+	cmd := asMain("bench", "--no-setup", "--scenario", "timers", "--duration", "30s", "--repeat", "1", "--out", "")
+	var out lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	building := func() bool { // a child of cpuwork (forked by any of its threads) runs the go command
+		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", cmd.Process.Pid))
+		for _, f := range tasks {
+			kids, _ := os.ReadFile(f)
+			for _, k := range strings.Fields(string(kids)) {
+				if c, err := os.ReadFile("/proc/" + k + "/cmdline"); err == nil && strings.Contains(string(c), "build") {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !building() && !strings.Contains(out.String(), "[1/") && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 128+15 {
+		t.Errorf("cpuwork bench after SIGTERM during its build: %v: %s", err, out.String())
+	}
+	if after := benchDirs(t); len(after) > len(before) {
+		t.Errorf("the bench's build directory is left behind: %v", after)
+	}
 }
