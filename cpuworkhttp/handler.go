@@ -36,6 +36,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/cpuwork/cpuwork"
@@ -209,11 +210,30 @@ type handler struct {
 	retry string
 	log   *slog.Logger
 	load  *loadreport.Reporter // nil: Options.ReportLoad is off
+	// header is the last report in its header's text, formatted once
+	// per report (it changes every 250 ms), not per response.
+	header atomic.Pointer[loadHeader]
+}
+
+type loadHeader struct {
+	rep  loadreport.Report
+	text string
+}
+
+// loadHeader is the executor's load as the endpoint-load-metrics value.
+func (m *handler) loadHeader() string {
+	rep := m.load.Report()
+	if h := m.header.Load(); h != nil && h.rep == rep {
+		return h.text
+	}
+	h := &loadHeader{rep, rep.Header()}
+	m.header.Store(h)
+	return h.text
 }
 
 func (m *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if m.load != nil {
-		w.Header().Set(loadreport.HeaderName, m.load.Report().Header())
+		w.Header().Set(loadreport.HeaderName, m.loadHeader())
 	}
 	if m.o.Bypass(r) {
 		m.h.ServeHTTP(w, r)

@@ -72,12 +72,7 @@ func TestBenchRunsTheBenchProgram(t *testing.T) {
 // End to end: from this source tree, `cpuwork bench` with a bad flag
 // reaches the bench program, which exits 2 as every usage error does.
 func TestBenchUsageErrorsExit2ThroughTheBenchProgram(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command to build the bench with")
-	}
-	if !builtByGoRun(os.Args[0]) {
-		t.Skipf("the test binary %s is not in a go-build directory", os.Args[0])
-	}
+	needSourceTreeBench(t)
 	before := benchDirs(t)
 	out, err := asMain("bench", "--no-such-flag").CombinedOutput()
 	var ee *exec.ExitError
@@ -93,19 +88,9 @@ func TestBenchUsageErrorsExit2ThroughTheBenchProgram(t *testing.T) {
 // tree, which removes its cgroups and exits 128+15; cpuwork exits with
 // that status and removes the bench's build directory.
 func TestSIGTERMToCpuworkBenchReachesTheBench(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command to build the bench with")
-	}
-	if !builtByGoRun(os.Args[0]) {
-		t.Skipf("the test binary %s is not in a go-build directory", os.Args[0])
-	}
+	needSourceTreeBench(t)
 	before := benchDirs(t)
-	cmd := asMain("bench", "--no-setup", "--scenario", "timers", "--duration", "30s", "--repeat", "1", "--out", "")
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startLongBench(t)
 	deadline := time.Now().Add(10 * time.Minute) // the bench's first build, on empty caches
 	for !strings.Contains(out.String(), "[1/") && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond) // the bench has started its first step
@@ -119,6 +104,32 @@ func TestSIGTERMToCpuworkBenchReachesTheBench(t *testing.T) {
 	if after := benchDirs(t); len(after) > len(before) {
 		t.Errorf("the bench's build directory is left behind: %v", after)
 	}
+}
+
+// needSourceTreeBench skips a test that needs `cpuwork bench` to build
+// the bench from this source tree: a go command, and a test binary that
+// go built (as `go run` builds cpuwork).
+func needSourceTreeBench(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command to build the bench with")
+	}
+	if !builtByGoRun(os.Args[0]) {
+		t.Skipf("the test binary %s is not in a go-build directory", os.Args[0])
+	}
+}
+
+// startLongBench starts `cpuwork bench` on a run of 30 s, its output
+// gathered in the returned buffer.
+func startLongBench(t *testing.T) (*exec.Cmd, *lockedBuffer) {
+	t.Helper()
+	cmd := asMain("bench", "--no-setup", "--scenario", "timers", "--duration", "30s", "--repeat", "1", "--out", "")
+	out := &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd, out
 }
 
 // benchDirs lists the bench's build directories in the temporary
@@ -188,19 +199,9 @@ func (l *lockedBuffer) String() string {
 // stops the build, exits 128+15 and leaves no build directory (it once
 // killed cpuwork outright, the build and its directory left behind).
 func TestSIGTERMDuringTheBenchsBuildCleansUp(t *testing.T) {
-	if _, err := exec.LookPath("go"); err != nil {
-		t.Skip("no go command to build the bench with")
-	}
-	if !builtByGoRun(os.Args[0]) {
-		t.Skipf("the test binary %s is not in a go-build directory", os.Args[0])
-	}
+	needSourceTreeBench(t)
 	before := benchDirs(t)
-	cmd := asMain("bench", "--no-setup", "--scenario", "timers", "--duration", "30s", "--repeat", "1", "--out", "")
-	var out lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	cmd, out := startLongBench(t)
 	building := func() bool { // a child of cpuwork (forked by any of its threads) runs the go command
 		tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", cmd.Process.Pid))
 		for _, f := range tasks {
