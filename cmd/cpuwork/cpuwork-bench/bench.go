@@ -161,6 +161,9 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 			stdout := cmd.OutOrStdout()
 			if !asJSON {
 				fmt.Fprint(stdout, bench.Legend+"\n")
+				if fs := bench.FirstScreen(cfg); fs != "" && len(cfg.Scenarios) == 0 {
+					fmt.Fprint(stdout, fs+"\n")
+				}
 				cfg.Done = func(s *bench.Scenario) {
 					if bar != nil {
 						bar.Clear()
@@ -204,7 +207,7 @@ and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 	f.IntVar(&repeat, "repeat", 0, "exactly this many pairs per scenario, judged once, instead of "+asNeeded+" (0 = as needed)")
 	f.Int64Var(&seed, "seed", 0, "seed of the per-repeat shuffles (0 = from the clock; printed in the report)")
 	f.StringVar(&variants, "variants", "", "comma-separated variants to run in the load scenarios (service, inference), e.g. pool,cpuwork (default all; see --list); verdicts that need a variant left out say not judged")
-	f.StringVar(&loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default: 200 in the default run, which judges only what it can decide in its time; 80,200 with --repeat or --quick; 50,80,95,200,400 with --thorough)")
+	f.StringVar(&loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default: 80,200; 50,80,95,200,400 with --thorough)")
 	f.StringVar(&compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
 		" (default alone,nice0; alone,nice0,sibling with --thorough): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root); with nice0 the service and inference scenarios also run their 80% level beside it, when that level runs")
 	return cmd

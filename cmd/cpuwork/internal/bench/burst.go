@@ -40,7 +40,7 @@ func (r *Runner) burst(name string, n int, c time.Duration, w workload.Workload)
 	}
 	s.Variants = append(s.Variants, &Variant{Name: "pool" + aaSuffix, Description: aaDesc("pool"), Valid: true})
 	var firstSum, makespanSum = map[string]float64{}, map[string]float64{}
-	checks := func() []check { return burstChecks(name != "burst-long") }
+	checks := func() []check { return burstChecks() }
 	r.pairs(s, checks, func(round int) {
 		for _, v := range r.shuffled(s.Variants) {
 			r.step(fmt.Sprintf("%s: %s (pair %d)", name, v.Name, round+1))
@@ -94,15 +94,11 @@ func (r *Runner) burst(name string, n int, c time.Duration, w workload.Workload)
 // (Executor.For over the tasks, on warm goroutines) against every bounded
 // way a user would write, and the unbounded one, on mean latency and
 // makespan.
-//
-// The short tasks' mean latency needs 66-286 pairs here (three default
-// runs): with shortMeanThorough the default run measures it and judges
-// the makespan.
-func burstChecks(shortMeanThorough bool) []check {
+func burstChecks() []check {
 	alts := []string{"goroutine", "semaphore", "errgroup", "pool"}
 	aa := [2]string{"pool", "pool" + aaSuffix}
 	return []check{
-		{label: "mean latency", judged: "cpuwork", against: alts, metric: "mean", aa: aa, thorough: shortMeanThorough},
+		{label: "mean latency", judged: "cpuwork", against: alts, metric: "mean", aa: aa},
 		{label: "makespan", judged: "cpuwork", against: alts, metric: "makespan_s", aa: aa},
 	}
 }

@@ -31,6 +31,8 @@ import (
 var inferenceVariants = []struct{ name, desc string }{
 	{"naive", "a goroutine per request; ONNX Runtime's default intra-op threads (one per core, blind to quotas); a large request runs its images one after another"},
 	{"pool", "the field report's fix: GOMAXPROCS workers, intra-op threads 1, a large request split into one task per image"},
+	{"pool-503", "what a user writes to shed (in overload only): the field report's pool with a queue of 64 images; a request that finds no room for its images answers 503 at once"},
+	{"sem-deadline", "a semaphore of GOMAXPROCS whose waiters leave at the objective (in overload only): a request that has no worker by its arrival plus the objective answers 503 (x/sync semaphore, Acquire with that deadline); a request runs its images one after another"},
 	{"cpuwork", "the docs' way: intra-op threads 1 per slot (Go and C never oversubscribe the budget), every user request Interactive whatever its size with the service's latency target (WithTarget: the scenario's p99 target, the same for both kinds, so they are served in arrival order) and its expected run time; small requests Executor.Do, large ones Executor.For over their images (its helpers wait in line at the request's place); a request that can no longer meet the target is refused with 503 (ErrDeadline) beyond the late budget (about 1 % served late), before its body is read (Executor.Allow); under a quota the default Quota policy (a whole quota's slots unpaced)"},
 }
 
@@ -121,7 +123,7 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	// Capacity from the field report's fix (the pool) at saturation: the
 	// naive server's CPU includes the spinning of ONNX Runtime's own
 	// threads.
-	loads := r.defaultRunLoads(inferenceLoads)
+	loads := r.loadLevels(inferenceLoads)
 	_, beside := r.besideCase(loads)
 	checks := func() []check { return inferenceChecks(loads, slo.Seconds(), false, quotaCase{}) }
 	r.search = true
@@ -137,16 +139,10 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 		r.besideAt(s, inferenceVariants, "pool", besideCompetition, estimate, once)
 	}
 	frac := fractionalQuota()
-	// The 1.5-CPU cgroup's comparisons need 5-80 pairs here: with
-	// --thorough, --repeat or --loads.
-	if r.decidesOnly() {
-		frac = quotaCase{}
-		s.Notes = append(s.Notes, "the 1.5-CPU cgroup at 200% (long cgo calls under a fractional quota) runs with --thorough: its comparisons need more pairs here than the default run gives")
-	}
 	if runtime.NumCPU() >= 2 && len(r.cfg.LoadGen) > 0 && frac.quota > 0 {
 		if r.cfg.Thorough {
 			r.inferenceUnderQuota(s, quotaCase{quota: float64(runtime.NumCPU()) / 2, load: 0.8, runFactor: quotaRunFactor,
-				variants: append(slices.Clone(inferenceVariants), inferenceQuotaExtras...)}, medianCapacity(cals), serving{slo, single}, bodies)
+				variants: append(slices.DeleteFunc(slices.Clone(inferenceVariants), func(v struct{ name, desc string }) bool { return overloadOnly[v.name] }), inferenceQuotaExtras...)}, medianCapacity(cals), serving{slo, single}, bodies)
 		}
 		r.inferenceUnderQuota(s, frac, medianCapacity(cals), serving{slo, single}, bodies)
 	}
@@ -165,6 +161,12 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	}
 	judgeChecks(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil, frac))
 	return s, nil
+}
+
+// inferenceVariant is the inference variant named name.
+func inferenceVariant(name string) struct{ name, desc string } {
+	i := slices.IndexFunc(inferenceVariants, func(v struct{ name, desc string }) bool { return v.name == name })
+	return inferenceVariants[i]
 }
 
 // quotaCase is one of the inference scenario's cases in a cgroup: its
@@ -186,10 +188,10 @@ func (q quotaCase) at() string { return fmt.Sprintf("+quota%.1f@%.0f%%", q.quota
 // pool, with the semaphore's A/A control. Part of the default run.
 func fractionalQuota() quotaCase {
 	return quotaCase{quota: 0.75 * float64(runtime.NumCPU()), load: 2, runFactor: 2, variants: []struct{ name, desc string }{
-		inferenceVariants[1], // pool
+		inferenceVariant("pool"),
 		{"sem", "the admitter a team writes in front of the handler (imgproxy's): an x/sync semaphore of GOMAXPROCS workers and a queue of 2x that, 503 beyond, before the body is read; a request runs its images one after another"},
 		{"sem" + aaSuffix, "the same as sem, run again in the same rounds: the A/A control"},
-		inferenceVariants[2], // cpuwork
+		inferenceVariant("cpuwork"),
 	}}
 }
 
@@ -205,7 +207,7 @@ func fractionalQuota() quotaCase {
 // of periods throttled (issue 20's targets), and the capacity at a p99
 // target (C1: 2.5x requests per second) >= the best alternative's.
 func inferenceChecks(loads []float64, target float64, quota bool, frac quotaCase) []check {
-	cs := loadChecks(loads, "pool", "p99_all_s", "unanswered_share", "unanswered (shed or failed)")
+	cs := loadChecks(loads, "pool", "p99_all_s", "unanswered_share", "unanswered (shed or failed)", "pool-503", "sem-deadline")
 	for _, l := range loads {
 		if l == 0.8 || l == 0.95 {
 			at := fmt.Sprintf("@%.0f%%", l*100)
@@ -354,6 +356,68 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			return first
 		}
 		closeFn = func() { close(jobs); wg.Wait(); sess.Close() }
+	case "pool-503":
+		// The field report's pool with a bounded queue: a request takes
+		// room for all its images or is refused at once.
+		const depth = 64
+		type job struct {
+			img  []float32
+			done chan error
+		}
+		jobs := make(chan job, depth)
+		var pending atomic.Int64
+		var wg sync.WaitGroup
+		for range runtime.GOMAXPROCS(0) {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for j := range jobs {
+					j.done <- infer(j.img)
+					pending.Add(-1)
+				}
+			}()
+		}
+		run = func(_ context.Context, _ cpuwork.Class, imgs [][]float32) error {
+			if pending.Add(int64(len(imgs))) > depth {
+				pending.Add(-int64(len(imgs)))
+				return cpuwork.ErrSaturated
+			}
+			done := make(chan error, len(imgs))
+			for _, img := range imgs {
+				jobs <- job{img, done} // never blocks: room was taken
+			}
+			var first error
+			for range imgs {
+				if err := <-done; err != nil && first == nil {
+					first = err
+				}
+			}
+			return first
+		}
+		closeFn = func() { close(jobs); wg.Wait(); sess.Close() }
+	case "sem-deadline":
+		// A semaphore whose waiters leave at the objective, counted from
+		// the request's arrival (before its body is read).
+		sem := semaphore.NewWeighted(int64(runtime.GOMAXPROCS(0)))
+		arrive = func(ctx context.Context, _ int) context.Context {
+			return context.WithValue(ctx, arrivedKey{}, time.Now())
+		}
+		run = func(ctx context.Context, _ cpuwork.Class, imgs [][]float32) error {
+			at, _ := ctx.Value(arrivedKey{}).(time.Time)
+			wait, cancel := context.WithDeadline(ctx, at.Add(sv.slo))
+			err := sem.Acquire(wait, 1)
+			cancel()
+			if err != nil {
+				return cpuwork.ErrSaturated // left at the objective: 503
+			}
+			defer sem.Release(1)
+			for _, img := range imgs {
+				if err := infer(img); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
 	case "sem":
 		// The admitter a team writes in front of the handler (imgproxy's):
 		// an x/sync semaphore of GOMAXPROCS workers, a queue of 2x that,
@@ -477,6 +541,10 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 	mux.Handle("/large", handler(largeImages, cpuwork.Interactive)) // a user waits for a large request too
 	return &inferenceServer{h: mux, close: closeFn}, nil
 }
+
+// arrivedKey marks a request's arrival time in its context (the
+// sem-deadline variant's deadline counts from it).
+type arrivedKey struct{}
 
 // ServeInference is the hidden `cpuwork inference-server` subcommand, the
 // server of the inference scenario's quota cases: it serves variant on a

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -65,5 +66,18 @@ func TestOneDisturbedInferenceDoesNotMoveTheTimePerInference(t *testing.T) {
 	}
 	if d < 2*time.Millisecond || d >= 30*time.Millisecond {
 		t.Errorf("time per inference %v with one of the calls at 200 ms and the rest at 2 ms, want the median (about 2 ms), not a mean (>= 41.6 ms)", d)
+	}
+}
+
+// The fractional quota's case runs its own four variants by name: the
+// field report's pool, the semaphore and its A/A copy, and cpuwork —
+// never an alternative the overload levels add.
+func TestTheFractionalQuotaCaseRunsItsVariantsByName(t *testing.T) {
+	var got []string
+	for _, v := range fractionalQuota().variants {
+		got = append(got, v.name)
+	}
+	if want := []string{"pool", "sem", "sem" + aaSuffix, "cpuwork"}; !slices.Equal(got, want) {
+		t.Errorf("variants %v, want %v", got, want)
 	}
 }

@@ -966,12 +966,20 @@ func wholeRate(rate float64) float64 { return max(math.Floor(rate), 1) }
 // set of levels of a scenario already paired).
 func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, loads []float64, control string, checks func() []check, calibrate func(round int) calibration, once func(v *Variant, variant string, rate float64) error) []calibration {
 	variants = slices.DeleteFunc(slices.Clone(variants), func(v struct{ name, desc string }) bool { return !r.wants(v.name) || !r.runs(v.name) })
+	// runsAt: an overload alternative that is not the control runs only
+	// above capacity, the only levels its checks compare with it.
+	runsAt := func(name string, l float64) bool {
+		base, _ := baseName(strings.TrimSuffix(name, aaSuffix))
+		return l > 1 || !overloadOnly[base] || strings.HasPrefix(control, base)
+	}
 	if control != "" && slices.ContainsFunc(variants, func(v struct{ name, desc string }) bool { return v.name == control }) {
 		variants = append(variants, struct{ name, desc string }{control + aaSuffix, aaDesc(control)})
 	}
 	for _, pv := range variants {
 		for _, l := range loads {
-			s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
+			if runsAt(pv.name, l) {
+				s.Variants = append(s.Variants, &Variant{Name: fmt.Sprintf("%s@%.0f%%", pv.name, l*100), Description: pv.desc, Valid: true})
+			}
 		}
 	}
 	var cals []calibration
@@ -987,6 +995,9 @@ func (r *Runner) atLoads(s *Scenario, variants []struct{ name, desc string }, lo
 		levels := shuffledOf(r, loads)
 		for li, l := range levels {
 			for _, pv := range abba(order, li) {
+				if !runsAt(pv.name, l) {
+					continue
+				}
 				v := s.variant(fmt.Sprintf("%s@%.0f%%", pv.name, l*100))
 				r.step(fmt.Sprintf("%s: %s (pair %d)", s.Name, v.Name, round+1))
 				n := len(v.Repeats)
@@ -1040,6 +1051,12 @@ func mixSeedOf(seed int64, scenario string, round int) uint64 {
 	fmt.Fprintf(h, "%d/%s/%d", seed, scenario, round)
 	return h.Sum64()
 }
+
+// overloadOnly names the alternatives the load scenarios compare with
+// only above capacity (loadChecks' overloadAlts): the shedding shapes a
+// user deploys for overload. A scenario whose control one of them is runs
+// it at every level.
+var overloadOnly = map[string]bool{"pool-503": true, "sem-deadline": true}
 
 // aaSuffix names a variant's A/A control: the same variant run again in
 // the same rounds.

@@ -97,7 +97,7 @@ func (r *Runner) neighbour(self string) *Scenario {
 			s.Variants = append(s.Variants, &Variant{Name: nv.name + "@" + p.name, Description: nv.desc + fmt.Sprintf("; probe %v of CPU every 10 ms", p.work), Valid: true})
 		}
 	}
-	r.pairs(s, func() []check { return neighbourChecks(r.defaultRun()) }, func(round int) {
+	r.pairs(s, func() []check { return neighbourChecks() }, func(round int) {
 		for _, p := range shuffledOf(r, probes) {
 			spin := workload.NewSpin(p.work)
 			for _, nv := range shuffledOf(r, nvs) {
@@ -125,24 +125,22 @@ func (r *Runner) neighbour(self string) *Scenario {
 			}
 		}
 	}
-	judgeChecks(s, neighbourChecks(r.defaultRun()))
+	judgeChecks(s, neighbourChecks())
 	return s
 }
 
 // neighbourChecks: what `cpuwork run --weight 200` sets up (the probe's
 // cgroup at twice the hog's weight) against equal weights, on the heavy
 // probe's p90 (C2's claim: a higher weight protects the service), with the
-// light probe's p99 as a second check. The default run judges the heavy
-// probe's mean too: its median is the probe's own run time whatever the
-// weights, its p90 and the light probe's p99 need tens to hundreds of
-// pairs here (judged with --thorough), and the mean carries the tail's
-// weight in a few.
-func neighbourChecks(defaultRun bool) []check {
+// light probe's p99 as a second check and the heavy probe's mean (its
+// median is the probe's own run time whatever the weights; the mean
+// carries the tail's weight).
+func neighbourChecks() []check {
 	aa := func(p string) [2]string { return [2]string{neighbourAA + "@" + p, neighbourAA + aaSuffix + "@" + p} }
 	return []check{
 		{label: "heavy probe: mean", judged: "weight-2:1@heavy", against: []string{"equal-weights@heavy"}, metric: "mean", aa: aa("heavy")},
-		{label: "heavy probe: p90", judged: "weight-2:1@heavy", against: []string{"equal-weights@heavy"}, metric: "p90", limit: 0.7, aa: aa("heavy"), thorough: defaultRun},
-		{label: "light probe: p99", judged: "weight-2:1@light", against: []string{"equal-weights@light"}, metric: "p99", aa: aa("light"), thorough: defaultRun},
+		{label: "heavy probe: p90", judged: "weight-2:1@heavy", against: []string{"equal-weights@heavy"}, metric: "p90", limit: 0.7, aa: aa("heavy")},
+		{label: "light probe: p99", judged: "weight-2:1@light", against: []string{"equal-weights@light"}, metric: "p99", aa: aa("light")},
 	}
 }
 

@@ -161,6 +161,7 @@ func writeSummary(w io.Writer, rep *Report) {
 		}
 		fmt.Fprintf(w, "%-11s %s: %s\n", s.Name, colored(status(s)), sum)
 	}
+	writeAnswers(w, rep)
 	fmt.Fprintf(w, "took %.0f s\n", rep.DurationS)
 }
 
@@ -708,10 +709,10 @@ func toDecide(s *Scenario, c CheckResult) string {
 		return ""
 	}
 	if c.PairsToDecide >= maxPairsToDecide {
-		return "to decide: more than 1,000 pairs at this run's spread: it cannot be decided here"
+		return "cannot tell here: more than 1,000 pairs at this run's spread"
 	}
-	return fmt.Sprintf("to decide: about %d pairs at this run's spread%s: cpuwork bench --scenario %s --repeat %d",
-		c.PairsToDecide, pairsTime(s, c.PairsToDecide, " (about %s here)"), s.Name, c.PairsToDecide)
+	return fmt.Sprintf("cannot tell here in this run: about %d pairs%s at this run's spread: cpuwork bench --scenario %s --repeat %d",
+		c.PairsToDecide, pairsTime(s, c.PairsToDecide, " / %s"), s.Name, c.PairsToDecide)
 }
 
 // nearestDecision says, for a scenario whose status is inconclusive, how
@@ -725,9 +726,7 @@ func nearestDecision(s *Scenario) string {
 	var best *CheckResult
 	for i := range s.Checks {
 		c := &s.Checks[i]
-		// The nearest of the comparisons the run judged: one left to
-		// --thorough says what it would take on its own line.
-		if c.PairsToDecide > 0 && !c.LeftToThorough && (best == nil || c.PairsToDecide < best.PairsToDecide) {
+		if c.PairsToDecide > 0 && (best == nil || c.PairsToDecide < best.PairsToDecide) {
 			best = c
 		}
 	}

@@ -235,9 +235,7 @@ func priorityChecks(cases []competition) []check {
 		aa := [2]string{priorityAA + suf, priorityAA + aaSuffix + suf}
 		cs = append(cs,
 			check{label: where + ": critical p99", judged: "cpuwork" + suf, against: alts, metric: "p99", aa: aa},
-			// Beside a CPU-bound process the batch throughput's spread
-			// here needs tens of pairs: --thorough judges it.
-			check{label: where + ": batch throughput", judged: "cpuwork" + suf, against: alts, metric: "batch_cpu_per_s", higher: true, aa: aa, thorough: cc.Name != ""},
+			check{label: where + ": batch throughput", judged: "cpuwork" + suf, against: alts, metric: "batch_cpu_per_s", higher: true, aa: aa},
 			check{label: where + ": critical p99 (goal)", judged: "cpuwork" + suf, metric: "p99", limit: 0.001, floor: "no-batch" + suf},
 			check{label: where + ": batch throughput of batch alone (goal)", judged: "cpuwork" + suf, metric: "batch_share_of_alone", higher: true, limit: 0.9})
 	}

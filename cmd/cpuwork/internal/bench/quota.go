@@ -133,16 +133,7 @@ func (r *Runner) quota(self string) *Scenario {
 		s.Skipped = "needs root to create cgroups with CPU quotas"
 		return s
 	}
-	quotas := []float64{0.25, 1.25, 1.5}
-	rounds := map[float64]int{0.25: 15, 1.25: 60, 1.5: 60}
-	switch {
-	case r.cfg.Quick:
-		quotas, rounds = []float64{1.25}, map[float64]int{1.25: 20}
-	case r.defaultRun():
-		// 1.25 and 1.5 CPUs run with --thorough (quotaChecks).
-		quotas = []float64{0.25}
-		s.Notes = append(s.Notes, "the default run measures 0.25 CPUs; 1.25 and 1.5 CPUs run with --thorough (their round p99's spread here needs 10-80 pairs)")
-	}
+	quotas, rounds := r.quotaLevels()
 	const goroutines = 10
 	work := 2 * time.Millisecond
 	spin := workload.NewSpin(work)
@@ -205,6 +196,16 @@ func (r *Runner) quota(self string) *Scenario {
 	}
 	judgeChecks(s, quotaChecks(quotas))
 	return s
+}
+
+// quotaLevels are the quota scenario's cgroups, in CPUs, and the rounds
+// each variant runs in each: 0.25, 1.25 and 1.5 CPUs (1.25 only with
+// --quick).
+func (r *Runner) quotaLevels() ([]float64, map[float64]int) {
+	if r.cfg.Quick {
+		return []float64{1.25}, map[float64]int{1.25: 20}
+	}
+	return []float64{0.25, 1.25, 1.5}, map[float64]int{0.25: 15, 1.25: 60, 1.5: 60}
 }
 
 // quotaChecks: in each quota, cpuwork's default (zero Options) against the

@@ -43,6 +43,9 @@ type Report struct {
 	// Swept lists cgroups left by benches that died, removed at the start.
 	Swept      []string `json:"swept_cgroups,omitempty"`
 	SchemaNote string   `json:"schema"`
+	// Answers are the run's answers to the declared questions of the
+	// scenarios it ran (none with --quick).
+	Answers []Answer `json:"answers,omitempty"`
 }
 
 // Machine describes where the report was made.
@@ -97,8 +100,8 @@ type Scenario struct {
 	Notes         []string `json:"notes,omitempty"`
 
 	smoke bool // a --quick run: no verdicts
-	// defaultRun: the default run, which leaves its checks marked
-	// thorough not judged (judge).
+	// defaultRun: the default run (its inconclusive comparisons say how
+	// many pairs would decide them here).
 	defaultRun bool
 	level      float64        // each look's interval level (lookLevel); 0: confidence
 	decidedAt  map[string]int // check label -> pairs at which it was decided

@@ -88,7 +88,7 @@ var scenarioTable = []scenarioDef{
 			fib := workload.NewFib(1500 * time.Microsecond)
 			c, _ := workload.Calibrate(fib, 5)
 			return r.burst("burst", n, c, fib), nil
-		}, budget: 100 * time.Second, maxPairs: burstMaxPairs},
+		}, budget: 30 * time.Second, maxPairs: burstMaxPairs},
 	{name: "burst-long", desc: "40 ms tasks arriving at once: where processor sharing makes every task late",
 		variants: func() []string { return describe(burstVariants) }, steps: perVariant,
 		run: func(r *Runner) (*Scenario, error) {
@@ -98,7 +98,7 @@ var scenarioTable = []scenarioDef{
 			}
 			spin := workload.NewSpin(40 * time.Millisecond)
 			return r.burst("burst-long", n, spin.D, spin), nil
-		}, budget: 45 * time.Second},
+		}, budget: 20 * time.Second},
 	{name: "priority", desc: "critical requests over loopback HTTP from a generator process, beside batch work that saturates every P, alone and beside a competing CPU-bound process",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {
@@ -108,7 +108,7 @@ var scenarioTable = []scenarioDef{
 			return r.priority("priority", 200*time.Microsecond, time.Millisecond, true), nil
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      160 * time.Second},
+		budget:      90 * time.Second},
 	{name: "priority-inprocess", extra: true, desc: "the priority scenario with requests dispatched in process by a goroutine sleeping to each arrival (measures timer lateness under busy Ps; not in the default set)",
 		variants: priorityNames, steps: competed(true),
 		run: func(r *Runner) (*Scenario, error) {
@@ -119,10 +119,10 @@ var scenarioTable = []scenarioDef{
 		variants: func() []string { return describe(timerVariants) }, steps: competed(false),
 		run:         func(r *Runner) (*Scenario, error) { return r.timers(time.Millisecond) },
 		minDuration: 100 * time.Millisecond, // >= 100 canary marks
-		budget:      70 * time.Second},
-	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 200% of capacity in the default run; with --repeat or --loads also 80% (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, and 80% again beside a competing CPU-bound process",
+		budget:      40 * time.Second},
+	{name: "service", desc: "a net/http service with real CPU work under open-loop load at 80% and 200% of capacity (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, and 80% again beside a competing CPU-bound process",
 		variants: func() []string { return append(describe(serviceVariants), "pool-503"+aaSuffix+": "+aaDesc("pool-503")) }, uses: []string{"regexp", "gzip"},
-		steps: func(r *Runner, vs []string) int { return loadSteps(r, vs, r.defaultRunLoads(serviceLoads)) },
+		steps: func(r *Runner, vs []string) int { return loadSteps(r, vs, r.loadLevels(serviceLoads)) },
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
 				return &Scenario{Name: "service", Skipped: "no load generator command configured"}, nil
@@ -130,13 +130,13 @@ var scenarioTable = []scenarioDef{
 			return r.service(r.cfg.LoadGen)
 		},
 		minDuration: 500 * time.Millisecond, // the generator's pacing and start-up
-		budget:      140 * time.Second},
-	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 200% of capacity in the default run; with --repeat or --loads also 80% (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, 80% again beside a competing CPU-bound process, and 200% in a 1.5-CPU cgroup: goroutine per request, the field report's worker pool, cpuwork (optional install: " + workload.ONNXInstall + ")",
+		budget:      170 * time.Second},
+	{name: "inference", desc: "an ONNX Runtime (cgo) inference service under open-loop load at 80% and 200% of capacity (50/80/95/200/400% with --thorough), each variant's capacity at the latency objective by a stepped search, 80% again beside a competing CPU-bound process, and 200% in a 1.5-CPU cgroup: goroutine per request, the field report's worker pool, in overload a bounded pool answering 503 and a semaphore whose waiters leave at the objective, cpuwork (optional install: " + workload.ONNXInstall + ")",
 		variants: func() []string {
 			return append(append(describe(inferenceVariants), describe(inferenceQuotaExtras)...), "pool"+aaSuffix+": "+aaDesc("pool"))
 		},
 		steps: func(r *Runner, vs []string) int {
-			return loadSteps(r, vs[:len(vs)-len(inferenceQuotaExtras)-1], r.defaultRunLoads(inferenceLoads)) + r.rounds
+			return loadSteps(r, vs[:len(vs)-len(inferenceQuotaExtras)-1], r.loadLevels(inferenceLoads)) + r.rounds
 		},
 		run: func(r *Runner) (*Scenario, error) {
 			if len(r.cfg.LoadGen) == 0 {
@@ -145,7 +145,7 @@ var scenarioTable = []scenarioDef{
 			return r.inference(r.cfg.LoadGen)
 		},
 		minDuration: 500 * time.Millisecond,
-		budget:      110 * time.Second},
+		budget:      240 * time.Second},
 	realserverDef(imageproxyTarget),
 	realserverDef(opaTarget),
 	realserverDef(vipsTarget),
@@ -156,25 +156,22 @@ var scenarioTable = []scenarioDef{
 	mixedDef(opaTarget),
 	realserverStepDef(imageproxyTarget),
 	fleetDef(),
-	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups (0.25 only in the default run): GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
+	{name: "quota", desc: "10 goroutines x 2 ms per round in 0.25/1.25/1.5-CPU cgroups: GOMAXPROCS 1..6, Go's default, cpuwork (needs root)",
 		variants: quotaNames,
 		steps: func(r *Runner, vs []string) int {
 			if r.cfg.Quick {
 				return len(vs) * r.rounds
 			}
-			if r.defaultRun() {
-				return len(vs) * r.rounds // 0.25 CPUs
-			}
 			return 3 * len(vs) * r.rounds // three quotas
 		},
 		run:    needsBinary("quota", func(r *Runner, bin []string) (*Scenario, error) { return r.quota(bin[0]), nil }),
-		budget: 45 * time.Second},
+		budget: 55 * time.Second},
 	{name: "neighbour", desc: "a latency probe (1 or 4 ms every 10 ms) beside a CPU hog process: cgroup weights and cpu.idle (needs root)",
 		variants:    func() []string { return describe(neighbourVariants) },
 		steps:       func(r *Runner, vs []string) int { return 2 * len(vs) * r.rounds }, // two probes
 		run:         needsBinary("neighbour", func(r *Runner, bin []string) (*Scenario, error) { return r.neighbour(bin[0]), nil }),
 		minDuration: 500 * time.Millisecond, // >= 50 probes
-		budget:      80 * time.Second},
+		budget:      35 * time.Second},
 }
 
 // loadSteps estimates a load scenario's steps: every variant run (vs
@@ -282,26 +279,11 @@ var thoroughOnly = map[string]bool{
 }
 
 // defaultRun reports whether this is the default run: not --quick,
-// --thorough or --repeat. It judges only the comparisons it can decide
-// in its time (check.thorough) and runs only the cases they need.
+// --thorough or --repeat. It asks the declared questions
+// (questions.txt) within its time shares and says of each it cannot
+// decide in them how many pairs would.
 func (r *Runner) defaultRun() bool {
 	return r.cfg.Repeat == 0 && !r.cfg.Quick && !r.cfg.Thorough
-}
-
-// decidesOnly reports whether the load scenarios run only what the
-// default run can decide: the default run without --loads.
-func (r *Runner) decidesOnly() bool { return r.defaultRun() && len(r.cfg.Loads) == 0 }
-
-// defaultRunLoads is a load scenario's levels: loadLevels(def), but in
-// the default run without --loads only the overload levels (above
-// capacity), where its comparisons are decided in a few pairs; the
-// levels below capacity, the capacity search and the case beside a
-// competitor need tens of pairs here and run with --thorough or --loads.
-func (r *Runner) defaultRunLoads(def []float64) []float64 {
-	if r.decidesOnly() {
-		return slices.DeleteFunc(slices.Clone(def), func(l float64) bool { return l <= 1 })
-	}
-	return r.loadLevels(def)
 }
 
 // runs reports whether the default run (or --thorough) runs a variant.
@@ -593,6 +575,9 @@ func Run(cfg Config) (*Report, error) {
 		cfg.Step(r.total-1, r.total, "done")
 	}
 	rep.DurationS = time.Since(rep.Started).Seconds()
+	if !cfg.Quick {
+		rep.Answers = answer(rep)
+	}
 	return rep, nil
 }
 

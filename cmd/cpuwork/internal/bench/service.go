@@ -66,7 +66,7 @@ func (r *Runner) service(loadgen []string) (*Scenario, error) {
 	once := func(v *Variant, variant string, rate float64) error {
 		return r.serviceOnce(v, variant, small, large, sv, rate, loadgen, closedLoop(rate, r.slots)...)
 	}
-	loads := r.defaultRunLoads(serviceLoads)
+	loads := r.loadLevels(serviceLoads)
 	checks := func() []check { return serviceChecks(loads, sv.slo.Seconds()) }
 	r.search = true
 	defer func() { r.search = false }()

@@ -46,7 +46,7 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	go echoServer(ln)
 	job := workload.NewSpin(unit)
 	echo := map[string]*histT{}
-	r.eachCase(s, "timers", cases, func() []check { return timerChecks(cases, r.defaultRun()) }, nil, nil, func(cc competition, v *Variant, warm bool) error {
+	r.eachCase(s, "timers", cases, func() []check { return timerChecks(cases) }, nil, nil, func(cc competition, v *Variant, warm bool) error {
 		base, _ := baseName(v.Name)
 		canary, eh, series, u, jobs, err := r.timersOnce(strings.TrimSuffix(base, aaSuffix), job, ln.Addr().String())
 		if warm || err != nil {
@@ -74,22 +74,15 @@ func (r *Runner) timers(unit time.Duration) (*Scenario, error) {
 	}
 	s.ratios()
 	s.caseRatios()
-	judgeChecks(s, timerChecks(cases, r.defaultRun()))
+	judgeChecks(s, timerChecks(cases))
 	return s, nil
 }
 
 // timerChecks: in every case, cpuwork (Batch tasks calling Checkpoint, the
 // docs' way) against the best of the busy pool, a Gosched per job and a
-// Gosched every ~50 µs on the canary's p99 (p90 in the default run,
-// which decides it in a few pairs alone where the p99 needs tens to
-// hundreds here), and its batch throughput within 1 % of the pool that
-// Goscheds every ~50 µs. Beside a CPU-bound process the default run
-// judges neither (--thorough does).
-func timerChecks(cases []competition, defaultRun bool) []check {
-	canary := "p99"
-	if defaultRun {
-		canary = "p90"
-	}
+// Gosched every ~50 µs on the canary's p99, and its batch throughput
+// against the pool that Goscheds every ~50 µs.
+func timerChecks(cases []competition) []check {
 	var cs []check
 	for _, cc := range cases {
 		where, suf := cc.Name, cc.suffix()
@@ -98,8 +91,8 @@ func timerChecks(cases []competition, defaultRun bool) []check {
 		}
 		aa := [2]string{timersAA + suf, timersAA + aaSuffix + suf}
 		cs = append(cs,
-			check{label: where + ": timer canary " + canary, judged: "cpuwork" + suf, against: []string{"pool" + suf, "pool-gosched" + suf, "pool-gosched-50us" + suf}, metric: canary, aa: aa, thorough: defaultRun && cc.Name != ""},
-			check{label: where + ": batch jobs/s vs yielding as often", judged: "cpuwork" + suf, against: []string{"pool-gosched-50us" + suf}, metric: "batch_jobs_per_s", higher: true, aa: aa, thorough: cc.Name != ""})
+			check{label: where + ": timer canary p99", judged: "cpuwork" + suf, against: []string{"pool" + suf, "pool-gosched" + suf, "pool-gosched-50us" + suf}, metric: "p99", aa: aa},
+			check{label: where + ": batch jobs/s vs yielding as often", judged: "cpuwork" + suf, against: []string{"pool-gosched-50us" + suf}, metric: "batch_jobs_per_s", higher: true, aa: aa})
 	}
 	return cs
 }

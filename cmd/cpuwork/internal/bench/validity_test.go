@@ -521,7 +521,9 @@ func TestTheLoadScenariosRunAt95PercentBesideACompetitor(t *testing.T) {
 			}
 			n := 1 // the A/A control
 			for _, sv := range sc.variants {
-				if r.runs(sv.name) {
+				// An overload alternative that is not the control runs
+				// above capacity only: never at the beside case's 80 %.
+				if r.runs(sv.name) && (!overloadOnly[sv.name] || sv.name == aaOf(sc.name)) {
 					n++
 				}
 			}
@@ -631,23 +633,23 @@ func TestAnOverloadedGeneratorsShortfallIsToleratedTo95Percent(t *testing.T) {
 	}
 }
 
-// The default run runs the load scenarios at their overload levels only
-// (their comparisons below capacity need tens of pairs here); --loads,
-// --repeat, --thorough and --quick keep theirs, and the beside case runs
-// only with the 80 % level.
-func TestTheDefaultRunKeepsTheLevelsItCanDecide(t *testing.T) {
+// The default run asks every declared level of the load scenarios — below
+// capacity, the capacity search and the case beside a competitor too — as
+// --repeat and --quick do; --loads replaces them and --thorough adds its
+// own. The beside case runs with the 80 % level.
+func TestTheDefaultRunAsksEveryDeclaredLevel(t *testing.T) {
 	for _, c := range []struct {
 		cfg  Config
 		want []float64
 	}{
-		{Config{}, []float64{2}},
+		{Config{}, serviceLoads},
 		{Config{Loads: []float64{0.8}}, []float64{0.8}},
 		{Config{Repeat: 6}, serviceLoads},
 		{Config{Quick: true}, serviceLoads},
 		{Config{Thorough: true}, thoroughLoads},
 	} {
 		r := &Runner{cfg: c.cfg}
-		got := r.defaultRunLoads(serviceLoads)
+		got := r.loadLevels(serviceLoads)
 		if !slices.Equal(got, c.want) {
 			t.Errorf("%+v: loads %v, want %v", c.cfg, got, c.want)
 		}
@@ -660,26 +662,25 @@ func TestTheDefaultRunKeepsTheLevelsItCanDecide(t *testing.T) {
 	}
 }
 
-// A comparison marked thorough is measured but not judged in the default
-// run — never a verdict, whatever its pairs say — and judged elsewhere.
-func TestTheDefaultRunLeavesThoroughComparisonsUnjudged(t *testing.T) {
-	c := check{label: "nice0: batch throughput", judged: "cw", against: []string{"alt"}, metric: "mean", aa: [2]string{"alt", "alt-aa"}, thorough: true}
-	vals := map[string]map[string][]float64{"cw": {"mean": jitter(0.5, 12)}, "alt": {"mean": jitter(1, 12)}, "alt-aa": {"mean": jitter(1, 12)}}
-	for _, def := range []bool{true, false} {
-		s := synth(vals)
-		s.Name, s.defaultRun = "priority", def
-		judgeChecks(s, []check{c})
-		r := s.Checks[0]
-		switch {
-		case def && (r.Verdict != "" || !r.LeftToThorough || !strings.Contains(r.NotJudged, "left to --thorough: measured 0.50x alt") || !strings.Contains(r.NotJudged, "cpuwork bench --scenario priority --thorough")):
-			t.Errorf("default run: %s", r.line())
-		case def && s.undecided() != 0:
-			t.Error("a comparison left to --thorough counts as undecided: the default run would run pairs for it")
-		case def && !strings.Contains(s.Summary, "1 measured and left to --thorough"):
-			t.Errorf("default run: summary %q", s.Summary)
-		case !def && (r.Verdict != Better || r.LeftToThorough):
-			t.Errorf("--thorough: %s, want better", r.line())
-		}
+// The default run judges every comparison it declares: one its pairs
+// decide gets its verdict (never "left to --thorough"), and one they do
+// not counts as undecided, so that the run takes more pairs for it while
+// its time share lasts.
+func TestTheDefaultRunJudgesEveryComparison(t *testing.T) {
+	c := check{label: "nice0: batch throughput", judged: "cw", against: []string{"alt"}, metric: "mean", aa: [2]string{"alt", "alt-aa"}}
+	decided := map[string]map[string][]float64{"cw": {"mean": jitter(0.5, 12)}, "alt": {"mean": jitter(1, 12)}, "alt-aa": {"mean": jitter(1, 12)}}
+	s := synth(decided)
+	s.Name, s.defaultRun = "priority", true
+	judgeChecks(s, []check{c})
+	if r := s.Checks[0]; r.Verdict != Better || r.NotJudged != "" {
+		t.Errorf("default run, decided: %s, want better", r.line())
+	}
+	open := map[string]map[string][]float64{"cw": {"mean": {0.7, 1.4, 0.9}}, "alt": {"mean": {1, 1, 1}}, "alt-aa": {"mean": {1.02, 0.98, 1}}}
+	s = synth(open)
+	s.Name, s.defaultRun = "priority", true
+	judgeChecks(s, []check{c})
+	if r := s.Checks[0]; r.Verdict != Inconclusive || s.undecided() != 1 {
+		t.Errorf("default run, open: %s (undecided %d), want inconclusive and counted", r.line(), s.undecided())
 	}
 }
 

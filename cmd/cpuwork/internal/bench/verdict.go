@@ -82,10 +82,6 @@ type check struct {
 	// valid with paired repeats (judged and against are then names of
 	// of's, not variants).
 	needs []string
-	// thorough: a comparison the default run measures but does not
-	// judge — its per-pair spread here needs more pairs than the default
-	// run's share gives (--thorough and --repeat judge it).
-	thorough bool
 }
 
 // figure reports whether c is a figure rather than a comparison.
@@ -152,10 +148,6 @@ type CheckResult struct {
 	// pairs looked at once would decide it at this run's per-pair spread
 	// (pairsToDecide); 0 otherwise.
 	PairsToDecide int `json:"pairs_to_decide,omitempty"`
-	// LeftToThorough: the default run measured this comparison and, its
-	// spread here needing more pairs than it gives, does not judge it
-	// (NotJudged says so with the estimate); --thorough and --repeat do.
-	LeftToThorough bool `json:"left_to_thorough,omitempty"`
 }
 
 // judgeChecks evaluates checks against s's variants and sets s.Status,
@@ -177,15 +169,6 @@ func judgeChecks(s *Scenario, checks []check) {
 			// One pair measures nothing to hold a goal to: a figure past
 			// its goal here is not a miss.
 			r.Notes = append(r.Notes, "goal not judged: smoke test")
-		}
-		if c.thorough && s.defaultRun && r.Kind == "comparison" && r.NotJudged == "" {
-			r.Verdict, r.LeftToThorough = "", true
-			need := ""
-			if r.PairsToDecide > 0 && r.PairsToDecide < maxPairsToDecide {
-				need = fmt.Sprintf(", about %d pairs at this run's spread", r.PairsToDecide)
-			}
-			r.NotJudged = fmt.Sprintf("left to --thorough: measured %.2fx %s [%.2f-%.2fx] at %d pairs; deciding it takes more pairs than the default run gives here%s: cpuwork bench --scenario %s --thorough",
-				r.Estimate, r.BestAlternative, r.CILow, r.CIHigh, r.Pairs, need, s.Name)
 		}
 		s.Checks = append(s.Checks, r)
 	}
@@ -229,13 +212,8 @@ func summarize(s *Scenario) (Status, string) {
 	var cases []*caseFinding
 	byCase := map[string]*caseFinding{}
 	var notJudged []string
-	left := 0
 	for _, r := range s.Checks {
 		if r.Kind != "comparison" {
-			continue
-		}
-		if r.LeftToThorough {
-			left++
 			continue
 		}
 		if r.NotJudged != "" {
@@ -254,8 +232,6 @@ func summarize(s *Scenario) (Status, string) {
 		switch {
 		case len(notJudged) > 0:
 			return StatusNotJudged, "not judged: " + strings.Join(dedupe(notJudged), "; ")
-		case left > 0:
-			return StatusNotJudged, fmt.Sprintf("not judged in the default run: %d measured and left to --thorough", left)
 		}
 		return StatusNotJudged, "not judged: no comparison declared"
 	}
@@ -304,9 +280,6 @@ func summarize(s *Scenario) (Status, string) {
 	sum := strings.Join(parts, ", ")
 	if len(notJudged) > 0 {
 		sum += fmt.Sprintf("; %d comparison(s) not judged", len(notJudged))
-	}
-	if left > 0 {
-		sum += fmt.Sprintf("; %d measured and left to --thorough", left)
 	}
 	return status, sum
 }

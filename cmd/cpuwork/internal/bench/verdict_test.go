@@ -289,11 +289,11 @@ func TestVerdictNotJudgedNeverDropped(t *testing.T) {
 // naming it.
 func TestEveryScenarioDeclaresComparisonsThatCanComeOutEveryWay(t *testing.T) {
 	decls := map[string][]check{
-		"burst":     burstChecks(false),
+		"burst":     burstChecks(),
 		"priority":  priorityChecks(Competitions),
-		"timers":    timerChecks(Competitions, false),
+		"timers":    timerChecks(Competitions),
 		"quota":     quotaChecks([]float64{0.25, 1.25, 1.5}),
-		"neighbour": neighbourChecks(false),
+		"neighbour": neighbourChecks(),
 		"service":   serviceChecks([]float64{0.5, 0.8, 2}, 0.1),
 	}
 	for _, c := range inferenceChecks([]float64{0.5, 0.8, 0.95, 2}, 0.1, true, quotaCase{quota: 1.5, load: 2}) {
@@ -499,7 +499,7 @@ func TestAnUndecidedComparisonSaysWhatDecidingWouldTake(t *testing.T) {
 	}
 	var b strings.Builder
 	WriteScenario(&b, s)
-	want := fmt.Sprintf("to decide: about %d pairs at this run's spread (about %d min here): cpuwork bench --scenario service --repeat %d",
+	want := fmt.Sprintf("cannot tell here in this run: about %d pairs / %d min at this run's spread: cpuwork bench --scenario service --repeat %d",
 		c.PairsToDecide, c.PairsToDecide, c.PairsToDecide)
 	if !strings.Contains(b.String(), want) {
 		t.Errorf("output lacks %q:\n%s", want, b.String())
