@@ -174,7 +174,7 @@ func FirstScreen(cfg Config) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "the default run asks %d declared questions (docs/bench.md#the-declared-questions) and answers each with a verdict or \"cannot tell here in this run\"; for its time it does not ask:\n", len(questions))
 	for _, s := range notAsked {
-		fmt.Fprintf(&b, "  - %s (%s)\n", s.what, s.how)
+		fmt.Fprintf(&b, "  - %s — asked by %s\n", s.what, s.how)
 	}
 	return b.String()
 }
