@@ -5,6 +5,7 @@ go 1.26.0
 replace github.com/cpuwork/cpuwork => ..
 
 require (
+	github.com/DataDog/zstd v1.5.7
 	github.com/cpuwork/cpuwork v0.0.0-00010101000000-000000000000
 	github.com/failsafe-go/failsafe-go v0.9.8
 	github.com/h2non/bimg v1.1.9

@@ -197,6 +197,9 @@ func counted(app http.Handler, abandoned *[2]atomic.Int64) http.Handler {
 //	           request at priority.Medium (with -mixed: interactive
 //	           priority.High, batch priority.Low), its tenant the user
 //	           whose recent usage lowers its level when the limiter sheds
+//	sem-deadline  an x/sync semaphore of gmp workers whose waiters leave
+//	           at slo: a request with no worker by its arrival plus slo
+//	           is refused
 //	cpuwork    app as is: Serve adds the middleware
 func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Handler, error) {
 	switch variant {
@@ -206,6 +209,8 @@ func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Ha
 		return semaphored(app, gmp, 2*gmp), nil
 	case "sem2x":
 		return semaphored(app, 2*gmp, 4*gmp), nil
+	case "sem-deadline":
+		return untilObjective(app, gmp, slo), nil
 	case "shipped":
 		return semaphored(app, 2*gmp, 0), nil
 	case "shipped-queue":
@@ -257,6 +262,23 @@ func semaphored(h http.Handler, workers, queue int) http.Handler {
 		defer inside.Add(-1)
 		if err := sem.Acquire(r.Context(), 1); err != nil {
 			http.Error(w, "gone", http.StatusServiceUnavailable)
+			return
+		}
+		defer sem.Release(1)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// untilObjective admits workers requests at once (an x/sync semaphore);
+// the others wait for one until their arrival plus slo, then are refused.
+func untilObjective(h http.Handler, workers int, slo time.Duration) http.Handler {
+	sem := semaphore.NewWeighted(int64(workers))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), slo)
+		err := sem.Acquire(ctx, 1)
+		cancel()
+		if err != nil {
+			http.Error(w, "waited the objective", http.StatusServiceUnavailable)
 			return
 		}
 		defer sem.Release(1)

@@ -18,7 +18,6 @@
 package main
 
 import (
-	"flag"
 	"io"
 	"log"
 	"net/http"
@@ -30,14 +29,8 @@ import (
 )
 
 func main() {
-	variant := flag.String("variant", "stock", "stock, sem, sem2x, failsafe, gradient2 or cpuwork")
-	origin := flag.String("origin", "", "base URL of the origin serving small.jpg and large.jpg")
-	slo := flag.Duration("slo", time.Second, "the latency objective")
-	flag.Parse()
-	if *origin == "" {
-		log.Fatal("imageproxy: -origin is required")
-	}
-	if err := serve(*variant, *origin, *slo, os.Stdout, os.Stdin); err != nil {
+	f := admit.ParseFlags("imageproxy", true)
+	if err := serve(f.Variant, f.Origin, f.SLO, os.Stdout, os.Stdin); err != nil {
 		log.Fatal("imageproxy: ", err)
 	}
 }

@@ -21,7 +21,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"log"
@@ -51,11 +50,8 @@ large := count({[r.id, t] |
 `
 
 func main() {
-	variant := flag.String("variant", "stock", "stock, sem, sem2x, failsafe, gradient2 or cpuwork")
-	slo := flag.Duration("slo", time.Second, "the latency objective")
-	flag.String("origin", "", "unused (the bench passes it to every server)")
-	flag.Parse()
-	if err := serve(*variant, *slo, os.Stdout, os.Stdin); err != nil {
+	f := admit.ParseFlags("opa", false) // -origin: unused (the bench passes it to every server)
+	if err := serve(f.Variant, f.SLO, os.Stdout, os.Stdin); err != nil {
 		log.Fatal("opa: ", err)
 	}
 }

@@ -24,8 +24,6 @@
 package main
 
 import (
-	"flag"
-	"fmt"
 	"io"
 	"log"
 	"net/http"
@@ -34,29 +32,12 @@ import (
 
 	"github.com/cpuwork/cpuwork/realbench/admit"
 	"github.com/h2non/bimg"
-	"go.uber.org/automaxprocs/maxprocs"
 )
 
 func main() {
-	variant := flag.String("variant", "stock", "stock, shipped, shipped-queue, failsafe or cpuwork")
-	origin := flag.String("origin", "", "base URL of the origin serving small.jpg and large.jpg")
-	slo := flag.Duration("slo", time.Second, "the latency objective")
-	procs := flag.String("procs", "default", "GOMAXPROCS: default (Go's rule) or automaxprocs (the quota rounded down)")
-	flag.Parse()
-	if *origin == "" {
-		log.Fatal("vips: -origin is required")
-	}
-	switch *procs {
-	case "default":
-	case "automaxprocs":
-		if _, err := maxprocs.Set(); err != nil {
-			log.Fatal("vips: automaxprocs: ", err)
-		}
-	default:
-		log.Fatalf("vips: -procs %q: want default or automaxprocs", *procs)
-	}
+	f := admit.ParseFlags("vips", true)
 	bimg.VipsCacheSetMax(0) // every request does its work: no operation cache
-	if err := serve(*variant, *origin, *slo, os.Stdout, os.Stdin); err != nil {
+	if err := serve(f.Variant, f.Origin, f.SLO, os.Stdout, os.Stdin); err != nil {
 		log.Fatal("vips: ", err)
 	}
 }
@@ -71,20 +52,8 @@ func serve(variant, origin string, slo time.Duration, out io.Writer, stdin io.Re
 			http.NotFound(w, r)
 			return
 		}
-		req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, srcs[r.URL.Path], nil)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusBadGateway)
-			return
-		}
-		buf, err := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if err != nil || resp.StatusCode != http.StatusOK {
-			http.Error(w, fmt.Sprintf("origin: %d %v", resp.StatusCode, err), http.StatusBadGateway)
+		buf, ok := admit.Fetch(w, r, client, srcs[r.URL.Path])
+		if !ok {
 			return
 		}
 		img, err := bimg.NewImage(buf).Process(bimg.Options{Width: width, Type: bimg.JPEG, Quality: 80})

@@ -1103,8 +1103,10 @@ func aaOf(scenario string) string {
 	switch {
 	case scenario == "inference":
 		return "pool"
-	case strings.HasPrefix(scenario, "realserver-vips"):
+	case strings.HasPrefix(scenario, "realserver-vips"), strings.HasPrefix(scenario, "realserver-zstd"):
 		return vipsControl
+	case strings.HasSuffix(scenario, "-mixed"):
+		return mixedControl
 	case strings.HasPrefix(scenario, "realserver"):
 		return realserverControl
 	}

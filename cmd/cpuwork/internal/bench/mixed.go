@@ -32,6 +32,7 @@ var mixedPeers = []struct{ name, desc string }{
 	{"two-sem", "a semaphore per kind, as zoekt ships: interactive GOMAXPROCS workers and a queue of 2x, batch a quarter of GOMAXPROCS (at least 1) and a queue of 2x that"},
 	{"failsafe-prio", "failsafe-go v0.9.8 adaptivelimiter with its queue, BuildPrioritized: interactive at priority High, batch at Low, calibrated every second"},
 	{"gradient2-part", "go-concurrency-limits v0.8.0 Gradient2 behind its FIFO blocking limiter, partitioned by kind (its lookup partition strategy: interactive 80 %, batch 20 %)"},
+	{"sem-deadline", "a semaphore whose waiters leave at the objective (in overload only): an x/sync semaphore of GOMAXPROCS workers, a request with no worker by its arrival plus the objective answers 503"},
 }
 
 // mixedLoads are the interactive load levels, fractions of the
@@ -41,11 +42,17 @@ var mixedLoads = []float64{0.5, 0.8, 2}
 
 const mixedBatchClients = 2
 
+// mixedControl is the mixed-urgency scenarios' A/A control: a semaphore
+// per kind, the best peer of their checked-in runs in overload (the one
+// semaphore answered no interactive request within the objective at 2x,
+// and an A/A control that does no work gives no margin).
+const mixedControl = "two-sem"
+
 // mixedTarget is tg's mixed-urgency scenario.
 func mixedTarget(tg realTarget) realTarget {
 	base := tg.scenario
 	tg.scenario = base + "-mixed"
-	tg.peers, tg.control = mixedPeers, "sem"
+	tg.peers, tg.control = mixedPeers, mixedControl
 	tg.args = append(slices.Clone(tg.args), "-mixed")
 	tg.cpuworkDesc = "the cpuworkhttp middleware with the objective for the interactive endpoint and Options.Class Batch (no objective) for the batch one, the executor with Options.Batch.Beside and GOMAXPROCS doubled (batch on slots of its own beside the budget's, on demoted threads; under a quota in a child cgroup capped to what the rest of the server leaves of it), served through WatchListener (20 added lines: realbench/admit); no Checkpoint: the server's work loops are in libraries it calls"
 	name := strings.SplitN(tg.claim, " with ", 2)[0]

@@ -44,6 +44,7 @@ var realserverPeers = []struct{ name, desc string }{
 	{"sem2x", "the same with 2x GOMAXPROCS workers and a queue of 4x (imgproxy's default worker count)"},
 	{"failsafe", "failsafe-go v0.9.8 adaptivelimiter with its queue (x2 to x3 the limit, waiting at most the objective), through failsafehttp"},
 	{"gradient2", "go-concurrency-limits v0.8.0 Gradient2 behind its FIFO blocking limiter (backlog 8x GOMAXPROCS, waiting at most the objective)"},
+	{"sem-deadline", "a semaphore whose waiters leave at the objective (in overload only): an x/sync semaphore of GOMAXPROCS workers, a request with no worker by its arrival plus the objective answers 503"},
 }
 
 // realserverVariants are the peers and cpuwork.
@@ -57,10 +58,23 @@ var vipsPeers = []struct{ name, desc string }{
 	{"shipped", "the admitter cgo image servers such as imaginary ship: an x/sync semaphore of 2x GOMAXPROCS workers, no queue, 503 when all are busy"},
 	{"shipped-queue", "the same with a queue of 8, 503 when full"},
 	{"failsafe", "failsafe-go v0.9.8 adaptivelimiter with its queue (x2 to x3 the limit, waiting at most the objective), through failsafehttp"},
+	{"sem-deadline", "a semaphore whose waiters leave at the objective (in overload only): an x/sync semaphore of GOMAXPROCS workers, a request with no worker by its arrival plus the objective answers 503"},
 }
 
 // vipsControl is the cgo image server's A/A control: its own admitter.
 const vipsControl = "shipped-queue"
+
+// zstdPeers are the admitters of the cgo compression server
+// (realbench/zstd): its own (a semaphore with a queue), imgproxy's
+// semaphore with a queue of 2 per slot, a semaphore whose waiters leave
+// at the objective, and failsafe-go.
+var zstdPeers = []struct{ name, desc string }{
+	{"stock", "the server with every request run at once"},
+	{"shipped-queue", "the server's own admitter: an x/sync semaphore of 2x GOMAXPROCS workers and a queue of 8, 503 when full"},
+	{"sem", "imgproxy's admitter, a bounded pool answering 503: an x/sync semaphore of GOMAXPROCS workers and a queue of 2 per worker, 503 when full"},
+	{"failsafe", "failsafe-go v0.9.8 adaptivelimiter with its queue (x2 to x3 the limit, waiting at most the objective), through failsafehttp"},
+	{"sem-deadline", "a semaphore whose waiters leave at the objective (in overload only): an x/sync semaphore of GOMAXPROCS workers, a request with no worker by its arrival plus the objective answers 503"},
+}
 
 // realserverNames lists the realserver scenarios' variants (--list).
 func realserverNames() []string { return imageproxyTarget.names() }
@@ -170,6 +184,17 @@ var (
 		desc:  "a cgo image server (libvips through h2non/bimg, Debian's libvips, built by the realbench module) whose work runs outside the Go scheduler's Ps, with GOMAXPROCS from Go's default, under open-loop load at 80% and 2x its capacity, unconstrained and in a 1.5-CPU cgroup: stock, the semaphore such servers ship (2x GOMAXPROCS workers, with and without a queue of 8), failsafe-go's adaptive limiter, cpuwork's middleware",
 		claim: "a cgo image server (libvips) with cpuwork's middleware added in 7 lines against the admitter such servers ship and failsafe-go: never worse, unconstrained and in a 1.5-CPU cgroup",
 		small: "a 300 px wide JPEG of an 800x600 one (libvips)", large: "a 1024 px wide JPEG of a 3000x2000 one (libvips)"}
+	zstdTarget = realTarget{scenario: "realserver-zstd", cmd: "zstd", origin: true, peers: zstdPeers, control: vipsControl,
+		needs: "a C compiler for cgo (gcc)",
+		desc:  "a cgo compression server (the zstd C library through DataDog/zstd, built by the realbench module) that fetches its source from an origin and compresses it in one C call, with GOMAXPROCS from Go's default, under open-loop load at 80% and 2x its capacity, unconstrained and in a 1.5-CPU cgroup: stock, its own admitter (2x GOMAXPROCS workers, a queue of 8), imgproxy's semaphore, a semaphore whose waiters leave at the objective, failsafe-go's adaptive limiter, cpuwork's middleware",
+		claim: "a second cgo server (zstd compression) with cpuwork's middleware added in 7 lines against its own admitter, a bounded pool answering 503, a semaphore whose waiters leave at the objective and failsafe-go: never worse, unconstrained and in a 1.5-CPU cgroup",
+		small: "zstd level 19 of an 800x600 JPEG fetched from the origin", large: "zstd level 9 of a 3000x2000 JPEG fetched from the origin"}
+	zstdFloorTarget = realTarget{scenario: "realserver-zstd-floor", cmd: "zstd", origin: true, peers: zstdPeers, control: vipsControl,
+		needs: zstdTarget.needs,
+		args:  []string{"-procs", "automaxprocs"}, procs: "GOMAXPROCS from automaxprocs: the quota rounded down, 1",
+		desc:  "the cgo compression server of realserver-zstd with GOMAXPROCS set by go.uber.org/automaxprocs (the quota rounded down: 1 in the 1.5-CPU cgroup)",
+		claim: zstdTarget.claim + ", with GOMAXPROCS below the quota",
+		small: zstdTarget.small, large: zstdTarget.large}
 	vipsFloorTarget = realTarget{scenario: "realserver-vips-floor", cmd: "vips", origin: true, peers: vipsPeers, control: vipsControl,
 		needs: vipsTarget.needs,
 		args:  []string{"-procs", "automaxprocs"}, procs: "GOMAXPROCS from automaxprocs: the quota rounded down, 1",
@@ -632,7 +657,9 @@ func (r *Runner) realserver(tg realTarget) (*Scenario, error) {
 func realPeersAt(tg realTarget, suf string, l float64) (alts []string, aa [2]string) {
 	at := fmt.Sprintf("%s@%.0f%%", suf, l*100)
 	for _, p := range tg.peerList() {
-		alts = append(alts, p.name+at)
+		if l > 1 || !overloadOnly[p.name] { // atLoads runs those above capacity only
+			alts = append(alts, p.name+at)
+		}
 	}
 	c := tg.controlName()
 	return alts, [2]string{c + at, c + suf + aaSuffix + fmt.Sprintf("@%.0f%%", l*100)}
@@ -793,7 +820,9 @@ func realserverChecks(tg realTarget, loads []float64, suf string, target float64
 	if slices.Contains(loads, searchSteps[0]) {
 		var peers []string
 		for _, p := range tg.peerList() {
-			peers = append(peers, p.name)
+			if !overloadOnly[p.name] { // not run at the search's 80 %
+				peers = append(peers, p.name)
+			}
 		}
 		cs = append(cs, capacityCheck(where, suf, target, peers, tg.controlName()))
 	}

@@ -150,6 +150,8 @@ var scenarioTable = []scenarioDef{
 	realserverDef(opaTarget),
 	realserverDef(vipsTarget),
 	realserverDef(vipsFloorTarget),
+	realserverDef(zstdTarget),
+	realserverDef(zstdFloorTarget),
 	tenantsDef(imageproxyTarget),
 	tenantsDef(opaTarget),
 	mixedDef(imageproxyTarget),

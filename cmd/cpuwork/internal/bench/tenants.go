@@ -33,6 +33,7 @@ var tenantsPeers = []struct{ name, desc string }{
 	{"sem", "one global semaphore for every tenant: an x/sync semaphore of GOMAXPROCS workers and a queue of 2x that, 503 when full"},
 	{"tenant-sem", "the global semaphore and, before it, a semaphore per tenant of half of GOMAXPROCS (at least 1) with a queue of 2x that: no tenant holds more than half of the workers"},
 	{"failsafe-prio", "failsafe-go v0.9.8 adaptivelimiter with its queue, BuildPrioritized with a usage tracker (10 s window), every request at priority Medium with its tenant as the user, calibrated every second"},
+	{"sem-deadline", "a semaphore whose waiters leave at the objective (in overload only): an x/sync semaphore of GOMAXPROCS workers, a request with no worker by its arrival plus the objective answers 503"},
 }
 
 // tenantsTarget is tg's tenants scenario.
@@ -108,7 +109,7 @@ func tenantsChecks(tg realTarget, slo float64) []check {
 	c := tg.controlName()
 	aa := [2]string{c + at, c + aaSuffix + at}
 	var cs []check
-	for _, p := range []string{"sem", "tenant-sem", "failsafe-prio"} {
+	for _, p := range []string{"sem", "tenant-sem", "failsafe-prio", "sem-deadline"} {
 		if !slices.ContainsFunc(tg.peerList(), func(x struct{ name, desc string }) bool { return x.name == p }) {
 			continue
 		}
