@@ -197,6 +197,12 @@ type fracPacer struct {
 	winPeriods, winHeld int
 	unpaceable          bool
 
+	// objective is the tightest latency objective of the work queued in
+	// the last two periods (paceHost.objective; 0: none known), cpus the
+	// CPUs the process may run on (0: unknown): absorbedLocked's inputs.
+	objective time.Duration
+	cpus      int
+
 	// spent is what the door was last told (paceLocked); throttledLast:
 	// the last period was throttled; forced: in this period the extra
 	// slot was held open while a class shed.
@@ -228,6 +234,10 @@ type paceHost interface {
 	// now (paceLocked).
 	shedding() bool
 	setBudgetSpent(spent bool)
+	// objective is the tightest latency objective of the work queued
+	// recently (0: none known); with turn a new window starts (once per
+	// period).
+	objective(turn bool) time.Duration
 }
 
 // fracUnpaceableWindow, fracUnpaceableShare: a pacer whose window of
@@ -282,7 +292,7 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 		p.n, p.frac = int(n), 0
 		return false
 	}
-	p.n, p.frac, p.period = int(n), frac, l.Period
+	p.n, p.frac, p.period, p.cpus = int(n), frac, l.Period, b.Affinity
 	p.occupancy = n + frac
 	p.tickNs.Store(int64(l.Period / fracTicks))
 	if p.closeUsage != nil {

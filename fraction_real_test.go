@@ -25,6 +25,9 @@ func fractionChild() {
 	if m := os.Getenv("CPUWORK_FRACTION_CHILD"); m == "whole" || m == "whole-strict" {
 		wholeQuotaChild(m == "whole-strict")
 		return
+	} else if strings.HasPrefix(m, "cgo-") {
+		cgoQuotaChild(m)
+		return
 	}
 	e, err := New(Options{WatchInterval: -1})
 	if err != nil {
@@ -224,10 +227,16 @@ func TestQuotaStrictSlotGivesWayInARealCgroup(t *testing.T) {
 
 // runInQuota runs the test binary as fractionChild in mode (its
 // CPUWORK_FRACTION_CHILD value) in a new cgroup of cpus cores, at Go's
-// default GOMAXPROCS; it returns the child's output, the cgroup's periods
+// default GOMAXPROCS unless env (KEY=VALUE, last wins) sets it; it returns the child's output, the cgroup's periods
 // and throttled periods over the run, and the run's wall time. It skips
 // the test where no quota cgroup can be created.
-func runInQuota(t *testing.T, cpus float64, mode string) (out []byte, periods, throttled uint64, wall time.Duration) {
+func runInQuota(t *testing.T, cpus float64, mode string, env ...string) (out []byte, periods, throttled uint64, wall time.Duration) {
+	t.Helper()
+	return runInQuotaB(t, cpus, mode, env...)
+}
+
+// runInQuotaB is runInQuota for a test or a benchmark.
+func runInQuotaB(t testing.TB, cpus float64, mode string, env ...string) (out []byte, periods, throttled uint64, wall time.Duration) {
 	t.Helper()
 	if runtime.GOOS != "linux" || os.Geteuid() != 0 || cgroup.Version() == 0 {
 		t.Skip("needs root and a cgroup CPU controller to create a quota cgroup")
@@ -243,7 +252,7 @@ func runInQuota(t *testing.T, cpus float64, mode string) (out []byte, periods, t
 	// Join the group before the Go runtime starts: the child is a shell
 	// that moves itself in, then executes the test binary.
 	cmd := exec.Command("sh", "-c", `echo $$ > "$1" && exec "$2" -test.run '^$'`, "sh", g.ProcsFile(), os.Args[0])
-	cmd.Env = append(os.Environ(), "CPUWORK_FRACTION_CHILD="+mode, "GOMAXPROCS=")
+	cmd.Env = append(append(os.Environ(), "CPUWORK_FRACTION_CHILD="+mode, "GOMAXPROCS="), env...)
 	before, _ := g.Stat()
 	t0 := time.Now()
 	out, err = cmd.Output()

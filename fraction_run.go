@@ -10,6 +10,7 @@ import (
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/internal/cputime"
+	"github.com/cpuwork/cpuwork/internal/throttle"
 )
 
 // periodLocked is a step's end of a feedback period at t, usage u: the
@@ -58,6 +59,7 @@ func (p *fracPacer) periodLocked(t, u int64) {
 		p.lastThrot, p.haveThrot = n, true
 	}
 	p.busyLocked(use, throttledNow, t)
+	p.objective = p.host.objective(true)
 	p.stuckNs, p.closedOver = 0, false
 	p.throttledLast, p.forced = throttledNow, false
 	p.unpaceableLocked(p.held > held)
@@ -150,11 +152,36 @@ func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
 // queue, and a closed slot would only refuse work the period's quota
 // still covers; the kernel's throttle ends the period instead.
 func (p *fracPacer) paceLocked(open bool) {
-	p.setSpentLocked(!open || p.throttledLast)
-	if !open && !p.strict && p.host.shedding() {
+	absorbed := p.absorbedLocked()
+	p.setSpentLocked(!absorbed && (!open || p.throttledLast))
+	if !open && !p.strict && (absorbed || p.host.shedding()) {
 		open, p.forced = true, true
 	}
 	p.setOpenLocked(open)
+}
+
+// absorbedLocked reports whether the objective of the work queued
+// recently absorbs the pause a throttled period causes (throttle.Costs):
+// the extra slot then stays open and the kernel may throttle, the quota
+// used whole; pacing it would leave quota idle to spare a pause nobody's
+// objective feels. With no objective known, or under QuotaStrict, it
+// never does.
+func (p *fracPacer) absorbedLocked() bool {
+	if p.strict || p.objective <= 0 {
+		return false
+	}
+	return !throttle.Costs(p.pauseLocked(), p.objective)
+}
+
+// pauseLocked is the longest pause a throttled period causes here: the
+// quota spent by the open slots running at once (at most the CPUs the
+// process may run on), every thread then frozen for the period's rest.
+func (p *fracPacer) pauseLocked() time.Duration {
+	cores := float64(p.n + 1 + p.extra)
+	if p.cpus > 0 {
+		cores = min(cores, float64(p.cpus))
+	}
+	return throttle.Pause(float64(p.n)+p.frac, cores, p.period)
 }
 
 func (p *fracPacer) setSpentLocked(spent bool) {
@@ -312,6 +339,8 @@ func (h *pacerHost) unpaceable(held, periods int) { (*Executor)(h).pacingWarning
 func (h *pacerHost) shedding() bool { return h.g.Shedding() }
 
 func (h *pacerHost) setBudgetSpent(spent bool) { h.g.SetBudgetSpent(spent) }
+
+func (h *pacerHost) objective(turn bool) time.Duration { return h.g.Objective(turn) }
 
 // quotaOf reports whether b comes from a CFS quota, and its period and
 // the cgroup directory that set it.

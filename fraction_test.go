@@ -55,9 +55,13 @@ type testHost struct {
 	warn      func(held, periods int)
 	shed      func() bool
 	spent     func(bool)
+	// obj is the tightest objective of the work queued (0: none).
+	obj time.Duration
 }
 
 func (h *testHost) shedding() bool { return h.shed != nil && h.shed() }
+
+func (h *testHost) objective(bool) time.Duration { return h.obj }
 
 func (h *testHost) setBudgetSpent(spent bool) {
 	if h.spent != nil {
@@ -867,5 +871,36 @@ func TestBurstsOutsideTheExecutorAreNotOpenSlotsPassingTheQuota(t *testing.T) {
 	if held > 0 || lowered == 0 {
 		t.Errorf("5 throttled periods: %d lowered the target (now %.3f), %d taken as throttles the pacer could not stop: want every one to lower it",
 			lowered, target, held)
+	}
+}
+
+// The objective decides the pacing: where the tightest latency objective
+// of the queued work absorbs a throttled period's pause (25 ms for 1.5
+// CPUs on 2: throttle.Costs, a tenth of the objective or less), the extra
+// slot stays open, the quota is used whole and the kernel may throttle,
+// and the door is never told the budget is spent; where it would cost the
+// objective (20 ms), or no objective is known, the pacer keeps the cgroup
+// under its quota as before.
+func TestTheObjectiveDecidesWhetherTheExtraSlotIsPaced(t *testing.T) {
+	const period = 100 * time.Millisecond
+	for _, c := range []struct {
+		obj   time.Duration
+		paced bool
+	}{{time.Second, false}, {250 * time.Millisecond, true}, {20 * time.Millisecond, true}, {0, true}} {
+		s := newSim(1.5, period, time.Millisecond)
+		s.host.obj = c.obj
+		spent := false
+		s.host.spent = func(sp bool) { spent = spent || sp }
+		s.run(2 * period) // the first periods learn the objective
+		spent = false
+		from := len(s.usageAt)
+		s.runPeriods(1.5, period, 20)
+		avg, worst := s.avg(from), s.maxWindow(from, period)
+		switch {
+		case c.paced && worst > 1.5:
+			t.Errorf("objective %v: %.3f cores in the worst window, want the quota's 1.5 at most (paced)", c.obj, worst)
+		case !c.paced && (avg < 1.99 || spent || s.p.target != fracTargetMax):
+			t.Errorf("objective %v: %.3f cores on average (want 2: unpaced), budget spent told %v, target %.3f (want %v: a throttle chosen lowers nothing)", c.obj, avg, spent, s.p.target, fracTargetMax)
+		}
 	}
 }

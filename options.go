@@ -21,7 +21,9 @@ type QuotaPolicy uint8
 
 const (
 	// QuotaFraction runs ceil(quota) slots, the last one of a fractional
-	// quota open only while the cgroup stays under its quota.
+	// quota open only while the cgroup stays under its quota — unless the
+	// latency objectives of the queued work absorb the pause a throttled
+	// period causes, when it stays open.
 	QuotaFraction QuotaPolicy = iota
 	// QuotaFloor runs floor(quota) slots, unpaced.
 	QuotaFloor
@@ -47,7 +49,14 @@ type Options struct {
 	// QuotaFraction (the zero value) runs ceil(q) slots when q is not a
 	// whole number of cores, the last one open only while the cgroup's
 	// CPU usage stays under the quota, so the fraction is used without
-	// throttling; a whole q gets q slots, unpaced. QuotaStrict also paces
+	// throttling; where the tightest latency objective of the work queued
+	// in the last two periods (WithTarget, ClassOptions.LatencyTarget, a
+	// ctx deadline) is ten times the pause a throttled period causes or
+	// more (Stats.Pacing.Pause: 25 ms for 1.5 CPUs on 2 CPUs and the
+	// default 100 ms period), the last slot stays open instead and the
+	// kernel may throttle: the quota is used whole, and the pause is
+	// within what the objective absorbs. A whole q gets q slots, unpaced.
+	// QuotaStrict also paces
 	// a whole quota's last slot when GOMAXPROCS is above q, so that work
 	// outside the executor never takes the process over its quota, at a
 	// cost in the slots' latency near capacity. QuotaFloor runs floor(q)

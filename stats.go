@@ -163,6 +163,16 @@ type PacingStats struct {
 	// about the last period (floor(q) to ceil(q)): the door divides the
 	// expected run time of the queued work by it.
 	Occupancy float64
+	// Pause is the longest pause a throttled CFS period causes the
+	// process (the quota spent by its open slots at once, every thread
+	// then frozen for the rest of the period); Objective the tightest
+	// latency objective of the work queued in the last two periods (0:
+	// none known). Absorbed: the objective absorbs the pause (the pause
+	// is under a tenth of it), so the extra slot is kept open and the
+	// quota used whole, the kernel left to throttle; without an
+	// objective, or under QuotaStrict, it never is.
+	Pause, Objective time.Duration
+	Absorbed         bool
 	// Warning, when not empty, says that the pacer cannot keep the cgroup
 	// under its quota (a quarter or more of a window of periods were
 	// Held) and what to set; it is also logged once.
@@ -202,6 +212,10 @@ func (e *Executor) Stats() Stats {
 		st.Pacing.Closed = time.Duration(p.closedTotal)
 		st.Pacing.Lowered, st.Pacing.Held = p.lowered, p.held
 		st.Pacing.Occupancy = p.capacityLocked()
+		if p.frac > 0 {
+			st.Pacing.Pause, st.Pacing.Objective = p.pauseLocked(), p.objective
+			st.Pacing.Absorbed = p.absorbedLocked()
+		}
 		p.mu.Unlock()
 	}
 	if w := e.paceWarning.Load(); w != nil {

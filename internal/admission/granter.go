@@ -148,7 +148,12 @@ type Granter struct {
 	// the work ahead by it, not by the slot count: the extra slot is
 	// closed part of the time.
 	pacedCap atomic.Uint64
-	log      *slog.Logger
+	// objective is the tightest latency objective of the tasks queued in
+	// each of two windows (ns; 0: none), objectiveWin the current one's
+	// number (Objective).
+	objective    [2]atomic.Int64
+	objectiveWin atomic.Int64
+	log          *slog.Logger
 }
 
 // Sharded is a counter spread over cache lines: an increment goes to the

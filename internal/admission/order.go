@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"sync/atomic"
+	"time"
 )
 
 // Which waiting task gets the next slot (the queue policy):
@@ -72,17 +73,24 @@ const (
 // time given with it (0: none).
 func (g *Granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64, target targetKind, service int64) {
 	due = math.MaxInt64
+	var objective int64 // the latency the due allows from arrival
 	if tv, ok := ctx.Value(targetKey{}).(*targetVal); ok {
 		service = tv.service
 		if tv.latency > 0 {
-			due, target = tv.arrival+tv.latency, targetObjective
+			due, target, objective = tv.arrival+tv.latency, targetObjective, tv.latency
 		}
 	}
-	if lt := g.latencyTarget[c]; lt > 0 && arrival != 0 {
-		due, target = min(due, arrival+lt), targetObjective
+	if lt := g.latencyTarget[c]; lt > 0 && arrival != 0 && arrival+lt < due {
+		due, target, objective = arrival+lt, targetObjective, lt
 	}
 	if dl, ok := ctx.Deadline(); ok && int64(dl.Sub(epoch)) <= due {
 		due, target = int64(dl.Sub(epoch)), targetDeadline
+		if arrival != 0 {
+			objective = due - arrival
+		}
+	}
+	if objective > 0 {
+		g.noteObjective(objective)
 	}
 	if target == targetNone {
 		// FIFO: due at arrival. A task admitted on the fast path found
@@ -93,6 +101,38 @@ func (g *Granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64,
 		}
 	}
 	return due, target, service
+}
+
+// noteObjective folds the latency a queued task's due allows (ns) into
+// the current window's tightest (Objective).
+func (g *Granter) noteObjective(d int64) {
+	m := &g.objective[g.objectiveWin.Load()&1]
+	for {
+		cur := m.Load()
+		if cur != 0 && cur <= d || m.CompareAndSwap(cur, d) {
+			return
+		}
+	}
+}
+
+// Objective is the tightest latency objective (WithTarget, a class's
+// LatencyTarget, a ctx deadline, counted from arrival) of the tasks that
+// queued in this window or the last one; 0 when none had one. With turn,
+// a new window starts (the pacer turns one each CFS period).
+func (g *Granter) Objective(turn bool) time.Duration {
+	w := g.objectiveWin.Load()
+	a, b := g.objective[w&1].Load(), g.objective[(w+1)&1].Load()
+	if turn {
+		g.objective[(w+1)&1].Store(0)
+		g.objectiveWin.Add(1)
+	}
+	switch {
+	case a == 0:
+		return time.Duration(b)
+	case b == 0:
+		return time.Duration(a)
+	}
+	return time.Duration(min(a, b))
 }
 
 // SetDue computes w's due once, for a task of class c with ctx that

@@ -25,6 +25,7 @@ import (
 	"github.com/cpuwork/cpuwork"
 	"github.com/cpuwork/cpuwork/account"
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/throttle"
 	"github.com/cpuwork/cpuwork/schedstat"
 )
 
@@ -754,21 +755,22 @@ func latencyClasses(w *Window) []ClassView {
 // throttlingImpact judges throttling by what it added to the latency of
 // the target executor's latency-sensitive classes, measured per task
 // (cpuwork.Options.Account), rather than by the share of throttled
-// periods: a warning when the p99 of the throttled part is at least
-// impactWarn of the class's latency p99 and at least impactMin, critical
-// at impactCritical.
+// periods: a warning when the p99 of the throttled part costs the
+// class's latency p99 (throttle.Costs: at least a tenth of it and a
+// millisecond — the judgement the executor's pacer makes of a throttled
+// period's pause against the objective), critical at impactCritical.
 func throttlingImpact(w *Window) (Finding, bool) {
 	worst, worstShare := ClassView{}, 0.0
 	for _, cv := range latencyClasses(w) {
 		th := cv.PartsP99[account.Throttled]
-		if th < impactMin || cv.LatencyP99 <= 0 {
+		if cv.LatencyP99 <= 0 || !throttle.Costs(th, cv.LatencyP99) {
 			continue
 		}
 		if share := float64(th) / float64(cv.LatencyP99); share > worstShare {
 			worst, worstShare = cv, share
 		}
 	}
-	if worstShare < impactWarn {
+	if worstShare == 0 {
 		return Finding{}, false
 	}
 	sev := Warning
@@ -802,9 +804,8 @@ const (
 	perSliceCritical = 2 * time.Millisecond
 	atBudget         = 0.85 // CPU used / budget above which the process is using its budget
 	// throttling judged by its impact on the executor's accounted tasks:
-	// the p99 of their throttled part against their latency p99
-	impactMin        = time.Millisecond
-	impactWarn       = 0.10
+	// the p99 of their throttled part against their latency p99 (a
+	// warning from throttle.Costs' tenth)
 	impactCritical   = 0.30
 	capacityWarn     = 0.90 // CPU used / budget for the whole window: at capacity
 	demandOverQuota  = 0.95 // CPU used / quota: the extra Ps' demand reaches the quota

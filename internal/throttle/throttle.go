@@ -1,0 +1,40 @@
+// Package throttle is the one judgement of what a CFS throttle costs a
+// latency objective, shared by the executor's pacer (whether to keep a
+// fractional quota's extra slot under the quota) and the doctor (whether
+// the throttling it measured is a finding).
+package throttle
+
+import "time"
+
+// Judgement thresholds: a pause costs an objective when it is at least
+// Min long and at least Share of the objective (a tenth: what a p99 can
+// carry before the throttle, not the work, is what a user sees).
+const (
+	Min   = time.Millisecond
+	Share = 0.10
+)
+
+// Pause is the longest pause a throttled CFS period can cause a process
+// whose quota is quota cores when it runs on cores CPUs at once: the
+// quota is spent in quota/cores of the period, and every thread of the
+// cgroup then waits out the rest of it. 0 when the cores cannot spend
+// the quota before the period ends (cores <= quota) or any argument is
+// not positive.
+func Pause(quota, cores float64, period time.Duration) time.Duration {
+	if quota <= 0 || cores <= quota || period <= 0 {
+		return 0
+	}
+	return time.Duration(float64(period) * (1 - quota/cores))
+}
+
+// Costs reports whether a pause (or a measured p99 of time spent
+// throttled) of added costs a latency of latency (an objective, a
+// target, or a measured p99): added is at least Min and at least Share
+// of latency. A latency of 0 or less (none known) is cost by any pause
+// of at least Min.
+func Costs(added, latency time.Duration) bool {
+	if added < Min {
+		return false
+	}
+	return latency <= 0 || float64(added) >= Share*float64(latency)
+}
