@@ -51,8 +51,8 @@ type Options struct {
 	// CPU usage stays under the quota, so the fraction is used without
 	// throttling; where the tightest latency objective of the work queued
 	// in the last two periods (WithTarget, ClassOptions.LatencyTarget, a
-	// ctx deadline) is ten times the pause a throttled period causes or
-	// more (Stats.Pacing.Pause: 25 ms for 1.5 CPUs on 2 CPUs and the
+	// ctx deadline) is more than four times the pause a throttled period
+	// causes (Stats.Pacing.Pause: 25 ms for 1.5 CPUs on 2 CPUs and the
 	// default 100 ms period), the last slot stays open instead and the
 	// kernel may throttle: the quota is used whole, and the pause is
 	// within what the objective absorbs. A whole q gets q slots, unpaced.

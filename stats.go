@@ -168,7 +168,7 @@ type PacingStats struct {
 	// then frozen for the rest of the period); Objective the tightest
 	// latency objective of the work queued in the last two periods (0:
 	// none known). Absorbed: the objective absorbs the pause (the pause
-	// is under a tenth of it), so the extra slot is kept open and the
+	// is under a quarter of it), so the extra slot is kept open and the
 	// quota used whole, the kernel left to throttle; without an
 	// objective, or under QuotaStrict, it never is.
 	Pause, Objective time.Duration

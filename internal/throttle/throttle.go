@@ -7,11 +7,13 @@ package throttle
 import "time"
 
 // Judgement thresholds: a pause costs an objective when it is at least
-// Min long and at least Share of the objective (a tenth: what a p99 can
-// carry before the throttle, not the work, is what a user sees).
+// Min long and at least Share of the objective (a quarter: an objective
+// four times the pause or more still leaves a request three quarters of
+// it for its queue wait and its own run time; a tighter one is what the
+// pause takes).
 const (
 	Min   = time.Millisecond
-	Share = 0.10
+	Share = 0.25
 )
 
 // Pause is the longest pause a throttled CFS period can cause a process

@@ -23,16 +23,18 @@ func TestPause(t *testing.T) {
 	}
 }
 
-// A 1.5-CPU quota's 25 ms pause is absorbed by a 1 s objective and costs
-// a 100 ms one; under a millisecond costs nothing; with no objective
-// known any pause of a millisecond or more costs.
+// A 1.5-CPU quota's 25 ms pause is absorbed by a 1 s or a 180 ms
+// objective and costs a 100 ms one (a quarter) or a 20 ms one; under a
+// millisecond costs nothing; with no objective known any pause of a
+// millisecond or more costs.
 func TestCosts(t *testing.T) {
 	for _, c := range []struct {
 		added, latency time.Duration
 		want           bool
 	}{
 		{25 * time.Millisecond, time.Second, false},
-		{25 * time.Millisecond, 250 * time.Millisecond, true},
+		{25 * time.Millisecond, 180 * time.Millisecond, false},
+		{25 * time.Millisecond, 101 * time.Millisecond, false},
 		{25 * time.Millisecond, 100 * time.Millisecond, true},
 		{25 * time.Millisecond, 20 * time.Millisecond, true},
 		{500 * time.Microsecond, time.Millisecond, false},

@@ -188,7 +188,7 @@ var (
 		needs: "a C compiler for cgo (gcc)",
 		desc:  "a cgo compression server (the zstd C library through DataDog/zstd, built by the realbench module) that fetches its source from an origin and compresses it in one C call, with GOMAXPROCS from Go's default, under open-loop load at 80% and 2x its capacity, unconstrained and in a 1.5-CPU cgroup: stock, its own admitter (2x GOMAXPROCS workers, a queue of 8), imgproxy's semaphore, a semaphore whose waiters leave at the objective, failsafe-go's adaptive limiter, cpuwork's middleware",
 		claim: "a second cgo server (zstd compression) with cpuwork's middleware added in 7 lines against its own admitter, a bounded pool answering 503, a semaphore whose waiters leave at the objective and failsafe-go: never worse, unconstrained and in a 1.5-CPU cgroup",
-		small: "zstd level 19 of an 800x600 JPEG fetched from the origin", large: "zstd level 9 of a 3000x2000 JPEG fetched from the origin"}
+		small: "zstd level 19 of an 800x600 JPEG fetched from the origin, as hex", large: "zstd level 12 of a 3000x2000 JPEG fetched from the origin, as hex"}
 	zstdFloorTarget = realTarget{scenario: "realserver-zstd-floor", cmd: "zstd", origin: true, peers: zstdPeers, control: vipsControl,
 		needs: zstdTarget.needs,
 		args:  []string{"-procs", "automaxprocs"}, procs: "GOMAXPROCS from automaxprocs: the quota rounded down, 1",

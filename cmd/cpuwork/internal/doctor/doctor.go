@@ -756,7 +756,7 @@ func latencyClasses(w *Window) []ClassView {
 // the target executor's latency-sensitive classes, measured per task
 // (cpuwork.Options.Account), rather than by the share of throttled
 // periods: a warning when the p99 of the throttled part costs the
-// class's latency p99 (throttle.Costs: at least a tenth of it and a
+// class's latency p99 (throttle.Costs: at least a quarter of it and a
 // millisecond — the judgement the executor's pacer makes of a throttled
 // period's pause against the objective), critical at impactCritical.
 func throttlingImpact(w *Window) (Finding, bool) {
@@ -805,8 +805,8 @@ const (
 	atBudget         = 0.85 // CPU used / budget above which the process is using its budget
 	// throttling judged by its impact on the executor's accounted tasks:
 	// the p99 of their throttled part against their latency p99 (a
-	// warning from throttle.Costs' tenth)
-	impactCritical   = 0.30
+	// warning from throttle.Costs' quarter)
+	impactCritical   = 0.50
 	capacityWarn     = 0.90 // CPU used / budget for the whole window: at capacity
 	demandOverQuota  = 0.95 // CPU used / quota: the extra Ps' demand reaches the quota
 	runnablePerPWarn = 4.0

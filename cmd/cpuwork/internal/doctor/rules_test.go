@@ -272,8 +272,8 @@ func TestGoVersionRule(t *testing.T) {
 
 // Throttling judged by its impact on the executor's accounted tasks: the
 // p99 of their throttled part against their latency p99, at and across
-// 10 % (warning) and 30 % (critical), never under 1 ms, only for the
-// latency-sensitive classes.
+// 25 % (warning: throttle.Costs, the pacer's judgement too) and 50 %
+// (critical), never under 1 ms, only for the latency-sensitive classes.
 func TestThrottlingImpactAtItsThresholds(t *testing.T) {
 	at := func(class string, throttled, p99 time.Duration) *Window {
 		w := quotaWindow(1.5, 2)
@@ -288,10 +288,10 @@ func TestThrottlingImpactAtItsThresholds(t *testing.T) {
 		want Severity // "" for no finding
 	}{
 		{"no executor view", quotaWindow(1.5, 2), ""},
-		{"just under 10 %", at("interactive", 9990*time.Microsecond, 100*time.Millisecond), ""},
-		{"10 %", at("interactive", 10*time.Millisecond, 100*time.Millisecond), Warning},
-		{"just under 30 %", at("interactive", 29*time.Millisecond, 100*time.Millisecond), Warning},
-		{"30 %", at("critical", 30*time.Millisecond, 100*time.Millisecond), Critical},
+		{"just under 25 %", at("interactive", 24990*time.Microsecond, 100*time.Millisecond), ""},
+		{"25 %", at("interactive", 25*time.Millisecond, 100*time.Millisecond), Warning},
+		{"just under 50 %", at("interactive", 49*time.Millisecond, 100*time.Millisecond), Warning},
+		{"50 %", at("critical", 50*time.Millisecond, 100*time.Millisecond), Critical},
 		{"half, but under 1 ms", at("interactive", 900*time.Microsecond, 1800*time.Microsecond), ""},
 		{"a batch class is not judged", at("batch", 80*time.Millisecond, 100*time.Millisecond), ""},
 	} {
