@@ -20,22 +20,30 @@ const maxSlots = 4096
 type QuotaPolicy uint8
 
 const (
-	// QuotaFraction runs ceil(quota) slots, the last one of a fractional
-	// quota open only while the cgroup stays under its quota — unless the
-	// latency objectives of the queued work absorb the pause a throttled
-	// period causes, when it stays open.
+	// QuotaFraction runs ceil(q) slots when the quota q is not a whole
+	// number of cores, the last one open only while the cgroup's CPU usage
+	// stays under the quota, so the fraction is used without throttling —
+	// unless the tightest latency objective of the work queued in the last
+	// two periods (WithTarget, ClassOptions.LatencyTarget, a ctx deadline)
+	// is more than four times the pause a throttled period causes
+	// (Stats.Pacing.Pause: 25 ms for 1.5 CPUs on 2 CPUs and a 100 ms
+	// period): then the last slot stays open and the kernel may throttle,
+	// the quota used whole and the pause within what the objective
+	// absorbs. A whole q gets q slots, unpaced.
 	QuotaFraction QuotaPolicy = iota
 	// QuotaFloor runs floor(quota) slots, unpaced.
 	QuotaFloor
-	// QuotaStrict is QuotaFraction that also paces a whole quota's last
-	// slot when GOMAXPROCS is above the quota: never throttled, at a cost
-	// in slot capacity.
+	// QuotaStrict is QuotaFraction that always paces, and also paces a
+	// whole quota's last slot when GOMAXPROCS is above q, so that work
+	// outside the executor never takes the process over its quota: never
+	// throttled, at a cost in the slots' latency near capacity.
 	QuotaStrict
 )
 
 // Options configures an Executor. The zero value is valid: slots follow the
 // detected CPU budget (under a fractional CPU quota, ceil(quota) slots of
-// which the last is paced: QuotaFraction; else budget.Budget.Slots, the
+// which the last is paced unless the work's objective absorbs a throttle:
+// QuotaFraction; else budget.Budget.Slots, the
 // whole cores of the budget, at least 1, at most GOMAXPROCS while the tasks
 // run Go code), each class
 // queues up to 1024 tasks, Interactive and Batch share slots
@@ -45,22 +53,9 @@ type Options struct {
 	// CPU budget, re-read every WatchInterval. Valid: 0..4096.
 	Slots int
 
-	// Quota chooses how Slots 0 turns a CFS quota q into slots.
-	// QuotaFraction (the zero value) runs ceil(q) slots when q is not a
-	// whole number of cores, the last one open only while the cgroup's
-	// CPU usage stays under the quota, so the fraction is used without
-	// throttling; where the tightest latency objective of the work queued
-	// in the last two periods (WithTarget, ClassOptions.LatencyTarget, a
-	// ctx deadline) is more than four times the pause a throttled period
-	// causes (Stats.Pacing.Pause: 25 ms for 1.5 CPUs on 2 CPUs and the
-	// default 100 ms period), the last slot stays open instead and the
-	// kernel may throttle: the quota is used whole, and the pause is
-	// within what the objective absorbs. A whole q gets q slots, unpaced.
-	// QuotaStrict also paces
-	// a whole quota's last slot when GOMAXPROCS is above q, so that work
-	// outside the executor never takes the process over its quota, at a
-	// cost in the slots' latency near capacity. QuotaFloor runs floor(q)
-	// slots (at least 1), unpaced. Ignored when Slots is set.
+	// Quota chooses how Slots 0 turns a CFS quota q into slots:
+	// QuotaFraction (the zero value), QuotaFloor or QuotaStrict, each
+	// described at its constant. Ignored when Slots is set.
 	Quota QuotaPolicy
 
 	// WatchInterval is how often the budget is re-read when Slots is 0.

@@ -31,6 +31,8 @@ VERDICT = re.compile(
     r"^\s*- (?P<label>.+?): (?P<verdict>better|equivalent|worse|inconclusive) — "
     r"(?P<judged>\S+) (?P<est>\d+(?:\.\d+)?)x (?P<alt>\S+) \[")
 SCENARIO = re.compile(r"^== ([a-z0-9-]+) ==$")
+# scripts/batch-totals.py's lines: a comparison judged on its totals.
+TOTALS = re.compile(r"^(?P<run>\S+\.json(?:\.xz)?): (?P<label>.+?): .* = (?P<est>\d+(?:\.\d+)?)x: (?:better|equivalent|worse|inconclusive)$")
 
 
 def estimates(path):
@@ -46,6 +48,10 @@ def estimates(path):
             m = VERDICT.match(line)
             if m:
                 out[(scenario, m.group("label"))] = float(m.group("est"))
+                continue
+            m = TOTALS.match(line.rstrip("\n"))
+            if m:  # scenario "totals", one label per run and comparison
+                out[("totals", m.group("run") + ": " + m.group("label"))] = float(m.group("est"))
     return out
 
 
@@ -81,7 +87,9 @@ def check_figures(failures):
                 est = estimates(path)
                 for sc in scenario.split("|"):
                     for label in labels.split("|"):
-                        if (sc, label) in est:
+                        if label == "*":  # every comparison of the scenario
+                            values += [v for (s2, _), v in est.items() if s2 == sc]
+                        elif (sc, label) in est:
                             values.append(est[(sc, label)])
             if not values:
                 failures.append(f"docs/figures.tsv:{i}: {scenario} {labels!r}: no verdict line in {files}")

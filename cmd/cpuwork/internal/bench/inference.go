@@ -327,74 +327,11 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 			return nil
 		}
 	case "pool":
-		type job struct {
-			img  []float32
-			done chan error
-		}
-		jobs := make(chan job, 4096)
-		var wg sync.WaitGroup
-		for range runtime.GOMAXPROCS(0) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range jobs {
-					j.done <- infer(j.img)
-				}
-			}()
-		}
-		run = func(_ context.Context, _ cpuwork.Class, imgs [][]float32) error {
-			done := make(chan error, len(imgs))
-			for _, img := range imgs {
-				jobs <- job{img, done}
-			}
-			var first error
-			for range imgs {
-				if err := <-done; err != nil && first == nil {
-					first = err
-				}
-			}
-			return first
-		}
-		closeFn = func() { close(jobs); wg.Wait(); sess.Close() }
+		run, closeFn = imagePool(infer, 4096, false, sess.Close)
 	case "pool-503":
 		// The field report's pool with a bounded queue: a request takes
 		// room for all its images or is refused at once.
-		const depth = 64
-		type job struct {
-			img  []float32
-			done chan error
-		}
-		jobs := make(chan job, depth)
-		var pending atomic.Int64
-		var wg sync.WaitGroup
-		for range runtime.GOMAXPROCS(0) {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for j := range jobs {
-					j.done <- infer(j.img)
-					pending.Add(-1)
-				}
-			}()
-		}
-		run = func(_ context.Context, _ cpuwork.Class, imgs [][]float32) error {
-			if pending.Add(int64(len(imgs))) > depth {
-				pending.Add(-int64(len(imgs)))
-				return cpuwork.ErrSaturated
-			}
-			done := make(chan error, len(imgs))
-			for _, img := range imgs {
-				jobs <- job{img, done} // never blocks: room was taken
-			}
-			var first error
-			for range imgs {
-				if err := <-done; err != nil && first == nil {
-					first = err
-				}
-			}
-			return first
-		}
-		closeFn = func() { close(jobs); wg.Wait(); sess.Close() }
+		run, closeFn = imagePool(infer, 64, true, sess.Close)
 	case "sem-deadline":
 		// A semaphore whose waiters leave at the objective, counted from
 		// the request's arrival (before its body is read).
@@ -540,6 +477,49 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 	mux.Handle("/small", handler(1, cpuwork.Interactive))
 	mux.Handle("/large", handler(largeImages, cpuwork.Interactive)) // a user waits for a large request too
 	return &inferenceServer{h: mux, close: closeFn}, nil
+}
+
+// imagePool is the field report's worker pool: GOMAXPROCS workers fed
+// one task per image through a channel of depth images. With refuse, a
+// request that finds no room for all its images is refused at once
+// (ErrSaturated, 503); else it waits for room. closeSess runs after the
+// workers are gone, from the returned stop.
+func imagePool(infer func([]float32) error, depth int, refuse bool, closeSess func()) (run func(context.Context, cpuwork.Class, [][]float32) error, stop func()) {
+	type job struct {
+		img  []float32
+		done chan error
+	}
+	jobs := make(chan job, depth)
+	var pending atomic.Int64
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				j.done <- infer(j.img)
+				pending.Add(-1)
+			}
+		}()
+	}
+	run = func(_ context.Context, _ cpuwork.Class, imgs [][]float32) error {
+		if n := int64(len(imgs)); pending.Add(n) > int64(depth) && refuse {
+			pending.Add(-n)
+			return cpuwork.ErrSaturated
+		}
+		done := make(chan error, len(imgs))
+		for _, img := range imgs {
+			jobs <- job{img, done} // with refuse never blocks: room was taken
+		}
+		var first error
+		for range imgs {
+			if err := <-done; err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
+	return run, func() { close(jobs); wg.Wait(); closeSess() }
 }
 
 // arrivedKey marks a request's arrival time in its context (the
