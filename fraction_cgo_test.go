@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -31,6 +33,9 @@ func cgoQuotaChild(mode string) {
 	sem := make(chan struct{}, 2)
 	target := time.Second
 	switch mode {
+	case "cgo-open-100ms", "cgo-open-1s":
+		cgoOpenLoopChild(mode)
+		return
 	case "cgo-sem":
 	case "cgo-1s", "cgo-20ms":
 		if mode == "cgo-20ms" {
@@ -167,4 +172,108 @@ func BenchmarkCgoCallsUnderAFractionalQuota(b *testing.B) {
 	b.ReportMetric(math.Exp(g/float64(len(ratios))), "cores-ratio")
 	b.ReportMetric(semSum/float64(b.N), "sem-cores")
 	b.ReportMetric(cwSum/float64(b.N), "cpuwork-cores")
+}
+
+// cgoOpenLoopChild offers 5 ms calls into C open-loop (exponential
+// inter-arrival times) at 80 % of a 1.5-CPU quota, through Do with a
+// 100 ms target (cgo-open-100ms: a throttled period's 25 ms pause is a
+// quarter of it, so the extra slot is paced) or a 1 s one (cgo-open-1s:
+// absorbed, the slot kept open and the kernel throttling), for 5 s, and
+// prints the p50 and p99 of the calls' latency from arrival over the last
+// 2.5 s and the calls refused.
+func cgoOpenLoopChild(mode string) {
+	const call = 5 * time.Millisecond
+	target := 100 * time.Millisecond
+	if mode == "cgo-open-1s" {
+		target = time.Second
+	}
+	e, err := New(Options{})
+	if err != nil {
+		fmt.Println(`{"err":"` + err.Error() + `"}`)
+		os.Exit(1)
+	}
+	rate := 0.8 * 1.5 / call.Seconds() // calls per second
+	rng := rand.New(rand.NewPCG(1, 2))
+	t0 := time.Now()
+	stop, from := t0.Add(5*time.Second), t0.Add(2500*time.Millisecond)
+	var mu sync.Mutex
+	var lat []float64
+	var refused int
+	var wg sync.WaitGroup
+	next := t0
+	for next.Before(stop) {
+		next = next.Add(time.Duration(rng.ExpFloat64() / rate * float64(time.Second)))
+		time.Sleep(time.Until(next))
+		arrival := next
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ctx := WithTarget(context.Background(), Target{Latency: target, Service: call})
+			err := e.Do(ctx, Interactive, func(context.Context) error { sinkU.Store(cspin.Spin(call)); return nil })
+			d := time.Since(arrival)
+			if arrival.Before(from) {
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				refused++
+				return
+			}
+			lat = append(lat, d.Seconds()*1000)
+		}()
+	}
+	wg.Wait()
+	p := e.Stats().Pacing
+	e.Close(context.Background())
+	slices.Sort(lat)
+	q := func(f float64) float64 {
+		if len(lat) == 0 {
+			return 0
+		}
+		return lat[min(len(lat)-1, int(f*float64(len(lat))))]
+	}
+	out, _ := json.Marshal(map[string]any{"p50_ms": q(0.5), "p99_ms": q(0.99), "served": len(lat), "refused": refused, "absorbed": p.Absorbed, "closed_s": p.Closed.Seconds()})
+	fmt.Println(string(out))
+}
+
+// BenchmarkPacingUnderATightObjective runs b.N pairs, alternated, of the
+// same open-loop cgo load at 80 % of a 1.5-CPU quota (GOMAXPROCS 1)
+// through Do with a 100 ms target (paced) and a 1 s target (the extra
+// slot kept open), and reports the p99 of the calls' latency from arrival
+// under each and their ratio per pair (geometric mean): where pacing wins,
+// and at which objective.
+// go test -run '^$' -bench PacingUnderATightObjective -benchtime 6x -v.
+func BenchmarkPacingUnderATightObjective(b *testing.B) {
+	var ratios []float64
+	var paced, open float64
+	for i := range b.N {
+		modes := []string{"cgo-open-100ms", "cgo-open-1s"}
+		if i%2 == 1 {
+			modes[0], modes[1] = modes[1], modes[0]
+		}
+		p99 := map[string]float64{}
+		for _, m := range modes {
+			out, periods, throttled, _ := runInQuotaB(b, 1.5, m, "GOMAXPROCS=1")
+			var r struct {
+				P99 float64 `json:"p99_ms"`
+			}
+			if err := json.Unmarshal(out, &r); err != nil {
+				b.Fatalf("%s: %q: %v", m, out, err)
+			}
+			p99[m] = r.P99
+			b.Logf("pair %d %s: %s (%d of %d periods throttled)", i+1, m, out, throttled, periods)
+		}
+		ratios = append(ratios, p99["cgo-open-100ms"]/p99["cgo-open-1s"])
+		paced += p99["cgo-open-100ms"]
+		open += p99["cgo-open-1s"]
+		b.Logf("pair %d: p99 %.1f ms paced (100 ms target) / %.1f ms kept open (1 s target) = %.3fx", i+1, p99["cgo-open-100ms"], p99["cgo-open-1s"], ratios[len(ratios)-1])
+	}
+	g := 0.0
+	for _, r := range ratios {
+		g += math.Log(r)
+	}
+	b.ReportMetric(math.Exp(g/float64(len(ratios))), "p99-ratio")
+	b.ReportMetric(paced/float64(b.N), "paced-p99-ms")
+	b.ReportMetric(open/float64(b.N), "open-p99-ms")
 }
