@@ -143,35 +143,43 @@ func TestTheObjectiveDecidesThePacingOfCgoCallsInARealCgroup(t *testing.T) {
 // used over its last 2.5 s and their ratio per pair (geometric mean):
 // go test -run '^$' -bench CgoCallsUnderAFractionalQuota -benchtime 8x.
 func BenchmarkCgoCallsUnderAFractionalQuota(b *testing.B) {
-	var ratios []float64
-	var semSum, cwSum float64
+	alternatedPairs(b, "cgo-1s", "cgo-sem", "cores", "cores-ratio")
+}
+
+// alternatedPairs runs b.N pairs of the children judged and alt (modes
+// of cgoQuotaChild) in alternated order, each at GOMAXPROCS 1 in a
+// 1.5-CPU cgroup, reads the figure key from each one's JSON line, logs
+// every child and pair, and reports the per-pair ratio judged/alt as
+// metric (geometric mean) and each side's mean.
+func alternatedPairs(b *testing.B, judged, alt, key, metric string) {
+	var logSum float64
+	sum := map[string]float64{}
 	for i := range b.N {
-		modes := []string{"cgo-sem", "cgo-1s"}
+		modes := []string{judged, alt}
 		if i%2 == 1 {
-			modes[0], modes[1] = modes[1], modes[0]
+			modes[0], modes[1] = alt, judged
 		}
-		cores := map[string]float64{}
+		v := map[string]float64{}
 		for _, m := range modes {
 			out, periods, throttled, _ := runInQuotaB(b, 1.5, m, "GOMAXPROCS=1")
-			var r struct{ Cores float64 }
+			var r map[string]any
 			if err := json.Unmarshal(out, &r); err != nil {
 				b.Fatalf("%s: %q: %v", m, out, err)
 			}
-			cores[m] = r.Cores
+			x, ok := r[key].(float64)
+			if !ok {
+				b.Fatalf("%s: %q has no %s", m, out, key)
+			}
+			v[m] = x
+			sum[m] += x
 			b.Logf("pair %d %s: %s (%d of %d periods throttled)", i+1, m, out, throttled, periods)
 		}
-		ratios = append(ratios, cores["cgo-1s"]/cores["cgo-sem"])
-		semSum += cores["cgo-sem"]
-		cwSum += cores["cgo-1s"]
-		b.Logf("pair %d: cores %.3f (Do, 1 s target) / %.3f (semaphore) = %.3fx", i+1, cores["cgo-1s"], cores["cgo-sem"], ratios[len(ratios)-1])
+		logSum += math.Log(v[judged] / v[alt])
+		b.Logf("pair %d: %s %.3f (%s) / %.3f (%s) = %.3fx", i+1, key, v[judged], judged, v[alt], alt, v[judged]/v[alt])
 	}
-	g := 0.0
-	for _, r := range ratios {
-		g += math.Log(r)
-	}
-	b.ReportMetric(math.Exp(g/float64(len(ratios))), "cores-ratio")
-	b.ReportMetric(semSum/float64(b.N), "sem-cores")
-	b.ReportMetric(cwSum/float64(b.N), "cpuwork-cores")
+	b.ReportMetric(math.Exp(logSum/float64(b.N)), metric)
+	b.ReportMetric(sum[judged]/float64(b.N), judged+"-"+key)
+	b.ReportMetric(sum[alt]/float64(b.N), alt+"-"+key)
 }
 
 // cgoOpenLoopChild offers 5 ms calls into C open-loop (exponential
@@ -245,35 +253,5 @@ func cgoOpenLoopChild(mode string) {
 // and at which objective.
 // go test -run '^$' -bench PacingUnderATightObjective -benchtime 6x -v.
 func BenchmarkPacingUnderATightObjective(b *testing.B) {
-	var ratios []float64
-	var paced, open float64
-	for i := range b.N {
-		modes := []string{"cgo-open-100ms", "cgo-open-1s"}
-		if i%2 == 1 {
-			modes[0], modes[1] = modes[1], modes[0]
-		}
-		p99 := map[string]float64{}
-		for _, m := range modes {
-			out, periods, throttled, _ := runInQuotaB(b, 1.5, m, "GOMAXPROCS=1")
-			var r struct {
-				P99 float64 `json:"p99_ms"`
-			}
-			if err := json.Unmarshal(out, &r); err != nil {
-				b.Fatalf("%s: %q: %v", m, out, err)
-			}
-			p99[m] = r.P99
-			b.Logf("pair %d %s: %s (%d of %d periods throttled)", i+1, m, out, throttled, periods)
-		}
-		ratios = append(ratios, p99["cgo-open-100ms"]/p99["cgo-open-1s"])
-		paced += p99["cgo-open-100ms"]
-		open += p99["cgo-open-1s"]
-		b.Logf("pair %d: p99 %.1f ms paced (100 ms target) / %.1f ms kept open (1 s target) = %.3fx", i+1, p99["cgo-open-100ms"], p99["cgo-open-1s"], ratios[len(ratios)-1])
-	}
-	g := 0.0
-	for _, r := range ratios {
-		g += math.Log(r)
-	}
-	b.ReportMetric(math.Exp(g/float64(len(ratios))), "p99-ratio")
-	b.ReportMetric(paced/float64(b.N), "paced-p99-ms")
-	b.ReportMetric(open/float64(b.N), "open-p99-ms")
+	alternatedPairs(b, "cgo-open-100ms", "cgo-open-1s", "p99_ms", "p99-ratio")
 }
