@@ -10,6 +10,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -32,10 +34,11 @@ func cgoQuotaChild(mode string) {
 	var e *Executor
 	sem := make(chan struct{}, 2)
 	target := time.Second
-	switch mode {
-	case "cgo-open-100ms", "cgo-open-1s":
-		cgoOpenLoopChild(mode)
+	if strings.HasPrefix(mode, "ol-") {
+		openLoopChild(mode)
 		return
+	}
+	switch mode {
 	case "cgo-sem":
 	case "cgo-1s", "cgo-20ms":
 		if mode == "cgo-20ms" {
@@ -151,7 +154,7 @@ func BenchmarkCgoCallsUnderAFractionalQuota(b *testing.B) {
 // 1.5-CPU cgroup, reads the figure key from each one's JSON line, logs
 // every child and pair, and reports the per-pair ratio judged/alt as
 // metric (geometric mean) and each side's mean.
-func alternatedPairs(b *testing.B, judged, alt, key, metric string) {
+func alternatedPairs(b *testing.B, judged, alt, key, metric string, env ...string) {
 	var logSum float64
 	sum := map[string]float64{}
 	for i := range b.N {
@@ -161,7 +164,10 @@ func alternatedPairs(b *testing.B, judged, alt, key, metric string) {
 		}
 		v := map[string]float64{}
 		for _, m := range modes {
-			out, periods, throttled, _ := runInQuotaB(b, 1.5, m, "GOMAXPROCS=1")
+			if len(env) == 0 {
+				env = []string{"GOMAXPROCS=1"}
+			}
+			out, periods, throttled, _ := runInQuotaB(b, 1.5, m, env...)
 			var r map[string]any
 			if err := json.Unmarshal(out, &r); err != nil {
 				b.Fatalf("%s: %q: %v", m, out, err)
@@ -182,31 +188,77 @@ func alternatedPairs(b *testing.B, judged, alt, key, metric string) {
 	b.ReportMetric(sum[alt]/float64(b.N), alt+"-"+key)
 }
 
-// cgoOpenLoopChild offers 5 ms calls into C open-loop (exponential
-// inter-arrival times) at 80 % of a 1.5-CPU quota, through Do with a
-// 100 ms target (cgo-open-100ms: a throttled period's 25 ms pause is a
-// quarter of it, so the extra slot is paced) or a 1 s one (cgo-open-1s:
-// absorbed, the slot kept open and the kernel throttling), for 5 s, and
-// prints the p50 and p99 of the calls' latency from arrival over the last
-// 2.5 s and the calls refused.
-func cgoOpenLoopChild(mode string) {
-	const call = 5 * time.Millisecond
-	target := 100 * time.Millisecond
-	if mode == "cgo-open-1s" {
-		target = time.Second
+// openLoopChild offers calls open-loop (exponential inter-arrival times)
+// at LOAD % (80 if not given) of a 1.5-CPU quota for 5 s and prints the p50 and p99 of the
+// calls' latency from arrival over the last 2.5 s, the calls served
+// within the target and refused, and the pacer's state. Its mode is ol-KIND-CALL-TARGET-PACE[-LOAD]: KIND cgo (a
+// call into C, which cannot give its slot back before it returns) or go
+// (a Go loop calling Checkpoint every 50 µs of its CPU), CALL the CPU
+// time of a call and TARGET its latency target in milliseconds, PACE
+// paced (QuotaStrict: the extra slot kept under the quota whatever the
+// objective), open (Slots 2: never paced, the kernel throttles) or rule
+// (the default: paced where throttle.Costs says the pause costs TARGET).
+func openLoopChild(mode string) {
+	var kind, pace string
+	var callMs, targetMs float64
+	load := 80.0
+	f := strings.Split(mode, "-")
+	if len(f) == 6 {
+		load, _ = strconv.ParseFloat(f[5], 64)
+		f = f[:5]
 	}
-	e, err := New(Options{})
+	if len(f) == 5 {
+		kind, pace = f[1], f[4]
+		callMs, _ = strconv.ParseFloat(f[2], 64)
+		targetMs, _ = strconv.ParseFloat(f[3], 64)
+	}
+	o := Options{}
+	switch pace {
+	case "paced":
+		o.Quota = QuotaStrict
+	case "open":
+		o.Slots = 2
+	case "rule":
+	default:
+		fmt.Println(`{"err":"unknown mode"}`)
+		os.Exit(1)
+	}
+	call := time.Duration(callMs * float64(time.Millisecond))
+	target := time.Duration(targetMs * float64(time.Millisecond))
+	if (kind != "go" && kind != "cgo") || call <= 0 || target <= 0 || load <= 0 {
+		fmt.Println(`{"err":"unknown mode"}`)
+		os.Exit(1)
+	}
+	work := func(ctx context.Context) error { sinkU.Store(cspin.Spin(call)); return nil }
+	if kind == "go" {
+		batches := int(call / (50 * time.Microsecond))
+		per := goSpinPer(50 * time.Microsecond)
+		work = func(ctx context.Context) error {
+			x := uint64(1)
+			for range batches {
+				for range per {
+					x = x*6364136223846793005 + 1442695040888963407
+				}
+				if err := Checkpoint(ctx); err != nil {
+					return err
+				}
+			}
+			sinkU.Store(x)
+			return nil
+		}
+	}
+	e, err := New(o)
 	if err != nil {
 		fmt.Println(`{"err":"` + err.Error() + `"}`)
 		os.Exit(1)
 	}
-	rate := 0.8 * 1.5 / call.Seconds() // calls per second
+	rate := load / 100 * 1.5 / call.Seconds() // calls per second
 	rng := rand.New(rand.NewPCG(1, 2))
 	t0 := time.Now()
 	stop, from := t0.Add(5*time.Second), t0.Add(2500*time.Millisecond)
 	var mu sync.Mutex
 	var lat []float64
-	var refused int
+	var refused, within int
 	var wg sync.WaitGroup
 	next := t0
 	for next.Before(stop) {
@@ -217,7 +269,7 @@ func cgoOpenLoopChild(mode string) {
 		go func() {
 			defer wg.Done()
 			ctx := WithTarget(context.Background(), Target{Latency: target, Service: call})
-			err := e.Do(ctx, Interactive, func(context.Context) error { sinkU.Store(cspin.Spin(call)); return nil })
+			err := e.Do(ctx, Interactive, work)
 			d := time.Since(arrival)
 			if arrival.Before(from) {
 				return
@@ -227,6 +279,9 @@ func cgoOpenLoopChild(mode string) {
 			if err != nil {
 				refused++
 				return
+			}
+			if d <= target {
+				within++
 			}
 			lat = append(lat, d.Seconds()*1000)
 		}()
@@ -241,17 +296,53 @@ func cgoOpenLoopChild(mode string) {
 		}
 		return lat[min(len(lat)-1, int(f*float64(len(lat))))]
 	}
-	out, _ := json.Marshal(map[string]any{"p50_ms": q(0.5), "p99_ms": q(0.99), "served": len(lat), "refused": refused, "absorbed": p.Absorbed, "closed_s": p.Closed.Seconds()})
+	out, _ := json.Marshal(map[string]any{"p50_ms": q(0.5), "p99_ms": q(0.99), "served": len(lat), "within": within, "refused": refused, "absorbed": p.Absorbed, "closed_s": p.Closed.Seconds()})
 	fmt.Println(string(out))
 }
 
+// goSpinPer is how many rounds of the Go loop take d of this thread's
+// CPU time, the fastest of five timings (before any load, so that no
+// throttle or preemption lengthens it).
+func goSpinPer(d time.Duration) int {
+	const rounds = 1 << 16
+	best := time.Duration(math.MaxInt64)
+	for range 5 {
+		x, t := uint64(1), time.Now()
+		for range rounds {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+		sinkU.Store(x)
+		best = min(best, time.Since(t))
+	}
+	return max(1, int(float64(rounds)*float64(d)/float64(best)))
+}
+
 // BenchmarkPacingUnderATightObjective runs b.N pairs, alternated, of the
-// same open-loop cgo load at 80 % of a 1.5-CPU quota (GOMAXPROCS 1)
-// through Do with a 100 ms target (paced) and a 1 s target (the extra
-// slot kept open), and reports the p99 of the calls' latency from arrival
+// same open-loop load at 80 % of a 1.5-CPU quota, the extra slot paced
+// (QuotaStrict) against kept open (Slots 2, the kernel throttling), with
+// the same latency target, and reports the p99 of latency from arrival
 // under each and their ratio per pair (geometric mean): where pacing wins,
-// and at which objective.
-// go test -run '^$' -bench PacingUnderATightObjective -benchtime 6x -v.
+// and at which objective. Calls into C run at GOMAXPROCS 1
+// (automaxprocs' choice), Go loops at 2 (Go's). A throttled period's pause
+// here is 25 ms (the period less 1.5 CPUs' share of it on 2 cores).
+// go test -run '^$' -bench 'PacingUnderATightObjective/go-1ms-25ms' -benchtime 6x -v.
 func BenchmarkPacingUnderATightObjective(b *testing.B) {
-	alternatedPairs(b, "cgo-open-100ms", "cgo-open-1s", "p99_ms", "p99-ratio")
+	for _, c := range []struct {
+		kind                   string
+		callMs, targetMs, load int
+	}{
+		{"go", 1, 12, 80}, {"go", 1, 25, 80}, {"go", 1, 50, 80}, {"go", 1, 100, 80},
+		{"cgo", 5, 25, 80}, {"cgo", 5, 50, 80}, {"cgo", 5, 100, 80},
+		{"go", 1, 25, 95}, {"go", 1, 100, 95}, {"cgo", 5, 25, 95}, {"cgo", 5, 100, 95},
+	} {
+		name := fmt.Sprintf("%s-%dms-%dms-load%d", c.kind, c.callMs, c.targetMs, c.load)
+		b.Run(name, func(b *testing.B) {
+			env := "GOMAXPROCS=1"
+			if c.kind == "go" {
+				env = "GOMAXPROCS=2"
+			}
+			mode := fmt.Sprintf("ol-%s-%d-%d-%%s-%d", c.kind, c.callMs, c.targetMs, c.load)
+			alternatedPairs(b, fmt.Sprintf(mode, "paced"), fmt.Sprintf(mode, "open"), "p99_ms", "p99-ratio", env)
+		})
+	}
 }

@@ -25,7 +25,7 @@ func fractionChild() {
 	if m := os.Getenv("CPUWORK_FRACTION_CHILD"); m == "whole" || m == "whole-strict" {
 		wholeQuotaChild(m == "whole-strict")
 		return
-	} else if strings.HasPrefix(m, "cgo-") {
+	} else if strings.HasPrefix(m, "cgo-") || strings.HasPrefix(m, "ol-") {
 		cgoQuotaChild(m)
 		return
 	}

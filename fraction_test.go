@@ -876,17 +876,17 @@ func TestBurstsOutsideTheExecutorAreNotOpenSlotsPassingTheQuota(t *testing.T) {
 
 // The objective decides the pacing: where the tightest latency objective
 // of the queued work absorbs a throttled period's pause (25 ms for 1.5
-// CPUs on 2: throttle.Costs, under a quarter of the objective), the extra
-// slot stays open, the quota is used whole and the kernel may throttle,
-// and the door is never told the budget is spent; where it would cost the
-// objective (100 ms, 20 ms), or no objective is known, the pacer keeps the cgroup
-// under its quota as before.
+// CPUs on 2: throttle.Misses, the objective longer than the pause: 1 s,
+// 100 ms, 26 ms), the extra slot stays open, the quota is used whole and
+// the kernel may throttle, and the door is never told the budget is
+// spent; where the pause alone would miss the objective (25 ms, 20 ms),
+// or no objective is known, the pacer keeps the cgroup under its quota.
 func TestTheObjectiveDecidesWhetherTheExtraSlotIsPaced(t *testing.T) {
 	const period = 100 * time.Millisecond
 	for _, c := range []struct {
 		obj   time.Duration
 		paced bool
-	}{{time.Second, false}, {180 * time.Millisecond, false}, {100 * time.Millisecond, true}, {20 * time.Millisecond, true}, {0, true}} {
+	}{{time.Second, false}, {100 * time.Millisecond, false}, {26 * time.Millisecond, false}, {25 * time.Millisecond, true}, {20 * time.Millisecond, true}, {0, true}} {
 		s := newSim(1.5, period, time.Millisecond)
 		s.host.obj = c.obj
 		spent := false

@@ -21,15 +21,16 @@ type QuotaPolicy uint8
 
 const (
 	// QuotaFraction runs ceil(q) slots when the quota q is not a whole
-	// number of cores, the last one open only while the cgroup's CPU usage
-	// stays under the quota, so the fraction is used without throttling —
-	// unless the tightest latency objective of the work queued in the last
-	// two periods (WithTarget, ClassOptions.LatencyTarget, a ctx deadline)
-	// is more than four times the pause a throttled period causes
-	// (Stats.Pacing.Pause: 25 ms for 1.5 CPUs on 2 CPUs and a 100 ms
-	// period): then the last slot stays open and the kernel may throttle,
-	// the quota used whole and the pause within what the objective
-	// absorbs. A whole q gets q slots, unpaced.
+	// number of cores. While the tightest latency objective of the work
+	// queued in the last two periods (WithTarget,
+	// ClassOptions.LatencyTarget, a ctx deadline) is longer than the pause
+	// a throttled period causes (Stats.Pacing.Pause: 25 ms for 1.5 CPUs on
+	// 2 CPUs and a 100 ms period), every slot stays open and the kernel
+	// may throttle: the quota is used whole, and a request the pause
+	// catches can still meet its objective. Where the pause would miss the
+	// objective, or no objective is known, the last slot is open only
+	// while the cgroup's CPU usage stays under the quota, so the fraction
+	// is used without throttling. A whole q gets q slots, unpaced.
 	QuotaFraction QuotaPolicy = iota
 	// QuotaFloor runs floor(quota) slots, unpaced.
 	QuotaFloor

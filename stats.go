@@ -167,8 +167,8 @@ type PacingStats struct {
 	// process (the quota spent by its open slots at once, every thread
 	// then frozen for the rest of the period); Objective the tightest
 	// latency objective of the work queued in the last two periods (0:
-	// none known). Absorbed: the objective absorbs the pause (the pause
-	// is under a quarter of it), so the extra slot is kept open and the
+	// none known). Absorbed: the objective absorbs the pause (it is
+	// longer than the pause), so the extra slot is kept open and the
 	// quota used whole, the kernel left to throttle; without an
 	// objective, or under QuotaStrict, it never is.
 	Pause, Objective time.Duration

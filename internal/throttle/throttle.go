@@ -1,7 +1,11 @@
-// Package throttle is the one judgement of what a CFS throttle costs a
+// Package throttle is the one model of what a CFS throttle costs a
 // latency objective, shared by the executor's pacer (whether to keep a
-// fractional quota's extra slot under the quota) and the doctor (whether
-// the throttling it measured is a finding).
+// fractional quota's extra slot under the quota: Misses) and the doctor
+// (whether the throttling it measured is a finding: Costs). Both judge
+// the same pause against a latency; they differ in what acting costs: a
+// finding costs nothing, pacing costs capacity in every period the
+// demand passes the pace, so the pacer acts only where a pause alone
+// misses the objective.
 package throttle
 
 import "time"
@@ -39,4 +43,18 @@ func Costs(added, latency time.Duration) bool {
 		return false
 	}
 	return latency <= 0 || float64(added) >= Share*float64(latency)
+}
+
+// Misses reports whether a pause of pause makes a request it catches
+// miss an objective of objective: the pause is at least Min and at
+// least the objective (a request that arrives as the period is
+// throttled waits the pause out before it can run at all). A shorter
+// pause delays the requests it catches but leaves them the rest of the
+// objective. An objective of 0 or less (none known) is missed by any
+// pause of at least Min.
+func Misses(pause, objective time.Duration) bool {
+	if pause < Min {
+		return false
+	}
+	return objective <= 0 || pause >= objective
 }

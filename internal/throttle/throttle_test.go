@@ -45,3 +45,26 @@ func TestCosts(t *testing.T) {
 		}
 	}
 }
+
+// A 1.5-CPU quota's 25 ms pause misses a 25 ms or a 20 ms objective
+// and no longer one (100 ms, 26 ms: the request it catches keeps the
+// rest); under a millisecond misses nothing; with no objective known
+// any pause of a millisecond or more misses.
+func TestMisses(t *testing.T) {
+	for _, c := range []struct {
+		pause, objective time.Duration
+		want             bool
+	}{
+		{25 * time.Millisecond, time.Second, false},
+		{25 * time.Millisecond, 100 * time.Millisecond, false},
+		{25 * time.Millisecond, 26 * time.Millisecond, false},
+		{25 * time.Millisecond, 25 * time.Millisecond, true},
+		{25 * time.Millisecond, 20 * time.Millisecond, true},
+		{500 * time.Microsecond, 100 * time.Microsecond, false},
+		{25 * time.Millisecond, 0, true},
+	} {
+		if got := Misses(c.pause, c.objective); got != c.want {
+			t.Errorf("Misses(%v, %v) = %v, want %v", c.pause, c.objective, got, c.want)
+		}
+	}
+}

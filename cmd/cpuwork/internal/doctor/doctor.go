@@ -757,8 +757,9 @@ func latencyClasses(w *Window) []ClassView {
 // (cpuwork.Options.Account), rather than by the share of throttled
 // periods: a warning when the p99 of the throttled part costs the
 // class's latency p99 (throttle.Costs: at least a quarter of it and a
-// millisecond — the judgement the executor's pacer makes of a throttled
-// period's pause against the objective), critical at impactCritical.
+// millisecond; the executor's pacer judges a throttled period's pause
+// against the objective with the same package, and acts only where the
+// pause would miss it: throttle.Misses), critical at impactCritical.
 func throttlingImpact(w *Window) (Finding, bool) {
 	worst, worstShare := ClassView{}, 0.0
 	for _, cv := range latencyClasses(w) {
@@ -781,7 +782,7 @@ func throttlingImpact(w *Window) (Finding, bool) {
 	return Finding{ID: "throttling-impact", Severity: sev,
 		Summary:  fmt.Sprintf("throttling added %v to the p99 of %s tasks (%.0f%% of their %v p99)", short(th), worst.Class, 100*worstShare, short(worst.LatencyP99)),
 		Evidence: []string{throttleImpact(w), fmt.Sprintf("%d of %d CFS periods throttled in the window (%s/cpu.stat)", w.Throttling.ThrottledPeriods, w.Throttling.Periods, w.LimitDir)},
-		Fix:      fmt.Sprintf("keep the process's parallel CPU work under its %.2f-core quota (a cpuwork.Executor with zero Options uses the fractional core without throttling; native thread pools sized to the slots), or raise the limit", w.Budget.Cores),
+		Fix:      fmt.Sprintf("keep the process's parallel CPU work under its %.2f-core quota (a cpuwork.Executor with zero Options paces the fractional core where a throttled period's pause would miss the work's latency target; set the target, or Options.Quota: QuotaStrict to pace whatever it is; native thread pools sized to the slots), or raise the limit to whole cores", w.Budget.Cores),
 	}, true
 }
 
