@@ -146,16 +146,14 @@ func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
 
 // paceLocked sets the extra slot for the next tick from the pacer's
 // decision open, and tells the door the CPU budget is spent while the
-// last period was throttled or the slot would close (the latter only
-// while paced: a slot kept open for the objective spends the budget when
-// the kernel throttles, not when the pace is passed). While a class sheds
+// slot would close or the last period was throttled. While a class sheds
 // in a clear overload (its arrivals bring over 1.5 times the slots' work)
 // the slot stays open, but under QuotaStrict: the door then holds no
 // queue, and a closed slot would only refuse work the period's quota
 // still covers; the kernel's throttle ends the period instead.
 func (p *fracPacer) paceLocked(open bool) {
 	absorbed := p.absorbedLocked()
-	p.setSpentLocked(p.throttledLast || !absorbed && !open)
+	p.setSpentLocked(!absorbed && (!open || p.throttledLast))
 	if !open && !p.strict && (absorbed || p.host.shedding()) {
 		open, p.forced = true, true
 	}
