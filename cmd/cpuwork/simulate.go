@@ -32,30 +32,50 @@ func simulateCmd() *cobra.Command {
 		queueLimit int
 		policies   []string
 		asJSON     bool
+		matrix     bool
+		matrixFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Replay a workload through cpuwork's admission code and the usual alternatives on a virtual clock",
 		Long: `Replay a workload on a virtual clock through cpuwork's own admission code
-(the executor's door, ordering, class shares, shedding and late budget,
-driven through the protocol the executor uses) and through what teams use
-instead: a goroutine per request (the Go scheduler's 10 ms time slices), a
-worker pool fed by a channel, a semaphore and a bounded pool answering 503.
-Each task holds one slot for its CPU time; the slots are the cores. The
-answer is exact — the same trace gives the same figures on any machine — and
-covers only what the admission policy decides: preemption at a Checkpoint,
-netpoll, throttling and other threads on the cores are not modelled (the
-real-machine bench measures them).
+(the executor's door, ordering, class shares, key shares, shedding and late
+budget, driven through the protocol the executor uses; a closed loop's tasks
+hand their slot over at each Checkpoint as the executor's do) and through
+what teams use instead: a goroutine per request (the Go scheduler's 10 ms
+time slices), a worker pool fed by a channel, a semaphore, a bounded pool
+answering 503, and, when named, a pool without a queue, a pool with a queue
+of 2 per slot, a semaphore per class, models of failsafe-go's prioritized
+adaptive limiter and of concurrency-limits' Gradient2, and the clairvoyant
+limit. Each task holds one slot for its CPU time; the slots are the cores.
+The answer is exact — the same workload gives the same figures on any
+machine — and covers only what the admission policy decides. Not modelled:
+the netpoller, CFS throttling and the pacer of a fractional quota, the
+garbage collector, and other threads on the cores (the real-machine bench
+measures them).
 
 Without --trace it replays the bench's scenarios with the sizes their default
 run measured (--scenario, --load as multiples of capacity). With --trace it
 replays a CSV of requests (header arrival_ms,class,cpu_ms[,deadline_ms][,kind];
-class is critical, interactive, batch or background):
+class is critical, interactive, batch or background). With --matrix it runs
+the declared policy matrix — 1 to 64 slots, five service-time shapes, seven
+loads, three request mixes, two objectives — and prints a table per
+dimension, the targets, and every cell where cpuwork is worse than the best
+peer (--json: every cell):
 
   cpuwork simulate
-  cpuwork simulate --trace requests.csv --slots 4 --objective interactive=250ms`,
+  cpuwork simulate --trace requests.csv --slots 4 --objective interactive=250ms
+  cpuwork simulate --matrix`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if matrix || matrixFile != "" {
+				for _, fl := range []string{"scenario", "load", "trace", "slots", "objective", "policies", "duration", "seed", "queue-limit", "targets", "declared"} {
+					if cmd.Flags().Changed(fl) {
+						return cli.UsageError(fmt.Errorf("--matrix runs the declared grid: --%s does not apply (the matrix file sets the cells and the policies)", fl))
+					}
+				}
+				return runMatrix(cmd.OutOrStdout(), matrixFile, asJSON)
+			}
 			for _, p := range policies {
 				if !knownPolicy(p) {
 					return cli.UsageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(true), ", ")))
@@ -144,7 +164,41 @@ class is critical, interactive, batch or background):
 	f.IntVar(&queueLimit, "queue-limit", 64, "the bounded pool's queue (pool-503; step's default is 4, imgproxy's)")
 	f.StringSliceVar(&policies, "policies", policyNames(false), "policies to replay (known: "+strings.Join(policyNames(true), ", ")+")")
 	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
+	f.BoolVar(&matrix, "matrix", false, "run the declared policy matrix (slots 1-64, five service-time shapes, seven loads, three mixes, two objectives; the file is printed by --matrix-file -) through cpuwork, the modelled peers and the clairvoyant limit")
+	f.StringVar(&matrixFile, "matrix-file", "", "run the matrix this file declares instead of the built-in one (\"-\": print the built-in one and exit)")
 	return cmd
+}
+
+// runMatrix runs a declared matrix (file "" : the built-in one) and
+// prints its report, or every cell as JSON.
+func runMatrix(w io.Writer, file string, asJSON bool) error {
+	text := sim.DeclaredMatrix
+	switch file {
+	case "":
+	case "-":
+		_, err := io.WriteString(w, text)
+		return err
+	default:
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return cli.UsageError(err)
+		}
+		text = string(b)
+	}
+	m, err := sim.ParseMatrix(strings.NewReader(text))
+	if err != nil {
+		return cli.UsageError(err)
+	}
+	t0 := time.Now()
+	res, err := m.Run(runtime.GOMAXPROCS(0))
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		return sim.WriteMatrixJSON(w, res)
+	}
+	sim.WriteMatrixReport(w, m, res, time.Since(t0))
+	return nil
 }
 
 // policyNames lists the policies replayed by default, or all of them

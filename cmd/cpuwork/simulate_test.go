@@ -101,11 +101,29 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 		{[]string{"simulate", "--trace", bad, "--objective", "interactive"}, 2, "want class=duration"},
 		{[]string{"simulate", "--trace", bad, "--objective", "urgent=1s"}, 2, `class "urgent"`},
 		{[]string{"simulate", "--trace", bad, "--objective", "batch=-1s"}, 2, "positive duration"},
+		{[]string{"simulate", "--matrix", "--slots", "4"}, 2, "--slots does not apply"},
+		{[]string{"simulate", "--matrix-file", filepath.Join(dir, "none.txt")}, 2, "no such file"},
+		{[]string{"simulate", "--matrix-file", bad}, 2, "matrix line 1"},
 	} {
 		var stderr bytes.Buffer
 		if got := execute(c.args, &stderr); got != c.code || !strings.Contains(stderr.String(), c.msg) {
 			t.Errorf("cpuwork %s: exit %d (%s), want %d and %q", strings.Join(c.args, " "), got, strings.TrimSpace(stderr.String()), c.code, c.msg)
 		}
+	}
+}
+
+// --matrix-file - prints the declared matrix, which parses.
+func TestSimulatePrintsTheDeclaredMatrix(t *testing.T) {
+	var out, stderr bytes.Buffer
+	cmd := rootCmd()
+	cmd.SetArgs([]string{"simulate", "--matrix-file", "-"})
+	cmd.SetOut(&out)
+	cmd.SetErr(&stderr)
+	if err := cmd.Execute(); err != nil {
+		t.Fatal(err, stderr.String())
+	}
+	if !strings.Contains(out.String(), "slots 1 2 4 8 16 32 64") || !strings.Contains(out.String(), "policies cpuwork cpuwork-target") {
+		t.Errorf("--matrix-file - printed:\n%s", out.String())
 	}
 }
 

@@ -72,7 +72,7 @@ func (p *granted) arrive(j *job) {
 	if j.Key != "" {
 		ctx = admission.WithKey(ctx, j.Key)
 	}
-	if j.Deadline > 0 {
+	if j.Deadline > 0 && !s.wl.HideDeadline {
 		ctx = deadlineCtx{ctx, admission.TimeAt(j.arrival + int64(j.Deadline))}
 	}
 	if err := p.g.Admit(ctx, &j.w); err != nil {

@@ -4,11 +4,15 @@
 // the ordering, the class shares, shedding and the late budget, driven
 // through the protocol the executor uses) or a policy teams use instead
 // (a goroutine per request, a FIFO worker pool, a semaphore, a bounded
-// pool answering 503). Each task holds one slot for its CPU time; the
-// slots are the cores. Nothing else is modelled: no preemption at a
-// Checkpoint, no netpoll, no throttling, no run queue shared with other
-// threads — those stay questions for the real-machine bench. The same
-// workload through the same policy gives the same result on any machine.
+// pool answering 503, the peers modelled on failsafe-go, concurrency-limits
+// and per-class semaphores, and a clairvoyant limit). Each task holds one
+// slot for its CPU time; the slots are the cores; under cpuwork a closed
+// loop's task hands its slot over at a Checkpoint when more urgent work
+// waits. Nothing else is modelled: no netpoll, no throttling or pacing of
+// a fractional quota, no garbage collector, no run queue shared with
+// other threads — those stay questions for the real-machine bench. The
+// same workload through the same policy gives the same result on any
+// machine.
 package sim
 
 import (
@@ -69,11 +73,19 @@ type Workload struct {
 	// run time (WithTarget's Service), as a service that knows its
 	// request sizes does.
 	Declared bool
+	// HideDeadline keeps each request's Deadline out of what cpuwork
+	// sees: the client still gives up then (the request is withdrawn, as
+	// a server's request context is canceled when its client hangs up),
+	// but no ctx deadline tells the door in advance, as with the HTTP and
+	// gRPC middleware, whose objective is a target.
+	HideDeadline bool
 	// QueueLimit is the bounded pool's queue (pool-503); 0: 64.
 	QueueLimit int
 	// StepAt is when the offered load steps up (0: no step): the result
 	// then gives each class's recovery.
 	StepAt time.Duration
+	// stepEnd is when a matrix cell's step comes down again (0: never).
+	stepEnd time.Duration
 }
 
 // MaxSlots is the most slots a workload may have: the executor's bound.
@@ -130,6 +142,11 @@ var Policies = []struct {
 	{"semaphore", "a semaphore of one per slot taken in arrival order; a request whose client gave up while it waited leaves (x/sync's Acquire with the request's context)", false},
 	{"pool-503", "the pool with a bounded queue (QueueLimit): a request that finds it full is refused at once", false},
 	{"no-queue", "the pool without a queue: a request that finds every slot busy is refused at once (a semaphore's TryAcquire, as cgo servers ship theirs)", true},
+	{"pool-q2", "the pool with a queue of 2 per slot, refusing at once when it is full (imgproxy's and the libvips server's shape)", true},
+	{"sem-class", "a semaphore per class (a permit per slot for Critical and Interactive, a quarter of the slots for Batch and Background), each with a queue of twice its permits answering 503 when full, waiters leaving at their deadline; the admitted run as goroutines", true},
+	{"failsafe-prio", "a model of failsafe-go's adaptive limiter with its queue and prioritizer (rejection from 2 to 3 times the limit, by priority level; waiters leave at their deadline; the limit by Gradient2's rule); the admitted run as goroutines", true},
+	{"gradient2", "a model of Netflix concurrency-limits' Gradient2 limit behind its SimpleLimiter (refused at once at the limit; the library's defaults); the admitted run as goroutines", true},
+	{"clairvoyant", "the reference, not a peer: knows each request's CPU time, serves by deadline without preemption, admits only what still ends within its objective; closed loops are not run", true},
 }
 
 // outcome is how a job ended.
@@ -200,6 +217,9 @@ type sim struct {
 	jobs []*job
 	pol  policy
 	next int // next open-loop request to arrive
+	// onServed, when set, is called first when a job is served (a
+	// gate's release).
+	onServed func(*job)
 }
 
 // policy is what a replay drives.
@@ -236,6 +256,9 @@ func (s *sim) waiting(j *job) {
 // end records how j ended and lets its loop's client submit again.
 func (s *sim) end(j *job, o outcome) {
 	j.out, j.end = o, s.now
+	if o == served && s.onServed != nil {
+		s.onServed(j)
+	}
 	if j.loop < 0 || s.now >= origin+int64(s.wl.Duration) {
 		return
 	}
@@ -300,6 +323,16 @@ func replay(wl *Workload, policy string) (*sim, error) {
 		s.pol = &fifo{s: s, limit: lim}
 	case "no-queue":
 		s.pol = &fifo{s: s, limit: -1}
+	case "pool-q2":
+		s.pol = &fifo{s: s, limit: 2 * wl.Slots}
+	case "sem-class":
+		s.pol = newGated(s, newSemPerClass(wl.Slots))
+	case "gradient2":
+		s.pol = newGated(s, newGradient2(func() int64 { return s.now }))
+	case "failsafe-prio":
+		s.pol = newGated(s, newPrioritized(func() int64 { return s.now }, uint64(len(wl.Requests))))
+	case "clairvoyant":
+		s.pol = newClairvoyant(s)
 	default:
 		return nil, fmt.Errorf("no policy %q (known: %s)", policy, policyNames())
 	}
