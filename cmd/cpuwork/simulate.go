@@ -89,9 +89,12 @@ peer (--json: every cell):
 				if cmd.Flags().Changed("scenario") || cmd.Flags().Changed("load") {
 					return cli.UsageError(errors.New("--trace replays the file: --scenario and --load are for the bench's scenarios"))
 				}
-				wl, err := traceWorkload(trace, slots, objectives, targets, declared, queueLimit, duration)
+				wl, note, err := traceWorkload(trace, slots, objectives, targets, declared, queueLimit, duration)
 				if err != nil {
 					return err
+				}
+				if note != "" {
+					fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)
 				}
 				wls = append(wls, wl)
 			} else {
@@ -243,43 +246,49 @@ func scenarioInfo(name string) (sim.ScenarioInfo, bool) {
 	return sim.ScenarioInfo{}, false
 }
 
-func traceWorkload(path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (*sim.Workload, error) {
+// traceWorkload reads a --trace file into a workload; note, when not
+// empty, says the trace was replayed sorted.
+func traceWorkload(path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (wl *sim.Workload, note string, err error) {
 	if slots < 1 || slots > sim.MaxSlots {
-		return nil, cli.UsageError(fmt.Errorf("--slots %d: want 1 to %d (the executor's bound)", slots, sim.MaxSlots))
+		return nil, "", cli.UsageError(fmt.Errorf("--slots %d: want 1 to %d (the executor's bound)", slots, sim.MaxSlots))
 	}
 	if queueLimit < 1 {
-		return nil, cli.UsageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
+		return nil, "", cli.UsageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
 	}
-	wl := &sim.Workload{Name: path, Slots: slots, Targets: targets, Declared: declared, QueueLimit: queueLimit}
+	wl = &sim.Workload{Name: path, Slots: slots, Targets: targets, Declared: declared, QueueLimit: queueLimit}
 	for _, o := range objectives {
 		name, val, ok := strings.Cut(o, "=")
 		if !ok {
-			return nil, cli.UsageError(fmt.Errorf("--objective %q: want class=duration, e.g. interactive=250ms", o))
+			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: want class=duration, e.g. interactive=250ms", o))
 		}
 		c, err := sim.ParseClass(strings.TrimSpace(name))
 		if err != nil {
-			return nil, cli.UsageError(fmt.Errorf("--objective %q: %w", o, err))
+			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: %w", o, err))
 		}
 		dv, err := time.ParseDuration(strings.TrimSpace(val))
 		if err != nil || dv <= 0 {
-			return nil, cli.UsageError(fmt.Errorf("--objective %q: want a positive duration such as 250ms", o))
+			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: want a positive duration such as 250ms", o))
 		}
 		wl.Objective[c] = dv
 	}
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	defer f.Close()
-	wl.Requests, err = sim.ReadCSV(f)
+	var unsorted int
+	wl.Requests, unsorted, err = sim.ReadTrace(f)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, "", fmt.Errorf("%s: %w", path, err)
+	}
+	if unsorted > 0 {
+		note = fmt.Sprintf("%s: line %d arrives before the line above it: replayed sorted by arrival", path, unsorted)
 	}
 	wl.Duration = d
 	if d <= 0 {
 		wl.Duration = max(wl.Requests[len(wl.Requests)-1].At, time.Millisecond)
 	}
-	return wl, nil
+	return wl, note, nil
 }
 
 // simReport is one workload's replay through every policy.

@@ -112,6 +112,29 @@ func TestSimulateRefusesBadInput(t *testing.T) {
 	}
 }
 
+// A trace whose arrivals are out of order is replayed sorted by arrival,
+// and says so with the first line out of order.
+func TestSimulateSaysItSortedAnUnsortedTrace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "unsorted.csv")
+	if err := os.WriteFile(path, []byte("arrival_ms,class,cpu_ms\n0,interactive,1\n5,interactive,1\n2,interactive,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "simulate", "--trace", path, "--slots", "1", "--objective", "interactive=10ms")
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	if !strings.Contains(out, "line 4 arrives before the line above it: replayed sorted by arrival") {
+		t.Errorf("no note of the sort:\n%s", out)
+	}
+	sorted := filepath.Join(t.TempDir(), "sorted.csv")
+	if err := os.WriteFile(sorted, []byte("arrival_ms,class,cpu_ms\n0,interactive,1\n2,interactive,1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := run(t, "simulate", "--trace", sorted, "--slots", "1", "--objective", "interactive=10ms"); strings.Contains(out, "sorted by arrival") {
+		t.Errorf("a sorted trace got the note:\n%s", out)
+	}
+}
+
 // --matrix-file - prints the declared matrix, which parses.
 func TestSimulatePrintsTheDeclaredMatrix(t *testing.T) {
 	var out, stderr bytes.Buffer

@@ -32,6 +32,22 @@ import (
 // of at most MaxSpan, and CPU times that add up to at most MaxSpan. A
 // UTF-8 byte order mark before the header is skipped.
 func ReadCSV(r io.Reader) ([]Request, error) {
+	reqs, _, err := ReadTrace(r)
+	return reqs, err
+}
+
+// ReadTrace is ReadCSV that also reports the line of the first request
+// that arrives before the one on the line above it (0: the trace was in
+// order), so that a caller can say it replayed the trace sorted.
+func ReadTrace(r io.Reader) (reqs []Request, unsorted int, err error) {
+	reqs, unsorted, err = readTrace(r)
+	if err != nil {
+		return nil, 0, err
+	}
+	return reqs, unsorted, nil
+}
+
+func readTrace(r io.Reader) ([]Request, int, error) {
 	lr := &lineBound{r: r}
 	cr := csv.NewReader(lr)
 	cr.FieldsPerRecord = -1
@@ -39,10 +55,10 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 	cr.Comment = '#'
 	head, err := cr.Read()
 	if err == io.EOF {
-		return nil, errors.New("the trace is empty: want a header (arrival_ms,class,cpu_ms[,deadline_ms][,kind]) and one line per request")
+		return nil, 0, errors.New("the trace is empty: want a header (arrival_ms,class,cpu_ms[,deadline_ms][,kind]) and one line per request")
 	}
 	if err != nil {
-		return nil, lr.wrap(err)
+		return nil, 0, lr.wrap(err)
 	}
 	col := map[string]int{}
 	for i, h := range head {
@@ -53,19 +69,20 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 		switch h {
 		case "arrival_ms", "class", "cpu_ms", "deadline_ms", "kind":
 			if _, dup := col[h]; dup {
-				return nil, fmt.Errorf("line 1: column %q twice", h)
+				return nil, 0, fmt.Errorf("line 1: column %q twice", h)
 			}
 			col[h] = i
 		default:
-			return nil, fmt.Errorf("line 1: unknown column %s (known: arrival_ms, class, cpu_ms, deadline_ms, kind)", quote(h))
+			return nil, 0, fmt.Errorf("line 1: unknown column %s (known: arrival_ms, class, cpu_ms, deadline_ms, kind)", quote(h))
 		}
 	}
 	for _, need := range []string{"arrival_ms", "class", "cpu_ms"} {
 		if _, ok := col[need]; !ok {
-			return nil, fmt.Errorf("line 1: no %q column (the header must name arrival_ms, class and cpu_ms)", need)
+			return nil, 0, fmt.Errorf("line 1: no %q column (the header must name arrival_ms, class and cpu_ms)", need)
 		}
 	}
 	var reqs []Request
+	unsorted := 0
 	kinds := map[string]bool{}
 	var total time.Duration
 	for {
@@ -74,7 +91,7 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 			break
 		}
 		if err != nil {
-			return nil, lr.wrap(err)
+			return nil, 0, lr.wrap(err)
 		}
 		line, _ := cr.FieldPos(0)
 		field := func(name string) string {
@@ -103,43 +120,46 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 		}
 		var q Request
 		if q.At, err = ms("arrival_ms", true); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if q.CPU, err = ms("cpu_ms", true); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if q.CPU <= 0 {
-			return nil, fmt.Errorf("line %d: cpu_ms %s: must be > 0", line, quote(field("cpu_ms")))
+			return nil, 0, fmt.Errorf("line %d: cpu_ms %s: must be > 0", line, quote(field("cpu_ms")))
 		}
 		if total += q.CPU; total > MaxSpan {
-			return nil, fmt.Errorf("line %d: the CPU times so far add up to more than %v", line, MaxSpan)
+			return nil, 0, fmt.Errorf("line %d: the CPU times so far add up to more than %v", line, MaxSpan)
 		}
 		if q.Deadline, err = ms("deadline_ms", false); err != nil {
-			return nil, err
+			return nil, 0, err
 		}
 		if q.Class, err = ParseClass(field("class")); err != nil {
 			if len(field("class")) > 32 {
-				return nil, fmt.Errorf("line %d: class %s: want critical, interactive, batch or background", line, quote(field("class")))
+				return nil, 0, fmt.Errorf("line %d: class %s: want critical, interactive, batch or background", line, quote(field("class")))
 			}
-			return nil, fmt.Errorf("line %d: %w", line, err)
+			return nil, 0, fmt.Errorf("line %d: %w", line, err)
 		}
 		q.Kind = field("kind")
 		if len(q.Kind) > MaxKindBytes {
-			return nil, fmt.Errorf("line %d: kind %s: at most %d bytes", line, quote(q.Kind), MaxKindBytes)
+			return nil, 0, fmt.Errorf("line %d: kind %s: at most %d bytes", line, quote(q.Kind), MaxKindBytes)
 		}
 		if !kinds[q.Kind] {
 			if len(kinds) == MaxKinds {
-				return nil, fmt.Errorf("line %d: kind %s: more than %d kinds (the report has a row per kind)", line, quote(q.Kind), MaxKinds)
+				return nil, 0, fmt.Errorf("line %d: kind %s: more than %d kinds (the report has a row per kind)", line, quote(q.Kind), MaxKinds)
 			}
 			kinds[strings.Clone(q.Kind)] = true
+		}
+		if n := len(reqs); unsorted == 0 && n > 0 && q.At < reqs[n-1].At {
+			unsorted = line
 		}
 		reqs = append(reqs, q)
 	}
 	if len(reqs) == 0 {
-		return nil, errors.New("the trace has a header and no request")
+		return nil, 0, errors.New("the trace has a header and no request")
 	}
 	slices.SortStableFunc(reqs, func(a, b Request) int { return int(a.At - b.At) })
-	return reqs, nil
+	return reqs, unsorted, nil
 }
 
 // The bounds of a trace (ReadCSV).
