@@ -77,7 +77,7 @@ peer (--json: every cell):
 				return runMatrix(cmd.OutOrStdout(), matrixFile, asJSON)
 			}
 			for _, p := range policies {
-				if !knownPolicy(p) {
+				if !sim.KnownPolicy(p) {
 					return cli.UsageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(true), ", ")))
 				}
 			}
@@ -214,15 +214,6 @@ func policyNames(named bool) []string {
 		}
 	}
 	return ns
-}
-
-func knownPolicy(p string) bool {
-	for _, k := range sim.Policies {
-		if k.Name == p {
-			return true
-		}
-	}
-	return false
 }
 
 // scenarioNames lists the scenarios simulate replays (byDefault: those it

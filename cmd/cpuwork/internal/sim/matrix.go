@@ -205,13 +205,14 @@ func matrixPolicy(name string) (policy string, targets bool) {
 	case "clairvoyant":
 		return "", false // always run; not a listed policy
 	}
-	if knownPolicy(name) {
+	if KnownPolicy(name) {
 		return name, false
 	}
 	return "", false
 }
 
-func knownPolicy(name string) bool {
+// KnownPolicy reports whether name is one of Policies.
+func KnownPolicy(name string) bool {
 	for _, p := range Policies {
 		if p.Name == name {
 			return true

@@ -13,10 +13,9 @@ import (
 	"time"
 )
 
-// Worse is the share of the best peer's figure under which cpuwork is
-// worse in a cell (the 0.98x: a replay is exact, so any
-// difference is real, and 2 % leaves the policies' rounding of a
-// slot's last task out of it).
+// Worse is the ratio to the best peer's figure under which a cpuwork
+// mode is counted worse in a cell. A replay is exact, so no interval
+// is needed; the threshold is the one the matrix's targets name.
 const Worse = 0.98
 
 // Judgement is one of cpuwork's modes in one cell.

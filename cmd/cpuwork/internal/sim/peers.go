@@ -32,16 +32,16 @@ const (
 	refuseIt
 )
 
-// gated runs a gate's admitted jobs as goroutines.
+// gated runs a gate's admitted jobs as goroutines. Every job it runs
+// came through the gate, so every served job releases its place.
 type gated struct {
-	s    *sim
-	g    gate
-	run  *sliced
-	mine map[*job]bool // admitted by the gate: their end releases it
+	s   *sim
+	g   gate
+	run *sliced
 }
 
 func newGated(s *sim, g gate) *gated {
-	p := &gated{s: s, g: g, run: newSliced(s), mine: map[*job]bool{}}
+	p := &gated{s: s, g: g, run: newSliced(s)}
 	s.onServed = p.served
 	return p
 }
@@ -49,7 +49,6 @@ func newGated(s *sim, g gate) *gated {
 func (p *gated) arrive(j *job) {
 	switch p.g.admit(j) {
 	case runNow:
-		p.mine[j] = true
 		p.run.arrive(j)
 	case queueIt:
 		p.s.waiting(j)
@@ -58,15 +57,10 @@ func (p *gated) arrive(j *job) {
 	}
 }
 
-// served is the sim's hook on every served job: a gate's job frees its
-// place, and the gate may start queued ones.
+// served is the sim's hook on every served job: it frees its place in
+// the gate, which may start queued ones.
 func (p *gated) served(j *job) {
-	if !p.mine[j] {
-		return
-	}
-	delete(p.mine, j)
 	for _, n := range p.g.ended(j) {
-		p.mine[n] = true
 		p.run.arrive(n)
 	}
 }
@@ -170,12 +164,11 @@ type gradient2 struct {
 	limit, longRTT float64
 	samples        int
 	inflight       int
-	start          map[*job]int64
 	now            func() int64
 }
 
 func newGradient2(now func() int64) *gradient2 {
-	return &gradient2{limit: 20, start: map[*job]int64{}, now: now}
+	return &gradient2{limit: 20, now: now}
 }
 
 func (g *gradient2) admit(j *job) verdict {
@@ -183,15 +176,14 @@ func (g *gradient2) admit(j *job) verdict {
 		return refuseIt
 	}
 	g.inflight++
-	g.start[j] = g.now()
+	j.admitted = g.now()
 	return runNow
 }
 
 func (g *gradient2) ended(j *job) []*job {
 	inflight := g.inflight
 	g.inflight--
-	rtt := float64(g.now() - g.start[j])
-	delete(g.start, j)
+	rtt := float64(g.now() - j.admitted)
 	g.update(max(rtt, 1), inflight)
 	return nil
 }
@@ -275,7 +267,7 @@ func (g *prioritized) admit(j *job) verdict {
 	g.count[lv]++
 	if float64(g.lim.inflight) < math.Floor(g.lim.limit) && g.queue.n == 0 {
 		g.lim.inflight++
-		g.lim.start[j] = g.lim.now()
+		j.admitted = g.lim.now()
 		return runNow
 	}
 	l := math.Floor(g.lim.limit)
@@ -318,7 +310,7 @@ func (g *prioritized) ended(j *job) []*job {
 			break
 		}
 		g.lim.inflight++
-		g.lim.start[n] = g.lim.now()
+		n.admitted = g.lim.now()
 		out = append(out, n)
 	}
 	return out

@@ -19,6 +19,11 @@ type granted struct {
 	s   *sim
 	g   admission.Granter
 	cnt [admission.NumClasses]admission.Counters
+	// handOvers counts the slots handed over at a Checkpoint, refusal
+	// the door's first reason for refusing an open-loop request: what a
+	// cell's diagnosis reads.
+	handOvers int
+	refusal   string
 }
 
 // defaultQueueLimit is the executor's DefaultQueueLimit (the CLI's
@@ -76,6 +81,9 @@ func (p *granted) arrive(j *job) {
 		ctx = deadlineCtx{ctx, admission.TimeAt(j.arrival + int64(j.Deadline))}
 	}
 	if err := p.g.Admit(ctx, &j.w); err != nil {
+		if p.refusal == "" && j.loop < 0 {
+			p.refusal = err.Error()
+		}
 		s.end(j, refused)
 		return
 	}
@@ -132,6 +140,7 @@ func (p *granted) done(j *job) {
 			}
 			period := admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared}
 			if p.g.HandOver(w, p.due(j), period) {
+				p.handOvers++
 				return // Wake runs it again
 			}
 		}

@@ -168,11 +168,14 @@ type job struct {
 	from    int64 // when its current run began (cpuwork, goroutines)
 	held    int64 // when its current slot period began (cpuwork)
 	arrival int64
-	start   int64
-	end     int64
-	out     outcome
-	queued  bool
-	w       admission.Waiter // cpuwork's
+	// admitted is when a gate let it in (a limiter's round trip starts
+	// there).
+	admitted int64
+	start    int64
+	end      int64
+	out      outcome
+	queued   bool
+	w        admission.Waiter // cpuwork's
 }
 
 // Event kinds.

@@ -39,15 +39,7 @@ func ReadCSV(r io.Reader) ([]Request, error) {
 // ReadTrace is ReadCSV that also reports the line of the first request
 // that arrives before the one on the line above it (0: the trace was in
 // order), so that a caller can say it replayed the trace sorted.
-func ReadTrace(r io.Reader) (reqs []Request, unsorted int, err error) {
-	reqs, unsorted, err = readTrace(r)
-	if err != nil {
-		return nil, 0, err
-	}
-	return reqs, unsorted, nil
-}
-
-func readTrace(r io.Reader) ([]Request, int, error) {
+func ReadTrace(r io.Reader) ([]Request, int, error) {
 	lr := &lineBound{r: r}
 	cr := csv.NewReader(lr)
 	cr.FieldsPerRecord = -1
