@@ -446,33 +446,72 @@ func TestTheDoorAddsTheSpreadOfItsEstimate(t *testing.T) {
 		refuse bool
 	}{{0, false}, {8 * time.Millisecond, true}} {
 		e := newExec(t, Options{Slots: 1})
-		err := allowBehindEight(t, e, tc.dev, 118*time.Millisecond)
+		err := allowBehind(t, e, 8, tc.dev, 118*time.Millisecond)
 		if refused := errors.Is(err, ErrDeadline); refused != tc.refuse {
 			t.Errorf("spread %v: Allow = %v, want refused %v", tc.dev, err, tc.refuse)
 		}
 	}
 }
 
-// allowBehindEight is Allow with a ctx deadline within from now, asked
-// while every slot of e is held and 8 Interactive tasks are queued, the
+// With nothing queued ahead there is no sum of run times to spread: an
+// arrival that finds every slot busy and nobody waiting, whose deadline
+// fits the running task's half and its own run time, is admitted however
+// unlike the class's run times are. (Adding the spread of one run time
+// there refused 99 % of the interactive requests of a one-slot service
+// beside batch work at half its capacity, in the policy matrix.)
+func TestTheDoorAddsNoSpreadWithNothingQueuedAhead(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	if err := allowBehind(t, e, 0, 40*time.Millisecond, 40*time.Millisecond); err != nil {
+		t.Errorf("nothing queued ahead, a 40 ms spread: Allow = %v, want admitted", err)
+	}
+}
+
+// An arrival that gave no run time is judged by its class's median run
+// time when nobody of its class is queued (it displaces nobody), by the
+// average when some are: a class whose average (60 ms: a tenth of its
+// requests ten times the rest) is past a 40 ms deadline but whose median
+// (10 ms) is not admits the arrival that finds nobody queued, and
+// refuses the one that finds two queued ahead of it.
+func TestTheDoorJudgesALoneArrivalByItsClasssMedian(t *testing.T) {
+	for _, tc := range []struct {
+		queued int
+		refuse bool
+	}{{0, false}, {2, true}} {
+		e := newExec(t, Options{Slots: 1})
+		e.stats[Interactive].MedSlotNs.Store(int64(10 * time.Millisecond))
+		err := allowBehindAt(t, e, tc.queued, 60*time.Millisecond, 0, 40*time.Millisecond)
+		if refused := errors.Is(err, ErrDeadline); refused != tc.refuse {
+			t.Errorf("%d queued: Allow = %v, want refused %v", tc.queued, err, tc.refuse)
+		}
+	}
+}
+
+// allowBehind is Allow with a ctx deadline within from now, asked
+// while every slot of e is held and n Interactive tasks are queued, the
 // class's run times pinned at 10 ms with a spread of dev.
-func allowBehindEight(t *testing.T, e *Executor, dev, within time.Duration) error {
+func allowBehind(t *testing.T, e *Executor, n int, dev, within time.Duration) error {
+	t.Helper()
+	return allowBehindAt(t, e, n, 10*time.Millisecond, dev, within)
+}
+
+// allowBehindAt is allowBehind with the class's run times pinned at avg.
+func allowBehindAt(t *testing.T, e *Executor, n int, avg, dev, within time.Duration) error {
 	t.Helper()
 	s := &e.stats[Interactive]
-	s.AvgSlotNs.Store(int64(10 * time.Millisecond))
+	s.AvgSlotNs.Store(int64(avg))
 	s.DevSlotNs.Store(int64(dev))
 	release := hold(t, e, e.slotsNow())
 	var tasks []*Task
-	for range 8 {
+	for range n {
 		task, err := e.Go(context.Background(), Interactive, func(context.Context) error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
 		tasks = append(tasks, task)
 	}
-	waitQueued(t, e, Interactive, 8)
+	waitQueued(t, e, Interactive, n)
 	// Run times are measured again as the queue drains: pin them.
-	s.AvgSlotNs.Store(int64(10 * time.Millisecond))
+	s.AvgSlotNs.Store(int64(avg))
 	s.DevSlotNs.Store(int64(dev))
 	ctx, cancel := context.WithTimeout(context.Background(), within)
 	err := e.Allow(ctx, Interactive)
@@ -531,7 +570,7 @@ func TestTheDoorDividesByThePacedQuotaNotTheSlots(t *testing.T) {
 	}{{0, false}, {1.5, true}} {
 		e := newExec(t, Options{Slots: 2})
 		e.g.SetPacedCapacity(tc.paced)
-		err := allowBehindEight(t, e, 0, 57*time.Millisecond)
+		err := allowBehind(t, e, 8, 0, 57*time.Millisecond)
 		if refused := errors.Is(err, ErrDeadline); refused != tc.refuse {
 			t.Errorf("paced capacity %v: Allow = %v, want refused %v", tc.paced, err, tc.refuse)
 		}

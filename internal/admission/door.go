@@ -17,9 +17,11 @@ import (
 //     classes) times the class's recent slot time (an exponentially
 //     weighted moving average, 1/8 per measured task), divided by the
 //     slots (while a fractional slot is paced, the slots held on average
-//     while a task queued: fracPacer.capacity), plus twice that sum's spread (sqrt of the tasks ahead times
+//     while a task queued: fracPacer.capacity), plus twice that sum's spread (sqrt of the tasks queued ahead times
 //     how far slot times recently fell from what was expected of them:
-//     doorSpread, door.go), plus its own expected run time, end past its
+//     doorSpread, door.go), plus its own expected run time (its given
+//     one; else its class's median run time while none of its class is
+//     queued, the average while some are: ownRun), end past its
 //     due (while its class's queue stands and its run time was not given,
 //     the queue wait is the tasks ahead, plus half the slots, times the
 //     class's slot time per completion of its standing intervals, over
@@ -726,7 +728,7 @@ func (g *Granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBud
 // large request delays every small one behind it:
 // docs/raw/late-budget-ab-2026-11-24.txt.)
 func (g *Granter) lateLocked(w *Waiter, t int64) bool {
-	if w.target == targetNone || w.Started || w.Requeued || w.Kind == KindHelper || t+g.serviceOf(w) <= w.Due {
+	if w.target == targetNone || w.Started || w.Requeued || w.Kind == KindHelper || t+g.ownRun(w, g.queues[w.Class].n == 0) <= w.Due {
 		return false
 	}
 	return w.target == targetDeadline || !g.lateOKLocked(w.Class, true)
@@ -739,7 +741,7 @@ func (g *Granter) refuseLocked(w *Waiter, t int64) {
 	left := time.Duration(w.Due - t)
 	g.refuseWithLocked(w, &shedError{class: w.Class, deadline: true, reason: fmt.Sprintf(
 		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
-		time.Duration(g.serviceOf(w)).Round(time.Microsecond))})
+		time.Duration(g.ownRun(w, g.queues[w.Class].n == 0)).Round(time.Microsecond))})
 }
 
 // refuseWithLocked takes w, just out of the queue, out for good with err
@@ -761,7 +763,10 @@ func (g *Granter) refuseWithLocked(w *Waiter, err *shedError) {
 // absolute miss of what was expected of them, devSlotNs), and an arrival
 // admitted where the mean alone just fits is late about half the time.
 // Where the run times are known (Target.Service) or alike, the spread and
-// the margin are near 0.
+// the margin are near 0. With nothing queued ahead (n = 0) there is no
+// sum and no margin: under heavy tails one run time's spread is larger
+// than the median, and it refused arrivals that the running tasks' end,
+// or a Checkpoint, would have let in at once.
 const doorSpread = 2
 
 // meanWaitLocked is the door's mean estimate of the queue wait of w,
@@ -807,14 +812,16 @@ func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool)
 	}
 	wait, ahead := g.meanWaitLocked(w, t)
 	slots := g.ServiceSlots()
-	if dev := g.cnt[w.Class].DevSlotNs.Load(); dev > 0 {
+	if dev := g.cnt[w.Class].DevSlotNs.Load(); dev > 0 && ahead > 0 {
 		// The spread of the estimate: n run times that each miss their
 		// expectation by dev on average sum to within ~sqrt(n) x dev of
 		// theirs, and a queue estimated at its mean is late half the
-		// time for the arrival at its edge.
-		wait += int64(doorSpread * float64(dev) * math.Sqrt(float64(ahead+1)) / slots)
+		// time for the arrival at its edge. With nothing queued ahead
+		// there is no sum: the running tasks count at their mean half.
+		wait += int64(doorSpread * float64(dev) * math.Sqrt(float64(ahead)) / slots)
 	}
-	end := t + wait + g.serviceOf(w)
+	own := g.ownRun(w, g.queues[w.Class].n == 0)
+	end := t + wait + own
 	late := end > w.Due
 	if w.target == targetObjective {
 		if dl, ok := ctx.Deadline(); ok && end > int64(dl.Sub(epoch)) {
@@ -836,5 +843,5 @@ func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool)
 	return &shedError{class: w.Class, deadline: true, reason: fmt.Sprintf(
 		"its latency target is in %v but the estimated queue wait is %v (%d tasks ahead) and its expected run time %v",
 		time.Duration(w.Due-t).Round(time.Microsecond), time.Duration(wait).Round(time.Microsecond), ahead,
-		time.Duration(g.serviceOf(w)).Round(time.Microsecond))}
+		time.Duration(own).Round(time.Microsecond))}
 }

@@ -230,6 +230,10 @@ type Counters struct {
 	// fell from what was expected of it (its given run time, else avgSlotNs
 	// before it), ns: the door's estimate error (door.go, doorSpread).
 	DevSlotNs atomic.Int64
+	// MedSlotNs tracks the median of measured slot times, ns: moved a
+	// sixteenth of itself toward each sample. The door judges an
+	// arrival's own run time, when it gave none, by it (Granter.ownRun).
+	MedSlotNs atomic.Int64
 	// DeclAvgNs and RunAvgNs are moving averages, over the queued tasks
 	// that gave a run time (Target.Service) and ran in one slot period,
 	// of that run time and of the slot time they took: their ratio
@@ -291,6 +295,7 @@ type ClassConfig struct {
 // used. Invalid options return an error naming the executor's option.
 func (g *Granter) Init(cfg Config) error {
 	g.cnt, g.owner, g.log, g.clock = cfg.Counters, cfg.Owner, cfg.Log, cfg.Clock
+	made := g.now()          // every class's first shedding interval starts here
 	g.free.v.Store(freeBias) // no slot free, no capacity: setCapacityLocked gives both
 	for c := range Class(NumClasses) {
 		co := cfg.Classes[c]
@@ -305,7 +310,7 @@ func (g *Granter) Init(cfg Config) error {
 		if co.MaxQueueWait < 0 {
 			return fmt.Errorf("cpuwork: Options.Classes[%s].MaxQueueWait is %v, must be >= 0", c, co.MaxQueueWait)
 		}
-		g.shed[c] = shedState{target: int64(co.MaxQueueWait), minWait: math.MaxInt64}
+		g.shed[c] = shedState{target: int64(co.MaxQueueWait), minWait: math.MaxInt64, intervalStart: made}
 		if co.MaxQueueWait > 0 {
 			g.shedOn.Or(1 << c)
 		}
@@ -622,6 +627,14 @@ func (g *Granter) RecordSlot(c Class, p SlotPeriod) {
 		if p.Declared > 0 {
 			g.recordService(c, p.Declared, d)
 		}
+	}
+	switch med := s.MedSlotNs.Load(); {
+	case med == 0:
+		s.MedSlotNs.Store(d)
+	case d > med:
+		s.MedSlotNs.Store(med + max(med>>medShift, 1))
+	case d < med:
+		s.MedSlotNs.Store(med - min(max(med>>medShift, 1), med-1))
 	}
 	old := s.AvgSlotNs.Load()
 	if old == 0 {

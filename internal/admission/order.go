@@ -382,6 +382,32 @@ func (g *Granter) serviceOf(w *Waiter) int64 {
 	return g.cnt[w.Class].AvgSlotNs.Load()
 }
 
+// medShift: the median estimate moves 1/2^medShift of itself per slot
+// time, so it follows a change of sizes within a few dozen tasks and
+// sits within about that share of the median.
+const medShift = 4
+
+// ownRun is the run time the door and the head judge w's own end by:
+// its given run time (scaled); else, when nobody of its class is queued
+// to be displaced by it (alone), its class's median slot time; else its
+// class's average. With nobody to displace, a request that ends late
+// costs only its own slot time, and whether it ends in time is an even
+// bet at the median: the average of unlike run times sits above most of
+// them (with a tenth of the requests ten times the rest, at twice the
+// median), refused requests nine in ten of which would have made it, and
+// a class refused whole never measured a run time to correct it. With a
+// queue, a late request delays the ones behind it, and the average,
+// which prices that, stays.
+func (g *Granter) ownRun(w *Waiter, alone bool) int64 {
+	if w.Declared != 0 || !alone {
+		return g.serviceOf(w)
+	}
+	if med := g.cnt[w.Class].MedSlotNs.Load(); med > 0 {
+		return med
+	}
+	return g.cnt[w.Class].AvgSlotNs.Load()
+}
+
 // Kind says how a granted Waiter is woken and what it counts as.
 type Kind uint8
 

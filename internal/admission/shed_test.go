@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -385,7 +386,12 @@ func TestAStandingQueueAboveATenthOfTheTargetIsShed(t *testing.T) {
 // past their objective (inference at 2x its capacity served 41-45 % of
 // its requests late, docs/raw/bench-default-seed2416.txt).
 func TestGivenRunTimesAreScaledByWhatTheSlotsTook(t *testing.T) {
-	e := newExec(t, Options{Slots: 1})
+	// A queue-wait target of a second: the sixteen arrivals below outrun
+	// the slot, and the standing-queue test must not answer before the
+	// estimate this test is about.
+	o := Options{Slots: 1}
+	o.Classes[Interactive].MaxQueueWait = time.Second
+	e := newExec(t, o)
 	said := WithTarget(context.Background(), Target{Service: time.Millisecond})
 	// Train: queued tasks (every queued task is timed) that say 1 ms and
 	// take at least 5 ms.
@@ -841,5 +847,42 @@ func TestAnOverloadShedsBeforeItsIntervalEnds(t *testing.T) {
 		if c.want && hold != holdEarly {
 			t.Errorf("%s: the overload starts with its queue held at %v, want %v", c.what, hold, holdEarly)
 		}
+	}
+}
+
+// A class's first interval starts when its Granter is made, not at the
+// process's start: a Granter made 25–100 ms into the process otherwise
+// judged its first arrivals over a stretch it had not lived, found them
+// outrunning the slots 1.5 times and started shedding early (the
+// executor's door tests failed or passed by the order they ran in).
+func TestAClasssFirstIntervalStartsWithItsGranter(t *testing.T) {
+	var g Granter
+	var cnt [NumClasses]Counters
+	made := int64(40 * time.Millisecond)
+	cfg := Config{DefaultQueueLimit: 64, Owner: &recordingOwner{}, Log: slog.New(slog.DiscardHandler),
+		Clock: func() int64 { return made }}
+	for c := range cnt {
+		cfg.Counters[c] = &cnt[c]
+	}
+	if err := g.Init(cfg); err != nil {
+		t.Fatal(err)
+	}
+	g.SetSlots(1)
+	cnt[Interactive].AvgSlotNs.Store(int64(10 * time.Millisecond))
+	if !g.TryAcquire() {
+		t.Fatal("no free slot")
+	}
+	ctx := context.Background()
+	for i := range 8 {
+		w := &Waiter{Class: Interactive, Kind: KindTask}
+		if err := g.Admit(TargetContext(ctx, 100*time.Millisecond, 0), w); err != nil {
+			t.Fatalf("arrival %d, made at once with a 100 ms target: %v", i, err)
+		}
+	}
+	g.lock()
+	shedding := g.shed[Interactive].shedding
+	g.unlock()
+	if shedding {
+		t.Error("8 arrivals of 10 ms at the Granter's first instant started a shedding: its first interval was taken to start before the Granter")
 	}
 }

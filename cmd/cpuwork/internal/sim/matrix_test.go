@@ -199,12 +199,15 @@ func TestGradient2StaysWithinItsBounds(t *testing.T) {
 	}
 }
 
-// The matrix's worst cell (1 slot, bimodal, 0.5 load beside batch, a 5x
-// objective), diagnosed: batch hands its slot over at its Checkpoints,
-// the door refuses with a queue wait estimated with no task ahead, and
-// the clairvoyant limit, serving in the same order, serves far more
-// within the objective. go test -v -run TestTheMatrixsWorstCell prints
-// the figures docs/results.md cites.
+// The matrix's worst cell before the door judged an arrival's own run
+// time by its class's median (1 slot, bimodal, 0.5 load beside batch, a
+// 5x objective): the class's average run time, pushed past the 50 ms
+// objective by two long requests in a row, refused every interactive
+// arrival, so no interactive request ran again to bring the average
+// back (99.4 % refused, 0.001 CPU-s/s within the objective against the
+// clairvoyant limit's 0.234). Batch hands its slot over at its
+// Checkpoints. go test -v -run TestTheMatrixsWorstCell prints the
+// figures docs/results.md cites.
 func TestTheMatrixsWorstCell(t *testing.T) {
 	m := &Matrix{Requests: 10000, Median: 10 * time.Millisecond}
 	c := Cell{Slots: 1, Shape: "bimodal", Load: "0.5", Mix: "mixed", Objective: 5}
@@ -231,7 +234,10 @@ func TestTheMatrixsWorstCell(t *testing.T) {
 	}
 	t.Logf("%v: cpuwork refused %.1f %%, goodput %.3f CPU-s/s, %d slots handed over at a Checkpoint, the served waited p50 %.1f ms; first refusal: %s; the limit's goodput %.3f",
 		c, 100*f.Refused, f.Goodput, p.handOvers, quantile(waits, 0.5), p.refusal, figures(lim, c).Goodput)
-	if p.handOvers == 0 || !strings.Contains(p.refusal, "(0 tasks ahead)") || f.Refused < 0.9 {
-		t.Errorf("the diagnosis no longer holds (hand-overs %d, refused %.3f, first refusal %q): update docs/results.md's account of this cell", p.handOvers, f.Refused, p.refusal)
+	if p.handOvers == 0 {
+		t.Error("batch handed no slot over at a Checkpoint")
+	}
+	if lim := figures(lim, c).Goodput; f.Refused > 0.5 || f.Goodput < lim/2 {
+		t.Errorf("refused %.1f %%, goodput %.3f CPU-s/s against the limit's %.3f: the class is refused whole again", 100*f.Refused, f.Goodput, lim)
 	}
 }
