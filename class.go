@@ -11,7 +11,7 @@ const (
 	// call Checkpoint hand their slot over while Critical work waits.
 	Critical Class = iota
 	// Interactive is the default class for request-serving CPU work. It
-	// shares slots with Batch by weight (ClassOptions.Weight, 4:1 by default).
+	// shares slots with Batch by weight (ClassOptions.Weight, 64:1 by default).
 	Interactive
 	// Batch is throughput work. It runs on executor-owned worker
 	// goroutines and shares slots with Interactive by weight.

@@ -34,7 +34,7 @@
 //     executor never calls runtime.GOMAXPROCS: that would switch off the
 //     runtime's own quota tracking.
 //   - Classes. Critical is served strictly first. Interactive and Batch
-//     share slots by weight (4:1 by default) on measured slot time: each
+//     share slots by weight (64:1 by default) on measured slot time: each
 //     class's virtual time is its charged slot time divided by its weight,
 //     and a freed slot goes to the class that is behind (weighted fair
 //     queuing, the virtual-time form of deficit round robin; a class that

@@ -48,7 +48,7 @@ const (
 // whole cores of the budget, at least 1, at most GOMAXPROCS while the tasks
 // run Go code), each class
 // queues up to 1024 tasks, Interactive and Batch share slots
-// 4:1, and one task in 1024 is accounted.
+// 64:1, and one task in 1024 is accounted.
 type Options struct {
 	// Slots fixes the number of tasks that run at once. 0 means follow the
 	// CPU budget, re-read every WatchInterval. Valid: 0..4096.
@@ -139,9 +139,12 @@ type ClassOptions struct {
 	// Weight is the class's relative share of measured slot time while
 	// Interactive and Batch both wait (weighted fair queuing on measured
 	// slot time, the virtual-time form of deficit round robin). 0 means
-	// the default: 4 for Interactive, 1 for Batch. Critical is always
-	// served first and Background last: they take no weight, and a
-	// Weight set for them, or a negative one, makes New fail.
+	// the default: 64 for Interactive, 1 for Batch (about Linux's
+	// weights for nice 0 and nice 19): Batch keeps about 1/65 of the
+	// slots while Interactive work waits; set 4 and 1, say, to give
+	// Batch a fifth. Critical is always served first and Background
+	// last: they take no weight, and a Weight set for them, or a
+	// negative one, makes New fail.
 	Weight int
 }
 

@@ -17,8 +17,11 @@ const (
 )
 
 // defaultWeight is each class's weight when ClassConfig.Weight is 0
-// (only Interactive's and Batch's are used: order.go).
-var defaultWeight = [NumClasses]float64{1, 4, 1, 1}
+// (only Interactive's and Batch's are used: order.go): 64 to 1, about
+// Linux's weights for nice 0 and nice 19 (1024 and 15). Batch keeps a
+// trickle of the slots while Interactive work waits, not a share that
+// Interactive's requests pay for in overload.
+var defaultWeight = [NumClasses]float64{1, 64, 1, 1}
 
 var classNames = [NumClasses]string{"critical", "interactive", "batch", "background"}
 

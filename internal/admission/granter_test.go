@@ -404,3 +404,51 @@ func TestBesideClosedExtraSlotLeavesTheBatchSide(t *testing.T) {
 		t.Error("a third batch task took a slot")
 	}
 }
+
+// By default Interactive and Batch share the slots 64 to 1 while both
+// wait (Linux's weights for nice 0 and nice 19, 1024 and 15, are 68 to
+// 1): Batch keeps a trickle, not a fifth. With every task of both
+// classes measured at 1 ms on one slot, Batch gets 1 or 2 of the first
+// 65 grants.
+func TestBatchKeepsATrickleBesideWaitingInteractiveWorkByDefault(t *testing.T) {
+	var g Granter
+	var cnt [NumClasses]Counters
+	own := &recordingOwner{}
+	clock := int64(time.Second)
+	cfg := Config{DefaultQueueLimit: 1024, Owner: own, Log: slog.New(slog.DiscardHandler), Clock: func() int64 { return clock }}
+	for c := range cnt {
+		cfg.Counters[c] = &cnt[c]
+	}
+	if err := g.Init(cfg); err != nil {
+		t.Fatal(err)
+	}
+	g.SetSlots(1)
+	if !g.TryAcquire() {
+		t.Fatal("no free slot")
+	}
+	for i := range 200 {
+		for _, c := range []Class{Interactive, Batch} {
+			if err := g.Admit(context.Background(), &Waiter{Class: c, Kind: KindTask}); err != nil {
+				t.Fatalf("submission %d of %s: %v", i, c, err)
+			}
+		}
+	}
+	var est int64
+	g.Release(Critical, &est, nil) // the held slot: the first grant
+	batch := 0
+	for i := range 65 {
+		if len(own.woken) != i+1 {
+			t.Fatalf("grant %d: %d woken", i, len(own.woken))
+		}
+		w := own.woken[i]
+		if w.Class == Batch {
+			batch++
+		}
+		clock += int64(time.Millisecond)
+		g.RecordSlot(w.Class, SlotPeriod{W: w, Slot: int64(time.Millisecond), Weight: 1, Waited: true})
+		g.Release(w.Class, &w.Est, nil)
+	}
+	if batch < 1 || batch > 2 {
+		t.Errorf("Batch got %d of the first 65 grants while both classes waited, want 1 or 2 (64 to 1)", batch)
+	}
+}
