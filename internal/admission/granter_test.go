@@ -160,7 +160,7 @@ func TestNoClockReadUnderTheLock(t *testing.T) {
 // second, so P cores queue tasks shorter than P x h faster than it can.
 func BenchmarkLockHold(b *testing.B) {
 	own := &recordingOwner{}
-	g := heldGranter(b, own)
+	g, _ := heldGranter(b, own, nil)
 	ctx := context.Background()
 	ws := make([]Waiter, 1024)
 	b.ReportAllocs()
@@ -174,22 +174,6 @@ func BenchmarkLockHold(b *testing.B) {
 		own.woken = own.woken[:0]
 		i++
 	}
-}
-
-// heldGranter is a Granter of one slot, held: every Admit queues.
-func heldGranter(b *testing.B, own Owner) *Granter {
-	g := new(Granter)
-	var cnt [NumClasses]Counters
-	cfg := Config{DefaultQueueLimit: 1 << 20, Owner: own, Log: slog.New(slog.DiscardHandler)}
-	for c := range cnt {
-		cfg.Counters[c] = &cnt[c]
-	}
-	if err := g.Init(cfg); err != nil {
-		b.Fatal(err)
-	}
-	g.SetSlots(1)
-	g.TryAcquire()
-	return g
 }
 
 // countingOwner is an Owner safe for concurrent use that wakes nobody.
@@ -207,7 +191,7 @@ func (o *countingOwner) Released()           {}
 // included (h_c in docs/performance.md); when it is not, it is
 // BenchmarkLockHold's time over GOMAXPROCS.
 func BenchmarkLockHoldContended(b *testing.B) {
-	g := heldGranter(b, &countingOwner{})
+	g, _ := heldGranter(b, &countingOwner{}, nil)
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
@@ -411,21 +395,9 @@ func TestBesideClosedExtraSlotLeavesTheBatchSide(t *testing.T) {
 // classes measured at 1 ms on one slot, Batch gets 1 or 2 of the first
 // 65 grants.
 func TestBatchKeepsATrickleBesideWaitingInteractiveWorkByDefault(t *testing.T) {
-	var g Granter
-	var cnt [NumClasses]Counters
 	own := &recordingOwner{}
 	clock := int64(time.Second)
-	cfg := Config{DefaultQueueLimit: 1024, Owner: own, Log: slog.New(slog.DiscardHandler), Clock: func() int64 { return clock }}
-	for c := range cnt {
-		cfg.Counters[c] = &cnt[c]
-	}
-	if err := g.Init(cfg); err != nil {
-		t.Fatal(err)
-	}
-	g.SetSlots(1)
-	if !g.TryAcquire() {
-		t.Fatal("no free slot")
-	}
+	g, _ := heldGranter(t, own, &clock)
 	for i := range 200 {
 		for _, c := range []Class{Interactive, Batch} {
 			if err := g.Admit(context.Background(), &Waiter{Class: c, Kind: KindTask}); err != nil {
@@ -451,4 +423,26 @@ func TestBatchKeepsATrickleBesideWaitingInteractiveWorkByDefault(t *testing.T) {
 	if batch < 1 || batch > 2 {
 		t.Errorf("Batch got %d of the first 65 grants while both classes waited, want 1 or 2 (64 to 1)", batch)
 	}
+}
+
+// heldGranter is a Granter of one slot, held (every Admit queues), waking
+// through own, with the clock *clock (nil: Now); and its counters.
+func heldGranter(tb testing.TB, own Owner, clock *int64) (*Granter, *[NumClasses]Counters) {
+	tb.Helper()
+	g, cnt := new(Granter), new([NumClasses]Counters)
+	cfg := Config{DefaultQueueLimit: 1 << 20, Owner: own, Log: slog.New(slog.DiscardHandler)}
+	if clock != nil {
+		cfg.Clock = func() int64 { return *clock }
+	}
+	for c := range cnt {
+		cfg.Counters[c] = &cnt[c]
+	}
+	if err := g.Init(cfg); err != nil {
+		tb.Fatal(err)
+	}
+	g.SetSlots(1)
+	if !g.TryAcquire() {
+		tb.Fatal("no free slot")
+	}
+	return g, cnt
 }

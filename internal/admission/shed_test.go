@@ -3,7 +3,6 @@ package admission
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"math"
 	"strings"
 	"sync"
@@ -856,22 +855,9 @@ func TestAnOverloadShedsBeforeItsIntervalEnds(t *testing.T) {
 // outrunning the slots 1.5 times and started shedding early (the
 // executor's door tests failed or passed by the order they ran in).
 func TestAClasssFirstIntervalStartsWithItsGranter(t *testing.T) {
-	var g Granter
-	var cnt [NumClasses]Counters
 	made := int64(40 * time.Millisecond)
-	cfg := Config{DefaultQueueLimit: 64, Owner: &recordingOwner{}, Log: slog.New(slog.DiscardHandler),
-		Clock: func() int64 { return made }}
-	for c := range cnt {
-		cfg.Counters[c] = &cnt[c]
-	}
-	if err := g.Init(cfg); err != nil {
-		t.Fatal(err)
-	}
-	g.SetSlots(1)
+	g, cnt := heldGranter(t, &recordingOwner{}, &made)
 	cnt[Interactive].AvgSlotNs.Store(int64(10 * time.Millisecond))
-	if !g.TryAcquire() {
-		t.Fatal("no free slot")
-	}
 	ctx := context.Background()
 	for i := range 8 {
 		w := &Waiter{Class: Interactive, Kind: KindTask}
