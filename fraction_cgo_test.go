@@ -128,6 +128,13 @@ func TestTheObjectiveDecidesThePacingOfCgoCallsInARealCgroup(t *testing.T) {
 	}
 	sem, loose, tight := run("cgo-sem"), run("cgo-1s"), run("cgo-20ms")
 	t.Logf("cores over the semaphore's: 1 s target %.2fx, 20 ms target %.2fx", loose.Cores/sem.Cores, tight.Cores/sem.Cores)
+	if sem.Cores < 1.4 {
+		// The pacer closes the extra slot only when the period's quota is
+		// on pace to be used: on a host whose other work leaves the
+		// children under the quota (a 2-worker semaphore used 1.14 cores
+		// of 1.5 beside CI's race-enabled packages), nothing needs pacing.
+		t.Skipf("the host gave a 2-worker semaphore %.2f cores of the 1.5-CPU quota: too busy for the quota to bind", sem.Cores)
+	}
 	if loose.Slots != 2 || !loose.Paced || !loose.Absorbed || loose.ClosedS > 0.05 {
 		t.Errorf("1 s target: %d slots, paced %v, absorbed %v, extra slot closed %.3f s of the last 2.5 s; want 2 slots with a fractional quota whose pause the objective absorbs, never closed",
 			loose.Slots, loose.Paced, loose.Absorbed, loose.ClosedS)
