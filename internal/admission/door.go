@@ -7,247 +7,29 @@ import (
 	"time"
 )
 
-// Load shedding at the door. A task that would queue is refused at once,
-// with an error wrapping ErrSaturated, when:
+// The door. A task that would queue is refused at once, with an error
+// wrapping ErrSaturated, when:
 //
 //   - its class queue is full (ClassOptions.QueueLimit);
+//   - its class's queue-wait controller sheds (controller.go: its states
+//     and what moves them) and the arrival's mean estimated queue wait
+//     (meanWaitLocked) is above what it holds — unless the arrival finds
+//     its class queue empty, has no latency target in a class whose
+//     target follows the latency targets, or is of a key within its share
+//     (keys.go);
 //   - it has a latency target (WithTarget, its ctx deadline,
-//     ClassOptions.LatencyTarget) that it cannot meet: the tasks queued ahead
-//     of its place (in its own class up to its due, and in more urgent
-//     classes) times the class's recent slot time (an exponentially
-//     weighted moving average, 1/8 per measured task), divided by the
-//     slots (while a fractional slot is paced, the slots held on average
-//     while a task queued: fracPacer.capacity), plus twice that sum's spread (sqrt of the tasks queued ahead times
-//     how far slot times recently fell from what was expected of them:
-//     doorSpread, door.go), plus its own expected run time (its given
-//     one; else its class's median run time while none of its class is
-//     queued, the average while some are: ownRun), end past its
-//     due (while its class's queue stands and its run time was not given,
-//     the queue wait is the tasks ahead, plus half the slots, times the
-//     class's slot time per completion of its standing intervals, over
-//     the slots: standingWait), and it
-//     has a ctx deadline or its class's late budget is spent (door.go;
-//     the error also wraps ErrDeadline);
-//   - its class has a queue-wait target (ClassOptions.MaxQueueWait; without
-//     one, for an arrival with a latency target, two of the class's slot
-//     times, within a tenth and a half of that target: autoQueueTarget)
-//     and is shedding: CoDel's test (Nichols and Jacobson,
-//     "Controlling Queue Delay", ACM Queue 2012), applied at the door
-//     instead of at the head: when the smallest queue wait of the tasks
-//     granted a slot during an interval (100 ms, or 2 of the class's slot
-//     times if longer) stayed above the target while the interval's
-//     arrivals (admitted or refused, at their expected run time) brought
-//     more work than the slots could do in it — or, when some of them came
-//     without a given run time (Target.Service), more of them arrived than
-//     the class completed in it — and the arrivals also outran the slots
-//     over the recent intervals together (shedOnsetHorizon), the queue is
-//     standing and the arrivals outrun the slots, and the class sheds:
-//     new arrivals whose mean estimated queue wait (the door's estimate
-//     above without its spread) is above the target (without MaxQueueWait, above twice it:
-//     standingPeak) are refused, so the queue is held near the
-//     target instead of near the latency target, until intervals in
-//     which it refused nobody or whose arrivals did not outrun the slots
-//     follow one another for shedCalmArrivals arrivals or shedCalmTime.
-//     The shedding starts before the interval ends when an arrival's
-//     mean estimated wait passes what a shedding class admits while the
-//     arrivals so far outrun the slots by earlyOutrun (outrunSoFarLocked).
-//     An arrival that finds its class queue empty is never shed.
+//     ClassOptions.LatencyTarget) that it cannot meet: its estimated
+//     queue wait, plus doorSpread times that estimate's spread, plus its
+//     own expected run time (ownRun) end past its due, and it has a ctx
+//     deadline or its class's late budget is spent (the error also wraps
+//     ErrDeadline).
 //
-// While a class sheds and its last interval's arrivals outran the slots
-// more than twice (backlogOutrun), a task reaching the head of its queue
-// that has already waited more than twice the target (backlogWaits) is
-// refused there too, with the same kind of error, unless it is the last
-// task of its class queued: the backlog the door let in before the test
-// could see the queue stand (backlogLocked).
+// At the head of its queue a task is refused, with the same kinds of
+// error, when it would now end past its due (lateLocked) or is the
+// backlog of a severe overload (backlogLocked).
 //
 // Everything here runs under the executor's lock, on the path of a task
 // that queues anyway; the admission fast path never pays for it.
-
-const (
-	codelInterval = 100 * time.Millisecond
-	ewmaShift     = 3 // slot-time average: new = old + (sample-old)/8
-)
-
-// standingShare: a class without a queue-wait target (ClassOptions.MaxQueueWait)
-// whose arrivals carry a latency target sheds those arrivals while its
-// queue stands above 1/standingShare of that target (CoDel's test, as
-// below). Admitting up to the target itself, as the door's estimate alone
-// does, serves a standing queue at the target: the requests at its edge
-// end late whenever their run times come out above the class's average,
-// and the longer queue serves nothing more, since the slots are busy
-// either way. A tenth kept every served request within a 0.59 s objective
-// at twice an image server's capacity (docs/results.md).
-const standingShare = 10
-
-// serviceQueue is the queue-wait target of a class without
-// ClassOptions.MaxQueueWait, in slot times of the class: the wait of a
-// bounded queue twice the slots deep, as servers size theirs (imgproxy's
-// 2x GOMAXPROCS). With standingPeak, the queue peaks at twice that.
-const serviceQueue = 2
-
-// autoQueueTarget is the queue-wait target of a class without
-// ClassOptions.MaxQueueWait for an arrival with left ns to its due, its
-// class's slot time being slot ns (0: not measured yet): serviceQueue
-// slot times — what a short bounded queue holds — but never under
-// 1/standingShare of the time left, and at most half of it. The floor
-// keeps a class whose sizes differ widely from shedding below capacity:
-// two mean slot times of a mix of 60 µs and 28 ms requests are shorter
-// than one large request, and a queue that stands that long comes and
-// goes at 80 % of capacity (docs/results.md, the default run).
-func autoQueueTarget(left, slot int64) int64 {
-	return min(max(serviceQueue*slot, left/standingShare), left/2)
-}
-
-// standingPeak: while such a class sheds, it refuses an arrival whose
-// mean estimated queue wait is above standingPeak times its target, not
-// above the target itself. The test that starts the shedding still asks
-// whether the smallest wait of an interval stood above the target; the
-// refusals hold the queue's peak at twice it, so that its trough stays
-// near the target, as CoDel's test holds it, instead of empty (why, and
-// what it measured: docs/results.md, "imageproxy, a
-// server nobody here wrote"). A class with ClassOptions.MaxQueueWait is held at
-// that target, as set.
-const standingPeak = 2
-
-// shedState is one class's queue-wait controller. Guarded by the Granter's mu.
-type shedState struct {
-	// auto: target is 1/standingShare of the latest latency target of
-	// the class's arrivals (no ClassOptions.MaxQueueWait), and only arrivals
-	// with a target are shed.
-	auto          bool
-	target        int64 // ns; 0: off
-	intervalStart int64 // now() when the current interval began
-	minWait       int64 // smallest queue wait granted in the interval, ns
-	// admittedAt is the class's Admitted count when the interval began,
-	// grants the queued submissions granted in it: more admissions than
-	// queued grants means some took a free slot at once (wait 0) on the
-	// lock-free path, which never feeds minWait itself.
-	admittedAt uint64
-	grants     uint64
-	// refused counts the arrivals the test refused in the interval,
-	// offered the expected run time of the interval's arrivals, ns
-	// (admitted or refused; those that took a free slot at once are added
-	// at the interval's end, at the class's average): a shedding class
-	// stops once the arrivals no longer outrun the slots.
-	refused uint64
-	offered int64
-	// arrivals counts the interval's arrivals (admitted or refused),
-	// completedAt is the class's Completed count when it began, guessed
-	// is set when one of its arrivals had no given run time
-	// (Target.Service): its offered work is then partly a guess.
-	arrivals    uint64
-	completedAt uint64
-	guessed     bool
-	shedding    bool
-	// sustained: the arrivals also outran the slots over the recent
-	// intervals together (sums decayed with shedOnsetHorizon, of the
-	// offered work and what the slots could do, and of the arrivals and
-	// completions): the onset test's second condition.
-	sumOffered, sumCapacity, sumArrivals, sumDone float64
-	// severe: the class sheds and the last interval's arrivals outran the
-	// slots more than backlogOutrun times (backlogLocked); clear: more
-	// than earlyOutrun times, in the interval and over the recent ones
-	// (spentLocked), or the shedding started early.
-	severe, clear bool
-	// calmArrivals, calmFor: the arrivals and time of the calm intervals
-	// in a row (refused nobody, or the arrivals did not outrun the
-	// slots) of a shedding class.
-	calmArrivals uint64
-	calmFor      int64
-	// perDone is the class's slot time per completion over the intervals
-	// whose queue stood above the target (ns; a 1/4 moving average over
-	// such intervals, 0 before one), taken at perDoneAt: the slot time
-	// the class held in the interval (what the slots could do, less what
-	// the other classes were charged) over its completions. It counts the
-	// tasks still running, which the average of completed slot times
-	// (avgSlotNs) cannot: a server that has just started learns that
-	// average from its short requests first (standingWait). usedAt is
-	// each class's charged slot time when the interval began.
-	perDone   int64
-	perDoneAt int64
-	usedAt    [NumClasses]int64
-	// hold is the share of its held queue (standingPeak times the
-	// target) that a shedding class without ClassOptions.MaxQueueWait
-	// admits up to (0 stands for 1): 1 when the shedding starts, lowered after each
-	// interval in which (nearly) no arrival found a free slot — the slots
-	// never idled, so the queue bought no work, only wait — and raised
-	// after one in which arrivals found slots free (holdIdleLow,
-	// holdIdleHigh).
-	hold float64
-	// holdSeen, holdFree: the arrivals since the hold last moved, and
-	// those of them that took a free slot at once.
-	holdSeen, holdFree uint64
-}
-
-// holdShare is st.hold, 1 for its zero value.
-func (st *shedState) holdShare() float64 {
-	if st.hold == 0 {
-		return 1
-	}
-	return st.hold
-}
-
-// holdIdleLow, holdIdleHigh, holdDown, holdUp, holdMin: once a
-// shedding class has seen holdArrivals arrivals since its hold last
-// moved, the hold is multiplied by holdDown if at most holdIdleLow of
-// them took a free slot at once, and by holdUp, up to 1, if more than
-// holdIdleHigh did; never below holdMin. Poisson arrivals see the
-// slots as time does (PASTA): the share that found a slot free is the
-// share of the time one idled, so the hold settles at the shortest queue
-// that keeps the slots busy but for a few percent of the time.
-const (
-	holdIdleLow  = 0.01
-	holdIdleHigh = 0.03
-	holdDown     = 0.7
-	holdUp       = 1.5
-	holdMin      = 1.0 / 64
-	holdArrivals = 64
-	// holdEarly is the hold an overload starts at when it starts before
-	// its interval ends (outrunning the slots 1.5 times): at that rate the
-	// slots stay busy without the whole held queue, and moving down from
-	// 1 by holdDown every holdArrivals takes longer than a short overload
-	// lasts; holdUp raises it where arrivals then find slots free.
-	holdEarly = 0.25
-)
-
-// shedCalmArrivals, shedCalmTime: a shedding class stops once its calm
-// intervals in a row held shedCalmArrivals arrivals or lasted
-// shedCalmTime. One interval of a few arrivals is calm by chance in
-// overload: at 1.4x its capacity, an image server's interval of 7
-// arrivals refused nobody one time in five. With 20 arrivals a class
-// whose arrivals hold a few milliseconds of work stops after one
-// interval, as before, and one whose requests take tens of milliseconds
-// after two or three.
-const (
-	shedCalmArrivals = 20
-	shedCalmTime     = time.Second
-)
-
-// shedOnsetHorizon, sustainedCount: a class starts shedding only when
-// its arrivals outran the slots in the interval and also over the recent
-// intervals together, weighted by exp(-age/shedOnsetHorizon): their work
-// above what the slots could do, or, when some came without a given run
-// time, sustainedCount times as many arrivals as completions. One
-// interval of 100 ms outruns the slots by chance at 80 % of capacity —
-// in more arrivals than completions about half the time, in work a third
-// — so the interval alone started shedding below capacity whenever a
-// queue happened to stand for it; over the last half second or so the
-// 80 % load is seen as 80 %, while twice the capacity passes both tests
-// within two intervals, even after a long run at 80 %.
-const (
-	shedOnsetHorizon = 500 * time.Millisecond
-	sustainedCount   = 1.25
-)
-
-// earlyOutrun: a class whose queue stands past its held peak starts
-// shedding before its interval ends when the arrivals of the interval so
-// far (a quarter of it at least) and of the recent intervals with it
-// brought over earlyOutrun times what the slots could do (by work, or by
-// arrivals over completions): at twice the capacity an image server
-// queued 11-22 requests in the 200 ms the test at the interval's end
-// took, served near the objective; a burst at 80 % of capacity brings
-// under 1.5 times the slots' work over a quarter of an interval.
-const earlyOutrun = 1.5
 
 // shedError is a refusal that says why, with the numbers it was decided
 // on; it wraps ErrSaturated, and ErrDeadline when a latency target could
@@ -294,57 +76,43 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 		s.Rejected.Add(1)
 		return ErrSaturated
 	}
-	st := &g.shed[c]
+	q := &g.shed[c]
 	if !peek {
-		st.offer(g, w) // Allow's call counts when it refuses: an allowed one is submitted next
+		g.offerLocked(w) // Allow's call counts when it refuses: an allowed one is submitted next
 	}
-	if (st.target == 0 || st.auto) && w.target != targetNone && w.Due > t {
-		st.target, st.auto = autoQueueTarget(w.Due-t, g.cnt[c].AvgSlotNs.Load()), true
+	if w.target != targetNone && w.Due > t && q.autoTarget(w.Due-t, g.cnt[c].AvgSlotNs.Load()) {
 		g.shedOn.Or(1 << c)
 	}
-	if st.target > 0 && (g.queues[c].n > 0 || g.spentLocked(c)) && (!st.auto || w.target != targetNone) {
+	if q.target > 0 && (g.queues[c].n > 0 || g.spentLocked(c)) && (!q.auto || w.target != targetNone) {
 		g.codelTickLocked(c, t)
-		limit := st.target
-		if st.auto {
-			limit = int64(float64(limit*standingPeak) * st.holdShare())
-		}
 		spent := g.spentLocked(c)
-		if spent {
-			limit = 0
+		wait, _ := g.meanWaitLocked(w, t) // the estimate without its spread
+		limit := q.heldLimit()
+		if !q.sheds() && wait > limit && q.earlyOnset(g.readLocked(c, t)) {
+			g.markShedLocked(c)
 		}
-		var wait int64 // the arrival's mean estimated queue wait, read only while shedding or past the limit
-		if st.shedding {
-			wait, _ = g.meanWaitLocked(w, t)
-		} else if wait, _ = g.meanWaitLocked(w, t); wait > limit && g.outrunSoFarLocked(c, t) {
-			g.startShedLocked(c)
-		}
-		// A task of a key within its share is not refused for the queue
-		// the class's other keys stand (its latency target still is,
-		// below): keys.go.
-		spared := st.auto && g.keySpared(w)
-		if st.shedding && (wait > limit || spent) && !spared {
-			st.refused++
+		if q.refuses(wait, limit, spent, q.auto && g.keySpared(w)) {
 			if peek {
-				st.offer(g, w)
+				g.offerLocked(w)
 			}
 			s.Rejected.Add(1)
 			s.Shed.Add(1)
-			why := "ClassOptions.MaxQueueWait"
-			if st.auto {
-				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
-				if h := st.holdShare(); h < 1 {
-					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
-				}
-			}
 			if spent {
 				return &shedError{class: c, reason: "it sheds while the CPU budget is spent (the quota, not the slots, bounds the work): it holds no queue, and no slot was free"}
 			}
-			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(st.target), why, time.Duration(wait).Round(time.Microsecond))}
+			why := "ClassOptions.MaxQueueWait"
+			if q.auto {
+				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
+				if h := q.holdShare(); h < 1 {
+					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
+				}
+			}
+			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(q.target), why, time.Duration(wait).Round(time.Microsecond))}
 		}
 	}
 	if err := g.doorLocked(ctx, w, t, peek); err != nil {
 		if peek {
-			st.offer(g, w)
+			g.offerLocked(w)
 		}
 		s.Rejected.Add(1)
 		s.Shed.Add(1)
@@ -373,213 +141,65 @@ func (g *Granter) Allow(ctx context.Context, c Class) error {
 	return err
 }
 
-// outrunSoFarLocked reports whether class c's arrivals outran its slots
-// both in the interval so far (from its start to t) and over the recent
-// intervals together with it: the onset test's two conditions, read
-// before the interval's end.
-func (g *Granter) outrunSoFarLocked(c Class, t int64) bool {
-	st := &g.shed[c]
-	el := t - st.intervalStart
-	if el < g.codelIntervalOf(c)/4 {
-		return false
+// readLocked reads class c's counters at t for its controller.
+func (g *Granter) readLocked(c Class, t int64) reading {
+	r := reading{t: t, admitted: g.cnt[c].Admitted.Load(), completed: g.cnt[c].Completed.Load(),
+		avgSlot: g.cnt[c].AvgSlotNs.Load(), slots: g.ServiceSlots()}
+	for k := range Class(NumClasses) {
+		r.used[k] = g.cnt[k].Used.Load()
+		if k != c && g.sameSide(k, c) {
+			r.others |= 1 << k
+		}
 	}
-	admitted := g.cnt[c].Admitted.Load()
-	offered, arrivals := float64(st.offered), float64(st.arrivals)
-	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
-		offered += float64(int64(atOnce-st.grants) * g.cnt[c].AvgSlotNs.Load())
-		arrivals += float64(atOnce - st.grants)
-	}
-	capacity := float64(el) * g.ServiceSlots()
-	done := float64(g.cnt[c].Completed.Load() - st.completedAt)
-	decay := math.Exp(-float64(el) / float64(shedOnsetHorizon))
-	outrun, sustained := st.outrun(earlyOutrun, offered, capacity, arrivals, done, decay)
-	return outrun && sustained
+	return r
 }
 
-// outrun reports whether arrivals that brought offered ns of work
-// (arrivals of them, against done completions) over a stretch in which
-// the slots could do capacity ns outran the slots k times: in the
-// stretch alone, and over the recent intervals together with it (their
-// sums weighted by decay, the stretch's own at 1). When some arrivals
-// came without a given run time (guessed), arrivals over completions
-// count too, the recent ones against sustainedCount times k.
-func (st *shedState) outrun(k, offered, capacity, arrivals, done, decay float64) (stretch, recent bool) {
-	stretch = offered > k*capacity || st.guessed && arrivals > k*done
-	recent = st.sumOffered*decay+offered > k*(st.sumCapacity*decay+capacity) ||
-		st.guessed && st.sumArrivals*decay+arrivals > k*sustainedCount*(st.sumDone*decay+done)
-	return stretch, recent
-}
-
-// startShedLocked starts class c's shedding before its interval ends,
-// its queue held at holdEarly.
-func (g *Granter) startShedLocked(c Class) {
-	st := &g.shed[c]
-	st.shedding = true
-	st.calmArrivals, st.calmFor = 0, 0
-	st.hold, st.holdSeen, st.holdFree = holdEarly, 0, 0
-	st.clear = true // the arrivals so far brought over earlyOutrun times the slots' work
-	g.markShedLocked(c)
+// offerLocked counts w, an arrival at the door, in its class's interval.
+func (g *Granter) offerLocked(w *Waiter) {
+	g.shed[w.Class].offer(g.serviceOf(w), w.Declared != 0)
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a
 // slot now into its controller.
 func (g *Granter) codelGrantLocked(c Class, wait, t int64) {
-	st := &g.shed[c]
-	if st.target == 0 {
+	q := &g.shed[c]
+	if q.target == 0 {
 		return
 	}
-	st.minWait = min(st.minWait, wait)
-	st.grants++
+	q.granted(wait)
 	g.codelTickLocked(c, t)
 }
 
-// codelTickLocked ends the interval once it has run its length: the class
-// sheds during the next one if the smallest wait granted stayed above the
-// target while the arrivals outran the slots (an interval without grants
-// keeps the previous decision). An admission on the lock-free path (a
-// free slot, nobody queued) is a wait of 0, as CoDel counts every
-// packet's sojourn, not only the queued ones'.
+// codelTickLocked ends class c's interval if it has run its length by t.
 func (g *Granter) codelTickLocked(c Class, t int64) {
-	st := &g.shed[c]
-	interval := g.codelIntervalOf(c)
-	if t-st.intervalStart < interval {
-		return
+	if t-g.shed[c].iv.start < intervalLen(g.cnt[c].AvgSlotNs.Load()) {
+		return // the controller's own test, without reading the counters
 	}
-	admitted := g.cnt[c].Admitted.Load()
-	var free uint64 // the interval's arrivals that took a free slot at once
-	if atOnce := admitted - st.admittedAt; atOnce > st.grants {
-		free = atOnce - st.grants
-		st.minWait = 0 // some took a free slot at once: the queue drained
-		st.offered += int64(atOnce-st.grants) * g.cnt[c].AvgSlotNs.Load()
-		st.arrivals += atOnce - st.grants
-	}
-	completed := g.cnt[c].Completed.Load()
-	st.admittedAt, st.grants = admitted, 0
-	// outrun: the interval's arrivals brought more work than the slots
-	// could do in it; or, when some of them came without a given run time
-	// (counted at the class average, which a server that has just started
-	// learns from its short requests first), more of them arrived than
-	// the class completed in it.
-	capacity := float64(t-st.intervalStart) * g.ServiceSlots()
-	done := completed - st.completedAt
-	decay := math.Exp(-float64(t-st.intervalStart) / float64(shedOnsetHorizon))
-	offered, arrivals := float64(st.offered), float64(st.arrivals)
-	outrun, sustained := st.outrun(1, offered, capacity, arrivals, float64(done), decay)
-	severe, _ := st.outrun(backlogOutrun, offered, capacity, arrivals, float64(done), decay)
-	// clear: a clear overload, in the interval and over the recent ones
-	// (one interval of a few large requests outruns the slots 1.5 times
-	// by chance at capacity).
-	clearNow, clearRecent := st.outrun(earlyOutrun, offered, capacity, arrivals, float64(done), decay)
-	st.clear = clearNow && clearRecent
-	st.sumOffered = st.sumOffered*decay + offered
-	st.sumCapacity = st.sumCapacity*decay + capacity
-	st.sumArrivals = st.sumArrivals*decay + arrivals
-	st.sumDone = st.sumDone*decay + float64(done)
-	switch {
-	case st.shedding:
-		// While it sheds, the queue is held near the target by the
-		// shedding itself, and intervals under the target are the rule:
-		// it stops once calm intervals — each refused nobody, or its
-		// arrivals brought less work than the slots did in it — follow
-		// one another for shedCalmArrivals arrivals or shedCalmTime.
-		// (Stopping at the first interval under the target let the
-		// queue grow toward the latency target for the intervals it took
-		// to detect it again; stopping only when it refused nobody kept
-		// a queue that stands now and then at 95 % of capacity shedding
-		// a tenth of the arrivals; stopping after one calm interval let
-		// an image server at 1.4x its capacity, 7 arrivals an interval,
-		// stop after one in five intervals by chance and grow its queue
-		// to twice the held depth before the test saw it stand again:
-		// docs/architecture.md, "The
-		// door".)
-		if st.refused == 0 || !outrun {
-			st.calmArrivals += st.arrivals
-			st.calmFor += t - st.intervalStart
-		} else {
-			st.calmArrivals, st.calmFor = 0, 0
-		}
-		st.shedding = st.calmArrivals < shedCalmArrivals && st.calmFor < int64(shedCalmTime)
-		st.holdSeen += st.arrivals
-		st.holdFree += free
-		if st.holdSeen >= holdArrivals {
-			switch idle := float64(st.holdFree) / float64(st.holdSeen); {
-			case idle <= holdIdleLow:
-				st.hold = max(holdMin, st.holdShare()*holdDown)
-			case idle > holdIdleHigh:
-				st.hold = min(1, st.holdShare()*holdUp)
-			}
-			st.holdSeen, st.holdFree = 0, 0
-		}
-	case st.minWait != math.MaxInt64:
-		// A queue standing while the arrivals fall behind the slots
-		// drains by itself: shedding it refuses work the slots would do
-		// in time (docs/architecture.md, "The
-		// door").
-		st.shedding = st.minWait > st.target && outrun && sustained
-		st.calmArrivals, st.calmFor = 0, 0
-		st.hold, st.holdSeen, st.holdFree = 0, 0, 0
-	}
-	st.severe = st.shedding && severe
+	g.shed[c].endInterval(g.readLocked(c, t))
 	g.markShedLocked(c)
-	if st.minWait != math.MaxInt64 && st.minWait > st.target && done > 0 {
-		// The queue stood above the target through the interval: every
-		// slot the class could hold was busy.
-		busy := capacity
-		for k := range Class(NumClasses) {
-			if k != c && g.sameSide(k, c) {
-				busy -= float64(g.cnt[k].Used.Load() - st.usedAt[k])
-			}
-		}
-		if x := int64(busy / float64(done)); x > 0 {
-			if st.perDone == 0 {
-				st.perDone = x
-			} else {
-				st.perDone += (x - st.perDone) / 4
-			}
-			st.perDoneAt = t
-		}
-	}
-	for k := range Class(NumClasses) {
-		st.usedAt[k] = g.cnt[k].Used.Load()
-	}
-	st.intervalStart, st.minWait, st.refused, st.offered = t, math.MaxInt64, 0, 0
-	st.arrivals, st.completedAt, st.guessed = 0, completed, false
 }
 
 // standingWait is the door's mean queue-wait estimate for w, arriving at
 // t with ahead tasks queued ahead of its place, while its class's queue
 // stands: the tasks ahead plus half of the slots' running ones, each at
-// the class's slot time per completion of its recent standing intervals
-// (perDone, measured within the last two intervals), over the slots. ok
-// is false — the door then sums the expected run times — for an arrival
-// whose run time was given, and when none of the last two intervals
-// stood. The slot time per completion counts the running tasks' time,
-// which the average of completed slot times (avgSlotNs) cannot, and
-// averages several intervals of completions: why, and what it measured,
-// in docs/architecture.md, "The door".
+// the class's slot time per completion of its recent standing intervals,
+// over the slots. ok is false — the door then sums the expected run
+// times — for an arrival whose run time was given, and when none of the
+// last two intervals stood. The slot time per completion counts the
+// running tasks' time, which the average of completed slot times cannot:
+// a server that has just started learns that average from its short
+// requests first.
 func (g *Granter) standingWait(w *Waiter, t int64, ahead int) (int64, bool) {
-	st := &g.shed[w.Class]
-	if w.Declared != 0 || st.perDone == 0 || t-st.perDoneAt > 2*g.codelIntervalOf(w.Class) {
+	if w.Declared != 0 {
+		return 0, false
+	}
+	per, ok := g.shed[w.Class].perCompletion(t, intervalLen(g.cnt[w.Class].AvgSlotNs.Load()))
+	if !ok {
 		return 0, false
 	}
 	slots := g.ServiceSlots()
-	return int64((float64(ahead) + slots/2) * float64(st.perDone) / slots), true
+	return int64((float64(ahead) + slots/2) * float64(per) / slots), true
 }
-
-// codelIntervalOf is class c's shedding interval, ns: codelInterval, or
-// two of its average slot times if longer.
-func (g *Granter) codelIntervalOf(c Class) int64 {
-	return max(int64(codelInterval), 2*g.cnt[c].AvgSlotNs.Load())
-}
-
-// backlogWaits, backlogOutrun: a class shedding while its arrivals
-// outrun the slots more than backlogOutrun times refuses, at the head of
-// its queue, a task that has already waited more than backlogWaits times
-// its queue-wait target (backlogLocked).
-const (
-	backlogWaits  = 2
-	backlogOutrun = 2
-)
 
 // backlogLocked reports whether w, just taken from the head of its class
 // at time t, is the backlog of a standing queue, to be refused rather
@@ -599,31 +219,15 @@ const (
 // auto-target class only those with a latency target and not of a key
 // within its share (keys.go).
 func (g *Granter) backlogLocked(w *Waiter, t int64) bool {
-	st := &g.shed[w.Class]
-	spent := g.spentLocked(w.Class)
-	waits := backlogWaits * st.target
-	if spent {
-		waits = 0 // what the door let in before it knew the budget spent
-	}
-	return (st.severe || spent) && g.queues[w.Class].n > 0 && // either: shedding, so a target is set
+	q := &g.shed[w.Class]
+	return q.refusesBacklog(t-w.Enq, g.spentLocked(w.Class)) && g.queues[w.Class].n > 0 &&
 		w.Kind != KindHelper && !w.Started && !w.Requeued &&
-		(!st.auto || w.target != targetNone) && !(st.auto && g.keySpared(w)) &&
-		t-w.Enq > waits
+		(!q.auto || w.target != targetNone) && !(q.auto && g.keySpared(w))
 }
 
-// spentLocked reports whether class c, without ClassOptions.MaxQueueWait,
-// sheds in a clear overload (its last interval's arrivals, and the
-// recent intervals' with them, brought over earlyOutrun times the slots'
-// work) while the CPU budget is spent
-// (SetBudgetSpent): it then holds no queue. A queue keeps the slots busy
-// between arrivals; when the quota, not the slots, bounds the work, the
-// slots' idle moments leave no CPU idle and a queued task only waits for
-// CPU the period does not have. Near capacity the held queue stays: it
-// rides out the bursts that start a shedding there.
-func (g *Granter) spentLocked(c Class) bool {
-	st := &g.shed[c]
-	return st.auto && st.shedding && st.clear && g.budgetSpent.Load()
-}
+// spentLocked reports whether class c holds no queue because the CPU
+// budget is spent (SetBudgetSpent; queueController.spent).
+func (g *Granter) spentLocked(c Class) bool { return g.shed[c].spent(g.budgetSpent.Load()) }
 
 // SetBudgetSpent says whether the CPU budget is spent for now: the
 // fractional quota's pacer would close its extra slot (the period's
@@ -638,7 +242,7 @@ func (g *Granter) Shedding() bool { return g.sheddingMask.Load() != 0 }
 // markShedLocked records in sheddingMask whether class c sheds in a clear
 // overload.
 func (g *Granter) markShedLocked(c Class) {
-	if st := &g.shed[c]; st.shedding && st.clear {
+	if g.shed[c].mode == overload {
 		g.sheddingMask.Or(1 << c)
 	} else {
 		g.sheddingMask.And(^uint32(1 << c))
@@ -648,20 +252,11 @@ func (g *Granter) markShedLocked(c Class) {
 // shedBacklogLocked refuses w, found by backlogLocked, with an error
 // wrapping ErrSaturated.
 func (g *Granter) shedBacklogLocked(w *Waiter, t int64) {
-	st := &g.shed[w.Class]
-	st.refused++
+	q := &g.shed[w.Class]
+	q.iv.refused++
 	g.refuseWithLocked(w, &shedError{class: w.Class, reason: fmt.Sprintf(
 		"its queue has stood above the queue-wait target %v for an interval and it has waited %v, more than %d times the target",
-		time.Duration(st.target), time.Duration(t-w.Enq).Round(time.Microsecond), backlogWaits)})
-}
-
-// offer counts w, an arrival at the door, in its class's interval.
-func (st *shedState) offer(g *Granter, w *Waiter) {
-	st.offered += g.serviceOf(w)
-	st.arrivals++
-	if w.Declared == 0 {
-		st.guessed = true
-	}
+		time.Duration(q.target), time.Duration(t-w.Enq).Round(time.Microsecond), backlogWaits)})
 }
 
 // Background starvation guard: Background is served only when no other

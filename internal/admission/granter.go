@@ -115,7 +115,7 @@ type Granter struct {
 	share  shares               // weighted fair queuing of Interactive and Batch (order.go)
 	keys   [NumClasses]keyTable // fair shares across keys inside a class (keys.go)
 	limit  [NumClasses]int
-	shed   [NumClasses]shedState // queue-wait targets (door.go)
+	shed   [NumClasses]queueController // queue-wait controllers (controller.go)
 	// lateShare[c] is the moving share of class c's queued objective
 	// tasks let in though expected late, in 1/2^24 (door.go's late
 	// budget).
@@ -310,7 +310,7 @@ func (g *Granter) Init(cfg Config) error {
 		if co.MaxQueueWait < 0 {
 			return fmt.Errorf("cpuwork: Options.Classes[%s].MaxQueueWait is %v, must be >= 0", c, co.MaxQueueWait)
 		}
-		g.shed[c] = shedState{target: int64(co.MaxQueueWait), minWait: math.MaxInt64, intervalStart: made}
+		g.shed[c] = newQueueController(int64(co.MaxQueueWait), made)
 		if co.MaxQueueWait > 0 {
 			g.shedOn.Or(1 << c)
 		}

@@ -247,3 +247,16 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// modeOf is the controller state of a class that sheds (or not), in a
+// clear overload (or not).
+func modeOf(sheds, clear bool) doorMode {
+	switch {
+	case !sheds:
+		return calm
+	case clear:
+		return overload
+	default:
+		return shedding
+	}
+}

@@ -297,7 +297,7 @@ func TestAShedClassSparesAKeyWithinItsShare(t *testing.T) {
 	e.g.lock()
 	e.g.keys[Interactive].entryLocked("flood", now()).vc.Store(now() + int64(8*time.Second))
 	st := &e.g.shed[Interactive]
-	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 0.2
+	st.mode, st.iv.start, st.hold = shedding, now()+int64(time.Hour), 0.2
 	e.g.unlock()
 	if _, err := e.Go(obj("flood"), Interactive, noop); err == nil {
 		t.Error("a task of the key past its share was admitted under the hold")

@@ -23,12 +23,12 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 	iv := int64(codelInterval)
 	e.g.lock()
 	st := &e.g.shed[Interactive]
-	st.intervalStart, st.offered = 0, 2*iv                             // arrivals outrunning the slot 2x
+	st.iv.start, st.iv.offered = 0, 2*iv                               // arrivals outrunning the slot 2x
 	e.g.codelGrantLocked(Interactive, int64(5*time.Millisecond), iv/2) // above the target
 	e.g.codelGrantLocked(Interactive, int64(3*time.Millisecond), iv+1) // interval ends: smallest 3 ms > 1 ms
-	shedding := st.shedding
+	sheds := st.sheds()
 	e.g.unlock()
-	if !shedding {
+	if !sheds {
 		t.Fatal("a standing queue (smallest wait 3 ms over a 1 ms target) does not shed")
 	}
 	// Shedding, but the queue is empty: the arrival is admitted.
@@ -41,12 +41,12 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 	e.stats[Interactive].AvgSlotNs.Store(int64(5 * time.Millisecond)) // the queued task counts 5 ms
 	queued := make(chan error, 1)
 	e.g.lock()
-	st.shedding, st.intervalStart = false, now() // let one task queue
+	st.mode, st.iv.start = calm, now() // let one task queue
 	e.g.unlock()
 	go func() { queued <- e.Do(context.Background(), Interactive, func(context.Context) error { return nil }) }()
 	waitQueued(t, e, Interactive, 1)
 	e.g.lock()
-	st.shedding, st.intervalStart = true, now()
+	st.mode, st.iv.start = shedding, now()
 	e.g.unlock()
 	err := e.Do(context.Background(), Interactive, func(context.Context) error { return nil })
 	if !errors.Is(err, ErrSaturated) || !strings.Contains(err.Error(), "queue-wait target") {
@@ -58,11 +58,11 @@ func TestQueueWaitTargetShedsAStandingQueueOnly(t *testing.T) {
 	}
 	// An interval of shedCalmArrivals arrivals that refused nobody ends shedding.
 	e.g.lock()
-	st.intervalStart, st.minWait, st.refused, st.arrivals = 0, int64(time.Hour), 0, shedCalmArrivals
+	st.iv.start, st.iv.minWait, st.iv.refused, st.iv.arrivals = 0, int64(time.Hour), 0, shedCalmArrivals
 	e.g.codelGrantLocked(Interactive, int64(50*time.Microsecond), iv+1)
-	shedding = st.shedding
+	sheds = st.sheds()
 	e.g.unlock()
-	if shedding {
+	if sheds {
 		t.Fatal("an interval under the target did not end shedding")
 	}
 	if st := e.Stats().Classes[Interactive]; st.Shed != 1 {
@@ -126,7 +126,7 @@ func shedInTurn(t *testing.T, e *testExec, release func(), ctx func() context.Co
 	tasks := []*testTask{task}
 	e.g.lock()
 	st := &e.g.shed[Interactive]
-	st.shedding, st.intervalStart = true, now()+int64(time.Hour)
+	st.mode, st.iv.start = shedding, now()+int64(time.Hour)
 	e.g.unlock()
 	for i, w := range want {
 		task, err := e.Go(ctx(), Interactive, noop)
@@ -153,15 +153,15 @@ func shedInTurn(t *testing.T, e *testExec, release func(), ctx func() context.Co
 // class has a 10 ms queue-wait target, and that class's controller with
 // an interval begun at time 0 and no grant in it yet; the executor's
 // lock is held until the test ends.
-func codelAtZero(t *testing.T, slots int) (*testExec, *shedState) {
+func codelAtZero(t *testing.T, slots int) (*testExec, *queueController) {
 	var mqw [NumClasses]ClassOptions
 	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
 	e := newExec(t, Options{Slots: slots, Classes: mqw})
 	e.g.lock()
 	t.Cleanup(e.g.unlock)
 	st := &e.g.shed[Interactive]
-	st.intervalStart, st.minWait = 0, math.MaxInt64
-	st.admittedAt = e.stats[Interactive].Admitted.Load()
+	st.iv.start, st.iv.minWait = 0, math.MaxInt64
+	st.iv.admittedAt = e.stats[Interactive].Admitted.Load()
 	return e, st
 }
 
@@ -173,30 +173,30 @@ func codelAtZero(t *testing.T, slots int) (*testExec, *shedState) {
 func TestSheddingEndsOnlyWhenTheArrivalsNoLongerOutrunTheSlots(t *testing.T) {
 	e, st := codelAtZero(t, 1)
 	iv := int64(codelInterval)
-	st.shedding = true
-	st.refused, st.offered = 3, 2*iv                                 // twice the work one slot does in the interval
+	st.mode = shedding
+	st.iv.refused, st.iv.offered = 3, 2*iv                           // twice the work one slot does in the interval
 	e.g.codelGrantLocked(Interactive, int64(time.Millisecond), iv+1) // well under the target, but it refused 3
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatal("an interval that refused 3 arrivals and was offered 2x its slot's work ended shedding because its smallest wait (1 ms) was under the 10 ms target")
 	}
-	st.refused, st.offered, st.arrivals = 3, iv*8/10, shedCalmArrivals
+	st.iv.refused, st.iv.offered, st.iv.arrivals = 3, iv*8/10, shedCalmArrivals
 	e.g.codelGrantLocked(Interactive, int64(time.Millisecond), 2*iv+2)
-	if st.shedding {
+	if st.sheds() {
 		t.Fatalf("an interval of %d arrivals offered 0.8x its slot's work did not end shedding (though it refused 3)", shedCalmArrivals)
 	}
-	st.shedding = true
-	st.refused, st.offered, st.arrivals = 0, 2*iv, shedCalmArrivals
+	st.mode = shedding
+	st.iv.refused, st.iv.offered, st.iv.arrivals = 0, 2*iv, shedCalmArrivals
 	e.g.codelGrantLocked(Interactive, int64(4*time.Millisecond), 3*iv+3) // refused nobody
-	if st.shedding {
+	if st.sheds() {
 		t.Fatalf("an interval of %d arrivals that refused nobody did not end shedding", shedCalmArrivals)
 	}
 	e.g.codelGrantLocked(Interactive, int64(7*time.Millisecond), 4*iv+4)
-	if st.shedding {
+	if st.sheds() {
 		t.Fatal("not shedding, an interval whose smallest wait was 7 ms (under the 10 ms target) started it")
 	}
-	st.offered = 2 * iv
+	st.iv.offered = 2 * iv
 	e.g.codelGrantLocked(Interactive, int64(12*time.Millisecond), 5*iv+5)
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatal("an interval whose smallest wait was 12 ms (above the 10 ms target) and whose arrivals outran the slot did not start shedding")
 	}
 }
@@ -215,41 +215,41 @@ func TestSheddingStopsAfterEnoughCalmArrivalsNotOneCalmInterval(t *testing.T) {
 	iv := int64(codelInterval)
 	var end int64
 	tick := func(arrivals, refused uint64) {
-		st.offered, st.arrivals, st.refused = 3*iv, arrivals, refused // 1.5x what two slots do
+		st.iv.offered, st.iv.arrivals, st.iv.refused = 3*iv, arrivals, refused // 1.5x what two slots do
 		end += iv + 1
 		e.g.codelGrantLocked(Interactive, int64(30*time.Millisecond), end) // above the 10 ms target
 	}
 	tick(7, 0)
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatal("a queue standing at 30 ms over a 10 ms target, arrivals at 1.5x the slots' work, did not start shedding")
 	}
 	tick(7, 0) // calm by chance: 7 arrivals, nobody refused
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatal("one interval of 7 arrivals that refused nobody, at 1.5x the slots' work, ended shedding")
 	}
 	tick(7, 2) // not calm: the count starts again
 	tick(7, 0)
 	tick(7, 0)
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatalf("two calm intervals after a refusal, 14 arrivals (fewer than %d), ended shedding", shedCalmArrivals)
 	}
 	tick(7, 0)
-	if st.shedding {
+	if st.sheds() {
 		t.Fatalf("three calm intervals in a row, 21 arrivals (%d needed), did not end shedding", shedCalmArrivals)
 	}
 	// Few arrivals: calm intervals in a row for shedCalmTime end it too.
 	tick(7, 0)
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatal("the standing queue did not start shedding again")
 	}
 	for i := 0; i < int(shedCalmTime/codelInterval)-1; i++ {
 		tick(1, 0)
 	}
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatalf("calm intervals for less than %v with one arrival each ended shedding", shedCalmTime)
 	}
 	tick(1, 0)
-	if st.shedding {
+	if st.sheds() {
 		t.Fatalf("calm intervals for over %v did not end shedding", shedCalmTime)
 	}
 }
@@ -265,14 +265,14 @@ func TestSheddingStopsAfterEnoughCalmArrivalsNotOneCalmInterval(t *testing.T) {
 func TestAStandingQueueIsShedOnlyWhileTheArrivalsOutrunTheSlots(t *testing.T) {
 	e, st := codelAtZero(t, 2)
 	iv := int64(codelInterval)
-	st.offered = 2 * iv * 9 / 10 // 0.9x what two slots do in the interval
+	st.iv.offered = 2 * iv * 9 / 10 // 0.9x what two slots do in the interval
 	e.g.codelGrantLocked(Interactive, int64(30*time.Millisecond), iv+1)
-	if st.shedding {
+	if st.sheds() {
 		t.Fatal("a queue standing at 30 ms over a 10 ms target, in an interval whose arrivals brought 0.9x the slots' work, started shedding")
 	}
-	st.offered = 2 * iv * 12 / 10 // 1.2x
+	st.iv.offered = 2 * iv * 12 / 10 // 1.2x
 	e.g.codelGrantLocked(Interactive, int64(30*time.Millisecond), 2*iv+2)
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatal("a queue standing at 30 ms over a 10 ms target, in an interval whose arrivals brought 1.2x the slots' work, did not start shedding")
 	}
 }
@@ -292,20 +292,20 @@ func TestArrivalsWithoutGivenRunTimesOutrunTheSlotsByCount(t *testing.T) {
 	iv := int64(codelInterval)
 	done := &e.stats[Interactive].Completed
 	interval := func(at int64, arrivals, completed uint64, guessed bool) {
-		st.offered, st.arrivals, st.guessed = iv/2, arrivals, guessed // a quarter of what two slots do, at the class average
-		st.completedAt = done.Load() - completed                      // completed in the interval (modular, as the counter is read)
+		st.iv.offered, st.iv.arrivals, st.iv.guessed = iv/2, arrivals, guessed // a quarter of what two slots do, at the class average
+		st.iv.completedAt = done.Load() - completed                            // completed in the interval (modular, as the counter is read)
 		e.g.codelGrantLocked(Interactive, int64(30*time.Millisecond), at)
 	}
 	interval(iv+1, 12, 5, false)
-	if st.shedding {
+	if st.sheds() {
 		t.Fatal("arrivals with given run times that brought a quarter of the slots' work started shedding (12 arrivals, 5 completions)")
 	}
 	interval(2*iv+2, 5, 5, true)
-	if st.shedding {
+	if st.sheds() {
 		t.Fatal("5 arrivals without given run times and 5 completions started shedding")
 	}
 	interval(3*iv+3, 12, 5, true)
-	if !st.shedding {
+	if !st.sheds() {
 		t.Fatal("a queue standing at 30 ms over a 10 ms target, with 12 arrivals without given run times and 5 completions in the interval, did not start shedding")
 	}
 }
@@ -358,7 +358,7 @@ func TestAStandingQueueAboveATenthOfTheTargetIsShed(t *testing.T) {
 	waitUntil(t, "shedding", func() bool {
 		e.g.lock()
 		defer e.g.unlock()
-		return e.g.shed[Interactive].shedding
+		return e.g.shed[Interactive].sheds()
 	})
 	err := e.Allow(obj(), Interactive)
 	noTarget := e.Allow(context.Background(), Interactive)
@@ -488,7 +488,7 @@ func TestASeverelyOutrunClassRefusesItsBacklogAtTheHead(t *testing.T) {
 		}
 		time.Sleep(25 * time.Millisecond)
 		e.g.lock()
-		st.shedding, st.severe, st.intervalStart = shedding, severe, now()+int64(time.Hour)
+		st.mode, st.severe, st.iv.start = modeOf(shedding, false), severe, now()+int64(time.Hour)
 		e.g.unlock()
 		if fresh {
 			go func() { errs <- e.Do(context.Background(), Interactive, task) }()
@@ -539,25 +539,25 @@ func TestSevereOutrunIsMoreThanTwiceTheSlotsWork(t *testing.T) {
 	iv := int64(codelInterval)
 	var end int64
 	tick := func(offered int64, guessed bool, arrivals, refused uint64, minWait int64) {
-		st.offered, st.guessed, st.arrivals, st.refused = offered, guessed, arrivals, refused
+		st.iv.offered, st.iv.guessed, st.iv.arrivals, st.iv.refused = offered, guessed, arrivals, refused
 		end += iv + 1
 		e.g.codelGrantLocked(Interactive, minWait, end)
 	}
 	tick(3*iv, false, 0, 0, int64(20*time.Millisecond))
-	if !st.shedding || !st.severe {
-		t.Fatalf("a queue standing at 20 ms (target 10 ms), arrivals bringing 3x the slot's work: shedding %v, severe %v; want both", st.shedding, st.severe)
+	if !st.sheds() || !st.severe {
+		t.Fatalf("a queue standing at 20 ms (target 10 ms), arrivals bringing 3x the slot's work: shedding %v, severe %v; want both", st.sheds(), st.severe)
 	}
 	tick(iv*3/2, false, 0, 1, int64(20*time.Millisecond))
-	if !st.shedding || st.severe {
-		t.Fatalf("the same at 1.5x: shedding %v, severe %v; want shedding, not severe", st.shedding, st.severe)
+	if !st.sheds() || st.severe {
+		t.Fatalf("the same at 1.5x: shedding %v, severe %v; want shedding, not severe", st.sheds(), st.severe)
 	}
 	tick(iv/2, true, 3, 1, int64(20*time.Millisecond)) // 3 arrivals, no completion, run times not given
-	if !st.shedding || !st.severe {
-		t.Fatalf("3 arrivals without given run times and no completion: shedding %v, severe %v; want both", st.shedding, st.severe)
+	if !st.sheds() || !st.severe {
+		t.Fatalf("3 arrivals without given run times and no completion: shedding %v, severe %v; want both", st.sheds(), st.severe)
 	}
 	tick(3*iv, false, shedCalmArrivals, 0, int64(time.Millisecond)) // refused nobody: shedding ends
-	if st.shedding || st.severe {
-		t.Fatalf("an interval that refused nobody: shedding %v, severe %v; want neither", st.shedding, st.severe)
+	if st.sheds() || st.severe {
+		t.Fatalf("an interval that refused nobody: shedding %v, severe %v; want neither", st.sheds(), st.severe)
 	}
 }
 
@@ -584,7 +584,7 @@ func TestTheDoorPricesAStandingQueueAtItsSlotTimePerCompletion(t *testing.T) {
 	// interval ends, at `at`, an interval whose smallest queue wait was
 	// wait, with `completed` completions in it.
 	interval := func(at int64, wait time.Duration, completed uint64) {
-		st.completedAt = done.Load() - completed
+		st.iv.completedAt = done.Load() - completed
 		e.g.codelGrantLocked(Interactive, int64(wait), at)
 	}
 	guessed, given := &Waiter{Class: Interactive}, &Waiter{Class: Interactive, Declared: avg}
@@ -656,9 +656,9 @@ func TestAnIntervalThatOutrunsTheSlotsByChanceStartsNoShedding(t *testing.T) {
 	wait := int64(time.Millisecond) // the queue emptied in the interval
 	interval := func(work float64, arrivals, completed uint64) {
 		at += iv + 1
-		st.offered = int64(work * 2 * float64(iv)) // in slots' work of the interval
-		st.arrivals, st.guessed = arrivals, true   // without given run times, as the middleware's requests
-		st.completedAt = done.Load() - completed
+		st.iv.offered = int64(work * 2 * float64(iv))  // in slots' work of the interval
+		st.iv.arrivals, st.iv.guessed = arrivals, true // without given run times, as the middleware's requests
+		st.iv.completedAt = done.Load() - completed
 		e.g.codelGrantLocked(Interactive, wait, at)
 	}
 	for range 10 { // a server running at 0.8x
@@ -672,13 +672,13 @@ func TestAnIntervalThatOutrunsTheSlotsByChanceStartsNoShedding(t *testing.T) {
 		} else {
 			interval(0.5, 5, 8)
 		}
-		if st.shedding {
+		if st.sheds() {
 			t.Fatalf("interval %d of a load at 0.8x the slots' work (each interval alternately 1.1x and 0.5x) started shedding", i+1)
 		}
 	}
 	for range 2 {
 		interval(2, 20, 8)
-		if st.shedding {
+		if st.sheds() {
 			return
 		}
 	}
@@ -699,7 +699,7 @@ func TestAShedQueueThatBuysNoWorkIsHeldShorter(t *testing.T) {
 	// took a free slot at once, while the class shed (refusing, outrun).
 	interval := func(queued, free uint64) {
 		at += iv + 1
-		st.shedding, st.refused, st.offered, st.arrivals = true, 1, 4*iv, queued
+		st.mode, st.iv.refused, st.iv.offered, st.iv.arrivals = shedding, 1, 4*iv, queued
 		for range free + 1 { // the grant below is one admission
 			adm.Inc(0)
 		}
@@ -721,11 +721,11 @@ func TestAShedQueueThatBuysNoWorkIsHeldShorter(t *testing.T) {
 	if want := holdMin * holdUp; math.Abs(st.hold-want) > 1e-9 {
 		t.Fatalf("after a window whose arrivals found a free slot 9 %% of the time: hold %v, want %v", st.hold, want)
 	}
-	st.shedding = false
-	st.minWait, st.offered = int64(time.Second), 4*iv
+	st.mode = calm
+	st.iv.minWait, st.iv.offered = int64(time.Second), 4*iv
 	e.g.codelGrantLocked(Interactive, int64(time.Second), at+iv+1)
-	if !st.shedding || st.holdShare() != 1 {
-		t.Fatalf("a new onset: shedding %v, hold %v; want shedding from the whole held queue (1)", st.shedding, st.holdShare())
+	if !st.sheds() || st.holdShare() != 1 {
+		t.Fatalf("a new onset: shedding %v, hold %v; want shedding from the whole held queue (1)", st.sheds(), st.holdShare())
 	}
 }
 
@@ -758,7 +758,7 @@ func TestARefusalUnderAHoldSaysTheHold(t *testing.T) {
 	}
 	e.g.lock()
 	st := &e.g.shed[Interactive]
-	st.shedding, st.intervalStart, st.hold = true, now()+int64(time.Hour), 0.25
+	st.mode, st.iv.start, st.hold = shedding, now()+int64(time.Hour), 0.25
 	e.g.unlock()
 	for range 2 { // the second waits 90 ms by the estimate: over 50 ms
 		if _, err = e.Go(obj, Interactive, noop); err != nil {
@@ -778,7 +778,7 @@ func TestARefusalUnderAHoldSaysTheHold(t *testing.T) {
 // the intervals before it, sumOffered and sumCapacity, ms), and submits
 // one more: whether it was refused for a standing queue, and whether
 // the class sheds after.
-func earlyOnset(t *testing.T, el time.Duration, offered, sumOffered, sumCapacity float64) (refused, shedding bool, held float64) {
+func earlyOnset(t *testing.T, el time.Duration, offered, sumOffered, sumCapacity float64) (refused, sheds bool, held float64) {
 	t.Helper()
 	var mqw [NumClasses]ClassOptions
 	mqw[Interactive].MaxQueueWait = 10 * time.Millisecond
@@ -799,9 +799,9 @@ func earlyOnset(t *testing.T, el time.Duration, offered, sumOffered, sumCapacity
 	ms := float64(time.Millisecond)
 	e.g.lock()
 	st := &e.g.shed[Interactive]
-	st.shedding, st.intervalStart, st.minWait = false, now()-int64(el), math.MaxInt64
-	st.admittedAt, st.grants = e.stats[Interactive].Admitted.Load(), 0
-	st.offered, st.guessed = int64(offered*ms), false
+	st.mode, st.iv.start, st.iv.minWait = calm, now()-int64(el), math.MaxInt64
+	st.iv.admittedAt, st.iv.grants = e.stats[Interactive].Admitted.Load(), 0
+	st.iv.offered, st.iv.guessed = int64(offered*ms), false
 	st.sumOffered, st.sumCapacity = sumOffered*ms, sumCapacity*ms
 	e.g.unlock()
 	tk, err := e.Go(WithTarget(ctx, Target{Service: 10 * time.Millisecond}), Interactive, noop)
@@ -811,13 +811,13 @@ func earlyOnset(t *testing.T, el time.Duration, offered, sumOffered, sumCapacity
 		t.Fatalf("the refusal: %v, want a standing-queue one", err)
 	}
 	e.g.lock()
-	shedding, held = st.shedding, st.holdShare()
+	sheds, held = st.sheds(), st.holdShare()
 	e.g.unlock()
 	release()
 	for _, tk := range tasks {
 		tk.Wait(ctx)
 	}
-	return err != nil, shedding, held
+	return err != nil, sheds, held
 }
 
 // An overload starts shedding as soon as an arrival's estimated wait
@@ -866,7 +866,7 @@ func TestAClasssFirstIntervalStartsWithItsGranter(t *testing.T) {
 		}
 	}
 	g.lock()
-	shedding := g.shed[Interactive].shedding
+	shedding := g.shed[Interactive].sheds()
 	g.unlock()
 	if shedding {
 		t.Error("8 arrivals of 10 ms at the Granter's first instant started a shedding: its first interval was taken to start before the Granter")

@@ -22,8 +22,8 @@ func TestASheddingClassQueuesNothingWhileTheBudgetIsSpent(t *testing.T) {
 		release := sync.OnceFunc(hold(t, e, 1))
 		e.g.lock()
 		st := &e.g.shed[Interactive]
-		st.auto, st.target, st.shedding, st.clear = true, int64(10*time.Millisecond), true, c.clear
-		st.intervalStart, st.minWait = now(), math.MaxInt64
+		st.auto, st.target, st.mode = true, int64(10*time.Millisecond), modeOf(true, c.clear)
+		st.iv.start, st.iv.minWait = now(), math.MaxInt64
 		e.g.unlock()
 		e.g.SetBudgetSpent(c.spent)
 		ctx := context.Background()
@@ -50,7 +50,7 @@ func TestASheddingClassQueuesNothingWhileTheBudgetIsSpent(t *testing.T) {
 // long waiters are.
 func TestTheBacklogIsRefusedAtTheHeadOnceTheBudgetIsSpent(t *testing.T) {
 	e, st := sheddingWithOneBehind(t)
-	st.clear = true
+	st.mode = overload
 	t0 := now()
 	w := &Waiter{Class: Interactive, target: targetObjective, Enq: t0 - int64(time.Millisecond)}
 	if e.g.backlogLocked(w, t0) {
@@ -66,21 +66,22 @@ func TestTheBacklogIsRefusedAtTheHeadOnceTheBudgetIsSpent(t *testing.T) {
 	}
 }
 
-// Shedding() follows the classes' shedding in a clear overload.
+// Shedding() follows the classes' overload state.
 func TestSheddingFollowsTheClasses(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	e.g.lock()
 	defer e.g.unlock()
-	e.g.startShedLocked(Batch)
+	e.g.shed[Batch].mode = overload
+	e.g.markShedLocked(Batch)
 	if !e.g.Shedding() {
 		t.Fatal("a class started shedding; Shedding() says none does")
 	}
-	e.g.shed[Batch].clear = false
+	e.g.shed[Batch].mode = shedding
 	e.g.markShedLocked(Batch)
 	if e.g.Shedding() {
 		t.Fatal("a class sheds near capacity, not in a clear overload; Shedding() says one does")
 	}
-	e.g.shed[Batch].shedding, e.g.shed[Batch].clear = false, true
+	e.g.shed[Batch].mode = calm
 	e.g.markShedLocked(Batch)
 	if e.g.Shedding() {
 		t.Fatal("no class sheds; Shedding() says one does")
@@ -92,12 +93,12 @@ func TestSheddingFollowsTheClasses(t *testing.T) {
 // queued (the class's last task is always served, so the backlog tests
 // need one behind the task they judge), and that class's controller; the
 // executor's lock is held until the test ends.
-func sheddingWithOneBehind(t *testing.T) (*testExec, *shedState) {
+func sheddingWithOneBehind(t *testing.T) (*testExec, *queueController) {
 	e := newExec(t, Options{Slots: 1})
 	e.g.lock()
 	t.Cleanup(e.g.unlock)
 	st := &e.g.shed[Interactive]
-	st.auto, st.target, st.shedding = true, int64(10*time.Millisecond), true
+	st.auto, st.target, st.mode = true, int64(10*time.Millisecond), shedding
 	behind := &Waiter{Class: Interactive, Rank: math.MaxInt64}
 	e.g.queues[Interactive].insertAfter(nil, behind)
 	t.Cleanup(func() { e.g.queues[Interactive].remove(behind) })
@@ -119,21 +120,22 @@ func TestAClearOverloadIsOneOverTheRecentIntervalsToo(t *testing.T) {
 	at := now()
 	tick := func(load float64) {
 		at += iv
-		st.intervalStart, st.minWait, st.arrivals = at-iv, math.MaxInt64, 10
-		st.offered = int64(load * float64(iv) * e.g.ServiceSlots())
+		st.mode, st.calmArrivals, st.calmFor = shedding, 0, 0 // shedding throughout: the test reads its overload mark
+		st.iv.start, st.iv.minWait, st.iv.arrivals = at-iv, math.MaxInt64, 10
+		st.iv.offered = int64(load * float64(iv) * e.g.ServiceSlots())
 		e.g.codelTickLocked(Interactive, at)
 	}
 	for range 10 {
 		tick(0.8)
 	}
 	tick(1.6)
-	if st.clear {
+	if st.mode == overload {
 		t.Error("one interval at 1.6 times the slots' work after a second at 0.8 counted as a clear overload")
 	}
 	for range 5 {
 		tick(2)
 	}
-	if !st.clear {
+	if st.mode != overload {
 		t.Error("half a second at twice the slots' work is not a clear overload")
 	}
 }
