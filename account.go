@@ -58,10 +58,10 @@ import (
 //
 // Cost per accounted task: two or more reads of a per-thread schedstat
 // file (pread on a cached descriptor), two of cpu.stat, two runtime/metrics
-// reads: ~13 µs (BenchmarkAccountedTask, docs/performance.md). Tasks are
-// accounted one in Options.Account.Every (1024 by default), chosen at
-// random (at the default Every, fewer where tasks are so short that this
-// would cost more than 1 % of their slot time: under ~1.3 µs), and every
+// reads (BenchmarkAccountedTask measures it). Tasks are accounted one in
+// Options.Account.Every (1024 by default), chosen at random (at the
+// default Every, fewer where tasks are so short that accountCost would be
+// more than 1 % of their slot time: under ~1.3 µs), and every
 // task that waited at least Options.Account.SlowWait for its slot, up to
 // Options.Account.SlowLimit per second.
 
@@ -70,8 +70,8 @@ import (
 const defaultAccountEvery = 1024
 
 // defaultAccountSlowLimit is Options.Account.SlowLimit's default: at most
-// 100 slow tasks accounted per second, ~1.3 ms of CPU per second at
-// ~13 µs each (0.13 % of one core).
+// 100 slow tasks accounted per second: at most 100 x accountCost, 1.3 ms
+// of CPU per second (0.13 % of one core).
 const defaultAccountSlowLimit = 100
 
 // accounting is the executor's one seam to task accounting: nil when
@@ -238,9 +238,9 @@ func (a *accountSampler) pickAdmitted(n uint64, avgSlot int64) bool {
 	return a.chosen(z^z>>31, avgSlot)
 }
 
-// accountCost is the CPU one accounted task costs, ns
-// (BenchmarkAccountedTask minus BenchmarkAccountOff, docs/performance.md),
-// and accountShare the most of a class's slot time the random one in Every
+// accountCost is the CPU one accounted task is taken to cost, ns: a
+// bound above what BenchmarkAccountedTask minus BenchmarkAccountOff
+// measures, and accountShare the most of a class's slot time the random one in Every
 // may cost: for tasks shorter than accountCost/accountShare/Every (~1.3 µs
 // at the defaults) fewer are accounted.
 const (

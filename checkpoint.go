@@ -190,8 +190,7 @@ func (t *task) check(ctx context.Context) error {
 // a thread that spins looking for work and burns CPU — under a CFS quota,
 // quota — for nothing, since the idle P's thread already runs the due
 // timers (it sleeps in netpoll until the earliest one) and any runnable
-// goroutine. Measured: a 1-slot executor at GOMAXPROCS 2 yielding every
-// 50 µs used ~10-20 % more CPU for the same work (docs/performance.md).
+// goroutine.
 var sampler struct {
 	last     atomic.Int64 // now() of the last read
 	runnable atomic.Int64 // runnable goroutines at that read; -1 if unsupported

@@ -104,7 +104,7 @@ func (e *Executor) failQueued() {
 		if w.Kind == admission.KindTask && !w.Requeued {
 			tasks = append(tasks, w.Task.(*Task))
 		} else {
-			w.Ready <- struct{}{} // granted stays false: closed out
+			w.Signal() // granted stays false: closed out
 		}
 	}
 	for _, t := range tasks {

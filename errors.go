@@ -14,16 +14,11 @@ import (
 // by a deadline the queue cannot meet are errors that wrap ErrSaturated and
 // say why: test with errors.Is(err, ErrSaturated), not ==. The caller
 // should shed the request (HTTP 503/429) rather than retry in a tight loop.
-var ErrSaturated = errors.New("cpuwork: executor saturated")
+var ErrSaturated = admission.ErrSaturated
 
 // ErrClosed is returned for tasks submitted after Close began, and for
 // queued tasks that Close could not run before its context ended.
-var ErrClosed = errors.New("cpuwork: executor closed")
-
-// The admission core returns the executor's own errors.
-func init() {
-	admission.ErrSaturated, admission.ErrClosed, admission.ErrDeadline = ErrSaturated, ErrClosed, ErrDeadline
-}
+var ErrClosed = admission.ErrClosed
 
 // ErrGoexit is the error of an asynchronous task (Go, TryGo, or Do of a
 // Batch or Background task) whose fn called runtime.Goexit, as t.FailNow

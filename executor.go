@@ -387,7 +387,16 @@ func (e *Executor) startFrac(p *fracPacer) {
 	e.frac.Store(p)
 }
 
-// slotCount is Slots without the lock.
+// Slots returns the number of slots now: at most this many tasks hold a
+// slot at once (Options.Slots, or the CPU budget's as it changes, or the
+// last SetSlots). It reads one atomic value; Stats().Slots is the same
+// number in a full snapshot.
+func (e *Executor) Slots() int {
+	mustExec(e)
+	return int(e.g.Slots())
+}
+
+// slotCount is Slots as the int64 the For loop's bounds compute in.
 func (e *Executor) slotCount() int64 { return e.g.Slots() }
 
 // slotsNow is the current number of slots (Stats.Slots, without the

@@ -127,6 +127,20 @@ func spin(d time.Duration) {
 	}
 }
 
+// Slots reads what SetSlots set, as Stats does.
+func TestSlotsReadsTheSlotCount(t *testing.T) {
+	e := newExec(t, Options{Slots: 2})
+	if n := e.Slots(); n != 2 {
+		t.Fatalf("Slots() = %d, want 2", n)
+	}
+	if err := e.SetSlots(5); err != nil {
+		t.Fatal(err)
+	}
+	if n, st := e.Slots(), e.Stats().Slots; n != 5 || st != 5 {
+		t.Fatalf("after SetSlots(5): Slots() = %d, Stats().Slots = %d, want 5", n, st)
+	}
+}
+
 func TestSetSlotsGrowsAndShrinksWithoutLosingTasks(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
 	release := hold(t, e, 1)
@@ -202,6 +216,7 @@ func TestAZeroExecutorPanicsWithAMessage(t *testing.T) {
 		"Close":    func() { e.Close(ctx) },
 		"Stats":    func() { e.Stats() },
 		"SetSlots": func() { e.SetSlots(2) },
+		"Slots":    func() { e.Slots() },
 	} {
 		func() {
 			defer func() {

@@ -45,9 +45,13 @@ func (e *Executor) runAdmitted(t *task, g uintptr, fn func(context.Context) erro
 // submitting goroutine, or the task).
 func (e *Executor) admitFastTask(t *task, key uintptr) error {
 	c := t.class
-	n, shard, err := e.admitFast(c, key)
-	if err != nil {
-		return err
+	// Counting first means that either this check sees the executor
+	// closed (the admission is undone, ErrClosed) or Close sees the
+	// admission and waits for the task.
+	n, shard := e.stats[c].Admitted.Inc(key)
+	if e.g.IsClosed() {
+		e.g.Undo(&t.w, key, true)
+		return ErrClosed
 	}
 	var at int64 // one clock read for the target's arrival and the timing
 	if e.g.LatencyTarget(admission.Class(c)) != 0 {
@@ -59,21 +63,4 @@ func (e *Executor) admitFastTask(t *task, key uintptr) error {
 		t.accounted = e.sample.pickAdmitted(n^uint64(shard)<<56, e.stats[c].AvgSlotNs.Load())
 	}
 	return nil
-}
-
-// admitFast counts an admission made by tryAcquire and then checks for
-// Close. Counting first means that either this check sees the executor
-// closed (the slot is given back, ErrClosed) or Close sees the admission
-// and waits for the task. n is the admission's count in its shard.
-func (e *Executor) admitFast(c Class, key uintptr) (n uint64, shard int, err error) {
-	s := &e.stats[c]
-	n, shard = s.Admitted.Inc(key)
-	if e.g.IsClosed() {
-		s.Admitted.Dec(key)
-		s.Rejected.Add(1)
-		var noEst int64
-		e.releaseSlot(c, &noEst)
-		return 0, 0, ErrClosed
-	}
-	return n, shard, nil
 }

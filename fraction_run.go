@@ -167,10 +167,10 @@ func (p *fracPacer) paceLocked(open bool) {
 // throttle, the quota used whole: pacing costs capacity in every period
 // the demand passes the pace (the quota's margin held idle, the slot
 // closed while work queues), where a throttle delays only the requests
-// in its few periods, and measured under objectives from 2 to 40 times
-// the pause pacing lengthened the p99 more than the throttles it
-// spared did (docs/results.md). With no objective known, or under
-// QuotaStrict, it never does.
+// in its few periods; measured, wherever the objective was longer than
+// the pause, pacing lengthened the p99 more than the throttles it spared
+// did (docs/results.md). With no objective known, or under QuotaStrict,
+// it never does.
 func (p *fracPacer) absorbedLocked() bool {
 	if p.strict || p.objective <= 0 {
 		return false

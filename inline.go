@@ -16,11 +16,7 @@ func (e *Executor) runOnLane(ctx context.Context, t *task, fn func(context.Conte
 		return e.run(t, fn)
 	})
 	if !ran {
-		s := &e.stats[t.class]
-		s.Admitted.Dec(0)
-		s.Canceled.Add(1)
-		e.g.KeyDone(&t.w)
-		e.releaseSlot(t.class, &t.w.Est)
+		e.g.Undo(&t.w, 0, false)
 	}
 	return err
 }

@@ -88,7 +88,12 @@ type Options struct {
 	// their own) instead of on the caller's goroutine.
 	CriticalLane *osthread.Options
 
-	// Logger receives budget changes and watcher errors. nil logs nothing.
+	// Logger receives the budget's changes (Info), the budget watcher's
+	// errors and warnings about the options (Warn). nil drops all of
+	// them except the two warnings a user must act on, which then go to
+	// slog.Default: GOMAXPROCS capping the slots below the CPU budget,
+	// and a fractional quota the pacer cannot hold (both also in
+	// Stats).
 	Logger *slog.Logger
 
 	// Test hooks, zero outside the package's tests.

@@ -2,7 +2,6 @@ package cpuwork
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
@@ -47,7 +46,7 @@ func WithTarget(ctx context.Context, t Target) context.Context {
 // at the head of the queue, when less time is left than its expected run
 // time (for an objective, once its class's late budget is spent).
 // errors.Is(err, ErrDeadline) tells it apart from a full queue.
-var ErrDeadline = errors.New("cpuwork: latency target cannot be met")
+var ErrDeadline = admission.ErrDeadline
 
 // Allow is the door's verdict on a task of class c submitted now with ctx,
 // without submitting one: nil when Do, Go or For would run or queue it,

@@ -174,9 +174,8 @@ func (e *Executor) runTask(t *Task) (next *Task) {
 // newRecord returns a record for a task of class c of e submitted with
 // ctx that does not use a running-table entry's own: a task that
 // queues, a nested one, one run on the critical lane. It is allocated:
-// a sync.Pool of records measured 10-22 % slower for tasks that queue
-// (docs/performance.md), and a task that queues pays far more for its
-// park and wake-up than for the allocation.
+// such a task pays far more for its park and wake-up, or its hand-off to
+// the lane, than for the allocation.
 func newRecord(ctx context.Context, e *Executor, c Class) *task {
 	t := &task{ctx: ctx, e: e, class: c}
 	t.w.Class = admission.Class(c)
@@ -188,7 +187,7 @@ func newRecord(ctx context.Context, e *Executor, c Class) *task {
 // on its worker for its slot back after a Checkpoint.
 func (o *owner) Wake(w *admission.Waiter, keep *admission.Keep) {
 	if w.Requeued {
-		w.Ready <- struct{}{}
+		w.Signal()
 		return
 	}
 	e := (*Executor)(o)

@@ -286,9 +286,8 @@ const (
 // average with weight 1/1024 per queued objective task (each door pass
 // counts one, a late pass at the head one more), in 1/2^24: after a
 // fresh start or a long on-time stretch about ten late tasks in a row go
-// through, then about one in a hundred (11 in a row, then 1.06 % when every
-// task is late: docs/raw/late-budget-share-2026-11-24.txt). Its cost: a few integer operations under the lock, on
-// the path of a task that queues anyway.
+// through, then about one in a hundred. Its cost: a few integer
+// operations under the lock, on the path of a task that queues anyway.
 const (
 	lateOne    = 1 << 24       // the share's unit: 1 = lateOne
 	lateBudget = lateOne / 100 // 1 %
@@ -318,10 +317,7 @@ func (g *Granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBud
 // to be refused: less time is left than its expected run time (it would
 // end past its due), and its due is its ctx deadline or its class's late
 // budget is spent. Only submissions that have a target and never ran are
-// refused. (Letting every objective task with time left run, since it has
-// waited already, made the service scenario shed more, not less: a late
-// large request delays every small one behind it:
-// docs/raw/late-budget-ab-2026-11-24.txt.)
+// refused: a late large request would delay every small one behind it.
 func (g *Granter) lateLocked(w *Waiter, t int64) bool {
 	if w.target == targetNone || w.Started || w.Requeued || w.Kind == KindHelper || t+g.ownRun(w, g.queues[w.Class].n == 0) <= w.Due {
 		return false
@@ -359,9 +355,8 @@ func (g *Granter) refuseWithLocked(w *Waiter, err *shedError) {
 // admitted where the mean alone just fits is late about half the time.
 // Where the run times are known (Target.Service) or alike, the spread and
 // the margin are near 0. With nothing queued ahead (n = 0) there is no
-// sum and no margin: under heavy tails one run time's spread is larger
-// than the median, and it refused arrivals that the running tasks' end,
-// or a Checkpoint, would have let in at once.
+// sum and no margin: one run time's spread under heavy tails is larger
+// than the median.
 const doorSpread = 2
 
 // meanWaitLocked is the door's mean estimate of the queue wait of w,

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// The errors the Granter returns for what it decides. The executor's
-// package sets them to its own, with their documentation, when it is
-// initialised; they are not changed after.
+// The errors the Granter returns for what it decides, defined once here;
+// the executor's package exports them under the same names (with their
+// documentation) as aliases of these values.
 var (
 	ErrSaturated = errors.New("cpuwork: executor saturated")
 	ErrClosed    = errors.New("cpuwork: executor closed")

@@ -508,11 +508,10 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 				w.Granted = false
 				g.woken.Add(-1)
 				if submission {
-					g.cnt[c].Admitted.Dec(uintptr(unsafe.Pointer(w))) // counted at grant; it never ran
-					g.cnt[c].Canceled.Add(1)
-					g.KeyDone(w)
+					g.Undo(w, uintptr(unsafe.Pointer(w)), false) // counted at grant; it never ran
+				} else {
+					g.Release(c, &w.Est, nil)
 				}
-				g.Release(c, &w.Est, nil)
 				return WaitCanceled
 			}
 		}
@@ -674,6 +673,23 @@ func (g *Granter) ChargeUsed(c Class, d int64) { g.cnt[c].Used.Add(d) }
 // free while a task waits. A Waiter that joins a class already waiting
 // sets no bit: the one that set it looked at free after setting it.
 //
+// Undo takes back the admission of w's task, which holds a slot but
+// never ran: its count in Admitted (in key's shard, the key it was
+// counted with), then Canceled (its ctx ended, or the lane refused it)
+// or, when closed, Rejected (Close came first); its key's charge; and
+// its slot (Release). The one way an admission is undone.
+func (g *Granter) Undo(w *Waiter, key uintptr, closed bool) {
+	s := g.cnt[w.Class]
+	s.Admitted.Dec(key)
+	if closed {
+		s.Rejected.Add(1)
+	} else {
+		s.Canceled.Add(1)
+	}
+	g.KeyDone(w)
+	g.Release(w.Class, &w.Est, nil)
+}
+
 // A Release that would leave more slots free than the capacity is a
 // double Release (a slot given back twice): it is undone, logged and
 // counted in doubleReleases instead of letting one more task run than
@@ -892,10 +908,8 @@ func (g *Granter) TryAcquireFor(c Class) bool {
 // Keep is where a worker whose task just ended takes the next task
 // granted to its own pool, to run it itself: sending it to the pool's
 // queue would wake another worker goroutine (ready, wakep: a thread wake
-// and a spinning M) while this one parks: ~1.5 % of a 2-slot executor's
-// perf samples with 2 ms tasks (chansend -> wakep -> futex wake, and the
-// parked worker's stopm); CPU per round of the quota child 22.1-22.3 ->
-// 21.9-22.1 ms (docs/architecture.md, "Where tasks run").
+// and a spinning M) while this one parks (chansend -> wakep -> futex
+// wake, and the parked worker's stopm).
 type Keep struct {
 	Pool int
 	Task any // the executor's task
@@ -1011,7 +1025,7 @@ func (g *Granter) unlockWaking(keep *Keep) {
 	g.mu.Unlock()
 	for _, w := range ws {
 		if w.Kind != KindTask {
-			w.Ready <- struct{}{} // a blocked caller or helper: Await returns
+			w.Signal() // a blocked caller or helper: Await returns
 			continue
 		}
 		g.owner.Wake(w, keep)

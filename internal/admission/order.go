@@ -577,6 +577,13 @@ func (w *Waiter) Refusal() error {
 	return w.refused
 }
 
+// Signal wakes the one goroutine that waits on w.Ready: a caller or
+// helper blocked in Await, a task waiting on its worker for its slot back
+// after a Checkpoint, or a waiter closed out by Close. It is the only
+// send on a waiter's channel; each wake is one send, taken by one
+// receive.
+func (w *Waiter) Signal() { w.Ready <- struct{}{} }
+
 // HasTarget reports whether w's due comes from a latency target or a
 // ctx deadline (false: FIFO, or let through late once).
 func (w *Waiter) HasTarget() bool { return w.target != targetNone }

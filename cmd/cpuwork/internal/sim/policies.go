@@ -96,7 +96,7 @@ func (p *granted) arrive(j *job) {
 func (p *granted) Wake(w *admission.Waiter, _ *admission.Keep) {
 	j := w.Task.(*job)
 	if w.Requeued {
-		w.Ready <- struct{}{}
+		w.Signal()
 		if p.g.Await(nil, w) != admission.WaitGranted {
 			panic("sim: a task queued again at a Checkpoint woke without its slot")
 		}
