@@ -13,15 +13,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
-func doctorCmd() *cobra.Command {
-	var cfg doctor.Config
-	var asJSON, prove bool
-	var load string
-	var pairs int
-	cmd := &cobra.Command{
-		Use:   "doctor --pid N [--url http://127.0.0.1:PORT] [--duration 5s] [--json] | doctor --prove [--load CMD] [--pairs 5] -- CMD [ARGS]",
-		Short: "Diagnose the CPU scheduling of a running process: findings, evidence and the fix",
-		Long: `Observe process N from outside for --duration and report what loses it CPU
+// doctorHelp is doctor's long help: the findings, the sources, the exit
+// statuses and --prove.
+const doctorHelp = `Observe process N from outside for --duration and report what loses it CPU
 or latency, each finding with its evidence and the exact change that fixes it:
 
   gomaxprocs-above-quota  GOMAXPROCS above the CPU quota of the leaf cgroup or
@@ -83,8 +77,33 @@ proved better, or nothing to prove (a healthy program); 5 nothing
 found in the OS view without --url (as doctor); 3 a finding
 whose fix needs code; 4 the fix not proved better (worse, undecided, or
 no verdict without --load or --url); 2 no CMD; 1 CMD exited at once or
-could not start.`,
-		Args: cobra.ArbitraryArgs,
+could not start.`
+
+// exitOfWorst is doctor's exit status for a diagnosis whose worst finding
+// is sev: 0 healthy, 5 nothing found in the OS view alone, 4
+// inconclusive, 3 something at warning or above.
+func exitOfWorst(sev doctor.Severity) error {
+	switch sev {
+	case doctor.Info:
+		return nil
+	case doctor.Partial:
+		return cli.ExitCode(5)
+	case doctor.Inconclusive:
+		return cli.ExitCode(4)
+	}
+	return cli.ExitCode(3)
+}
+
+func doctorCmd() *cobra.Command {
+	var cfg doctor.Config
+	var asJSON, prove bool
+	var load string
+	var pairs int
+	cmd := &cobra.Command{
+		Use:   "doctor --pid N [--url http://127.0.0.1:PORT] [--duration 5s] [--json] | doctor --prove [--load CMD] [--pairs 5] -- CMD [ARGS]",
+		Short: "Diagnose the CPU scheduling of a running process: findings, evidence and the fix",
+		Long:  doctorHelp,
+		Args:  cobra.ArbitraryArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if prove {
 				return runProve(cmd, cfg, args, load, pairs, asJSON)
@@ -102,15 +121,7 @@ could not start.`,
 			if err := printResult(cmd.OutOrStdout(), res, asJSON); err != nil {
 				return err
 			}
-			switch res.Worst() {
-			case doctor.Info:
-				return nil
-			case doctor.Partial:
-				return cli.ExitCode(5)
-			case doctor.Inconclusive:
-				return cli.ExitCode(4)
-			}
-			return cli.ExitCode(3)
+			return exitOfWorst(res.Worst())
 		},
 	}
 	f := cmd.Flags()

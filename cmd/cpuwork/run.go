@@ -129,6 +129,11 @@ func checkRunConfig(cfg cgroup.Config, force bool, hostCPUs int) error {
 // owner's PID and start time, so dead runs' groups can be swept).
 const runPrefix = "run"
 
+// runIn runs the command args in a CPU cgroup made of cfg (first sweeping
+// the groups of dead runs), forwards the signals cpuwork receives to it,
+// removes the cgroup when it ends and reports the run to report. Its
+// error is the command's exit status as a cli.ExitCode (127: not found,
+// 126: not executable), else the group's removal's error.
 func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) error {
 	if _, err := exec.LookPath(args[0]); err != nil {
 		fmt.Fprintf(report, "cpuwork run: %v\n", err)
@@ -137,15 +142,7 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 		}
 		return cli.ExitCode(126)
 	}
-	// Groups of runs that died without cleaning up (SIGKILL): their owner
-	// is gone; what CMD forked may still run there.
-	for _, sw := range cgroup.SweepOwned(cfg.Parent, runPrefix) {
-		killed := ""
-		if len(sw.Killed) > 0 {
-			killed = fmt.Sprintf(", killing %d processes left in it %v", len(sw.Killed), sw.Killed)
-		}
-		fmt.Fprintf(report, "cpuwork run: removed %s, left by run PID %d (started at tick %d), which is gone%s\n", sw.Dir, sw.OwnerPID, sw.OwnerStart, killed)
-	}
+	sweepDeadRuns(cfg.Parent, report)
 	if cfg.Name == "" {
 		cfg.Name = cgroup.OwnedName(runPrefix)
 	}
@@ -213,19 +210,7 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 		takeTerminalBack()
 	}
 	rep.WallS = time.Since(start).Seconds()
-	var ee *exec.ExitError
-	switch {
-	case waitErr == nil:
-	case errors.As(waitErr, &ee):
-		ws := ee.Sys().(syscall.WaitStatus)
-		if ws.Signaled() {
-			rep.ExitStatus, rep.Signal = 128+int(ws.Signal()), ws.Signal().String()
-		} else {
-			rep.ExitStatus = ws.ExitStatus()
-		}
-	default:
-		rep.ExitStatus = 1
-	}
+	rep.ExitStatus, rep.Signal = exitOf(waitErr)
 	if st, err := g.Stat(); err == nil {
 		rep.CPUS, rep.Periods, rep.ThrottledPeriods, rep.ThrottledS = st.Usage.Seconds(), st.Periods, st.ThrottledPeriods, st.ThrottledTime.Seconds()
 	}
@@ -234,19 +219,57 @@ func runIn(cfg cgroup.Config, args []string, asJSON bool, report io.Writer) erro
 	}
 	rmErr := g.Remove()
 	rep.Removed = rmErr == nil
-	if asJSON {
-		json.NewEncoder(report).Encode(rep)
-	} else {
-		fmt.Fprintf(report, "cpuwork run: %s exited %d%s after %.2fs; CPU %.2fs; %d periods, %d throttled (%.3fs throttled); cgroup %s %s\n",
-			args[0], rep.ExitStatus, sigSuffix(rep.Signal), rep.WallS, rep.CPUS, rep.Periods, rep.ThrottledPeriods, rep.ThrottledS, rep.Cgroup, removedWord(rmErr))
-	}
-	if rmErr != nil {
-		fmt.Fprintln(report, "cpuwork run:", rmErr)
-	}
+	rep.print(report, args[0], asJSON, rmErr)
 	if rep.ExitStatus != 0 {
 		return cli.ExitCode(rep.ExitStatus)
 	}
 	return rmErr
+}
+
+// sweepDeadRuns removes the groups under parent of runs that died
+// without cleaning up (SIGKILL): their owner is gone; what CMD forked may
+// still run there, and is killed. Each is reported.
+func sweepDeadRuns(parent string, report io.Writer) {
+	for _, sw := range cgroup.SweepOwned(parent, runPrefix) {
+		killed := ""
+		if len(sw.Killed) > 0 {
+			killed = fmt.Sprintf(", killing %d processes left in it %v", len(sw.Killed), sw.Killed)
+		}
+		fmt.Fprintf(report, "cpuwork run: removed %s, left by run PID %d (started at tick %d), which is gone%s\n", sw.Dir, sw.OwnerPID, sw.OwnerStart, killed)
+	}
+}
+
+// exitOf is the exit status a shell gives CMD's end (waitErr: its Wait's
+// error): its own, or 128 plus the signal that killed it (named), or 1
+// when it could not be waited for.
+func exitOf(waitErr error) (status int, signal string) {
+	var ee *exec.ExitError
+	switch {
+	case waitErr == nil:
+		return 0, ""
+	case errors.As(waitErr, &ee):
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			return 128 + int(ws.Signal()), ws.Signal().String()
+		}
+		return ws.ExitStatus(), ""
+	default:
+		return 1, ""
+	}
+}
+
+// print writes the run's report for cmd to w: a JSON line, or one line
+// of text; then rmErr, the group's removal's error, if any.
+func (rep runReport) print(w io.Writer, cmd string, asJSON bool, rmErr error) {
+	if asJSON {
+		json.NewEncoder(w).Encode(rep)
+	} else {
+		fmt.Fprintf(w, "cpuwork run: %s exited %d%s after %.2fs; CPU %.2fs; %d periods, %d throttled (%.3fs throttled); cgroup %s %s\n",
+			cmd, rep.ExitStatus, sigSuffix(rep.Signal), rep.WallS, rep.CPUS, rep.Periods, rep.ThrottledPeriods, rep.ThrottledS, rep.Cgroup, removedWord(rmErr))
+	}
+	if rmErr != nil {
+		fmt.Fprintln(w, "cpuwork run:", rmErr)
+	}
 }
 
 // notForwarded are the catchable signals cpuwork keeps: SIGCHLD (its

@@ -19,22 +19,7 @@ import (
 )
 
 func simulateCmd() *cobra.Command {
-	var (
-		scenarios  []string
-		loads      []float64
-		seed       uint64
-		duration   time.Duration
-		trace      string
-		slots      int
-		objectives []string
-		targets    bool
-		declared   bool
-		queueLimit int
-		policies   []string
-		asJSON     bool
-		matrix     bool
-		matrixFile string
-	)
+	var o simFlags
 	cmd := &cobra.Command{
 		Use:   "simulate",
 		Short: "Replay a workload through cpuwork's admission code and the usual alternatives on a virtual clock",
@@ -68,108 +53,140 @@ peer (--json: every cell):
   cpuwork simulate --matrix`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if matrix || matrixFile != "" {
+			if o.matrix || o.matrixFile != "" {
 				for _, fl := range []string{"scenario", "load", "trace", "slots", "objective", "policies", "duration", "seed", "queue-limit", "targets", "declared"} {
 					if cmd.Flags().Changed(fl) {
 						return cli.UsageError(fmt.Errorf("--matrix runs the declared grid: --%s does not apply (the matrix file sets the cells and the policies)", fl))
 					}
 				}
-				return runMatrix(cmd.OutOrStdout(), matrixFile, asJSON)
+				return runMatrix(cmd.OutOrStdout(), o.matrixFile, o.asJSON)
 			}
-			for _, p := range policies {
-				if !sim.KnownPolicy(p) {
-					return cli.UsageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(true), ", ")))
-				}
+			wls, err := o.workloads(cmd)
+			if err != nil {
+				return err
 			}
-			if queueLimit < 1 {
-				return cli.UsageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
-			}
-			var wls []*sim.Workload
-			if trace != "" {
-				if cmd.Flags().Changed("scenario") || cmd.Flags().Changed("load") {
-					return cli.UsageError(errors.New("--trace replays the file: --scenario and --load are for the bench's scenarios"))
-				}
-				wl, note, err := traceWorkload(trace, slots, objectives, targets, declared, queueLimit, duration)
-				if err != nil {
-					return err
-				}
-				if note != "" {
-					fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)
-				}
-				wls = append(wls, wl)
-			} else {
-				if cmd.Flags().Changed("slots") || cmd.Flags().Changed("objective") {
-					return cli.UsageError(errors.New("--slots and --objective are for a --trace: the scenarios set their own"))
-				}
-				for _, name := range scenarios {
-					sc, ok := scenarioInfo(name)
-					if !ok {
-						return cli.UsageError(fmt.Errorf("no scenario %q to simulate (known: %s)", name, strings.Join(scenarioNames(false), ", ")))
-					}
-					levels := []float64{1} // a fixed load: the level is ignored
-					switch {
-					case sc.Loads != nil && cmd.Flags().Changed("load"):
-						levels = loads
-					case sc.Loads != nil:
-						levels = sc.Loads
-					}
-					for _, l := range levels {
-						if l <= 0 || math.IsNaN(l) || math.IsInf(l, 0) {
-							return cli.UsageError(fmt.Errorf("--load %v: want a positive multiple of capacity", l))
-						}
-						wl, err := sim.Scenario(name, l, duration, seed)
-						if err != nil {
-							return cli.UsageError(err)
-						}
-						if cmd.Flags().Changed("queue-limit") {
-							wl.QueueLimit = queueLimit
-						}
-						wls = append(wls, wl)
-					}
-				}
-			}
-			var out []simReport
-			for _, wl := range wls {
-				rep := simReport{Workload: wl.Name, Slots: wl.Slots, Seconds: wl.Duration.Seconds(), stepped: wl.StepAt > 0}
-				for _, p := range policies {
-					r, err := sim.Run(wl, p)
-					if err != nil {
-						return err
-					}
-					rep.results = append(rep.results, r)
-				}
-				out = append(out, rep)
-			}
-			w := cmd.OutOrStdout()
-			if asJSON {
-				return writeSimJSON(w, out)
-			}
-			for i, rep := range out {
-				if i > 0 {
-					fmt.Fprintln(w)
-				}
-				printSim(w, rep, seed, trace == "")
-			}
-			return nil
+			return o.replay(cmd.OutOrStdout(), wls)
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&scenarios, "scenario", scenarioNames(true), "the bench scenarios to replay: "+strings.Join(scenarioNames(false), ", ")+" (step, realserver-step's, only when named)")
-	f.Float64SliceVar(&loads, "load", nil, "offered load as multiples of capacity (the slots over the mean CPU time per request), for service and inference (default 0.8,2) and step's level after its step (default 1.4,3)")
+	f.StringSliceVar(&o.scenarios, "scenario", scenarioNames(true), "the bench scenarios to replay: "+strings.Join(scenarioNames(false), ", ")+" (step, realserver-step's, only when named)")
+	f.Float64SliceVar(&o.loads, "load", nil, "offered load as multiples of capacity (the slots over the mean CPU time per request), for service and inference (default 0.8,2) and step's level after its step (default 1.4,3)")
 	f.Lookup("load").DefValue = "" // each scenario has its own, said above: not "(default [])"
-	f.Uint64Var(&seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
-	f.DurationVar(&duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
-	f.StringVar(&trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind])")
-	f.IntVar(&slots, "slots", runtime.NumCPU(), "with --trace: the cores the service has (tasks run at once)")
-	f.StringSliceVar(&objectives, "objective", nil, "with --trace: a class's latency objective, class=duration (e.g. interactive=250ms); repeatable")
-	f.BoolVar(&targets, "targets", true, "with --trace: cpuwork's requests carry their class's objective as their target (cpuworkhttp's Objective)")
-	f.BoolVar(&declared, "declared", false, "with --trace: cpuwork's requests give their CPU time as their expected run time (cpuworkhttp's Service)")
-	f.IntVar(&queueLimit, "queue-limit", 64, "the bounded pool's queue (pool-503; step's default is 4, imgproxy's)")
-	f.StringSliceVar(&policies, "policies", policyNames(false), "policies to replay (known: "+strings.Join(policyNames(true), ", ")+")")
-	f.BoolVar(&asJSON, "json", false, "print the results as JSON")
-	f.BoolVar(&matrix, "matrix", false, "run the declared policy matrix (slots 1-64, five service-time shapes, seven loads, three mixes, two objectives; the file is printed by --matrix-file -) through cpuwork, the modelled peers and the clairvoyant limit")
-	f.StringVar(&matrixFile, "matrix-file", "", "run the matrix this file declares instead of the built-in one (\"-\": print the built-in one and exit)")
+	f.Uint64Var(&o.seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
+	f.DurationVar(&o.duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
+	f.StringVar(&o.trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind])")
+	f.IntVar(&o.slots, "slots", runtime.NumCPU(), "with --trace: the cores the service has (tasks run at once)")
+	f.StringSliceVar(&o.objectives, "objective", nil, "with --trace: a class's latency objective, class=duration (e.g. interactive=250ms); repeatable")
+	f.BoolVar(&o.targets, "targets", true, "with --trace: cpuwork's requests carry their class's objective as their target (cpuworkhttp's Objective)")
+	f.BoolVar(&o.declared, "declared", false, "with --trace: cpuwork's requests give their CPU time as their expected run time (cpuworkhttp's Service)")
+	f.IntVar(&o.queueLimit, "queue-limit", 64, "the bounded pool's queue (pool-503; step's default is 4, imgproxy's)")
+	f.StringSliceVar(&o.policies, "policies", policyNames(false), "policies to replay (known: "+strings.Join(policyNames(true), ", ")+")")
+	f.BoolVar(&o.asJSON, "json", false, "print the results as JSON")
+	f.BoolVar(&o.matrix, "matrix", false, "run the declared policy matrix (slots 1-64, five service-time shapes, seven loads, three mixes, two objectives; the file is printed by --matrix-file -) through cpuwork, the modelled peers and the clairvoyant limit")
+	f.StringVar(&o.matrixFile, "matrix-file", "", "run the matrix this file declares instead of the built-in one (\"-\": print the built-in one and exit)")
 	return cmd
+}
+
+// simFlags are simulate's flags.
+type simFlags struct {
+	scenarios  []string
+	loads      []float64
+	seed       uint64
+	duration   time.Duration
+	trace      string
+	slots      int
+	objectives []string
+	targets    bool
+	declared   bool
+	queueLimit int
+	policies   []string
+	asJSON     bool
+	matrix     bool
+	matrixFile string
+}
+
+// workloads are the workloads the flags name: a trace's, or the bench
+// scenarios' at their loads; or a usage error.
+func (o *simFlags) workloads(cmd *cobra.Command) ([]*sim.Workload, error) {
+	for _, p := range o.policies {
+		if !sim.KnownPolicy(p) {
+			return nil, cli.UsageError(fmt.Errorf("--policies: no policy %q (known: %s)", p, strings.Join(policyNames(true), ", ")))
+		}
+	}
+	if o.queueLimit < 1 {
+		return nil, cli.UsageError(fmt.Errorf("--queue-limit %d: want at least 1", o.queueLimit))
+	}
+	changed := cmd.Flags().Changed
+	if o.trace != "" {
+		if changed("scenario") || changed("load") {
+			return nil, cli.UsageError(errors.New("--trace replays the file: --scenario and --load are for the bench's scenarios"))
+		}
+		wl, note, err := traceWorkload(o.trace, o.slots, o.objectives, o.targets, o.declared, o.queueLimit, o.duration)
+		if err != nil {
+			return nil, err
+		}
+		if note != "" {
+			fmt.Fprintln(cmd.ErrOrStderr(), "note:", note)
+		}
+		return []*sim.Workload{wl}, nil
+	}
+	if changed("slots") || changed("objective") {
+		return nil, cli.UsageError(errors.New("--slots and --objective are for a --trace: the scenarios set their own"))
+	}
+	var wls []*sim.Workload
+	for _, name := range o.scenarios {
+		sc, ok := scenarioInfo(name)
+		if !ok {
+			return nil, cli.UsageError(fmt.Errorf("no scenario %q to simulate (known: %s)", name, strings.Join(scenarioNames(false), ", ")))
+		}
+		levels := []float64{1} // a fixed load: the level is ignored
+		switch {
+		case sc.Loads != nil && changed("load"):
+			levels = o.loads
+		case sc.Loads != nil:
+			levels = sc.Loads
+		}
+		for _, l := range levels {
+			if l <= 0 || math.IsNaN(l) || math.IsInf(l, 0) {
+				return nil, cli.UsageError(fmt.Errorf("--load %v: want a positive multiple of capacity", l))
+			}
+			wl, err := sim.Scenario(name, l, o.duration, o.seed)
+			if err != nil {
+				return nil, cli.UsageError(err)
+			}
+			if changed("queue-limit") {
+				wl.QueueLimit = o.queueLimit
+			}
+			wls = append(wls, wl)
+		}
+	}
+	return wls, nil
+}
+
+// replay runs wls through the policies and prints the reports to w.
+func (o *simFlags) replay(w io.Writer, wls []*sim.Workload) error {
+	var out []simReport
+	for _, wl := range wls {
+		rep := simReport{Workload: wl.Name, Slots: wl.Slots, Seconds: wl.Duration.Seconds(), stepped: wl.StepAt > 0}
+		for _, p := range o.policies {
+			r, err := sim.Run(wl, p)
+			if err != nil {
+				return err
+			}
+			rep.results = append(rep.results, r)
+		}
+		out = append(out, rep)
+	}
+	if o.asJSON {
+		return writeSimJSON(w, out)
+	}
+	for i, rep := range out {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		printSim(w, rep, o.seed, o.trace == "")
+	}
+	return nil
 }
 
 // runMatrix runs a declared matrix (file "" : the built-in one) and

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -20,21 +21,7 @@ import (
 )
 
 func benchCmd() *cobra.Command {
-	var (
-		scenarios string
-		duration  time.Duration
-		quick     bool
-		out       string
-		asJSON    bool
-		list      bool
-		compete   string
-		variants  string
-		loads     string
-		repeat    int
-		seed      int64
-		thorough  bool
-		noSetup   bool
-	)
+	var o benchFlags
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure cpuwork against the best alternative on real work: better, equivalent or worse",
@@ -65,152 +52,202 @@ The report directory gets index.html (plots, opens offline), results.json
 and the HDR histograms. Schema and scenario details: docs/bench.md.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if list {
-				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-				for _, s := range bench.Scenarios() {
-					fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Shows)
-					for _, v := range s.Variants {
-						fmt.Fprintf(tw, "\t  %s\n", v)
-					}
-				}
-				return tw.Flush()
+			if o.list {
+				return listScenarios(cmd.OutOrStdout())
 			}
-			if duration < 0 {
-				return cli.UsageError(fmt.Errorf("bench: --duration %v: must be positive (or 0 for the default)", duration))
-			}
-			if repeat < 0 {
-				return cli.UsageError(fmt.Errorf("bench: --repeat %d: must be >= 1 (or 0 for as many pairs as needed)", repeat))
-			}
-			cfg := bench.Config{Duration: duration, Quick: quick, Repeat: repeat, Seed: seed, Thorough: thorough}
-			if exe, err := os.Executable(); err == nil {
-				cfg.LoadGen = []string{exe, "loadgen"}
-			}
-			if scenarios != "" {
-				cfg.Scenarios = strings.Split(scenarios, ",")
-			}
-			if compete != "" {
-				cfg.Compete = strings.Split(compete, ",")
-			}
-			if variants != "" {
-				cfg.Variants = strings.Split(variants, ",")
-			}
-			if loads != "" {
-				for _, l := range strings.Split(loads, ",") {
-					pct, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(l), "%"), 64)
-					if err != nil || !(pct > 0 && pct <= 1000) {
-						return cli.UsageError(fmt.Errorf("bench: --loads %q: want percentages of capacity in (0, 1000], e.g. 80,110", l))
-					}
-					cfg.Loads = append(cfg.Loads, pct/100)
-				}
-			}
-			// Flags the bench refuses are refused before anything runs or
-			// is installed.
-			if err := bench.Validate(cfg); err != nil {
-				return cli.UsageError(err)
-			}
-			if !noSetup && !list && (scenarios == "" || strings.Contains(scenarios, "inference")) {
-				if err := setupONNX(os.Stderr); err != nil {
-					fmt.Fprintf(os.Stderr, "the inference scenario will be skipped: %v\n", err)
-				}
-			}
-			// A report directory that cannot be written is refused before
-			// anything runs (a full run takes minutes).
-			if out != "" {
-				if err := checkWritable(out); err != nil {
-					return cli.UsageError(fmt.Errorf("bench: --out %s: %w", out, err))
-				}
-			}
-			// Ctrl-C or SIGTERM: remove the cgroups of the scenario that
-			// runs (their children are killed with them), then exit.
-			sigs := make(chan os.Signal, 1)
-			signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-			defer signal.Stop(sigs)
-			go func() {
-				sig, ok := <-sigs
-				if !ok {
-					return
-				}
-				fmt.Fprintf(os.Stderr, "\ncpuwork bench: %v: removing the bench's cgroups\n", sig)
-				bench.Cleanup()
-				os.Exit(128 + int(sig.(syscall.Signal)))
-			}()
-			bench.Color = term.IsTerminal(int(os.Stdout.Fd()))
-			var bar *progressbar.ProgressBar
-			tty := term.IsTerminal(int(os.Stderr.Fd()))
-			cfg.Step = func(done, total int, what string) {
-				if total == 0 { // a notice, not a step
-					fmt.Fprintln(os.Stderr, what)
-					return
-				}
-				if !tty { // logs and CI: one plain line per step
-					fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", done+1, total, what)
-					return
-				}
-				if bar == nil {
-					bar = progressbar.NewOptions(total,
-						progressbar.OptionSetWriter(os.Stderr),
-						progressbar.OptionSetWidth(30),
-						progressbar.OptionShowCount(),
-						progressbar.OptionSetPredictTime(true),
-						progressbar.OptionClearOnFinish())
-				}
-				bar.Describe(what)
-				bar.Set(done)
-			}
-			// Each scenario's table and verdict as soon as it is judged.
-			stdout := cmd.OutOrStdout()
-			if !asJSON {
-				fmt.Fprint(stdout, bench.Legend+"\n")
-				if fs := bench.FirstScreen(cfg); fs != "" && len(cfg.Scenarios) == 0 {
-					fmt.Fprint(stdout, fs+"\n")
-				}
-				cfg.Done = func(s *bench.Scenario) {
-					if bar != nil {
-						bar.Clear()
-					}
-					bench.WriteScenario(stdout, s)
-				}
-			}
-			rep, err := bench.Run(cfg)
-			if bar != nil {
-				bar.Finish()
-				fmt.Fprintln(os.Stderr)
-			}
+			cfg, err := o.config()
 			if err != nil {
 				return err
 			}
-			if out != "" {
-				if err := bench.WriteDir(out, rep); err != nil {
-					return fmt.Errorf("write report to %s: %w", out, err)
-				}
-			}
-			if asJSON {
-				return bench.WriteJSON(cmd.OutOrStdout(), rep)
-			}
-			bench.WriteSummary(cmd.OutOrStdout(), rep)
-			if out != "" {
-				fmt.Fprintf(cmd.OutOrStdout(), "\nreport: %s/index.html, %s/results.json\n", out, out)
-			}
-			return nil
+			return o.run(cmd.OutOrStdout(), cfg)
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&scenarios, "scenario", "", "comma-separated scenarios to run (default all; see --list)")
-	f.DurationVar(&duration, "duration", 0, "time per variant per pair for the time-based scenarios (priority, timers, service, inference); "+bench.DurationDefaults()+"; negative is refused")
-	f.BoolVar(&quick, "quick", false, "smoke test: smaller bursts, one pair, short runs, the whole suite in a minute or two; prints no verdicts")
-	f.BoolVar(&noSetup, "no-setup", false, "do not install ONNX Runtime for the inference scenario when it is missing (it is then skipped)")
+	f.StringVar(&o.scenarios, "scenario", "", "comma-separated scenarios to run (default all; see --list)")
+	f.DurationVar(&o.duration, "duration", 0, "time per variant per pair for the time-based scenarios (priority, timers, service, inference); "+bench.DurationDefaults()+"; negative is refused")
+	f.BoolVar(&o.quick, "quick", false, "smoke test: smaller bursts, one pair, short runs, the whole suite in a minute or two; prints no verdicts")
+	f.BoolVar(&o.noSetup, "no-setup", false, "do not install ONNX Runtime for the inference scenario when it is missing (it is then skipped)")
 	asNeeded, upTo := bench.PairsDefaults()
-	f.BoolVar(&thorough, "thorough", false, "publication run: every variant (the extras too), more load levels, longer runs, "+upTo+" pairs with no time share")
-	f.StringVar(&out, "out", "./cpuwork-report", "directory for index.html, results.json and histograms/ (\"\" = none)")
-	f.BoolVar(&asJSON, "json", false, "print results.json to stdout instead of tables (progress still goes to stderr)")
-	f.BoolVar(&list, "list", false, "list scenarios and variants with what each shows, then exit")
-	f.IntVar(&repeat, "repeat", 0, "exactly this many pairs per scenario, judged once, instead of "+asNeeded+" (0 = as needed)")
-	f.Int64Var(&seed, "seed", 0, "seed of the per-repeat shuffles (0 = from the clock; printed in the report)")
-	f.StringVar(&variants, "variants", "", "comma-separated variants to run in the load scenarios (service, inference), e.g. pool,cpuwork (default all; see --list); verdicts that need a variant left out say not judged")
-	f.StringVar(&loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default: 80,200; 50,80,95,200,400 with --thorough)")
-	f.StringVar(&compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
+	f.BoolVar(&o.thorough, "thorough", false, "publication run: every variant (the extras too), more load levels, longer runs, "+upTo+" pairs with no time share")
+	f.StringVar(&o.out, "out", "./cpuwork-report", "directory for index.html, results.json and histograms/ (\"\" = none)")
+	f.BoolVar(&o.asJSON, "json", false, "print results.json to stdout instead of tables (progress still goes to stderr)")
+	f.BoolVar(&o.list, "list", false, "list scenarios and variants with what each shows, then exit")
+	f.IntVar(&o.repeat, "repeat", 0, "exactly this many pairs per scenario, judged once, instead of "+asNeeded+" (0 = as needed)")
+	f.Int64Var(&o.seed, "seed", 0, "seed of the per-repeat shuffles (0 = from the clock; printed in the report)")
+	f.StringVar(&o.variants, "variants", "", "comma-separated variants to run in the load scenarios (service, inference), e.g. pool,cpuwork (default all; see --list); verdicts that need a variant left out say not judged")
+	f.StringVar(&o.loads, "loads", "", "comma-separated load levels of the load scenarios in percent of the measured capacity, e.g. 80,110 (default: 80,200; 50,80,95,200,400 with --thorough)")
+	f.StringVar(&o.compete, "compete", "", "comma-separated competition cases for priority and timers: "+strings.Join(bench.CompetitionNames(), ", ")+
 		" (default alone,nice0; alone,nice0,sibling with --thorough): the variants also run beside one CPU-bound process (a shell busy loop the bench starts and kills) in the same cgroup at nice 0 or 19, or in a cgroup of its own (sibling, needs root); with nice0 the service and inference scenarios also run their 80% level beside it, when that level runs")
 	return cmd
+}
+
+// benchFlags are bench's flags.
+type benchFlags struct {
+	scenarios string
+	duration  time.Duration
+	quick     bool
+	out       string
+	asJSON    bool
+	list      bool
+	compete   string
+	variants  string
+	loads     string
+	repeat    int
+	seed      int64
+	thorough  bool
+	noSetup   bool
+}
+
+// listScenarios prints the scenarios and their variants with what each
+// shows.
+func listScenarios(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, s := range bench.Scenarios() {
+		fmt.Fprintf(tw, "%s\t%s\n", s.Name, s.Shows)
+		for _, v := range s.Variants {
+			fmt.Fprintf(tw, "\t  %s\n", v)
+		}
+	}
+	return tw.Flush()
+}
+
+// config is the run the flags ask for, or a usage error; flags the bench
+// refuses are refused before anything runs or is installed.
+func (o *benchFlags) config() (bench.Config, error) {
+	if o.duration < 0 {
+		return bench.Config{}, cli.UsageError(fmt.Errorf("bench: --duration %v: must be positive (or 0 for the default)", o.duration))
+	}
+	if o.repeat < 0 {
+		return bench.Config{}, cli.UsageError(fmt.Errorf("bench: --repeat %d: must be >= 1 (or 0 for as many pairs as needed)", o.repeat))
+	}
+	cfg := bench.Config{Duration: o.duration, Quick: o.quick, Repeat: o.repeat, Seed: o.seed, Thorough: o.thorough}
+	if exe, err := os.Executable(); err == nil {
+		cfg.LoadGen = []string{exe, "loadgen"}
+	}
+	if o.scenarios != "" {
+		cfg.Scenarios = strings.Split(o.scenarios, ",")
+	}
+	if o.compete != "" {
+		cfg.Compete = strings.Split(o.compete, ",")
+	}
+	if o.variants != "" {
+		cfg.Variants = strings.Split(o.variants, ",")
+	}
+	if o.loads != "" {
+		for _, l := range strings.Split(o.loads, ",") {
+			pct, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(l), "%"), 64)
+			if err != nil || !(pct > 0 && pct <= 1000) {
+				return bench.Config{}, cli.UsageError(fmt.Errorf("bench: --loads %q: want percentages of capacity in (0, 1000], e.g. 80,110", l))
+			}
+			cfg.Loads = append(cfg.Loads, pct/100)
+		}
+	}
+	if err := bench.Validate(cfg); err != nil {
+		return bench.Config{}, cli.UsageError(err)
+	}
+	// A report directory that cannot be written is refused before
+	// anything runs (a full run takes minutes).
+	if o.out != "" {
+		if err := checkWritable(o.out); err != nil {
+			return bench.Config{}, cli.UsageError(fmt.Errorf("bench: --out %s: %w", o.out, err))
+		}
+	}
+	return cfg, nil
+}
+
+// run runs cfg, printing each scenario to stdout as it is judged (or the
+// report as JSON at the end), progress to stderr, and writes the report
+// directory.
+func (o *benchFlags) run(stdout io.Writer, cfg bench.Config) error {
+	if !o.noSetup && (o.scenarios == "" || strings.Contains(o.scenarios, "inference")) {
+		if err := setupONNX(os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "the inference scenario will be skipped: %v\n", err)
+		}
+	}
+	defer cleanupOnSignal()()
+	bench.Color = term.IsTerminal(int(os.Stdout.Fd()))
+	bar := progress(&cfg)
+	// Each scenario's table and verdict as soon as it is judged.
+	if !o.asJSON {
+		fmt.Fprint(stdout, bench.Legend+"\n")
+		if fs := bench.FirstScreen(cfg); fs != "" && len(cfg.Scenarios) == 0 {
+			fmt.Fprint(stdout, fs+"\n")
+		}
+		cfg.Done = func(s *bench.Scenario) {
+			if *bar != nil {
+				(*bar).Clear()
+			}
+			bench.WriteScenario(stdout, s)
+		}
+	}
+	rep, err := bench.Run(cfg)
+	if *bar != nil {
+		(*bar).Finish()
+		fmt.Fprintln(os.Stderr)
+	}
+	if err != nil {
+		return err
+	}
+	if o.out != "" {
+		if err := bench.WriteDir(o.out, rep); err != nil {
+			return fmt.Errorf("write report to %s: %w", o.out, err)
+		}
+	}
+	if o.asJSON {
+		return bench.WriteJSON(stdout, rep)
+	}
+	bench.WriteSummary(stdout, rep)
+	if o.out != "" {
+		fmt.Fprintf(stdout, "\nreport: %s/index.html, %s/results.json\n", o.out, o.out)
+	}
+	return nil
+}
+
+// cleanupOnSignal makes Ctrl-C or SIGTERM remove the cgroups of the
+// scenario that runs (their children are killed with them), then exit;
+// the returned func stops it.
+func cleanupOnSignal() func() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig, ok := <-sigs
+		if !ok {
+			return
+		}
+		fmt.Fprintf(os.Stderr, "\ncpuwork bench: %v: removing the bench's cgroups\n", sig)
+		bench.Cleanup()
+		os.Exit(128 + int(sig.(syscall.Signal)))
+	}()
+	return func() { signal.Stop(sigs) }
+}
+
+// progress sets cfg's step reporter: a progress bar on a terminal, one
+// plain line per step elsewhere (logs and CI). The bar, made at the first
+// step, is returned by reference.
+func progress(cfg *bench.Config) **progressbar.ProgressBar {
+	var bar *progressbar.ProgressBar
+	tty := term.IsTerminal(int(os.Stderr.Fd()))
+	cfg.Step = func(done, total int, what string) {
+		if total == 0 { // a notice, not a step
+			fmt.Fprintln(os.Stderr, what)
+			return
+		}
+		if !tty {
+			fmt.Fprintf(os.Stderr, "[%d/%d] %s\n", done+1, total, what)
+			return
+		}
+		if bar == nil {
+			bar = progressbar.NewOptions(total,
+				progressbar.OptionSetWriter(os.Stderr),
+				progressbar.OptionSetWidth(30),
+				progressbar.OptionShowCount(),
+				progressbar.OptionSetPredictTime(true),
+				progressbar.OptionClearOnFinish())
+		}
+		bar.Describe(what)
+		bar.Set(done)
+	}
+	return &bar
 }
 
 // checkWritable creates dir if needed and writes and removes a file in it.

@@ -226,22 +226,56 @@ type fleetResult struct {
 // "wrr") and measures it; with step, a CPU-bound neighbour starts in
 // the first replica's group fleetStepAt after the warm-up.
 func fleetOnce(self string, groups []*cgroup.Group, iters int, replica, policy string, rate float64, step bool) (*fleetResult, error) {
-	var before float64
+	before := groupsCPU(groups)
+	servers, conn, stop, err := startFleet(self, groups, iters, replica, policy)
+	if err != nil {
+		return nil, err
+	}
+	defer stop()
+	total := fleetWarmup + fleetMeasure
+	if step {
+		total = fleetWarmup + fleetStepAt + 3*time.Second
+		defer startNeighbour(self, groups[0], total)()
+	}
+	res, err := driveFleet(conn, servers[0].addr, rate, total)
+	if err != nil {
+		return nil, err
+	}
+	if step {
+		res.stepS = stepTime(res.window, int((fleetWarmup+fleetStepAt)/fleetWindow), fleetWindow)
+	}
+	res.cpu = groupsCPU(groups) - before
+	return res, nil
+}
+
+// groupsCPU is the CPU the groups have used, s (those whose cpu.stat
+// cannot be read count none).
+func groupsCPU(groups []*cgroup.Group) float64 {
+	var cpu float64
 	for _, g := range groups {
 		if st, err := g.Stat(); err == nil {
-			before += st.Usage.Seconds()
+			cpu += st.Usage.Seconds()
 		}
 	}
-	var servers []*realServer
-	defer func() {
+	return cpu
+}
+
+// startFleet starts a replica in each group and a gRPC client balancing
+// over them by policy; stop closes the client and stops the replicas.
+func startFleet(self string, groups []*cgroup.Group, iters int, replica, policy string) (servers []*realServer, conn *grpc.ClientConn, stop func(), err error) {
+	stop = func() {
+		if conn != nil {
+			conn.Close()
+		}
 		for _, sv := range servers {
 			sv.stop()
 		}
-	}()
+	}
 	for _, g := range groups {
 		sv, err := startFleetReplica(self, g, replica, iters)
 		if err != nil {
-			return nil, err
+			stop()
+			return nil, nil, nil, err
 		}
 		servers = append(servers, sv)
 	}
@@ -251,54 +285,61 @@ func fleetOnce(self string, groups []*cgroup.Group, iters int, replica, policy s
 		addrs = append(addrs, resolver.Address{Addr: sv.addr})
 	}
 	rs.InitialState(resolver.State{Addresses: addrs})
-	conn, err := grpc.NewClient("fleet:///replicas", grpc.WithResolvers(rs), grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err = grpc.NewClient("fleet:///replicas", grpc.WithResolvers(rs), grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultServiceConfig(fleetPolicy[policy]))
 	if err != nil {
-		return nil, err
+		stop()
+		return nil, nil, nil, err
 	}
-	defer conn.Close()
 	conn.Connect()
+	return servers, conn, stop, nil
+}
+
+// startNeighbour starts a CPU-bound neighbour in g fleetStepAt after the
+// warm-up, to run to the run's end (total); the returned func kills it
+// there, so that it never runs into the next run's replicas.
+func startNeighbour(self string, g *cgroup.Group, total time.Duration) func() {
+	hogged := make(chan *exec.Cmd, 1)
+	timer := time.AfterFunc(fleetWarmup+fleetStepAt, func() {
+		unpin := pinForChildren()
+		defer unpin()
+		hog, done, err := inGroup(self, g, "hog", "--threads", "1", "--duration", (total - fleetWarmup - fleetStepAt + time.Second).String())
+		if err != nil {
+			hogged <- nil
+			return
+		}
+		err = hog.Start()
+		done()
+		if err != nil {
+			hog = nil
+		}
+		hogged <- hog
+	})
+	return func() {
+		if !timer.Stop() {
+			if hog := <-hogged; hog != nil {
+				hog.Process.Kill()
+				hog.Wait()
+			}
+		}
+	}
+}
+
+// fleetWindow is the share of calls to replica 0's window of arrivals.
+const fleetWindow = 250 * time.Millisecond
+
+// driveFleet sends calls through conn open-loop, Poisson at rate calls/s,
+// for total, and measures those that arrived after the warm-up (large:
+// replica 0's address, whose share of the calls it counts per window).
+func driveFleet(conn *grpc.ClientConn, large string, rate float64, total time.Duration) (*fleetResult, error) {
 	measureFrom := fleetWarmup
-	total := fleetWarmup + fleetMeasure
-	if step {
-		total = fleetWarmup + fleetStepAt + 3*time.Second
-	}
-	if step {
-		// The neighbour runs to the run's end and is killed there, so
-		// that it never runs into the next run's replicas.
-		hogged := make(chan *exec.Cmd, 1)
-		timer := time.AfterFunc(fleetWarmup+fleetStepAt, func() {
-			unpin := pinForChildren()
-			defer unpin()
-			hog, done, err := inGroup(self, groups[0], "hog", "--threads", "1", "--duration", (total - fleetWarmup - fleetStepAt + time.Second).String())
-			if err != nil {
-				hogged <- nil
-				return
-			}
-			err = hog.Start()
-			done()
-			if err != nil {
-				hog = nil
-			}
-			hogged <- hog
-		})
-		defer func() {
-			if !timer.Stop() {
-				if hog := <-hogged; hog != nil {
-					hog.Process.Kill()
-					hog.Wait()
-				}
-			}
-		}()
-	}
 	res := &fleetResult{served: newHist()}
 	var mu sync.Mutex
-	const win = 250 * time.Millisecond
-	res.window = make([][2]int, int(total/win)+1)
+	res.window = make([][2]int, int(total/fleetWindow)+1)
 	var wg sync.WaitGroup
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 	start := time.Now()
-	var good, refused, unanswered, large, sent int
+	var good, refused, unanswered, toLarge, sent int
 	for at := time.Duration(0); at < total; at += time.Duration(rng.ExpFloat64() / rate * float64(time.Second)) {
 		if d := time.Until(start.Add(at)); d > 0 {
 			time.Sleep(d)
@@ -313,18 +354,18 @@ func fleetOnce(self string, groups []*cgroup.Group, iters int, replica, policy s
 			lat := time.Since(start.Add(at))
 			mu.Lock()
 			defer mu.Unlock()
-			toLarge := p.Addr != nil && p.Addr.String() == servers[0].addr
-			w := int(at / win)
+			isLarge := p.Addr != nil && p.Addr.String() == large
+			w := int(at / fleetWindow)
 			res.window[w][1]++
-			if toLarge {
+			if isLarge {
 				res.window[w][0]++
 			}
 			if at < measureFrom {
 				return
 			}
 			sent++
-			if toLarge {
-				large++
+			if isLarge {
+				toLarge++
 			}
 			switch {
 			case err == nil && lat <= fleetObjective:
@@ -346,16 +387,7 @@ func fleetOnce(self string, groups []*cgroup.Group, iters int, replica, policy s
 	d := (total - measureFrom).Seconds()
 	res.goodput, res.offered = float64(good)/d, float64(sent)/d
 	res.refused, res.unanswered = float64(refused)/float64(sent), float64(unanswered)/float64(sent)
-	res.largeShare = float64(large) / float64(sent)
-	if step {
-		res.stepS = stepTime(res.window, int((fleetWarmup+fleetStepAt)/win), win)
-	}
-	for _, g := range groups {
-		if st, err := g.Stat(); err == nil {
-			res.cpu += st.Usage.Seconds()
-		}
-	}
-	res.cpu -= before
+	res.largeShare = float64(toLarge) / float64(sent)
 	return res, nil
 }
 

@@ -304,42 +304,102 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 		}
 		return ref.Check(out)
 	}
-	// run runs a request's images: one task per image in the pool, in
-	// order on the handler's goroutine otherwise (cpuwork: with a
-	// Checkpoint between images).
-	var run func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error
-	// arrive, when set, marks a request's arrival in its context (before
-	// its body is read).
-	var arrive func(ctx context.Context, images int) context.Context
-	// allow, when set, is the door's verdict before the body is read;
-	// leave, when set, runs when a request allow let in is done.
-	var allow func(ctx context.Context, c cpuwork.Class) error
-	var leave func()
-	closeFn := sess.Close
+	a := inferAdmitter{close: sess.Close}
 	switch variant {
 	case "naive":
-		run = func(_ context.Context, _ cpuwork.Class, imgs [][]float32) error {
-			for _, img := range imgs {
-				if err := infer(img); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
+		a.run = func(_ context.Context, _ cpuwork.Class, imgs [][]float32) error { return inferEach(infer, imgs) }
 	case "pool":
-		run, closeFn = imagePool(infer, 4096, false, sess.Close)
+		a.run, a.close = imagePool(infer, 4096, false, sess.Close)
 	case "pool-503":
 		// The field report's pool with a bounded queue: a request takes
 		// room for all its images or is refused at once.
-		run, closeFn = imagePool(infer, 64, true, sess.Close)
+		a.run, a.close = imagePool(infer, 64, true, sess.Close)
 	case "sem-deadline":
-		// A semaphore whose waiters leave at the objective, counted from
-		// the request's arrival (before its body is read).
-		sem := semaphore.NewWeighted(int64(runtime.GOMAXPROCS(0)))
-		arrive = func(ctx context.Context, _ int) context.Context {
-			return context.WithValue(ctx, arrivedKey{}, time.Now())
+		a = semDeadlineAdmitter(infer, sv, sess.Close)
+	case "sem":
+		a = semAdmitter(infer, sess.Close)
+	case "cpuwork", "cpuwork-strict":
+		var err error
+		if a, err = cpuworkAdmitter(variant, infer, slots, sv, sp, sess.Close); err != nil {
+			sess.Close()
+			return nil, err
 		}
-		run = func(ctx context.Context, _ cpuwork.Class, imgs [][]float32) error {
+	default:
+		sess.Close()
+		return nil, fmt.Errorf("inference: unknown variant %q", variant)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/small", a.handler(len(ref.Input), 1, cpuwork.Interactive))
+	mux.Handle("/large", a.handler(len(ref.Input), largeImages, cpuwork.Interactive)) // a user waits for a large request too
+	return &inferenceServer{h: mux, close: a.close}, nil
+}
+
+// inferAdmitter is how a variant admits and runs an inference request.
+type inferAdmitter struct {
+	// run runs a request's images: one task per image in the pool, in
+	// order on the handler's goroutine otherwise (cpuwork: with a
+	// Checkpoint between images).
+	run func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error
+	// arrive, when set, marks a request's arrival in its context (before
+	// its body is read).
+	arrive func(ctx context.Context, images int) context.Context
+	// allow, when set, is the door's verdict before the body is read;
+	// leave, when set, runs when a request allow let in is done.
+	allow func(ctx context.Context, c cpuwork.Class) error
+	leave func()
+	close func()
+}
+
+// inferEach runs infer on each image in turn.
+func inferEach(infer func([]float32) error, imgs [][]float32) error {
+	for _, img := range imgs {
+		if err := infer(img); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// handler serves requests of images images of n values each, of class.
+func (a *inferAdmitter) handler(n, images int, class cpuwork.Class) http.HandlerFunc {
+	return func(w http.ResponseWriter, req *http.Request) {
+		ctx := req.Context()
+		if a.arrive != nil {
+			ctx = a.arrive(ctx, images)
+		}
+		if a.allow != nil {
+			if err := a.allow(ctx, class); err != nil {
+				respond(w, err)
+				return
+			}
+			if a.leave != nil {
+				defer a.leave()
+			}
+		}
+		body, err := io.ReadAll(io.LimitReader(req.Body, int64(4*n*images+1)))
+		if err != nil || len(body) != 4*n*images {
+			http.Error(w, fmt.Sprintf("want %d float32 values", n*images), http.StatusBadRequest)
+			return
+		}
+		all := decodeFloats(body)
+		imgs := make([][]float32, images)
+		for i := range imgs {
+			imgs[i] = all[i*n : (i+1)*n]
+		}
+		respond(w, a.run(ctx, class, imgs))
+	}
+}
+
+// semDeadlineAdmitter is a semaphore whose waiters leave at the
+// objective, counted from the request's arrival (before its body is
+// read).
+func semDeadlineAdmitter(infer func([]float32) error, sv serving, closeFn func()) inferAdmitter {
+	sem := semaphore.NewWeighted(int64(runtime.GOMAXPROCS(0)))
+	return inferAdmitter{close: closeFn,
+		arrive: func(ctx context.Context, _ int) context.Context {
+			return context.WithValue(ctx, arrivedKey{}, time.Now())
+		},
+		run: func(ctx context.Context, _ cpuwork.Class, imgs [][]float32) error {
 			at, _ := ctx.Value(arrivedKey{}).(time.Time)
 			wait, cancel := context.WithDeadline(ctx, at.Add(sv.slo))
 			err := sem.Acquire(wait, 1)
@@ -348,135 +408,98 @@ func newInferenceServer(variant string, ref *workload.Reference, slots int, sv s
 				return cpuwork.ErrSaturated // left at the objective: 503
 			}
 			defer sem.Release(1)
-			for _, img := range imgs {
-				if err := infer(img); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-	case "sem":
-		// The admitter a team writes in front of the handler (imgproxy's):
-		// an x/sync semaphore of GOMAXPROCS workers, a queue of 2x that,
-		// 503 beyond, decided before the body is read; a request runs its
-		// images one after another on its worker.
-		gmp := runtime.GOMAXPROCS(0)
-		sem := semaphore.NewWeighted(int64(gmp))
-		var inside atomic.Int64
-		run = func(ctx context.Context, _ cpuwork.Class, imgs [][]float32) error {
+			return inferEach(infer, imgs)
+		}}
+}
+
+// semAdmitter is the admitter a team writes in front of the handler
+// (imgproxy's): an x/sync semaphore of GOMAXPROCS workers, a queue of 2x
+// that, 503 beyond, decided before the body is read; a request runs its
+// images one after another on its worker.
+func semAdmitter(infer func([]float32) error, closeFn func()) inferAdmitter {
+	gmp := runtime.GOMAXPROCS(0)
+	sem := semaphore.NewWeighted(int64(gmp))
+	var inside atomic.Int64
+	return inferAdmitter{close: closeFn,
+		run: func(ctx context.Context, _ cpuwork.Class, imgs [][]float32) error {
 			if err := sem.Acquire(ctx, 1); err != nil {
 				return cpuwork.ErrSaturated // the client is gone
 			}
 			defer sem.Release(1)
-			for _, img := range imgs {
-				if err := infer(img); err != nil {
-					return err
-				}
-			}
-			return nil
-		}
-		allow = func(context.Context, cpuwork.Class) error {
+			return inferEach(infer, imgs)
+		},
+		allow: func(context.Context, cpuwork.Class) error {
 			if inside.Add(1) > int64(3*gmp) {
 				inside.Add(-1)
 				return cpuwork.ErrSaturated
 			}
 			return nil
-		}
-		leave = func() { inside.Add(-1) }
-	case "cpuwork", "cpuwork-strict":
-		watch := time.Duration(-1) // a fixed slot count: no budget following
-		if slots == 0 {
-			watch = 0
-		}
-		o := cpuwork.Options{Slots: slots, WatchInterval: watch,
-			Classes: [4]cpuwork.ClassOptions{cpuwork.Interactive: {QueueLimit: 256}}}
-		if variant == "cpuwork-strict" {
-			o.Quota = cpuwork.QuotaStrict
-		}
-		if sp != nil {
-			// Accounting every request cost these cgo-bound tasks several
-			// percent of throughput (its goroutine is locked to its thread
-			// around a 10 ms cgo call): one in 8 at random, and every
-			// request that waited a quarter of the objective for its slot
-			// (the slow ones, which the split is about), at most the
-			// default 100 of those per second.
-			o.Account = sp.account()
-			o.Account.Every, o.Account.SlowWait = 8, sv.slo/4
-		}
-		e, err := cpuwork.New(o)
-		if err != nil {
-			sess.Close()
-			return nil, err
-		}
-		if sp != nil {
-			sp.exec = e
-		}
-		// Every request gets the service's latency objective as its
-		// target, counted from its arrival (before its body is read), and
-		// its expected run time: its images on as many slots as it can
-		// use.
-		arrive = func(ctx context.Context, images int) context.Context {
-			par := min(images, e.Stats().Slots)
-			return cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo,
-				Service: sv.perImage * time.Duration((images+par-1)/par)})
-		}
-		// The door's verdict before the body is read: a request that
-		// would be refused costs no read or decode of its 0.6-2.4 MB.
-		allow = e.Allow
-		run = func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error {
-			if len(imgs) == 1 {
-				return e.Do(ctx, class, func(context.Context) error { return infer(imgs[0]) })
-			}
-			// A large request runs its images as parts of one For: the
-			// caller's slot plus helpers that wait in line at the
-			// request's place, one image per chunk.
-			return e.For(ctx, class, len(imgs), func(lo, hi int) error {
-				for _, img := range imgs[lo:hi] {
-					if err := infer(img); err != nil {
-						return err
-					}
-				}
-				return nil
-			})
-		}
-		closeFn = func() { e.Close(context.Background()); sess.Close() }
-	default:
-		sess.Close()
-		return nil, fmt.Errorf("inference: unknown variant %q", variant)
+		},
+		leave: func() { inside.Add(-1) }}
+}
+
+// cpuworkAdmitter runs the requests through a cpuwork executor: slots
+// (0: the process's own budget), every request with the service's
+// objective as its target and its expected run time, the door asked
+// before the body is read, a large request's images as one For.
+func cpuworkAdmitter(variant string, infer func([]float32) error, slots int, sv serving, sp *split, closeSess func()) (inferAdmitter, error) {
+	watch := time.Duration(-1) // a fixed slot count: no budget following
+	if slots == 0 {
+		watch = 0
 	}
-	n := len(ref.Input)
-	handler := func(images int, class cpuwork.Class) http.HandlerFunc {
-		return func(w http.ResponseWriter, req *http.Request) {
-			ctx := req.Context()
-			if arrive != nil {
-				ctx = arrive(ctx, images)
-			}
-			if allow != nil {
-				if err := allow(ctx, class); err != nil {
-					respond(w, err)
-					return
-				}
-				if leave != nil {
-					defer leave()
-				}
-			}
-			body, err := io.ReadAll(io.LimitReader(req.Body, int64(4*n*images+1)))
-			if err != nil || len(body) != 4*n*images {
-				http.Error(w, fmt.Sprintf("want %d float32 values", n*images), http.StatusBadRequest)
-				return
-			}
-			all := decodeFloats(body)
-			imgs := make([][]float32, images)
-			for i := range imgs {
-				imgs[i] = all[i*n : (i+1)*n]
-			}
-			respond(w, run(ctx, class, imgs))
-		}
+	o := cpuwork.Options{Slots: slots, WatchInterval: watch,
+		Classes: [4]cpuwork.ClassOptions{cpuwork.Interactive: {QueueLimit: 256}}}
+	if variant == "cpuwork-strict" {
+		o.Quota = cpuwork.QuotaStrict
 	}
-	mux := http.NewServeMux()
-	mux.Handle("/small", handler(1, cpuwork.Interactive))
-	mux.Handle("/large", handler(largeImages, cpuwork.Interactive)) // a user waits for a large request too
-	return &inferenceServer{h: mux, close: closeFn}, nil
+	if sp != nil {
+		// Accounting every request cost these cgo-bound tasks several
+		// percent of throughput (its goroutine is locked to its thread
+		// around a 10 ms cgo call): one in 8 at random, and every
+		// request that waited a quarter of the objective for its slot
+		// (the slow ones, which the split is about), at most the
+		// default 100 of those per second.
+		o.Account = sp.account()
+		o.Account.Every, o.Account.SlowWait = 8, sv.slo/4
+	}
+	e, err := cpuwork.New(o)
+	if err != nil {
+		return inferAdmitter{}, err
+	}
+	if sp != nil {
+		sp.exec = e
+	}
+	// Every request gets the service's latency objective as its
+	// target, counted from its arrival (before its body is read), and
+	// its expected run time: its images on as many slots as it can
+	// use.
+	a := inferAdmitter{}
+	a.arrive = func(ctx context.Context, images int) context.Context {
+		par := min(images, e.Slots())
+		return cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo,
+			Service: sv.perImage * time.Duration((images+par-1)/par)})
+	}
+	// The door's verdict before the body is read: a request that
+	// would be refused costs no read or decode of its 0.6-2.4 MB.
+	a.allow = e.Allow
+	a.run = func(ctx context.Context, class cpuwork.Class, imgs [][]float32) error {
+		if len(imgs) == 1 {
+			return e.Do(ctx, class, func(context.Context) error { return infer(imgs[0]) })
+		}
+		// A large request runs its images as parts of one For: the
+		// caller's slot plus helpers that wait in line at the
+		// request's place, one image per chunk.
+		return e.For(ctx, class, len(imgs), func(lo, hi int) error {
+			for _, img := range imgs[lo:hi] {
+				if err := infer(img); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	a.close = func() { e.Close(context.Background()); closeSess() }
+	return a, nil
 }
 
 // imagePool is the field report's worker pool: GOMAXPROCS workers fed

@@ -672,13 +672,30 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	if !closed {
 		rate = wholeRate(rate) // what the pacer sends is what is offered
 	}
-	m := startMeter()
-	d := r.loadDur
-	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+addr,
-		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", d.String())
 	step := r.stepLoad
 	if step.At > 0 {
 		step.From = wholeRate(step.From)
+	}
+	m := startMeter()
+	results, genCPU, err := r.runLoadGen(scenario, loadgen, r.loadArgs(addr, rate, step, loadgen, extra))
+	if err != nil {
+		return err
+	}
+	u := m.stop()
+	if len(results) == 0 {
+		return fmt.Errorf("%s: load generator returned no results", scenario)
+	}
+	t := r.tallyLoad(results, rate, step, closed)
+	r.recordLoad(v, &t, u, genCPU, rate, step)
+	return nil
+}
+
+// loadArgs are the load generator's arguments for a run at rate (0:
+// closed loop) against addr, stepping as step says.
+func (r *Runner) loadArgs(addr string, rate float64, step StepLoad, loadgen, extra []string) []string {
+	args := append(append([]string{}, loadgen[1:]...), "--target", "http://"+addr,
+		"--rate", strconv.FormatFloat(rate, 'f', 3, 64), "--duration", r.loadDur.String())
+	if step.At > 0 {
 		args = append(args, "--from-rate", strconv.FormatFloat(step.From, 'f', 0, 64), "--step-at", step.At.String())
 	}
 	if r.clientTimeout > 0 {
@@ -691,7 +708,14 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 	if r.tenants.n > 0 {
 		args = append(args, "--tenants", strconv.Itoa(r.tenants.n), "--flood-share", strconv.FormatFloat(r.tenants.flood, 'f', 4, 64))
 	}
-	args = append(args, extra...)
+	return append(args, extra...)
+}
+
+// runLoadGen runs the load generator loadgen[0] with args to its end and
+// returns the results it printed and its own CPU time, s (wait4's rusage:
+// it and the children it waited for, which it takes from the same CPUs
+// as the server here).
+func (r *Runner) runLoadGen(scenario string, loadgen, args []string) ([]LoadResult, float64, error) {
 	cmd := exec.Command(loadgen[0], args...)
 	cmd.Stderr = os.Stderr
 	if r.loadgenGroup != nil {
@@ -700,17 +724,17 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		defer pinForChildren()() // until this returns, after the generator is reaped
 		c, done, err := inGroup(loadgen[0], r.loadgenGroup, args...)
 		if err != nil {
-			return err
+			return nil, 0, err
 		}
 		defer done()
 		cmd = c
 	}
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		return err
+		return nil, 0, err
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("%s: start load generator: %w", scenario, err)
+		return nil, 0, fmt.Errorf("%s: start load generator: %w", scenario, err)
 	}
 	var results []LoadResult
 	dec := json.NewDecoder(out)
@@ -720,25 +744,47 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 			if err != io.EOF {
 				cmd.Process.Kill()
 				cmd.Wait()
-				return fmt.Errorf("%s: read load results: %w", scenario, err)
+				return nil, 0, fmt.Errorf("%s: read load results: %w", scenario, err)
 			}
 			break
 		}
 		results = append(results, lr)
 	}
 	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("%s: load generator: %w", scenario, err)
+		return nil, 0, fmt.Errorf("%s: load generator: %w", scenario, err)
 	}
-	u := m.stop()
-	// The generator's own CPU (wait4's rusage: it and the children it
-	// waited for), which it takes from the same CPUs as the server here.
 	var genCPU float64
 	if ps := cmd.ProcessState; ps != nil {
 		genCPU = (ps.UserTime() + ps.SystemTime()).Seconds()
 	}
-	if len(results) == 0 {
-		return fmt.Errorf("%s: load generator returned no results", scenario)
-	}
+	return results, genCPU, nil
+}
+
+// loadTally is what one run's results came to, latency counted from each
+// request's intended send time.
+type loadTally struct {
+	sent                                 int // requests the generator sent
+	rec                                  *recorder
+	all                                  *histT            // the served requests' latency
+	kinds                                map[string]*histT // the same by request kind
+	late                                 *histT            // the generator's own lateness: actual send time - intended
+	shed, errs, ok, gaveUp               int
+	inWindow                             int           // served within the run
+	windowLat                            time.Duration // their summed latency
+	work                                 float64       // CPU-s of the requests served within the objective and the run
+	lateServed, withinObj                int           // served after the objective; within it, in the run or after
+	afterStep                            []stepServed  // the requests that arrived after the step
+	stepWork                             float64       // CPU-s of them served within the objective and the run
+	stepServedLat                        []float64     // their served latencies, s
+	fair                                 *histT        // the well-behaved tenants' served latency (all but t0, the flood)
+	fairSent, fairUnanswered, fairWithin int
+	floodSent, floodServed               int
+}
+
+// tallyLoad counts results of a run at rate (closed: a closed loop)
+// stepping as step says.
+func (r *Runner) tallyLoad(results []LoadResult, rate float64, step StepLoad, closed bool) loadTally {
+	d := r.loadDur
 	// Intended send time of hit Seq under vegeta's constant pacer is
 	// began + (Seq+1)*interval; began is estimated from the least-delayed hit.
 	var interval time.Duration
@@ -755,155 +801,157 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 			began = t
 		}
 	}
-	var afterStep []stepServed // the requests that arrived after the step
-	var stepWork float64       // CPU-s of them served within the objective and the run
-	var stepServedLat []float64
-	rec := newRecorder(began, len(results))
-	all, kinds := rec.shard(), map[string]*histT{"small": newHist(), "large": newHist()}
-	shed, errs, ok, inWindow, gaveUp := 0, 0, 0, 0, 0
-	var work float64            // CPU-seconds of the requests served within the objective and the run
-	var windowLat time.Duration // the summed latency of the requests served within the run
-	lateServed := 0             // served after the objective
-	withinObj := 0              // served within the objective, in the run or after it
-	var last time.Time
-	late := newHist() // the generator's own lateness: actual send time - intended
-	// The tenants scenarios: the well-behaved tenants' requests (all but
-	// t0, the flood) and how many of them went unanswered; the flood's
-	// requests and how many of them were served.
-	fair, fairSent, fairUnanswered, fairWithin, floodSent, floodServed := newHist(), 0, 0, 0, 0, 0
+	t := loadTally{sent: len(results), rec: newRecorder(began, len(results)), late: newHist(), fair: newHist(),
+		kinds: map[string]*histT{"small": newHist(), "large": newHist()}}
+	t.all = t.rec.shard()
+	slo := r.work.slo
 	for _, lr := range results {
 		intended := began.Add(sendAt(lr.Seq))
 		if closed {
 			intended = lr.Timestamp
 		}
-		late.RecordValue(max(int64(lr.Timestamp.Sub(intended)/time.Microsecond), 1))
+		t.late.RecordValue(max(int64(lr.Timestamp.Sub(intended)/time.Microsecond), 1))
 		end := lr.Timestamp.Add(time.Duration(lr.LatencyNS))
 		lat := end.Sub(intended)
 		switch {
 		case lr.Tenant == "t0":
-			floodSent++
+			t.floodSent++
 			if lr.Code == http.StatusOK {
-				floodServed++
+				t.floodServed++
 			}
 		case lr.Tenant != "":
-			fairSent++
+			t.fairSent++
 			if lr.Code == http.StatusOK {
-				fair.RecordValue(max(int64(lat/time.Microsecond), 1))
-				if r.work.slo == 0 || lat <= r.work.slo {
-					fairWithin++
+				t.fair.RecordValue(max(int64(lat/time.Microsecond), 1))
+				if slo == 0 || lat <= slo {
+					t.fairWithin++
 				}
 			} else {
-				fairUnanswered++
+				t.fairUnanswered++
 			}
 		}
 		if a := intended.Sub(began.Add(step.At)); step.At > 0 && a >= 0 {
-			afterStep = append(afterStep, stepServed{after: a, latency: lat, shed: lr.Code == http.StatusServiceUnavailable})
+			t.afterStep = append(t.afterStep, stepServed{after: a, latency: lat, shed: lr.Code == http.StatusServiceUnavailable})
 			if lr.Code == http.StatusOK {
-				stepServedLat = append(stepServedLat, lat.Seconds())
-				if !end.After(began.Add(d)) && (r.work.slo == 0 || lat <= r.work.slo) {
-					stepWork += r.work.cost[lr.Kind]
+				t.stepServedLat = append(t.stepServedLat, lat.Seconds())
+				if !end.After(began.Add(d)) && (slo == 0 || lat <= slo) {
+					t.stepWork += r.work.cost[lr.Kind]
 				}
 			}
 		}
 		switch {
 		case lr.Code == http.StatusServiceUnavailable:
-			shed++
+			t.shed++
 			continue // shed requests are counted, never in the latency percentiles
 		case lr.Code == 0 && r.clientTimeout > 0 && strings.Contains(lr.Error, "Client.Timeout"):
-			gaveUp++ // no answer before the client's deadline: it gave up, as set
+			t.gaveUp++ // no answer before the client's deadline: it gave up, as set
 			continue
 		case lr.Code != http.StatusOK:
-			errs++
+			t.errs++
 			continue
 		}
-		ok++
-		if r.work.slo > 0 && lat > r.work.slo {
-			lateServed++
+		t.ok++
+		if slo > 0 && lat > slo {
+			t.lateServed++
 		} else {
-			withinObj++
+			t.withinObj++
 		}
 		if !end.After(began.Add(d)) {
-			inWindow++
-			windowLat += lat
-			if r.work.slo == 0 || lat <= r.work.slo {
-				work += r.work.cost[lr.Kind]
+			t.inWindow++
+			t.windowLat += lat
+			if slo == 0 || lat <= slo {
+				t.work += r.work.cost[lr.Kind]
 			}
 		}
-		rec.record(all, end, lat)
-		kinds[lr.Kind].RecordValue(max(int64(lat/time.Microsecond), 1))
-		if end.After(last) {
-			last = end
-		}
+		t.rec.record(t.all, end, lat)
+		t.kinds[lr.Kind].RecordValue(max(int64(lat/time.Microsecond), 1))
 	}
-	h := rec.merged()
-	v.addRun(h, rec.series, u)
+	return t
+}
+
+// recordLoad records t, a run at rate stepping as step says, in v: the
+// run's latency and usage u, this repeat's figures and the variant's
+// running means (genCPU: the generator's CPU time, s).
+func (r *Runner) recordLoad(v *Variant, t *loadTally, u usage, genCPU, rate float64, step StepLoad) {
+	d := r.loadDur
+	h := t.rec.merged()
+	v.addRun(h, t.rec.series, u)
 	if step.At > 0 {
 		after := d - step.At
-		rec, ok, cv := stepResponse(afterStep, r.work.slo, after)
+		rec, ok, cv := stepResponse(t.afterStep, r.work.slo, after)
 		v.setRepeatExtra("recovery_s", rec.Seconds())
 		v.setRepeatExtra("recovered", map[bool]float64{true: 1}[ok])
 		v.setRepeatExtra("shed_cv", cv)
-		if len(stepServedLat) > 0 {
-			slices.Sort(stepServedLat)
-			v.setRepeatExtra("p99_after_step_s", stepServedLat[min(len(stepServedLat)-1, int(0.99*float64(len(stepServedLat))))])
+		if lat := t.stepServedLat; len(lat) > 0 {
+			slices.Sort(lat)
+			v.setRepeatExtra("p99_after_step_s", lat[min(len(lat)-1, int(0.99*float64(len(lat))))])
 		}
-		v.setRepeatExtra("goodput_after_step_cpu_per_s", stepWork/after.Seconds())
+		v.setRepeatExtra("goodput_after_step_cpu_per_s", t.stepWork/after.Seconds())
 	}
-	v.setRepeatExtra("shed_share", float64(shed)/float64(max(len(results), 1)))
-	v.setRepeatExtra("gave_up_share", float64(gaveUp)/float64(max(len(results), 1)))
-	unanswered := float64(shed+errs+gaveUp) / float64(len(results))
+	sent := float64(t.sent)
+	v.setRepeatExtra("shed_share", float64(t.shed)/sent)
+	v.setRepeatExtra("gave_up_share", float64(t.gaveUp)/sent)
+	unanswered := float64(t.shed+t.errs+t.gaveUp) / sent
 	v.setRepeatExtra("unanswered_share", unanswered)
 	if p, ok := p99OfAll(h, unanswered); ok {
 		v.setRepeatExtra("p99_all_s", p)
 	} // else nothing was answered: no p99 to judge, and the unanswered share fails the repeat
-	v.setRepeatExtra("served", float64(ok))
-	if fairSent > 0 {
-		un := float64(fairUnanswered) / float64(fairSent)
+	v.setRepeatExtra("served", float64(t.ok))
+	if t.fairSent > 0 {
+		un := float64(t.fairUnanswered) / float64(t.fairSent)
 		v.setRepeatExtra("tenants_unanswered_share", un)
-		v.setRepeatExtra("tenants_within_objective_share", float64(fairWithin)/float64(fairSent))
-		if p, ok := p99OfAll(fair, un); ok {
+		v.setRepeatExtra("tenants_within_objective_share", float64(t.fairWithin)/float64(t.fairSent))
+		if p, ok := p99OfAll(t.fair, un); ok {
 			v.setRepeatExtra("tenants_p99_all_s", p)
 		}
-		v.setRepeatExtra("flood_served_share", float64(floodServed)/float64(max(floodSent, 1)))
+		v.setRepeatExtra("flood_served_share", float64(t.floodServed)/float64(max(t.floodSent, 1)))
 	}
 	if r.work.slo > 0 {
 		// The share of every request sent that was answered within the
 		// objective: >= 99 % is the p99 of all requests within it (the
 		// capacity search's test).
-		v.setRepeatExtra("within_objective_share", float64(withinObj)/float64(len(results)))
+		v.setRepeatExtra("within_objective_share", float64(t.withinObj)/sent)
 	}
-	v.setRepeatExtra("generator_lateness_p99_s", latencyOf(late).P99)
+	v.setRepeatExtra("generator_lateness_p99_s", latencyOf(t.late).P99)
 	v.setRepeatExtra("generator_cpu_s", genCPU)
 	// Goodput counts the requests served within the run: a queue left at
 	// its end and drained afterwards is not throughput.
-	v.setRepeatExtra("goodput_per_s", float64(inWindow)/d.Seconds())
-	if inWindow > 0 {
-		v.setRepeatExtra("kept_up_per_s", keptUpRate(inWindow, windowLat/time.Duration(inWindow), d))
+	v.setRepeatExtra("goodput_per_s", float64(t.inWindow)/d.Seconds())
+	if t.inWindow > 0 {
+		v.setRepeatExtra("kept_up_per_s", keptUpRate(t.inWindow, t.windowLat/time.Duration(t.inWindow), d))
 	}
 	if r.work.cost != nil {
 		// Goodput as work: the CPU-seconds (on one core, as calibrated) of
 		// the requests served within the objective and the run, per
 		// second. A request weighs its cost, so shedding the large
 		// requests is not goodput.
-		v.setRepeatExtra("goodput_cpu_per_s", work/d.Seconds())
-		v.setRepeatExtra("goodput_cpu_share", work/d.Seconds()/float64(r.slots))
-		v.setRepeatExtra("served_late_share", float64(lateServed)/float64(max(ok, 1)))
+		v.setRepeatExtra("goodput_cpu_per_s", t.work/d.Seconds())
+		v.setRepeatExtra("goodput_cpu_share", t.work/d.Seconds()/float64(r.slots))
+		v.setRepeatExtra("served_late_share", float64(t.lateServed)/float64(max(t.ok, 1)))
 	}
 	// The process's CPU over the run's duration: the work happens within
 	// it (open loop below capacity, or closed loop), while the meter's
 	// wall time adds the generator's start and exit.
 	v.setRepeatExtra("cpu_share_of_slots", u.cpu/(d.Seconds()*float64(r.slots)))
+	r.recordLoadMeans(v, t, rate, step)
+}
+
+// recordLoadMeans folds t, a run at rate stepping as step says, into v's
+// means over its repeats: offered and achieved rates, goodput, the kinds'
+// latency, shed and errors.
+func (r *Runner) recordLoadMeans(v *Variant, t *loadTally, rate float64, step StepLoad) {
+	d := r.loadDur
 	n := len(v.Repeats)
 	offered := rate
 	if step.At > 0 { // the mean of the two phases
 		offered = (step.From*step.At.Seconds() + rate*(d-step.At).Seconds()) / d.Seconds()
 	}
 	v.OfferedPS = runMean(v.OfferedPS, offered, n)
-	v.AchievedPS = runMean(v.AchievedPS, float64(len(results))/d.Seconds(), n) // sent by the generator
-	v.setExtra("goodput_per_s", runMean(v.Extra["goodput_per_s"], float64(inWindow)/d.Seconds(), n))
-	v.setExtra("sent", v.Extra["sent"]+float64(len(results)))
+	v.AchievedPS = runMean(v.AchievedPS, float64(t.sent)/d.Seconds(), n) // sent by the generator
+	v.setExtra("goodput_per_s", runMean(v.Extra["goodput_per_s"], float64(t.inWindow)/d.Seconds(), n))
+	v.setExtra("sent", v.Extra["sent"]+float64(t.sent))
 	v.Throughput = v.Extra["goodput_per_s"]
-	for k, h := range kinds {
+	for k, h := range t.kinds {
 		l := latencyOf(h)
 		v.setRepeatExtra(k+"_p99_s", l.P99)
 		if v.kinds == nil {
@@ -918,9 +966,8 @@ func (r *Runner) loadAt(v *Variant, scenario, addr string, rate float64, loadgen
 		v.setExtra(k+"_p99_s", median(v.repeatExtras(k+"_p99_s")))
 		v.setExtra(k+"_p999_s", l.P999)
 	}
-	v.setExtra("shed", v.Extra["shed"]+float64(shed))
-	v.setExtra("errors", v.Extra["errors"]+float64(errs))
-	return nil
+	v.setExtra("shed", v.Extra["shed"]+float64(t.shed))
+	v.setExtra("errors", v.Extra["errors"]+float64(t.errs))
 }
 
 // p99OfAll is the p99 of every request sent, an unanswered one (shed or

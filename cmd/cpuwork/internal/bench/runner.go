@@ -454,6 +454,46 @@ func Run(cfg Config) (*Report, error) {
 	if cfg.Seed == 0 {
 		cfg.Seed = time.Now().UnixNano() % 1e9
 	}
+	r := newRunner(cfg)
+	b, err := budget.Detect()
+	if err != nil {
+		return nil, fmt.Errorf("bench: %w", err)
+	}
+	r.slots = b.Slots()
+	rep := &Report{Machine: describeMachine(), Started: time.Now(), Quick: cfg.Quick, Repeat: r.rounds, Seed: cfg.Seed,
+		Command: strings.Join(os.Args, " "), SchemaNote: "docs/bench.md#results-json", PairsRule: r.pairsRule()}
+
+	// Cgroups that a bench killed before it could clean up left behind.
+	for _, dir := range SweepStale() {
+		rep.Swept = append(rep.Swept, dir)
+		if cfg.Step != nil {
+			cfg.Step(-1, 0, "removed a cgroup left by a bench that died: "+dir)
+		}
+	}
+
+	src, err := workload.NewSource()
+	if err != nil {
+		return nil, err
+	}
+	// Real workloads: measured at start, so the report says what an item costs here.
+	if cfg.Step != nil {
+		cfg.Step(-1, 0, "calibrating the workloads (time per item on one core, a few seconds)")
+	}
+	rep.Workloads = calibrate(r.chosen(want), src)
+	r.runScenarios(rep, r.chosen(want))
+	if cfg.Step != nil && r.total > 0 {
+		cfg.Step(r.total-1, r.total, "done")
+	}
+	rep.DurationS = time.Since(rep.Started).Seconds()
+	if !cfg.Quick {
+		rep.Answers = answer(rep)
+	}
+	return rep, nil
+}
+
+// newRunner is the runner of cfg: its pairs and run lengths by mode
+// (--repeat, --quick, --thorough, the default run).
+func newRunner(cfg Config) *Runner {
 	r := &Runner{cfg: cfg, rounds: cfg.Repeat, duration: cfg.Duration, rng: rand.New(rand.NewPCG(uint64(cfg.Seed), 1))}
 	r.maxRounds = r.rounds
 	switch {
@@ -487,34 +527,15 @@ func Run(cfg Config) (*Report, error) {
 			r.loadDur = thoroughLoadDuration
 		}
 	}
-	b, err := budget.Detect()
-	if err != nil {
-		return nil, fmt.Errorf("bench: %w", err)
-	}
-	r.slots = b.Slots()
-	rep := &Report{Machine: describeMachine(), Started: time.Now(), Quick: cfg.Quick, Repeat: r.rounds, Seed: cfg.Seed,
-		Command: strings.Join(os.Args, " "), SchemaNote: "docs/bench.md#results-json", PairsRule: r.pairsRule()}
+	return r
+}
 
-	// Cgroups that a bench killed before it could clean up left behind.
-	for _, dir := range SweepStale() {
-		rep.Swept = append(rep.Swept, dir)
-		if cfg.Step != nil {
-			cfg.Step(-1, 0, "removed a cgroup left by a bench that died: "+dir)
-		}
-	}
-
-	src, err := workload.NewSource()
-	if err != nil {
-		return nil, err
-	}
-	// Real workloads: measured at start, so the report says what an item costs here.
-	if cfg.Step != nil {
-		cfg.Step(-1, 0, "calibrating the workloads (time per item on one core, a few seconds)")
-	}
-	// Only the workloads the chosen scenarios use (priority and timers use
-	// the calibrated spinner, which needs no data).
+// calibrate measures the time per item on one core of the workloads ds
+// use (priority and timers use the calibrated spinner, which needs no
+// data), so that the report says what an item costs here.
+func calibrate(ds []scenarioDef, src *workload.Source) []Workload {
 	var names []string
-	for _, d := range r.chosen(want) {
+	for _, d := range ds {
 		for _, n := range d.uses {
 			if !slices.Contains(names, n) {
 				names = append(names, n)
@@ -522,6 +543,7 @@ func Run(cfg Config) (*Report, error) {
 		}
 	}
 	slices.Sort(names)
+	var out []Workload
 	for _, name := range names {
 		w, err := workload.New(name, src)
 		wl := Workload{Name: name}
@@ -533,18 +555,24 @@ func Run(cfg Config) (*Report, error) {
 		if err != nil {
 			wl.Error = err.Error()
 		}
-		rep.Workloads = append(rep.Workloads, wl)
+		out = append(out, wl)
 	}
+	return out
+}
 
+// runScenarios runs ds in turn into rep, each within its share of the
+// run's time in a default run, reporting each as it is judged.
+func (r *Runner) runScenarios(rep *Report, ds []scenarioDef) {
+	cfg := r.cfg
 	r.total = 0
-	for _, d := range r.chosen(want) {
+	for _, d := range ds {
 		r.total += d.steps(r, d.variants())
 	}
-	for _, d := range r.chosen(want) {
+	for _, d := range ds {
 		r.shareLeft += d.budget
 	}
 	maxRounds := r.maxRounds
-	for _, d := range r.chosen(want) {
+	for _, d := range ds {
 		end := r.done + d.steps(r, d.variants())
 		r.shareLeft -= d.budget
 		r.shareOf, r.started = d.budget, time.Now()
@@ -573,14 +601,6 @@ func Run(cfg Config) (*Report, error) {
 		// display to where it would have ended.
 		r.done = max(r.done, end)
 	}
-	if cfg.Step != nil && r.total > 0 {
-		cfg.Step(r.total-1, r.total, "done")
-	}
-	rep.DurationS = time.Since(rep.Started).Seconds()
-	if !cfg.Quick {
-		rep.Answers = answer(rep)
-	}
-	return rep, nil
 }
 
 // loadWork is what a load scenario's requests weigh: each kind's CPU cost

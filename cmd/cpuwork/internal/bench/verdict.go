@@ -312,35 +312,127 @@ func dedupe(xs []string) []string {
 
 // evaluate decides one check on its own pairs.
 func evaluate(s *Scenario, c check) CheckResult {
-	r := CheckResult{Label: c.label, Case: c.where(), Kind: "comparison", Judged: c.judged, Against: c.against, Metric: c.metric,
-		HigherIsBetter: c.higher, Unit: c.unit, Goal: c.limit}
+	e := &evaluation{s: s, c: c, r: CheckResult{Label: c.label, Case: c.where(), Kind: "comparison", Judged: c.judged, Against: c.against, Metric: c.metric,
+		HigherIsBetter: c.higher, Unit: c.unit, Goal: c.limit}}
 	if c.figure() {
-		r.Kind = "figure"
+		e.r.Kind = "figure"
 	}
-	notJudged := func(format string, a ...any) CheckResult {
-		r.NotJudged = fmt.Sprintf(format, a...)
-		return r
+	if why := e.alternativesRan(); why != "" {
+		return e.notJudged("%s", why)
 	}
-	// Alternatives this run left out (--thorough's extras, --variants)
-	// are not compared with; one that ran and is invalid makes the check
-	// not judged.
-	if c.of == nil {
-		var ran, out []string
-		for _, a := range c.against {
-			if s.variant(a) != nil {
-				ran = append(ran, a)
-			} else {
-				out = append(out, a)
-			}
-		}
-		if len(ran) == 0 && len(c.against) > 0 {
-			return notJudged("no alternative measured (%s)", strings.Join(c.against, ", "))
-		}
-		if len(out) > 0 {
-			r.Notes = append(r.Notes, "not run here: "+strings.Join(out, ", "))
-		}
-		c.against, r.Against = ran, ran
+	c, r := e.c, &e.r
+	idx, why := e.pairs()
+	if why != "" {
+		return e.notJudged("%s", why)
 	}
+	if c.metric == "p99_all_s" && c.of == nil {
+		r.Notes = append(r.Notes, unansweredBounds(s, append([]string{c.judged}, c.against...), idx)...)
+	}
+	vals, why := e.values(idx)
+	if why != "" {
+		return e.notJudged("%s", why)
+	}
+	r.JudgedValues = vals[c.judged]
+	r.Pairs = len(idx)
+	if c.figure() && len(c.against) == 0 {
+		e.figureAlone()
+		return e.r
+	}
+	// The best alternative: the best geometric mean over the pairs.
+	best, bestG := "", math.NaN()
+	for _, a := range c.against {
+		g := geomean(vals[a])
+		if math.IsNaN(bestG) || (c.higher && g > bestG) || (!c.higher && g < bestG) {
+			best, bestG = a, g
+		}
+	}
+	r.BestAlternative = best
+	r.BestValues = vals[best]
+	if loss, ok := zeroLoss(r, c, idx, vals); ok {
+		return loss
+	}
+	for k, jv := range r.JudgedValues {
+		bv := r.BestValues[k]
+		if bv <= 0 || jv <= 0 {
+			return e.notJudged("pair %d: %s %v against %s %v, no ratio", idx[k]+1, c.judged, jv, best, bv)
+		}
+		r.Values = append(r.Values, jv/bv)
+	}
+	if c.figure() {
+		r.Estimate = geomean(r.Values)
+		return e.r
+	}
+	e.decide(e.aaRatios(idx), best)
+	return e.r
+}
+
+// evaluation is one check being decided: its scenario, the check (its
+// alternatives cut to those that ran) and the result so far.
+type evaluation struct {
+	s *Scenario
+	c check
+	r CheckResult
+}
+
+// notJudged is the result, not judged for the reason given.
+func (e *evaluation) notJudged(format string, a ...any) CheckResult {
+	e.r.NotJudged = fmt.Sprintf(format, a...)
+	return e.r
+}
+
+// alternativesRan cuts the check's alternatives to those this run
+// measured (--thorough's extras and --variants leave some out, noted):
+// the reason the check is not judged when none was, else "".
+func (e *evaluation) alternativesRan() string {
+	c := &e.c
+	if c.of != nil {
+		return ""
+	}
+	var ran, out []string
+	for _, a := range c.against {
+		if e.s.variant(a) != nil {
+			ran = append(ran, a)
+		} else {
+			out = append(out, a)
+		}
+	}
+	if len(ran) == 0 && len(c.against) > 0 {
+		return fmt.Sprintf("no alternative measured (%s)", strings.Join(c.against, ", "))
+	}
+	if len(out) > 0 {
+		e.r.Notes = append(e.r.Notes, "not run here: "+strings.Join(out, ", "))
+	}
+	c.against, e.r.Against = ran, ran
+	return ""
+}
+
+// value is the check's metric for variant name in repeat i.
+func (e *evaluation) value(name string, i int) (float64, error) {
+	c := &e.c
+	if c.of != nil {
+		x, note, err := c.of(e.s, name, i)
+		if note != "" && !slices.Contains(e.r.Notes, note) {
+			e.r.Notes = append(e.r.Notes, note)
+		}
+		return x, err
+	}
+	v := e.s.variant(name)
+	if v == nil || i >= len(v.Repeats) {
+		return 0, fmt.Errorf("%s repeat %d not measured", name, i+1)
+	}
+	x, ok := metricOf(v.Repeats[i], c.metric)
+	if !ok {
+		return 0, fmt.Errorf("%s repeat %d has no %s", name, i+1, c.metric)
+	}
+	return x, nil
+}
+
+// pairs are the repeats judged: those in which every variant the check
+// needs was measured and judged, up to the count at which the
+// comparison was decided (a decided comparison is not judged again on
+// later pairs); else the reason none is.
+func (e *evaluation) pairs() ([]int, string) {
+	c, s, r := &e.c, e.s, &e.r
 	names := append([]string{c.judged}, c.against...)
 	if c.of != nil && len(c.needs) > 0 {
 		names = c.needs
@@ -350,37 +442,16 @@ func evaluate(s *Scenario, c check) CheckResult {
 		v := s.variant(name)
 		switch {
 		case v == nil:
-			return notJudged("%s not measured", name)
+			return nil, name + " not measured"
 		case !v.Valid:
-			return notJudged("%s invalid: %s", name, v.Invalid)
+			return nil, fmt.Sprintf("%s invalid: %s", name, v.Invalid)
 		case len(v.Repeats) == 0:
-			return notJudged("%s has no repeats", name)
+			return nil, name + " has no repeats"
 		}
 		if n == -1 || len(v.Repeats) < n {
 			n = len(v.Repeats)
 		}
 	}
-	value := func(name string, i int) (float64, error) {
-		if c.of != nil {
-			x, note, err := c.of(s, name, i)
-			if note != "" && !slices.Contains(r.Notes, note) {
-				r.Notes = append(r.Notes, note)
-			}
-			return x, err
-		}
-		v := s.variant(name)
-		if v == nil || i >= len(v.Repeats) {
-			return 0, fmt.Errorf("%s repeat %d not measured", name, i+1)
-		}
-		x, ok := metricOf(v.Repeats[i], c.metric)
-		if !ok {
-			return 0, fmt.Errorf("%s repeat %d has no %s", name, i+1, c.metric)
-		}
-		return x, nil
-	}
-	// The pairs: the repeats in which every variant the check needs was
-	// measured and judged, up to the count at which the comparison was
-	// decided (a decided comparison is not judged again on later pairs).
 	limit := n
 	if k, ok := s.decidedAt[c.label]; ok && !c.figure() {
 		limit = min(n, k)
@@ -398,7 +469,7 @@ func evaluate(s *Scenario, c check) CheckResult {
 		// reference) is left out of this check alone.
 		missing := ""
 		for _, name := range append([]string{c.judged}, c.against...) {
-			if _, err := value(name, i); err != nil {
+			if _, err := e.value(name, i); err != nil {
 				missing = err.Error()
 				break
 			}
@@ -410,73 +481,59 @@ func evaluate(s *Scenario, c check) CheckResult {
 		idx = append(idx, i)
 	}
 	if len(idx) == 0 {
-		return notJudged("no repeat judged (%s; the scenario's notes say why)", strings.Join(r.Notes, ", "))
+		return nil, fmt.Sprintf("no repeat judged (%s; the scenario's notes say why)", strings.Join(r.Notes, ", "))
 	}
-	if c.metric == "p99_all_s" && c.of == nil {
-		r.Notes = append(r.Notes, unansweredBounds(s, append([]string{c.judged}, c.against...), idx)...)
-	}
+	return idx, ""
+}
+
+// values are the judged variant's and the alternatives' values on the
+// pairs idx, by name; else the reason the check is not judged.
+func (e *evaluation) values(idx []int) (map[string][]float64, string) {
+	c := &e.c
 	vals := map[string][]float64{}
 	for _, name := range append([]string{c.judged}, c.against...) {
 		for _, i := range idx {
-			x, err := value(name, i)
+			x, err := e.value(name, i)
 			if err != nil {
-				return notJudged("%v", err)
+				return nil, err.Error()
 			}
 			if !finite(x) {
-				return notJudged("%s repeat %d: %s is %v, not a measurement", name, i+1, c.metric, x)
+				return nil, fmt.Sprintf("%s repeat %d: %s is %v, not a measurement", name, i+1, c.metric, x)
 			}
 			vals[name] = append(vals[name], x)
 		}
 	}
-	r.JudgedValues = vals[c.judged]
-	r.Pairs = len(idx)
-	if c.figure() && len(c.against) == 0 {
-		r.Values = r.JudgedValues
-		if c.floor != "" {
-			if f := s.variant(c.floor); f != nil && f.Valid {
-				var fs []float64
-				for _, rp := range f.Repeats {
-					if x, ok := metricOf(rp, c.metric); ok && finite(x) {
-						fs = append(fs, x)
-					}
-				}
-				if len(fs) > 0 {
-					r.Floor, r.FloorName = median(fs), c.floor
-				}
-			}
-		}
-		return r
+	return vals, ""
+}
+
+// figureAlone completes a figure without alternatives: its values, and
+// its floor variant's median when one is named and measured.
+func (e *evaluation) figureAlone() {
+	c, r := &e.c, &e.r
+	r.Values = r.JudgedValues
+	if c.floor == "" {
+		return
 	}
-	// The best alternative: the best geometric mean over the pairs.
-	best, bestG := "", math.NaN()
-	for _, a := range c.against {
-		g := geomean(vals[a])
-		if math.IsNaN(bestG) || (c.higher && g > bestG) || (!c.higher && g < bestG) {
-			best, bestG = a, g
+	f := e.s.variant(c.floor)
+	if f == nil || !f.Valid {
+		return
+	}
+	var fs []float64
+	for _, rp := range f.Repeats {
+		if x, ok := metricOf(rp, c.metric); ok && finite(x) {
+			fs = append(fs, x)
 		}
 	}
-	r.BestAlternative = best
-	r.BestValues = vals[best]
-	if loss, ok := zeroLoss(&r, c, idx, vals); ok {
-		return loss
+	if len(fs) > 0 {
+		r.Floor, r.FloorName = median(fs), c.floor
 	}
-	for k, jv := range r.JudgedValues {
-		bv := r.BestValues[k]
-		if bv <= 0 || jv <= 0 {
-			return notJudged("pair %d: %s %v against %s %v, no ratio", idx[k]+1, c.judged, jv, best, bv)
-		}
-		r.Values = append(r.Values, jv/bv)
-	}
-	if c.figure() {
-		r.Estimate = geomean(r.Values)
-		return r
-	}
-	level := s.level
-	if level == 0 {
-		level = judge.Confidence // judged outside a run (tests): one look
-	}
-	// The A/A control of the case on the same metric and pairs: the
-	// interval's smallest spread and the equivalence margin.
+}
+
+// aaRatios are the case's A/A control's ratios on the same metric and
+// pairs (the interval's smallest spread and the equivalence margin),
+// with its estimate and interval set in the result.
+func (e *evaluation) aaRatios(idx []int) []float64 {
+	c, s, r := &e.c, e.s, &e.r
 	var aa []float64
 	if c.aa[0] != "" {
 		r.AAControl = c.aa[1] + " / " + c.aa[0]
@@ -484,8 +541,8 @@ func evaluate(s *Scenario, c check) CheckResult {
 			if notJudgedRepeat(s, c.aa[:], i) || (c.of == nil && (!variantValid(s, c.aa[0]) || !variantValid(s, c.aa[1]))) {
 				continue
 			}
-			x0, err0 := value(c.aa[0], i)
-			x1, err1 := value(c.aa[1], i)
+			x0, err0 := e.value(c.aa[0], i)
+			x1, err1 := e.value(c.aa[1], i)
 			if err0 == nil && err1 == nil && finite(x0) && finite(x1) && x0 > 0 && x1 > 0 {
 				aa = append(aa, x1/x0)
 			}
@@ -503,6 +560,17 @@ func evaluate(s *Scenario, c check) CheckResult {
 		r.Notes = append(r.Notes, "no A/A control measured here: margin at its 5 % floor")
 	case len(aa) < 3:
 		r.Notes = append(r.Notes, fmt.Sprintf("an A/A control of %d pair(s): too few to show a bias; margin at its 5 %% floor", len(aa)))
+	}
+	return aa
+}
+
+// decide sets the comparison's interval, margin and verdict from its
+// ratios against best, the best alternative, and the A/A ratios aa.
+func (e *evaluation) decide(aa []float64, best string) {
+	c, r := &e.c, &e.r
+	level := e.s.level
+	if level == 0 {
+		level = judge.Confidence // judged outside a run (tests): one look
 	}
 	// The control's spread widens the interval only when it is the best
 	// alternative's own: another variant's noise (Go's default GOMAXPROCS
@@ -546,17 +614,16 @@ func evaluate(s *Scenario, c check) CheckResult {
 	if why := unstable(aa, level); why != "" {
 		r.Verdict = ""
 		r.NotJudged = why
-		return r
+		return
 	}
 	r.Verdict = Inconclusive
 	if len(r.Values) >= 2 {
 		r.Verdict = judge.ThreeWay(r.CILow, r.CIHigh, r.Margin, c.higher)
 	}
-	boundedVerdict(&r, c)
+	boundedVerdict(r, *c)
 	if r.Verdict == Inconclusive {
 		r.PairsToDecide = pairsToDecide(r.Values, spread, len(c.against), r.Margin)
 	}
-	return r
 }
 
 // maxPairsToDecide caps pairsToDecide: beyond it the answer is "more".

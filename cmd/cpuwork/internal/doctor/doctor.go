@@ -170,58 +170,8 @@ func Run(cfg Config) (*Result, error) {
 	w := &res.Window
 	w.Budget = b
 	w.Go = goInfo(cfg.PID)
-	switch {
-	case w.Go.GoVersion == "" && w.Go.NotGo:
-		w.GOMAXPROCSUnknown = "not a Go program (" + w.Go.Unreadable + ")"
-		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
-	case w.Go.GoVersion == "":
-		w.GOMAXPROCSUnknown = "its binary could not be read (" + w.Go.Unreadable + ")"
-		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
-	case b.GOMAXPROCSEnvUnknown != "" && cfg.URL == "":
-		w.GOMAXPROCSUnknown = "its environment could not be read (" + b.GOMAXPROCSEnvUnknown + "): a GOMAXPROCS variable would go unseen; give --url to read it"
-		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
-	case !w.Go.QuotaAware && b.GOMAXPROCSEnv == "":
-		w.GOMAXPROCS = b.Affinity
-		w.GOMAXPROCSSource = fmt.Sprintf("%s, whose default GOMAXPROCS is the CPU count (affinity), blind to the quota (Go < 1.25, or a main module at go < 1.25: containermaxprocs=0)", w.Go.GoVersion)
-	case b.GOMAXPROCSEnv != "":
-		w.GOMAXPROCS = b.RuntimeGOMAXPROCS
-		w.GOMAXPROCSSource = "its GOMAXPROCS environment variable (GOMAXPROCS=" + b.GOMAXPROCSEnv + ")"
-	default:
-		w.GOMAXPROCS = b.RuntimeGOMAXPROCS
-		w.GOMAXPROCSSource = "the Go runtime's default rule applied from outside (affinity, leaf quota; no GOMAXPROCS variable)"
-		if b.GOMAXPROCSEnv == "" && cfg.URL == "" {
-			w.GOMAXPROCSSource += "; unknown if set in code (runtime.GOMAXPROCS, automaxprocs): give --url to read it"
-		}
-	}
-	if w.Go.GoVersion == "" && !w.Go.NotGo {
-		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/exe: %s: whether it is a Go program, and its GOMAXPROCS rule, are unknown", cfg.PID, w.Go.Unreadable))
-	}
-	if b.GOMAXPROCSEnvUnknown != "" && w.Go.GoVersion != "" {
-		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/environ: %s: a GOMAXPROCS variable would go unseen", cfg.PID, b.GOMAXPROCSEnvUnknown))
-	}
-	readStat := func() (budget.Stat, bool) { return budget.Stat{}, false }
-	if l, ok := b.Limiting(); ok {
-		w.LimitDir = l.Dir
-		if !l.Leaf {
-			w.Siblings = siblings(l.Dir, b.CgroupDir)
-		}
-		readStat = func() (budget.Stat, bool) {
-			st, err := budget.ReadStatDir(l.Dir)
-			if err != nil {
-				res.Unread = append(res.Unread, err.Error())
-				return st, false
-			}
-			return st, true
-		}
-	}
-	for _, f := range []string{filepath.Join(b.CgroupDir, "cpu.pressure"), "/proc/pressure/cpu"} {
-		if b.CgroupDir == "" && f != "/proc/pressure/cpu" {
-			continue
-		}
-		if p := schedstat.ReadPressure(f); p.Available {
-			w.Pressure = append(w.Pressure, p)
-		}
-	}
+	describeGOMAXPROCS(res, cfg)
+	readStat := limitingCgroup(res)
 	t0, terr := schedstat.ReadThreads(cfg.PID)
 	if terr != nil {
 		if errors.Is(terr, os.ErrNotExist) {
@@ -238,39 +188,7 @@ func Run(cfg Config) (*Result, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.Duration+margin)
 	defer cancel()
-	type traced struct {
-		v   *TraceView
-		err error
-	}
-	var traceDone chan traced
-	type profiled struct {
-		v   *ProfileView
-		err error
-	}
-	var profDone chan profiled
-	var probeDone chan *Probes
-	var exStart chan *ExecutorView
-	if cfg.URL != "" {
-		d := min(cfg.Duration, 5*time.Second)
-		profDone = make(chan profiled, 1)
-		go func() {
-			v, err := fetchProfile(ctx, cfg.URL, w.Go.MainModule, d)
-			profDone <- profiled{v, err}
-		}()
-		// An execution trace over (most of) the window, from the target's
-		// net/http/pprof; a target without it is reported under "not read".
-		traceDone = make(chan traced, 1)
-		go func() {
-			v, err := fetchTrace(ctx, cfg.URL, d)
-			traceDone <- traced{v, err}
-		}()
-		probeDone = make(chan *Probes, 1)
-		go func() { probeDone <- probe(ctx, cfg.URL, 5, cfg.Duration, margin) }()
-		// The executor's counters at the window's start: with the end's,
-		// what it refused in the window.
-		exStart = make(chan *ExecutorView, 1)
-		go func() { _, ex, _ := fetch(ctx, cfg.URL); exStart <- ex }()
-	}
+	rm := startRemote(ctx, cfg, w.Go.MainModule)
 	runnableDone := make(chan float64, 1)
 	go func() { runnableDone <- sampleRunnable(ctx, cfg.PID, 10, cfg.Duration) }()
 	start := time.Now()
@@ -301,24 +219,162 @@ func Run(cfg Config) (*Result, error) {
 	}
 	// The runtime view at the window's end, fetched at once beside the
 	// trace and profile still arriving (all within the margin).
-	type sampled struct {
-		s   *schedstat.Sample
-		ex  *ExecutorView
-		err error
-	}
-	var sampleDone chan sampled
-	if cfg.URL != "" {
-		sampleDone = make(chan sampled, 1)
-		go func() { s, ex, err := fetch(ctx, cfg.URL); sampleDone <- sampled{s, ex, err} }()
-	}
+	rm.sampleEnd(ctx)
 	w.RunnableThreads = <-runnableDone
-	// With --url the diagnosis needs Go's own view: the execution trace
-	// or the sampler's scheduler metrics (goView). The CPU profile and
-	// the executor's view are extras: a 404 there means the program does
-	// not serve them (NotServed), and their other failures are listed
-	// but take nothing from the verdict (extras).
-	var goView bool
-	var extras, goViewErrs []string
+	goView, extras := rm.collect(res)
+	res.Findings = diagnose(w)
+	settle(res, cfg.URL, terr == nil, goView, extras)
+	return res, nil
+}
+
+// limitingCgroup sets the window's limiting cgroup, its siblings and the
+// CPU pressure of the process's cgroup and of the host, and returns a
+// reader of the limiting cgroup's cpu.stat (false when there is none or
+// it could not be read, listed as unread).
+func limitingCgroup(res *Result) func() (budget.Stat, bool) {
+	w := &res.Window
+	b := w.Budget
+	for _, f := range []string{filepath.Join(b.CgroupDir, "cpu.pressure"), "/proc/pressure/cpu"} {
+		if b.CgroupDir == "" && f != "/proc/pressure/cpu" {
+			continue
+		}
+		if p := schedstat.ReadPressure(f); p.Available {
+			w.Pressure = append(w.Pressure, p)
+		}
+	}
+	l, ok := b.Limiting()
+	if !ok {
+		return func() (budget.Stat, bool) { return budget.Stat{}, false }
+	}
+	w.LimitDir = l.Dir
+	if !l.Leaf {
+		w.Siblings = siblings(l.Dir, b.CgroupDir)
+	}
+	return func() (budget.Stat, bool) {
+		st, err := budget.ReadStatDir(l.Dir)
+		if err != nil {
+			res.Unread = append(res.Unread, err.Error())
+			return st, false
+		}
+		return st, true
+	}
+}
+
+// describeGOMAXPROCS sets the window's GOMAXPROCS and where it comes
+// from, as far as it can be read from outside the process (its binary,
+// its environment, the runtime's rule applied to its budget), and lists
+// what could not be read.
+func describeGOMAXPROCS(res *Result, cfg Config) {
+	w := &res.Window
+	b := w.Budget
+	switch {
+	case w.Go.GoVersion == "" && w.Go.NotGo:
+		w.GOMAXPROCSUnknown = "not a Go program (" + w.Go.Unreadable + ")"
+		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
+	case w.Go.GoVersion == "":
+		w.GOMAXPROCSUnknown = "its binary could not be read (" + w.Go.Unreadable + ")"
+		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
+	case b.GOMAXPROCSEnvUnknown != "" && cfg.URL == "":
+		w.GOMAXPROCSUnknown = "its environment could not be read (" + b.GOMAXPROCSEnvUnknown + "): a GOMAXPROCS variable would go unseen; give --url to read it"
+		w.GOMAXPROCSSource = w.GOMAXPROCSUnknown
+	case !w.Go.QuotaAware && b.GOMAXPROCSEnv == "":
+		w.GOMAXPROCS = b.Affinity
+		w.GOMAXPROCSSource = fmt.Sprintf("%s, whose default GOMAXPROCS is the CPU count (affinity), blind to the quota (Go < 1.25, or a main module at go < 1.25: containermaxprocs=0)", w.Go.GoVersion)
+	case b.GOMAXPROCSEnv != "":
+		w.GOMAXPROCS = b.RuntimeGOMAXPROCS
+		w.GOMAXPROCSSource = "its GOMAXPROCS environment variable (GOMAXPROCS=" + b.GOMAXPROCSEnv + ")"
+	default:
+		w.GOMAXPROCS = b.RuntimeGOMAXPROCS
+		w.GOMAXPROCSSource = "the Go runtime's default rule applied from outside (affinity, leaf quota; no GOMAXPROCS variable)"
+		if b.GOMAXPROCSEnv == "" && cfg.URL == "" {
+			w.GOMAXPROCSSource += "; unknown if set in code (runtime.GOMAXPROCS, automaxprocs): give --url to read it"
+		}
+	}
+	if w.Go.GoVersion == "" && !w.Go.NotGo {
+		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/exe: %s: whether it is a Go program, and its GOMAXPROCS rule, are unknown", cfg.PID, w.Go.Unreadable))
+	}
+	if b.GOMAXPROCSEnvUnknown != "" && w.Go.GoVersion != "" {
+		res.Unread = append(res.Unread, fmt.Sprintf("/proc/%d/environ: %s: a GOMAXPROCS variable would go unseen", cfg.PID, b.GOMAXPROCSEnvUnknown))
+	}
+}
+
+// remote is what the doctor reads from the target's URL (--url) over
+// the window, each source arriving on its channel: the CPU profile, the
+// execution trace, the probes, and the executor's and runtime's views at
+// the window's start and end. A nil *remote reads nothing.
+type remote struct {
+	url      string
+	profile  chan profiled
+	trace    chan traced
+	probes   chan *Probes
+	exStart  chan *ExecutorView
+	endState chan sampled
+}
+
+type traced struct {
+	v   *TraceView
+	err error
+}
+
+type profiled struct {
+	v   *ProfileView
+	err error
+}
+
+type sampled struct {
+	s   *schedstat.Sample
+	ex  *ExecutorView
+	err error
+}
+
+// startRemote starts reading cfg.URL's sources for the window (nil
+// without a URL); mainModule names the target's code in its profile.
+func startRemote(ctx context.Context, cfg Config, mainModule string) *remote {
+	if cfg.URL == "" {
+		return nil
+	}
+	rm := &remote{url: cfg.URL, profile: make(chan profiled, 1), trace: make(chan traced, 1),
+		probes: make(chan *Probes, 1), exStart: make(chan *ExecutorView, 1)}
+	d := min(cfg.Duration, 5*time.Second)
+	go func() {
+		v, err := fetchProfile(ctx, cfg.URL, mainModule, d)
+		rm.profile <- profiled{v, err}
+	}()
+	// An execution trace over (most of) the window, from the target's
+	// net/http/pprof; a target without it is reported under "not read".
+	go func() {
+		v, err := fetchTrace(ctx, cfg.URL, d)
+		rm.trace <- traced{v, err}
+	}()
+	go func() { rm.probes <- probe(ctx, cfg.URL, 5, cfg.Duration, margin) }()
+	// The executor's counters at the window's start: with the end's,
+	// what it refused in the window.
+	go func() { _, ex, _ := fetch(ctx, cfg.URL); rm.exStart <- ex }()
+	return rm
+}
+
+// sampleEnd starts reading the runtime's and the executor's views at the
+// window's end.
+func (rm *remote) sampleEnd(ctx context.Context) {
+	if rm == nil {
+		return
+	}
+	rm.endState = make(chan sampled, 1)
+	go func() { s, ex, err := fetch(ctx, rm.url); rm.endState <- sampled{s, ex, err} }()
+}
+
+// collect waits for every source into res's window and reports whether
+// Go's own view was read (the execution trace or the sampler's scheduler
+// metrics) and which failures are an extra's. The CPU profile and the
+// executor's view are extras: a 404 there means the program does not
+// serve them (NotServed), and their other failures are listed but take
+// nothing from the verdict.
+func (rm *remote) collect(res *Result) (goView bool, extras []string) {
+	if rm == nil {
+		return false, nil
+	}
+	w := &res.Window
+	var goViewErrs []string
 	failed := func(err error, extra bool, absent string) {
 		switch {
 		case notServed(err):
@@ -333,49 +389,38 @@ func Run(cfg Config) (*Result, error) {
 		}
 		res.Unread = append(res.Unread, err.Error())
 	}
-	if cfg.URL != "" {
-		w.Probes = <-probeDone
-		if w.Probes.Refused == w.Probes.Sent {
-			res.Unread = append(res.Unread, fmt.Sprintf("%s: connection refused: nothing listens there", cfg.URL))
-		}
+	w.Probes = <-rm.probes
+	if w.Probes.Refused == w.Probes.Sent {
+		res.Unread = append(res.Unread, fmt.Sprintf("%s: connection refused: nothing listens there", rm.url))
 	}
-	if profDone != nil {
-		if p := <-profDone; p.err != nil {
-			failed(p.err, true, "no CPU profile served (net/http/pprof)")
-		} else {
-			w.Profile = p.v
-		}
+	if p := <-rm.profile; p.err != nil {
+		failed(p.err, true, "no CPU profile served (net/http/pprof)")
+	} else {
+		w.Profile = p.v
 	}
-	if traceDone != nil {
-		if t := <-traceDone; t.err != nil {
-			failed(t.err, false, "no execution trace served (net/http/pprof)")
-		} else {
-			w.Trace, goView = t.v, true
-		}
+	if t := <-rm.trace; t.err != nil {
+		failed(t.err, false, "no execution trace served (net/http/pprof)")
+	} else {
+		w.Trace, goView = t.v, true
 	}
-	if sampleDone != nil {
-		got := <-sampleDone
-		smp, err := got.s, got.err
-		if err != nil {
-			// Go's view when the trace is missing; an extra beside it.
-			failed(err, false, "no cpuwork executor or schedstat.Handler in this program")
-		} else {
-			w.Runtime, w.Executor, goView = smp, got.ex, true
-			if ex0 := <-exStart; ex0 != nil && got.ex != nil && got.ex.Submitted >= ex0.Submitted {
-				got.ex.WindowSubmitted, got.ex.WindowShed = got.ex.Submitted-ex0.Submitted, got.ex.Shed-min(ex0.Shed, got.ex.Shed)
-			}
-			if smp.GOMAXPROCS > 0 {
-				w.GOMAXPROCS, w.GOMAXPROCSSource = smp.GOMAXPROCS, "the target's /debug/cpuwork"
-			}
+	got := <-rm.endState
+	if got.err != nil {
+		// Go's view when the trace is missing; an extra beside it.
+		failed(got.err, false, "no cpuwork executor or schedstat.Handler in this program")
+	} else {
+		w.Runtime, w.Executor, goView = got.s, got.ex, true
+		if ex0 := <-rm.exStart; ex0 != nil && got.ex != nil && got.ex.Submitted >= ex0.Submitted {
+			got.ex.WindowSubmitted, got.ex.WindowShed = got.ex.Submitted-ex0.Submitted, got.ex.Shed-min(ex0.Shed, got.ex.Shed)
+		}
+		if got.s.GOMAXPROCS > 0 {
+			w.GOMAXPROCS, w.GOMAXPROCSSource = got.s.GOMAXPROCS, "the target's /debug/cpuwork"
 		}
 	}
 	if goView {
 		// One of the two gave Go's view: the other's failure is an extra's.
 		extras = append(extras, goViewErrs...)
 	}
-	res.Findings = diagnose(w)
-	settle(res, cfg.URL, terr == nil, goView, extras)
-	return res, nil
+	return goView, extras
 }
 
 // missingFix says how to get what a verdict lacked: the run delay needs
@@ -850,41 +895,97 @@ func diagnose(w *Window) []Finding {
 // findings is diagnose's list, before its fixes are fitted to a program
 // that runs cpuwork.
 func findings(w *Window) []Finding {
-	var out []Finding
+	b := w.Budget
+	tv := throttlingOf(w)
+	out := quotaFindings(w, tv)
+	if f, ok := runDelayFinding(w, tv.throttled); ok {
+		out = append(out, f)
+	}
+	if f, ok := capacityFinding(w); ok {
+		out = append(out, f)
+	}
+	if f, ok := probeFinding(w); ok {
+		out = append(out, f)
+	}
+	out = append(out, runtimeFindings(w)...)
+	if f, ok := throttlingImpact(w); ok {
+		out = append(out, f)
+	}
+	out = traceFinding(w, out)
+	// Nothing at warning or above is healthy; notes (info findings, such
+	// as Go's own GOMAXPROCS above a fractional quota) follow it.
+	if !slices.ContainsFunc(out, func(f Finding) bool { return f.Severity != Info }) {
+		gmp := strconv.Itoa(w.GOMAXPROCS)
+		if w.GOMAXPROCSUnknown != "" {
+			gmp = "unknown (" + w.GOMAXPROCSUnknown + ")"
+		}
+		ev := []string{fmt.Sprintf("budget %.2f cores (%s), GOMAXPROCS %s; CPU used %.2f cores", b.Cores, b.Source, gmp, w.CPUCores)}
+		if w.Kernel.Count > 0 {
+			ev = append(ev, fmt.Sprintf("run delay %v in %v", w.Kernel.RunDelay.Round(time.Millisecond), w.Duration.Round(time.Millisecond)))
+		}
+		if w.Throttling.Periods > 0 {
+			ev = append(ev, tv.evidence)
+		}
+		rank(out)
+		return append([]Finding{{ID: "healthy", Severity: Info, Summary: "nothing found that loses CPU or latency in this window", Evidence: ev, Fix: "none"}}, out...)
+	}
+	rank(out)
+	return out
+}
+
+// throttling is the window's throttling as the findings judge it.
+type throttling struct {
+	share      float64 // throttled periods over periods
+	judge      bool    // enough periods to judge the share
+	frozen     float64 // throttled time as a share of the budget
+	throttled  bool    // throttled enough to be a finding
+	evidence   string
+	quotaWhere string // where an ancestor's quota is set, shared by siblings ("": the leaf's)
+}
+
+// throttlingOf is w's throttling, judged.
+func throttlingOf(w *Window) throttling {
 	b := w.Budget
 	thr := w.Throttling
-	throttledShare := 0.0
+	var t throttling
 	if thr.Periods > 0 {
-		throttledShare = float64(thr.ThrottledPeriods) / float64(thr.Periods)
+		t.share = float64(thr.ThrottledPeriods) / float64(thr.Periods)
 	}
-	judgeThrottling := thr.Periods >= minPeriods
-	thrEvidence := fmt.Sprintf("%d of %d CFS periods throttled (%.0f%%), %v frozen, in %v (%s/cpu.stat)",
-		thr.ThrottledPeriods, thr.Periods, 100*throttledShare, thr.ThrottledTime.Round(time.Millisecond), w.Duration.Round(time.Millisecond), w.LimitDir)
-	if !judgeThrottling && thr.Periods > 0 {
-		thrEvidence += fmt.Sprintf("; too few periods to judge a share (fewer than %d had runnable threads)", minPeriods)
+	t.judge = thr.Periods >= minPeriods
+	t.evidence = fmt.Sprintf("%d of %d CFS periods throttled (%.0f%%), %v frozen, in %v (%s/cpu.stat)",
+		thr.ThrottledPeriods, thr.Periods, 100*t.share, thr.ThrottledTime.Round(time.Millisecond), w.Duration.Round(time.Millisecond), w.LimitDir)
+	if !t.judge && thr.Periods > 0 {
+		t.evidence += fmt.Sprintf("; too few periods to judge a share (fewer than %d had runnable threads)", minPeriods)
 	}
 	if l, ok := b.Limiting(); ok && l.Period > 0 && w.Duration < l.Period {
-		thrEvidence += fmt.Sprintf("; the window is shorter than one quota period (%v): throttling may not show in it", l.Period)
+		t.evidence += fmt.Sprintf("; the window is shorter than one quota period (%v): throttling may not show in it", l.Period)
 	}
-	quotaWhere := ""
 	if l, ok := b.Limiting(); ok && !l.Leaf {
-		quotaWhere = fmt.Sprintf("the quota is set on the ancestor cgroup %s, not the process's own (%s)", l.Dir, b.CgroupDir)
+		t.quotaWhere = fmt.Sprintf("the quota is set on the ancestor cgroup %s, not the process's own (%s)", l.Dir, b.CgroupDir)
 		if w.Siblings > 0 {
-			quotaWhere += fmt.Sprintf(", and %d sibling cgroups below it share it: their CPU counts against it too", w.Siblings)
+			t.quotaWhere += fmt.Sprintf(", and %d sibling cgroups below it share it: their CPU counts against it too", w.Siblings)
 		}
 	}
 	// Throttled time as a share of the budget: cpu.stat's throttled time
 	// sums each CPU's frozen run queue, so per second of wall it is cores'
 	// worth of frozen time, comparable with the budget's cores, however
 	// few periods the window saw.
-	frozenShare := 0.0
 	if w.Duration > 0 && b.Cores > 0 {
-		frozenShare = thr.ThrottledTime.Seconds() / w.Duration.Seconds() / b.Cores
+		t.frozen = thr.ThrottledTime.Seconds() / w.Duration.Seconds() / b.Cores
 	}
 	if thr.ThrottledTime > 0 {
-		thrEvidence += fmt.Sprintf("; frozen time %.0f%% of the %.2f-core budget", 100*frozenShare, b.Cores)
+		t.evidence += fmt.Sprintf("; frozen time %.0f%% of the %.2f-core budget", 100*t.frozen, b.Cores)
 	}
-	throttled := (judgeThrottling && throttledShare >= throttledWarn) || frozenShare >= lostShareWarn
+	t.throttled = (t.judge && t.share >= throttledWarn) || t.frozen >= lostShareWarn
+	return t
+}
+
+// quotaFindings are GOMAXPROCS above the quota and the cgroup throttled.
+func quotaFindings(w *Window, t throttling) []Finding {
+	var out []Finding
+	b := w.Budget
+	throttledShare, judgeThrottling, frozenShare, throttled := t.share, t.judge, t.frozen, t.throttled
+	thrEvidence, quotaWhere := t.evidence, t.quotaWhere
 	if _, quota := b.Limiting(); quota && w.GOMAXPROCS > 0 && float64(w.GOMAXPROCS) > b.Cores+1e-9 {
 		ev := []string{
 			fmt.Sprintf("GOMAXPROCS %d (%s)", w.GOMAXPROCS, w.GOMAXPROCSSource),
@@ -938,11 +1039,16 @@ func findings(w *Window) []Finding {
 			Fix:      fix,
 		})
 	}
-	// Run delay: time the threads were runnable but the kernel ran
-	// something else, judged per wake-up (a thread that waits 0.1 ms each
-	// time it wakes is not starved, however many threads add it up).
-	// Throttled time shows up here too (a throttled thread stays runnable),
-	// so throttling explains it first.
+	return out
+}
+
+// runDelayFinding judges the run delay: time the threads were runnable
+// but the kernel ran something else, per wake-up (a thread that waits
+// 0.1 ms each time it wakes is not starved, however many threads add it
+// up). Throttled time shows up there too (a throttled thread stays
+// runnable), so throttling explains it first.
+func runDelayFinding(w *Window, throttled bool) (Finding, bool) {
+	b := w.Budget
 	if w.Duration > 0 && w.Kernel.Count > 0 && !throttled {
 		perSec := w.Kernel.RunDelay.Seconds() / w.Duration.Seconds()
 		perSlice := w.Kernel.RunDelay / time.Duration(max(w.Kernel.Timeslices, 1))
@@ -964,29 +1070,30 @@ func findings(w *Window) []Finding {
 			// budget, or by twice over (then others may compete too, but
 			// the process would wait for itself without them).
 			if w.RunnableThreads > b.Cores+0.5 && (w.CPUCores >= atBudget*b.Cores || w.RunnableThreads >= 2*b.Cores) {
-				out = append(out, Finding{ID: "self-oversubscribed", Severity: sev,
+				return Finding{ID: "self-oversubscribed", Severity: sev,
 					Summary: fmt.Sprintf("the process's own threads compete for its %.2f cores: %.1f runnable on average, using %.2f cores", b.Cores, w.RunnableThreads, w.CPUCores),
 					Evidence: []string{kev,
 						fmt.Sprintf("CPU used %.2f cores of a %.2f-core budget (%s); %.1f threads runnable on average (sampled /proc/PID/task/*/stat)", w.CPUCores, b.Cores, b.Source, w.RunnableThreads),
 						fmt.Sprintf("GOMAXPROCS %d (%s)", w.GOMAXPROCS, w.GOMAXPROCSSource)},
 					Fix: fmt.Sprintf("run at most %d CPU-bound threads at once: GOMAXPROCS at most the budget, and native thread pools (ONNX Runtime intra-op threads, OpenMP, BLAS) sized to it too — or a cpuwork.Executor whose slots each lease one native thread", max(budget.Whole(b.Cores, false), 1)),
-				})
+				}, true
 			} else {
-				out = append(out, Finding{ID: "os-starvation", Severity: sev, lost: lost,
+				return Finding{ID: "os-starvation", Severity: sev, lost: lost,
 					Summary: fmt.Sprintf("the process's threads waited %.2f s per second (%v per wake-up) for a CPU the kernel gave to something else", perSec, short(perSlice)),
 					Evidence: []string{kev,
 						fmt.Sprintf("CPU used %.2f cores; budget %.2f cores (%s); no throttling to explain it, and the process is below its budget", w.CPUCores, b.Cores, b.Source)},
 					Fix: "another process (a sidecar, a neighbour, a CPU hog) or this process's own SCHED_IDLE/nice threads compete for the same CPUs: give the service its own CPUs (cpuset, Kubernetes static CPU manager), a larger cpu.weight/shares than the neighbour (cpuwork run --weight), or put the neighbour in an idle cgroup (cpu.idle); within the process leave cpuwork's Options.Batch.Demote off",
-				})
+				}, true
 			}
 		}
 	}
-	if f, ok := capacityFinding(w); ok {
-		out = append(out, f)
-	}
-	if f, ok := probeFinding(w); ok {
-		out = append(out, f)
-	}
+	return Finding{}, false
+}
+
+// runtimeFindings judge the Go runtime's view (/debug/cpuwork): run
+// queues, timers and the GC.
+func runtimeFindings(w *Window) []Finding {
+	var out []Finding
 	if s := w.Runtime; s != nil {
 		if s.GoroutineStates && s.GOMAXPROCS > 0 {
 			perP := float64(s.Runnable) / float64(s.GOMAXPROCS)
@@ -1019,9 +1126,13 @@ func findings(w *Window) []Finding {
 			}
 		}
 	}
-	if f, ok := throttlingImpact(w); ok {
-		out = append(out, f)
-	}
+	return out
+}
+
+// traceFinding adds the execution trace's run-queue waits to out: to the
+// oversubscribed finding when there is one, else as one of its own when
+// the waits are long.
+func traceFinding(w *Window, out []Finding) []Finding {
 	if tv := w.Trace; tv != nil && tv.Procs > 0 {
 		perP := tv.MeanRunnable / float64(tv.Procs)
 		ev := fmt.Sprintf("execution trace (/debug/pprof/trace, %v): %d runnable→running waits, p50 %v, p99 %v, max %v; on average %.1f goroutines runnable per P (%d Ps ran)",
@@ -1043,24 +1154,6 @@ func findings(w *Window) []Finding {
 			})
 		}
 	}
-	// Nothing at warning or above is healthy; notes (info findings, such
-	// as Go's own GOMAXPROCS above a fractional quota) follow it.
-	if !slices.ContainsFunc(out, func(f Finding) bool { return f.Severity != Info }) {
-		gmp := strconv.Itoa(w.GOMAXPROCS)
-		if w.GOMAXPROCSUnknown != "" {
-			gmp = "unknown (" + w.GOMAXPROCSUnknown + ")"
-		}
-		ev := []string{fmt.Sprintf("budget %.2f cores (%s), GOMAXPROCS %s; CPU used %.2f cores", b.Cores, b.Source, gmp, w.CPUCores)}
-		if w.Kernel.Count > 0 {
-			ev = append(ev, fmt.Sprintf("run delay %v in %v", w.Kernel.RunDelay.Round(time.Millisecond), w.Duration.Round(time.Millisecond)))
-		}
-		if thr.Periods > 0 {
-			ev = append(ev, thrEvidence)
-		}
-		rank(out)
-		return append([]Finding{{ID: "healthy", Severity: Info, Summary: "nothing found that loses CPU or latency in this window", Evidence: ev, Fix: "none"}}, out...)
-	}
-	rank(out)
 	return out
 }
 

@@ -81,84 +81,8 @@ func ParseMatrix(r io.Reader) (*Matrix, error) {
 		if len(f) == 0 {
 			continue
 		}
-		bad := func(err error) error { return fmt.Errorf("matrix line %d: %w", line, err) }
-		switch f[0] {
-		case "slots":
-			for _, v := range f[1:] {
-				n, err := strconv.Atoi(v)
-				if err != nil || n < 1 || n > MaxSlots {
-					return nil, bad(fmt.Errorf("slots %q: want 1 to %d", v, MaxSlots))
-				}
-				m.Slots = append(m.Slots, n)
-			}
-		case "shapes":
-			if err := oneOf("shape", f[1:], shapes); err != nil {
-				return nil, bad(err)
-			}
-			m.Shapes = f[1:]
-		case "loads":
-			for _, v := range f[1:] {
-				if v == "step" {
-					continue
-				}
-				if x, err := strconv.ParseFloat(v, 64); err != nil || x <= 0 || x > 100 {
-					return nil, bad(fmt.Errorf("load %q: want a multiple of capacity in (0, 100] or step", v))
-				}
-			}
-			m.Loads = f[1:]
-		case "mixes":
-			if err := oneOf("mix", f[1:], mixes); err != nil {
-				return nil, bad(err)
-			}
-			m.Mixes = f[1:]
-		case "objectives":
-			for _, v := range f[1:] {
-				x, err := strconv.ParseFloat(v, 64)
-				if err != nil || x < 1 || x > 1000 {
-					return nil, bad(fmt.Errorf("objective %q: want a multiple of the median from 1 to 1000", v))
-				}
-				m.Objectives = append(m.Objectives, x)
-			}
-		case "policies":
-			for _, v := range f[1:] {
-				if pol, _ := matrixPolicy(v); pol == "" {
-					return nil, bad(fmt.Errorf("policy %q: want cpuwork, cpuwork-target or a peer (%s)", v, policyNames()))
-				}
-			}
-			m.Policies = f[1:]
-		case "requests":
-			n, err := strconv.Atoi(strings.Join(f[1:], ""))
-			if err != nil || n < 100 || n > maxArrivals {
-				return nil, bad(fmt.Errorf("requests %q: want 100 to %d", strings.Join(f[1:], " "), maxArrivals))
-			}
-			m.Requests = n
-		case "median":
-			d, err := time.ParseDuration(strings.Join(f[1:], ""))
-			if err != nil || d <= 0 {
-				return nil, bad(fmt.Errorf("median %q: want a positive duration", strings.Join(f[1:], " ")))
-			}
-			m.Median = d
-		case "trim":
-			rest := strings.TrimSpace(text[strings.Index(text, "trim")+4:])
-			conds, reason, ok := strings.Cut(rest, ":")
-			reason = strings.TrimSpace(reason)
-			if !ok || reason == "" {
-				return nil, bad(errors.New(`a trim needs its reason: "trim dim=v,v …: reason"`))
-			}
-			t := Trim{When: map[string][]string{}, Reason: reason}
-			for _, c := range strings.Fields(conds) {
-				k, v, ok := strings.Cut(c, "=")
-				if !ok || !slices.Contains([]string{"slots", "shape", "load", "mix", "objective"}, k) {
-					return nil, bad(fmt.Errorf("trim condition %q: want slots=, shape=, load=, mix= or objective=", c))
-				}
-				t.When[k] = strings.Split(v, ",")
-			}
-			if len(t.When) == 0 {
-				return nil, bad(errors.New("a trim with no condition would remove every cell"))
-			}
-			m.Trims = append(m.Trims, t)
-		default:
-			return nil, bad(fmt.Errorf("unknown key %q", f[0]))
+		if err := m.parseLine(text, f); err != nil {
+			return nil, fmt.Errorf("matrix line %d: %w", line, err)
 		}
 	}
 	if err := sc.Err(); err != nil {
@@ -179,6 +103,99 @@ func ParseMatrix(r io.Reader) (*Matrix, error) {
 		m.Median = 10 * time.Millisecond
 	}
 	return m, nil
+}
+
+// parseLine reads one line of a matrix file into m: text, split into
+// fields f (f[0] the key).
+func (m *Matrix) parseLine(text string, f []string) error {
+	switch f[0] {
+	case "slots":
+		for _, v := range f[1:] {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 1 || n > MaxSlots {
+				return fmt.Errorf("slots %q: want 1 to %d", v, MaxSlots)
+			}
+			m.Slots = append(m.Slots, n)
+		}
+	case "shapes":
+		if err := oneOf("shape", f[1:], shapes); err != nil {
+			return err
+		}
+		m.Shapes = f[1:]
+	case "loads":
+		for _, v := range f[1:] {
+			if v == "step" {
+				continue
+			}
+			if x, err := strconv.ParseFloat(v, 64); err != nil || x <= 0 || x > 100 {
+				return fmt.Errorf("load %q: want a multiple of capacity in (0, 100] or step", v)
+			}
+		}
+		m.Loads = f[1:]
+	case "mixes":
+		if err := oneOf("mix", f[1:], mixes); err != nil {
+			return err
+		}
+		m.Mixes = f[1:]
+	case "objectives":
+		for _, v := range f[1:] {
+			x, err := strconv.ParseFloat(v, 64)
+			if err != nil || x < 1 || x > 1000 {
+				return fmt.Errorf("objective %q: want a multiple of the median from 1 to 1000", v)
+			}
+			m.Objectives = append(m.Objectives, x)
+		}
+	case "policies":
+		for _, v := range f[1:] {
+			if pol, _ := matrixPolicy(v); pol == "" {
+				return fmt.Errorf("policy %q: want cpuwork, cpuwork-target or a peer (%s)", v, policyNames())
+			}
+		}
+		m.Policies = f[1:]
+	case "requests":
+		n, err := strconv.Atoi(strings.Join(f[1:], ""))
+		if err != nil || n < 100 || n > maxArrivals {
+			return fmt.Errorf("requests %q: want 100 to %d", strings.Join(f[1:], " "), maxArrivals)
+		}
+		m.Requests = n
+	case "median":
+		d, err := time.ParseDuration(strings.Join(f[1:], ""))
+		if err != nil || d <= 0 {
+			return fmt.Errorf("median %q: want a positive duration", strings.Join(f[1:], " "))
+		}
+		m.Median = d
+	case "trim":
+		t, err := parseTrim(text)
+		if err != nil {
+			return err
+		}
+		m.Trims = append(m.Trims, t)
+	default:
+		return fmt.Errorf("unknown key %q", f[0])
+	}
+	return nil
+}
+
+// parseTrim reads a trim line: "trim dim=v,v dim=v: reason".
+func parseTrim(text string) (Trim, error) {
+	rest := strings.TrimSpace(text[strings.Index(text, "trim")+4:])
+	conds, reason, ok := strings.Cut(rest, ":")
+	reason = strings.TrimSpace(reason)
+	if !ok || reason == "" {
+		return Trim{}, errors.New(`a trim needs its reason: "trim dim=v,v …: reason"`)
+	}
+	t := Trim{When: map[string][]string{}, Reason: reason}
+	for _, c := range strings.Fields(conds) {
+		k, v, ok := strings.Cut(c, "=")
+		if !ok || !slices.Contains([]string{"slots", "shape", "load", "mix", "objective"}, k) {
+			return Trim{}, fmt.Errorf("trim condition %q: want slots=, shape=, load=, mix= or objective=", c)
+		}
+		t.When[k] = strings.Split(v, ",")
+	}
+	if len(t.When) == 0 {
+		return Trim{}, errors.New("a trim with no condition would remove every cell")
+	}
+	return t, nil
 }
 
 // oneOf reports the first of vals that is not in known.

@@ -65,6 +65,23 @@ func WriteMatrixJSON(w io.Writer, res []CellResult) error {
 // dimension, the targets, and every cell where a cpuwork mode is worse
 // than the best peer.
 func WriteMatrixReport(w io.Writer, m *Matrix, res []CellResult, elapsed time.Duration) {
+	writeMatrixHeader(w, m, elapsed)
+	var modes []string
+	for _, p := range m.Policies {
+		if strings.HasPrefix(p, "cpuwork") {
+			modes = append(modes, p)
+		}
+	}
+	js := Judge(res, modes)
+	fmt.Fprintf(w, "\nThe question of every cell: goodput within the objective (CPU-s of work per s; in a tenants cell the nine honest tenants'), cpuwork over the best peer for that cell; worse under %.2fx.\n", Worse)
+	writeDimensionTables(w, m, js, modes)
+	fmt.Fprintf(w, "\nThe targets:\n")
+	writeTargets(w, js, modes)
+	writeWorseCells(w, js)
+}
+
+// writeMatrixHeader says what ran: the cells, their trims, the time.
+func writeMatrixHeader(w io.Writer, m *Matrix, elapsed time.Duration) {
 	cells, trimmed := m.Cells()
 	fmt.Fprintf(w, "The declared matrix: %d cells (%d slot counts x %d shapes x %d loads x %d mixes x %d objectives, less the trims), each through %s and the clairvoyant limit; %d open-loop requests a cell, median service time %v. A replay is exact: the same cell gives the same figures on any machine, so no intervals are printed.\n",
 		len(cells), len(m.Slots), len(m.Shapes), len(m.Loads), len(m.Mixes), len(m.Objectives), strings.Join(m.Policies, ", "), m.Requests, m.Median)
@@ -80,14 +97,11 @@ func WriteMatrixReport(w io.Writer, m *Matrix, res []CellResult, elapsed time.Du
 	if elapsed > 0 {
 		fmt.Fprintf(w, "Ran in %.1f s.\n", elapsed.Seconds())
 	}
-	var modes []string
-	for _, p := range m.Policies {
-		if strings.HasPrefix(p, "cpuwork") {
-			modes = append(modes, p)
-		}
-	}
-	js := Judge(res, modes)
-	fmt.Fprintf(w, "\nThe question of every cell: goodput within the objective (CPU-s of work per s; in a tenants cell the nine honest tenants'), cpuwork over the best peer for that cell; worse under %.2fx.\n", Worse)
+}
+
+// writeDimensionTables prints, per cpuwork mode and dimension, each
+// value's cells against the best peer and the limit.
+func writeDimensionTables(w io.Writer, m *Matrix, js []Judgement, modes []string) {
 	for _, mode := range modes {
 		for _, dim := range []string{"slots", "shape", "load", "mix", "objective"} {
 			fmt.Fprintf(w, "\n%s by %s:\n", mode, dim)
@@ -118,7 +132,11 @@ func WriteMatrixReport(w io.Writer, m *Matrix, res []CellResult, elapsed time.Du
 			tw.Flush()
 		}
 	}
-	fmt.Fprintf(w, "\nThe targets:\n")
+}
+
+// writeTargets prints, per cpuwork mode, how many cells miss each of the
+// matrix's targets.
+func writeTargets(w io.Writer, js []Judgement, modes []string) {
 	for _, mode := range modes {
 		var t [7]int
 		var n [7]int
@@ -174,6 +192,11 @@ func WriteMatrixReport(w io.Writer, m *Matrix, res []CellResult, elapsed time.Du
 		fmt.Fprintf(w, "  %s: mixed at 0.8, interactive p99 of served <= the best peer's and batch >= 0.9x the work-conserving bound: missed in %d of %d cells\n", mode, t[4], n[4])
 		fmt.Fprintf(w, "  %s: after the step to 3x, served p99 under the objective within 20 ms plus two of the longest requests: missed in %d of %d cells\n", mode, t[5], n[5])
 	}
+}
+
+// writeWorseCells lists every cell where a cpuwork mode is worse than the
+// best peer, none left out.
+func writeWorseCells(w io.Writer, js []Judgement) {
 	fmt.Fprintf(w, "\nEvery cell where cpuwork is worse than the best peer (under %.2fx), none left out:\n", Worse)
 	tw := tabwriter.NewWriter(w, 2, 8, 2, ' ', 0)
 	fmt.Fprintf(tw, "mode\tcell\tratio\tbest peer\tcpuwork goodput / refused / p99 served\tpeer goodput / refused / p99 served\tlimit\t\n")

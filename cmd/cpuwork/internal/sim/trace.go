@@ -45,33 +45,9 @@ func ReadTrace(r io.Reader) ([]Request, int, error) {
 	cr.FieldsPerRecord = -1
 	cr.TrimLeadingSpace = true
 	cr.Comment = '#'
-	head, err := cr.Read()
-	if err == io.EOF {
-		return nil, 0, errors.New("the trace is empty: want a header (arrival_ms,class,cpu_ms[,deadline_ms][,kind]) and one line per request")
-	}
+	col, err := readTraceHeader(cr, lr)
 	if err != nil {
-		return nil, 0, lr.wrap(err)
-	}
-	col := map[string]int{}
-	for i, h := range head {
-		if i == 0 {
-			h = strings.TrimPrefix(h, "\ufeff") // what spreadsheets write first
-		}
-		h = strings.ToLower(strings.TrimSpace(h))
-		switch h {
-		case "arrival_ms", "class", "cpu_ms", "deadline_ms", "kind":
-			if _, dup := col[h]; dup {
-				return nil, 0, fmt.Errorf("line 1: column %q twice", h)
-			}
-			col[h] = i
-		default:
-			return nil, 0, fmt.Errorf("line 1: unknown column %s (known: arrival_ms, class, cpu_ms, deadline_ms, kind)", quote(h))
-		}
-	}
-	for _, need := range []string{"arrival_ms", "class", "cpu_ms"} {
-		if _, ok := col[need]; !ok {
-			return nil, 0, fmt.Errorf("line 1: no %q column (the header must name arrival_ms, class and cpu_ms)", need)
-		}
+		return nil, 0, err
 	}
 	var reqs []Request
 	unsorted := 0
@@ -86,55 +62,12 @@ func ReadTrace(r io.Reader) ([]Request, int, error) {
 			return nil, 0, lr.wrap(err)
 		}
 		line, _ := cr.FieldPos(0)
-		field := func(name string) string {
-			if i, ok := col[name]; ok && i < len(rec) {
-				return strings.TrimSpace(rec[i])
-			}
-			return ""
-		}
-		ms := func(name string, required bool) (time.Duration, error) {
-			s := field(name)
-			if s == "" && !required {
-				return 0, nil
-			}
-			v, err := strconv.ParseFloat(s, 64)
-			if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
-				return 0, fmt.Errorf("line %d: %s %s: want a number of milliseconds >= 0", line, name, quote(s))
-			}
-			bound := MaxSpan
-			if name == "cpu_ms" {
-				bound = MaxCPU
-			}
-			if v > float64(bound.Milliseconds()) {
-				return 0, fmt.Errorf("line %d: %s %s: at most %v", line, name, quote(s), bound)
-			}
-			return time.Duration(v * 1e6), nil
-		}
-		var q Request
-		if q.At, err = ms("arrival_ms", true); err != nil {
+		q, err := traceRow{rec: rec, col: col, line: line}.request()
+		if err != nil {
 			return nil, 0, err
-		}
-		if q.CPU, err = ms("cpu_ms", true); err != nil {
-			return nil, 0, err
-		}
-		if q.CPU <= 0 {
-			return nil, 0, fmt.Errorf("line %d: cpu_ms %s: must be > 0", line, quote(field("cpu_ms")))
 		}
 		if total += q.CPU; total > MaxSpan {
 			return nil, 0, fmt.Errorf("line %d: the CPU times so far add up to more than %v", line, MaxSpan)
-		}
-		if q.Deadline, err = ms("deadline_ms", false); err != nil {
-			return nil, 0, err
-		}
-		if q.Class, err = ParseClass(field("class")); err != nil {
-			if len(field("class")) > 32 {
-				return nil, 0, fmt.Errorf("line %d: class %s: want critical, interactive, batch or background", line, quote(field("class")))
-			}
-			return nil, 0, fmt.Errorf("line %d: %w", line, err)
-		}
-		q.Kind = field("kind")
-		if len(q.Kind) > MaxKindBytes {
-			return nil, 0, fmt.Errorf("line %d: kind %s: at most %d bytes", line, quote(q.Kind), MaxKindBytes)
 		}
 		if !kinds[q.Kind] {
 			if len(kinds) == MaxKinds {
@@ -152,6 +85,105 @@ func ReadTrace(r io.Reader) ([]Request, int, error) {
 	}
 	slices.SortStableFunc(reqs, func(a, b Request) int { return int(a.At - b.At) })
 	return reqs, unsorted, nil
+}
+
+// readTraceHeader reads a trace's header: each known column's index.
+func readTraceHeader(cr *csv.Reader, lr *lineBound) (map[string]int, error) {
+	head, err := cr.Read()
+	if err == io.EOF {
+		return nil, errors.New("the trace is empty: want a header (arrival_ms,class,cpu_ms[,deadline_ms][,kind]) and one line per request")
+	}
+	if err != nil {
+		return nil, lr.wrap(err)
+	}
+	col := map[string]int{}
+	for i, h := range head {
+		if i == 0 {
+			h = strings.TrimPrefix(h, "\ufeff") // what spreadsheets write first
+		}
+		h = strings.ToLower(strings.TrimSpace(h))
+		switch h {
+		case "arrival_ms", "class", "cpu_ms", "deadline_ms", "kind":
+			if _, dup := col[h]; dup {
+				return nil, fmt.Errorf("line 1: column %q twice", h)
+			}
+			col[h] = i
+		default:
+			return nil, fmt.Errorf("line 1: unknown column %s (known: arrival_ms, class, cpu_ms, deadline_ms, kind)", quote(h))
+		}
+	}
+	for _, need := range []string{"arrival_ms", "class", "cpu_ms"} {
+		if _, ok := col[need]; !ok {
+			return nil, fmt.Errorf("line 1: no %q column (the header must name arrival_ms, class and cpu_ms)", need)
+		}
+	}
+	return col, nil
+}
+
+// traceRow is one request's line of a trace: its fields, the header's
+// columns, its line number.
+type traceRow struct {
+	rec  []string
+	col  map[string]int
+	line int
+}
+
+// field is the named column's value ("" when absent).
+func (t traceRow) field(name string) string {
+	if i, ok := t.col[name]; ok && i < len(t.rec) {
+		return strings.TrimSpace(t.rec[i])
+	}
+	return ""
+}
+
+// ms is the named column as a duration of milliseconds (0 when absent
+// and not required), bounded by MaxSpan (cpu_ms: MaxCPU).
+func (t traceRow) ms(name string, required bool) (time.Duration, error) {
+	s := t.field(name)
+	if s == "" && !required {
+		return 0, nil
+	}
+	v, err := strconv.ParseFloat(s, 64)
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) {
+		return 0, fmt.Errorf("line %d: %s %s: want a number of milliseconds >= 0", t.line, name, quote(s))
+	}
+	bound := MaxSpan
+	if name == "cpu_ms" {
+		bound = MaxCPU
+	}
+	if v > float64(bound.Milliseconds()) {
+		return 0, fmt.Errorf("line %d: %s %s: at most %v", t.line, name, quote(s), bound)
+	}
+	return time.Duration(v * 1e6), nil
+}
+
+// request is the row's request, or the error that refuses the line.
+func (t traceRow) request() (Request, error) {
+	var q Request
+	var err error
+	if q.At, err = t.ms("arrival_ms", true); err != nil {
+		return q, err
+	}
+	if q.CPU, err = t.ms("cpu_ms", true); err != nil {
+		return q, err
+	}
+	if q.CPU <= 0 {
+		return q, fmt.Errorf("line %d: cpu_ms %s: must be > 0", t.line, quote(t.field("cpu_ms")))
+	}
+	if q.Deadline, err = t.ms("deadline_ms", false); err != nil {
+		return q, err
+	}
+	if q.Class, err = ParseClass(t.field("class")); err != nil {
+		if len(t.field("class")) > 32 {
+			return q, fmt.Errorf("line %d: class %s: want critical, interactive, batch or background", t.line, quote(t.field("class")))
+		}
+		return q, fmt.Errorf("line %d: %w", t.line, err)
+	}
+	q.Kind = t.field("kind")
+	if len(q.Kind) > MaxKindBytes {
+		return q, fmt.Errorf("line %d: kind %s: at most %d bytes", t.line, quote(q.Kind), MaxKindBytes)
+	}
+	return q, nil
 }
 
 // The bounds of a trace (ReadCSV).
