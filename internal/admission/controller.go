@@ -63,6 +63,10 @@ type queueController struct {
 	// took a free slot at once.
 	hold               float64
 	holdSeen, holdFree uint64
+	// holdLower, holdCapacity: the slot time less urgent classes on the
+	// class's slots held since the hold last moved, and what the slots
+	// could do meanwhile (ns).
+	holdLower, holdCapacity float64
 	// perDone is the class's slot time per completion over the intervals
 	// whose queue stood above the target (ns, a 1/4 moving average; 0
 	// before one), last moved at perDoneAt.
@@ -103,6 +107,7 @@ type reading struct {
 	slots               float64 // the slots it can use (Granter.ServiceSlots)
 	used                [NumClasses]int64
 	others              uint8 // classes on the same slots, itself excluded
+	lower               uint8 // those of others less urgent than it
 }
 
 const (
@@ -135,6 +140,11 @@ const (
 	holdUp       = 1.5
 	holdMin      = 1.0 / 64
 	holdArrivals = 64
+	// holdLowerShare: while less urgent classes hold more than this share
+	// of the slot time, the class's arrivals count as finding a slot (it
+	// takes theirs at their next release); a tight objective still wants
+	// a short queue beside a trickle of batch.
+	holdLowerShare = 0.25
 	// holdEarly: the hold of an early onset, which outruns the slots
 	// 1.5 times and is over before holdDown would bring a hold of 1 down.
 	holdEarly = 0.25
@@ -306,7 +316,8 @@ func (q *queueController) earlyOnset(r reading) bool {
 	}
 	q.mode = overload
 	q.calmArrivals, q.calmFor = 0, 0
-	q.hold, q.holdSeen, q.holdFree = holdEarly, 0, 0
+	q.hold = holdEarly
+	q.resetHoldWindow()
 	return true
 }
 
@@ -353,13 +364,14 @@ func (q *queueController) endInterval(r reading) {
 			q.calmArrivals, q.calmFor = 0, 0
 		}
 		sheds = q.calmArrivals < shedCalmArrivals && q.calmFor < int64(shedCalmTime)
-		q.moveHold(free)
+		q.moveHold(free, q.lowerHeld(r), capacity)
 	case iv.minWait != math.MaxInt64:
 		// A queue standing while the arrivals fall behind the slots
 		// drains by itself: shedding it refuses work done in time.
 		sheds = iv.minWait > q.target && outrun && sustained
 		q.calmArrivals, q.calmFor = 0, 0
-		q.hold, q.holdSeen, q.holdFree = 0, 0, 0
+		q.hold = 0
+		q.resetHoldWindow()
 	}
 	switch {
 	case !sheds:
@@ -391,21 +403,48 @@ func (q *queueController) endInterval(r reading) {
 	q.iv = tally{start: r.t, minWait: math.MaxInt64, admittedAt: r.admitted, completedAt: r.completed, usedAt: r.used}
 }
 
+// lowerHeld is the slot time less urgent classes on the class's slots
+// held in the interval ending at r, ns.
+func (q *queueController) lowerHeld(r reading) float64 {
+	var held int64
+	for k := range Class(NumClasses) {
+		if r.lower&(1<<k) != 0 {
+			held += r.used[k] - q.iv.usedAt[k]
+		}
+	}
+	return float64(held)
+}
+
 // moveHold feeds the hold an interval's arrivals, free of which took a
-// free slot at once.
-func (q *queueController) moveHold(free uint64) {
+// free slot at once, and the slot time lower of capacity (ns) less
+// urgent classes held. Once holdArrivals have come, it moves by the
+// share that found a slot free — or as if all had, when less urgent
+// classes held over holdLowerShare of the slot time: the class takes
+// their slots at their next release, so its queue did not only buy wait.
+func (q *queueController) moveHold(free uint64, lower, capacity float64) {
 	q.holdSeen += q.iv.arrivals
 	q.holdFree += free
+	q.holdLower += lower
+	q.holdCapacity += capacity
 	if q.holdSeen < holdArrivals {
 		return
 	}
-	switch idle := float64(q.holdFree) / float64(q.holdSeen); {
+	idle := float64(q.holdFree) / float64(q.holdSeen)
+	if q.holdLower > holdLowerShare*q.holdCapacity {
+		idle = 1
+	}
+	switch {
 	case idle <= holdIdleLow:
 		q.hold = max(holdMin, q.holdShare()*holdDown)
 	case idle > holdIdleHigh:
 		q.hold = min(1, q.holdShare()*holdUp)
 	}
-	q.holdSeen, q.holdFree = 0, 0
+	q.resetHoldWindow()
+}
+
+// resetHoldWindow starts the hold's next window of arrivals.
+func (q *queueController) resetHoldWindow() {
+	q.holdSeen, q.holdFree, q.holdLower, q.holdCapacity = 0, 0, 0, 0
 }
 
 // perCompletion is the standing queue's slot time per completion at t

@@ -17,6 +17,7 @@ type step struct {
 	minWait              time.Duration
 	refused              uint64
 	guessed              bool
+	lowerHeld            float64 // the share of the interval's slot time a less urgent class held
 }
 
 const ms = int64(time.Millisecond)
@@ -37,7 +38,9 @@ func (q *queueController) run(steps ...step) []doorMode {
 		}
 		q.iv.refused = s.refused
 		r := reading{t: q.iv.start + iv, avgSlot: 10 * ms, slots: 1,
-			admitted: q.iv.admittedAt + q.iv.grants + s.free, completed: q.iv.completedAt + s.done}
+			admitted: q.iv.admittedAt + q.iv.grants + s.free, completed: q.iv.completedAt + s.done,
+			used: q.iv.usedAt, others: 1 << Batch, lower: 1 << Batch}
+		r.used[Batch] += int64(s.lowerHeld * float64(iv))
 		if !q.tick(r) {
 			panic("an interval of codelInterval did not end")
 		}
@@ -210,6 +213,30 @@ func TestTheControllersHoldFollowsTheIdleSlots(t *testing.T) {
 	q.run(step{load: 0.5, arrivals: 5, done: 5, minWait: time.Millisecond}, busy)
 	if !q.sheds() || q.holdShare() != 1 {
 		t.Fatalf("a new onset: sheds %v, hold %v; want shedding from a hold of 1", q.sheds(), q.holdShare())
+	}
+}
+
+// Beside a less urgent class that holds a share of the slots, an
+// arrival that finds none free takes one at its next release: the queue
+// bought more than wait, and the hold does not fall (it rises) while that
+// class held over holdLowerShare of the slot time. Below it, the hold
+// falls as alone.
+func TestTheHoldDoesNotFallWhileALessUrgentClassHoldsTheSlots(t *testing.T) {
+	for _, c := range []struct {
+		lowerHeld float64
+		want      float64
+	}{
+		{0, holdDown * holdDown},
+		{holdLowerShare / 2, holdDown * holdDown},
+		{0.5, 1},
+	} {
+		q := newQueueController(10*ms, 0)
+		q.auto = true
+		busy := step{load: 4, arrivals: holdArrivals, done: 10, minWait: 30 * time.Millisecond, refused: 1, lowerHeld: c.lowerHeld}
+		q.run(busy, busy, busy) // the onset, then two windows of the hold
+		if math.Abs(q.holdShare()-c.want) > 1e-9 {
+			t.Errorf("a less urgent class holding %v of the slot time: hold %v, want %v", c.lowerHeld, q.holdShare(), c.want)
+		}
 	}
 }
 

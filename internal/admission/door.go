@@ -149,6 +149,9 @@ func (g *Granter) readLocked(c Class, t int64) reading {
 		r.used[k] = g.cnt[k].Used.Load()
 		if k != c && g.sameSide(k, c) {
 			r.others |= 1 << k
+			if k > c {
+				r.lower |= 1 << k
+			}
 		}
 	}
 	return r
