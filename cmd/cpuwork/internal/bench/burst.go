@@ -104,7 +104,6 @@ func burstChecks() []check {
 }
 
 func (r *Runner) burstOnce(variant string, n int, w workload.Workload) (hist *histT, series [][2]float64, first, makespan time.Duration, u usage, err error) {
-	P := r.slots
 	var mu sync.Mutex
 	var firstErr error
 	done := make([]time.Duration, 0, n)
@@ -126,82 +125,17 @@ func (r *Runner) burstOnce(variant string, n int, w workload.Workload) (hist *hi
 		rec.record(h, t0.Add(d), d)
 		mu.Unlock()
 	}
-	var wg sync.WaitGroup
-	switch variant {
-	case "goroutine":
-		for i := range n {
-			wg.Add(1)
-			go func() { defer wg.Done(); finish(i) }()
-		}
-	case "semaphore":
-		sem := make(chan struct{}, P)
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				sem <- struct{}{}
-				finish(i)
-				<-sem
-			}()
-		}
-	case "errgroup":
-		var g errgroup.Group
-		g.SetLimit(P)
-		for i := range n {
-			g.Go(func() error { finish(i); return nil })
-		}
-		g.Wait()
-	case "pool":
-		ch := make(chan int, n)
-		for i := range n {
-			ch <- i
-		}
-		close(ch)
-		for range P {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range ch {
-					finish(i)
-				}
-			}()
-		}
-	case "cpuwork":
-		e, cerr := r.executor(n)
-		if cerr != nil {
-			return nil, nil, 0, 0, u, cerr
-		}
-		defer e.Close(context.Background())
-		if err := e.For(context.Background(), cpuwork.Interactive, n, func(lo, hi int) error {
-			for i := lo; i < hi; i++ {
-				finish(i)
-			}
-			return nil
-		}); err != nil {
-			mu.Lock()
-			firstErr = err
-			mu.Unlock()
-		}
-	case "cpuwork-do":
-		e, cerr := r.executor(n)
-		if cerr != nil {
-			return nil, nil, 0, 0, u, cerr
-		}
-		defer e.Close(context.Background())
-		for i := range n {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				if err := e.Do(context.Background(), cpuwork.Interactive, func(context.Context) error { finish(i); return nil }); err != nil {
-					mu.Lock()
-					firstErr = err
-					mu.Unlock()
-				}
-			}()
-		}
-	default:
-		return nil, nil, 0, 0, u, fmt.Errorf("unknown burst variant %q", variant)
+	fail := func(err error) {
+		mu.Lock()
+		firstErr = err
+		mu.Unlock()
 	}
+	var wg sync.WaitGroup
+	closeExec, err := r.burstDispatch(variant, n, finish, fail, &wg)
+	if err != nil {
+		return nil, nil, 0, 0, u, err
+	}
+	defer closeExec()
 	wg.Wait()
 	u = m.stop()
 	if firstErr != nil {
@@ -216,6 +150,86 @@ func (r *Runner) burstOnce(variant string, n int, w workload.Workload) (hist *hi
 	}
 	u.serviceS = float64(serviceNs) / 1e9 / float64(n)
 	return rec.merged(), rec.series, first, makespan, u, nil
+}
+
+// burstDispatch starts the n tasks of a burst the variant's way, each
+// running finish(i) (wg counts the goroutines it starts; fail records a
+// submission's error), and returns what closes the variant's executor
+// once the burst is done.
+func (r *Runner) burstDispatch(variant string, n int, finish func(int), fail func(error), wg *sync.WaitGroup) (closeExec func(), err error) {
+	closeExec = func() {}
+	switch variant {
+	case "goroutine":
+		for i := range n {
+			wg.Add(1)
+			go func() { defer wg.Done(); finish(i) }()
+		}
+	case "semaphore":
+		sem := make(chan struct{}, r.slots)
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				sem <- struct{}{}
+				finish(i)
+				<-sem
+			}()
+		}
+	case "errgroup":
+		var g errgroup.Group
+		g.SetLimit(r.slots)
+		for i := range n {
+			g.Go(func() error { finish(i); return nil })
+		}
+		g.Wait()
+	case "pool":
+		ch := make(chan int, n)
+		for i := range n {
+			ch <- i
+		}
+		close(ch)
+		for range r.slots {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range ch {
+					finish(i)
+				}
+			}()
+		}
+	case "cpuwork":
+		e, cerr := r.executor(n)
+		if cerr != nil {
+			return nil, cerr
+		}
+		closeExec = func() { e.Close(context.Background()) }
+		if err := e.For(context.Background(), cpuwork.Interactive, n, func(lo, hi int) error {
+			for i := lo; i < hi; i++ {
+				finish(i)
+			}
+			return nil
+		}); err != nil {
+			fail(err)
+		}
+	case "cpuwork-do":
+		e, cerr := r.executor(n)
+		if cerr != nil {
+			return nil, cerr
+		}
+		closeExec = func() { e.Close(context.Background()) }
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := e.Do(context.Background(), cpuwork.Interactive, func(context.Context) error { finish(i); return nil }); err != nil {
+					fail(err)
+				}
+			}()
+		}
+	default:
+		return nil, fmt.Errorf("unknown burst variant %q", variant)
+	}
+	return closeExec, nil
 }
 
 // executor returns a fresh executor with the runner's slot count and

@@ -71,43 +71,19 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Verify the model before measuring anything: a wrong result fails the run.
-	one, err := workload.NewSession(ref, 1)
+	single, err := verifyModel(ref)
 	if err != nil {
 		return nil, err
 	}
-	out, err := one.Infer(ref.Input)
-	if err == nil {
-		err = ref.Check(out)
-	}
-	if err != nil {
-		one.Close()
-		return nil, fmt.Errorf("%s does not reproduce its reference output: %w", inferenceModel, err)
-	}
-	single, err := timePerInference(one, ref.Input)
-	one.Close()
-	if err != nil {
-		return nil, err
-	}
-
 	dir, err := os.MkdirTemp("", "cpuwork-inference-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	small, large := filepath.Join(dir, "small.bin"), filepath.Join(dir, "large.bin")
-	img := encodeFloats(ref.Input)
-	if err := os.WriteFile(small, img, 0o600); err != nil {
+	bodies, err := inferenceBodies(dir, ref)
+	if err != nil {
 		return nil, err
 	}
-	var batch []byte
-	for range largeImages {
-		batch = append(batch, img...)
-	}
-	if err := os.WriteFile(large, batch, 0o600); err != nil {
-		return nil, err
-	}
-	bodies := []string{"--small-body", small, "--large-body", large}
 
 	// The service's latency objective: the p99 target of the goodput
 	// check, 3x a large request's run time on one core. The cpuwork
@@ -161,6 +137,44 @@ func (r *Runner) inference(loadgen []string) (*Scenario, error) {
 	}
 	judgeChecks(s, inferenceChecks(loads, slo.Seconds(), s.variant("cpuwork+quota1.0@80%") != nil, frac))
 	return s, nil
+}
+
+// verifyModel checks that the model reproduces its reference output
+// before anything is measured (a wrong result fails the run) and returns
+// the time one inference takes on one thread.
+func verifyModel(ref *workload.Reference) (time.Duration, error) {
+	one, err := workload.NewSession(ref, 1)
+	if err != nil {
+		return 0, err
+	}
+	defer one.Close()
+	out, err := one.Infer(ref.Input)
+	if err == nil {
+		err = ref.Check(out)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("%s does not reproduce its reference output: %w", inferenceModel, err)
+	}
+	return timePerInference(one, ref.Input)
+}
+
+// inferenceBodies writes the small (one image) and large (largeImages
+// images) request bodies in dir and returns the load generator's flags
+// that send them.
+func inferenceBodies(dir string, ref *workload.Reference) ([]string, error) {
+	small, large := filepath.Join(dir, "small.bin"), filepath.Join(dir, "large.bin")
+	img := encodeFloats(ref.Input)
+	if err := os.WriteFile(small, img, 0o600); err != nil {
+		return nil, err
+	}
+	var batch []byte
+	for range largeImages {
+		batch = append(batch, img...)
+	}
+	if err := os.WriteFile(large, batch, 0o600); err != nil {
+		return nil, err
+	}
+	return []string{"--small-body", small, "--large-body", large}, nil
 }
 
 // inferenceVariant is the inference variant named name.

@@ -721,45 +721,8 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 		v.setRepeatExtra("server_died", 1)
 		r.died = fmt.Sprintf("%s: %v", variant, err)
 	}
-	if srv.abandoned != nil && len(v.Repeats) > 0 {
-		// The CPU the server spent on requests it finished after their
-		// client had gone (each at its kind's cost), per second of the
-		// run, as a share of the slots' CPU.
-		var cpu float64
-		for k, n := range srv.abandoned {
-			cpu += n * r.work.cost[k]
-		}
-		v.setRepeatExtra("abandoned_cpu_s", cpu)
-		v.setRepeatExtra("abandoned_cpu_share", cpu/wall.Seconds()/float64(r.slots))
-	}
-	if p := srv.pacing; p["paced"] == 1 && len(v.Repeats) > 0 {
-		// The fractional slot's pacer over the server's life (started
-		// just before the run): its target at the end, the share of the
-		// run its extra slot was closed, the throttled periods that
-		// lowered the target and those that left it, and the slots held
-		// while a request queued at the end (the door's divisor).
-		v.setRepeatExtra("pacer_target", p["target"])
-		v.setRepeatExtra("extra_slot_closed_share", p["closed_s"]/wall.Seconds())
-		v.setRepeatExtra("throttles_lowering_target", p["lowered"])
-		v.setRepeatExtra("throttles_holding_target", p["held"])
-		v.setRepeatExtra("pacer_occupancy", p["occupancy"])
-	}
-	if d := srv.demotion; d != nil && len(v.Repeats) > 0 {
-		// The starvation guard over the server's life: the times it
-		// suspended demotion and the time its demoted threads were
-		// runnable but starved.
-		v.setRepeatExtra("demotion_suspensions", d["suspensions"])
-		v.setRepeatExtra("demoted_starved_s", d["starved_s"])
-	}
-	for class, kv := range srv.split {
-		if len(v.Repeats) == 0 {
-			break
-		}
-		// Where a request's time went inside the executor: its wait for
-		// a slot and its time on one (medians and p99s, ms).
-		for _, k := range []string{"wait_p50_ms", "wait_p99_ms", "slot_p50_ms", "slot_p99_ms"} {
-			v.setRepeatExtra(class+"_"+k, kv[k])
-		}
+	if len(v.Repeats) > 0 {
+		r.recordServerReport(v, srv, wall)
 	}
 	if terr == nil && t1err == nil && len(v.Repeats) > 0 {
 		server := t1.Sub(t0).OnCPU.Seconds()
@@ -785,6 +748,50 @@ func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, var
 	v.setRepeatExtra("throttled_share", float64(after.ThrottledPeriods-before.ThrottledPeriods)/float64(periods))
 	v.setRepeatExtra("quota_used", v.Repeats[len(v.Repeats)-1].Extra["server_cores"]/realserverQuota)
 	return nil
+}
+
+// recordServerReport records in v's last repeat what the server reported
+// at its end, over a run of wall: the CPU it spent on requests whose
+// client had gone, its fractional slot's pacer, its starvation guard,
+// and where its requests' time went inside the executor.
+func (r *Runner) recordServerReport(v *Variant, srv *realServer, wall time.Duration) {
+	if srv.abandoned != nil {
+		// The CPU the server spent on requests it finished after their
+		// client had gone (each at its kind's cost), per second of the
+		// run, as a share of the slots' CPU.
+		var cpu float64
+		for k, n := range srv.abandoned {
+			cpu += n * r.work.cost[k]
+		}
+		v.setRepeatExtra("abandoned_cpu_s", cpu)
+		v.setRepeatExtra("abandoned_cpu_share", cpu/wall.Seconds()/float64(r.slots))
+	}
+	if p := srv.pacing; p["paced"] == 1 {
+		// The fractional slot's pacer over the server's life (started
+		// just before the run): its target at the end, the share of the
+		// run its extra slot was closed, the throttled periods that
+		// lowered the target and those that left it, and the slots held
+		// while a request queued at the end (the door's divisor).
+		v.setRepeatExtra("pacer_target", p["target"])
+		v.setRepeatExtra("extra_slot_closed_share", p["closed_s"]/wall.Seconds())
+		v.setRepeatExtra("throttles_lowering_target", p["lowered"])
+		v.setRepeatExtra("throttles_holding_target", p["held"])
+		v.setRepeatExtra("pacer_occupancy", p["occupancy"])
+	}
+	if d := srv.demotion; d != nil {
+		// The starvation guard over the server's life: the times it
+		// suspended demotion and the time its demoted threads were
+		// runnable but starved.
+		v.setRepeatExtra("demotion_suspensions", d["suspensions"])
+		v.setRepeatExtra("demoted_starved_s", d["starved_s"])
+	}
+	for class, kv := range srv.split {
+		// Where a request's time went inside the executor: its wait for
+		// a slot and its time on one (medians and p99s, ms).
+		for _, k := range []string{"wait_p50_ms", "wait_p99_ms", "slot_p50_ms", "slot_p99_ms"} {
+			v.setRepeatExtra(class+"_"+k, kv[k])
+		}
+	}
 }
 
 // realserverChecks: cpuwork against the best peer of its case (suf: ""

@@ -134,8 +134,42 @@ func (r *Runner) timersOnce(variant string, job *workload.Spin, addr string) (ca
 
 	m := startMeter()
 	t0 := time.Now()
-	steps := int(job.D / (50 * time.Microsecond))
 	var jobs atomic.Int64
+	timersBatch(variant, P, job, e, &stop, &wg, &jobs)
+	// Canary: sleep until each 1 ms mark; lateness = wake time - mark.
+	rec := newRecorder(t0, int(r.duration/time.Millisecond))
+	canaryDone := timersCanary(rec, t0, r.duration)
+	// Echo: an 8-byte stamp every 2 ms, open-loop; the RTT counts from
+	// the intended send time.
+	echoRec := newRecorder(t0, int(r.duration/(2*time.Millisecond)))
+	got, readDone := readEchoes(conn, echoRec, t0)
+	sent := sendEchoes(conn, t0, r.duration)
+	<-canaryDone
+	stop.Store(true)
+	wg.Wait()
+	jobsPerS = float64(jobs.Load()) / time.Since(t0).Seconds()
+	// Wait for outstanding echoes (bounded), then stop the reader.
+	deadline := time.Now().Add(2 * time.Second)
+	for got.Load() < int64(sent) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	conn.Close()
+	<-readDone
+	u = m.stop()
+	c := rec.merged()
+	if err := canaryValid(c.TotalCount(), r.duration); err != nil {
+		return nil, nil, nil, u, 0, err
+	}
+	if err := echoValid(got.Load(), int64(sent)); err != nil {
+		return nil, nil, nil, u, 0, err
+	}
+	return c, echoRec.merged(), rec.series, u, jobsPerS, nil
+}
+
+// timersBatch starts a batch loop on each of the P Ps running job the
+// variant's way (through e for cpuwork), counting jobs, until stop.
+func timersBatch(variant string, P int, job *workload.Spin, e *cpuwork.Executor, stop *atomic.Bool, wg *sync.WaitGroup, jobs *atomic.Int64) {
+	steps := int(job.D / (50 * time.Microsecond))
 	for range P {
 		wg.Add(1)
 		go func() {
@@ -159,15 +193,18 @@ func (r *Runner) timersOnce(variant string, job *workload.Spin, addr string) (ca
 			}
 		}()
 	}
-	// Canary: sleep until each 1 ms mark; lateness = wake time - mark.
-	rec := newRecorder(t0, int(r.duration/time.Millisecond))
+}
+
+// timersCanary records into rec how late a goroutine sleeping to each
+// 1 ms mark from t0 wakes, for d; the channel closes when it is done.
+func timersCanary(rec *recorder, t0 time.Time, d time.Duration) <-chan struct{} {
 	ch := rec.shard()
 	canaryDone := make(chan struct{})
 	go func() {
 		defer close(canaryDone)
 		for k := 1; ; k++ {
 			mark := t0.Add(time.Duration(k) * time.Millisecond)
-			if mark.Sub(t0) > r.duration {
+			if mark.Sub(t0) > d {
 				return
 			}
 			time.Sleep(time.Until(mark))
@@ -175,30 +212,40 @@ func (r *Runner) timersOnce(variant string, job *workload.Spin, addr string) (ca
 			rec.record(ch, now, now.Sub(mark))
 		}
 	}()
-	// Echo: an 8-byte stamp every 2 ms, open-loop; the RTT counts from
-	// the intended send time.
-	echoRec := newRecorder(t0, int(r.duration/(2*time.Millisecond)))
-	eh := echoRec.shard()
-	sent := 0
-	var got atomic.Int64
-	readDone := make(chan error, 1)
+	return canaryDone
+}
+
+// readEchoes records into rec each echo's round trip from its intended
+// send time (its 8-byte stamp, an offset from t0) and counts them in got;
+// readDone gets the read error that ends it.
+func readEchoes(conn net.Conn, rec *recorder, t0 time.Time) (got *atomic.Int64, readDone <-chan error) {
+	eh := rec.shard()
+	got = new(atomic.Int64)
+	done := make(chan error, 1)
 	go func() {
 		buf := make([]byte, 8)
 		for {
 			if _, err := io.ReadFull(conn, buf); err != nil {
-				readDone <- err
+				done <- err
 				return
 			}
 			intended := t0.Add(time.Duration(int64(buf[0]) | int64(buf[1])<<8 | int64(buf[2])<<16 | int64(buf[3])<<24 |
 				int64(buf[4])<<32 | int64(buf[5])<<40 | int64(buf[6])<<48 | int64(buf[7])<<56))
 			now := time.Now()
-			echoRec.record(eh, now, now.Sub(intended))
+			rec.record(eh, now, now.Sub(intended))
 			got.Add(1)
 		}
 	}()
+	return got, done
+}
+
+// sendEchoes sends an 8-byte stamp (its offset from t0) every 2 ms,
+// open-loop, for d, and returns how many it sent.
+func sendEchoes(conn net.Conn, t0 time.Time, d time.Duration) int {
+	sent := 0
 	for k := 1; ; k++ {
 		off := time.Duration(k) * 2 * time.Millisecond
-		if off > r.duration {
+		if off > d {
 			break
 		}
 		time.Sleep(time.Until(t0.Add(off)))
@@ -211,24 +258,5 @@ func (r *Runner) timersOnce(variant string, job *workload.Spin, addr string) (ca
 		}
 		sent++
 	}
-	<-canaryDone
-	stop.Store(true)
-	wg.Wait()
-	jobsPerS = float64(jobs.Load()) / time.Since(t0).Seconds()
-	// Wait for outstanding echoes (bounded), then stop the reader.
-	deadline := time.Now().Add(2 * time.Second)
-	for got.Load() < int64(sent) && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
-	conn.Close()
-	<-readDone
-	u = m.stop()
-	c := rec.merged()
-	if err := canaryValid(c.TotalCount(), r.duration); err != nil {
-		return nil, nil, nil, u, 0, err
-	}
-	if err := echoValid(got.Load(), int64(sent)); err != nil {
-		return nil, nil, nil, u, 0, err
-	}
-	return c, echoRec.merged(), rec.series, u, jobsPerS, nil
+	return sent
 }
