@@ -151,9 +151,17 @@ func runningTask() *task { t, _ := running.Lookup(goroutine.ID()); return t }
 func claimOwn(g uintptr, ctx context.Context, e *Executor, c Class) *task {
 	t, i := running.ClaimOwn(g)
 	if t != nil {
-		t.reset(ctx, e, c)
-		t.g, t.entry, t.entered = g, i, true
+		t.claimed(g, i, ctx, e, c)
 	}
+	return t
+}
+
+// claimed resets t, the record of the entry i goroutine g just claimed,
+// to a task of class c of e submitted with ctx, registered as g's
+// running task, and returns it.
+func (t *task) claimed(g uintptr, i int32, ctx context.Context, e *Executor, c Class) *task {
+	t.reset(ctx, e, c)
+	t.g, t.entry, t.entered = g, i, true
 	return t
 }
 
@@ -220,7 +228,16 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		return err
 	}
 	g := goroutine.ID()
-	cur, _ := running.Lookup(g)
+	lane := c == Critical && e.critLane != nil
+	// A goroutine that runs no task runs or queues its task with its
+	// entry's own record, claimed in the same pass as the lookup (own).
+	var cur, own *task
+	var entry int32
+	if c.runsOnWorker() || lane {
+		cur, _ = running.Lookup(g)
+	} else {
+		cur, own, entry = running.LookupOrClaim(g)
+	}
 	// A nested call (this goroutine holds a slot of e) runs on that
 	// slot: counted in Nested only, whether it runs or its ctx has
 	// ended, never as a submission (ClassStats.Nested).
@@ -228,6 +245,9 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		return e.inline(ctx, t, fn)
 	}
 	if err := ctx.Err(); err != nil { // one rule for every class: a done ctx never runs fn
+		if own != nil {
+			running.Leave(g, entry, nil)
+		}
 		e.stats[c].Canceled.Add(1)
 		return err
 	}
@@ -241,12 +261,12 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		<-t.done
 		return t.err
 	}
-	lane := c == Critical && e.critLane != nil
 	if cur == nil && !lane && e.g.TryAcquire() {
 		// The fast path: a free slot and nobody queued. The task's
 		// record is the goroutine's running-table entry's own, and its
 		// goroutine is registered with it already.
-		if t := claimOwn(g, ctx, e, c); t != nil {
+		if own != nil {
+			t := own.claimed(g, entry, ctx, e, c)
 			t.w.Span, t.onCaller = int32(span), true
 			return e.runAdmitted(t, g, fn) // t is not touched after: another goroutine may own it
 		}
@@ -259,8 +279,8 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 	// reads), so that a queued task allocates nothing; a nested or lane
 	// task, or one whose bucket is full, has a record of its own.
 	var t *task
-	if cur == nil && !lane {
-		t = claimOwn(g, ctx, e, c)
+	if own != nil {
+		t = own.claimed(g, entry, ctx, e, c)
 	}
 	if t == nil {
 		t = newRecord(ctx, e, c)

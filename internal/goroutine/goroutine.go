@@ -234,6 +234,38 @@ func (tb *Table[T]) ClaimOwn(g uintptr) (*T, int32) {
 	return nil, 0
 }
 
+// LookupOrClaim is Lookup and, when g has no entry, ClaimOwn, in one
+// pass over g's bucket: cur is g's T (nil: none); own, when g had none
+// and its bucket had room, the claimed entry's own record (nil
+// otherwise), and i its index. Only g itself may call it.
+func (tb *Table[T]) LookupOrClaim(g uintptr) (cur, own *T, i int32) {
+	bi := bucketIndex(g)
+	b := &tb.buckets[bi]
+	free := -1
+	for k := range b {
+		switch b[k].g.Load() {
+		case g:
+			return (*T)(b[k].t), nil, int32(k)
+		case 0:
+			if free < 0 {
+				free = k
+			}
+		}
+	}
+	if tb.over[bi].Load() != 0 {
+		if p, j := tb.lookupRest(g); p != nil {
+			return (*T)(p), nil, j
+		}
+	}
+	if free >= 0 && b[free].g.CompareAndSwap(0, g) {
+		t := &tb.own[bi][free]
+		b[free].t = unsafe.Pointer(t)
+		return nil, t, int32(free)
+	}
+	own, i = tb.ClaimOwn(g) // another goroutine took the free entry first
+	return nil, own, i
+}
+
 // Enter makes t goroutine g's T until Leave and returns the T it had
 // before (nil when it had no entry: it gets one, in the overflow map if
 // its bucket is full) and its entry's index.

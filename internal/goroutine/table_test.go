@@ -97,3 +97,44 @@ func TestTableConcurrentGoroutines(t *testing.T) {
 		t.Fatalf("%d entries held after every goroutine left", n)
 	}
 }
+
+// LookupOrClaim finds a goroutine's T where it has one (in its bucket or
+// the overflow map) and claims none; where it has none, it claims an
+// entry's own record while the bucket has room, and nothing once it is
+// full.
+func TestLookupOrClaimFindsOrClaimsInOnePass(t *testing.T) {
+	var tb Table[rec]
+	var keys []uintptr
+	want := bucketIndex(1)
+	for g := uintptr(1); len(keys) < bucketEntries+2; g++ {
+		if bucketIndex(g) == want {
+			keys = append(keys, g)
+		}
+	}
+	for i, g := range keys[:bucketEntries] {
+		cur, own, j := tb.LookupOrClaim(g)
+		if cur != nil || own == nil || j != int32(i) {
+			t.Fatalf("key %d, bucket not full: cur %v own %v at %d; want a claim at %d", i, cur, own, j, i)
+		}
+		own.n = i
+	}
+	over := &rec{n: 99}
+	if _, j := tb.Enter(keys[bucketEntries], over); j != InOverflow {
+		t.Fatalf("a fifth key of a full bucket entered at %d, want the overflow map", j)
+	}
+	for i, g := range keys[:bucketEntries] {
+		if cur, own, j := tb.LookupOrClaim(g); cur == nil || cur.n != i || own != nil || j != int32(i) {
+			t.Fatalf("key %d, held: cur %v own %v at %d; want its own T and no claim", i, cur, own, j)
+		}
+	}
+	if cur, own, j := tb.LookupOrClaim(keys[bucketEntries]); cur != over || own != nil || j != InOverflow {
+		t.Fatalf("the key in the overflow map: cur %v own %v at %d", cur, own, j)
+	}
+	if cur, own, _ := tb.LookupOrClaim(keys[bucketEntries+1]); cur != nil || own != nil {
+		t.Fatalf("a key of a full bucket with no entry: cur %v own %v, want neither", cur, own)
+	}
+	tb.Leave(keys[1], 1, nil)
+	if cur, own, j := tb.LookupOrClaim(keys[bucketEntries+1]); cur != nil || own == nil || j != 1 {
+		t.Fatalf("after an entry was freed: cur %v own %v at %d, want a claim at 1", cur, own, j)
+	}
+}
