@@ -287,12 +287,19 @@ func (e *Executor) yield(ctx context.Context, t *task) error {
 	e.stats[t.class].yields.Add(1)
 	e.stats[t.class].slotTime.record(p.Slot, uint64(p.Weight))
 	onWorker := e.leaveSlot(t)
+	return e.awaitSlotBack(ctx, t, onWorker)
+}
+
+// awaitSlotBack waits for t, queued again off its slot (a hand-over or
+// a park), to hold a slot again, its account's time meanwhile counted as
+// queue wait, and returns as slotBack does.
+func (e *Executor) awaitSlotBack(ctx context.Context, t *task, onWorker bool) error {
 	var ta *taskAccount
 	if t.accounted {
 		ta = t.acct
 		ta.pause(gapQueue)
 	}
-	r := e.g.Await(ctx.Done(), w)
+	r := e.g.Await(ctx.Done(), &t.w)
 	ta.resume()
 	return e.slotBack(ctx, t, onWorker, r)
 }
@@ -328,14 +335,7 @@ func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
 		return e.slotBack(ctx, t, onWorker, admission.WaitGranted)
 	}
 	e.g.Rejoin(w, false)
-	var ta *taskAccount
-	if t.accounted {
-		ta = t.acct
-		ta.pause(gapQueue)
-	}
-	r := e.g.Await(ctx.Done(), w)
-	ta.resume()
-	return e.slotBack(ctx, t, onWorker, r)
+	return e.awaitSlotBack(ctx, t, onWorker)
 }
 
 // leaveSlot marks t, which gave its slot up and will wait for one again,

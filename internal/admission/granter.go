@@ -211,9 +211,13 @@ type Owner interface {
 }
 
 // Counters are one class's admission counts and the estimators the door
-// and the ordering read. The Granter writes all but completed (the
-// executor counts a task's end, and admitted on the lock-free path);
-// the executor's Stats reads them.
+// and the ordering read; the executor's Stats reads them. The Granter
+// writes them for what it decides: its door and queue limit, its grants,
+// its refusals at the head, withdrawals and Undo. The executor writes
+// Completed, Admitted on the lock-free path, and Rejected or Canceled
+// for a submission it turns away before the Granter sees it (after
+// Close, a done ctx, TryGo with no free slot, a queued Go task Close
+// fails).
 type Counters struct {
 	// Admitted counts the tasks that got a slot (fast path, or granted
 	// from the queue), Completed those that finished running (any
