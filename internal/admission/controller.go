@@ -67,6 +67,9 @@ type queueController struct {
 	// class's slots held since the hold last moved, and what the slots
 	// could do meanwhile (ns).
 	holdLower, holdCapacity float64
+	// holdLowerWaiting: a less urgent class had tasks queued at the end
+	// of one of the window's intervals.
+	holdLowerWaiting bool
 	// perDone is the class's slot time per completion over the intervals
 	// whose queue stood above the target (ns, a 1/4 moving average; 0
 	// before one), last moved at perDoneAt.
@@ -108,6 +111,7 @@ type reading struct {
 	used                [NumClasses]int64
 	others              uint8 // classes on the same slots, itself excluded
 	lower               uint8 // those of others less urgent than it
+	lowerWaiting        bool  // a less urgent class on its slots has tasks queued
 }
 
 const (
@@ -364,6 +368,7 @@ func (q *queueController) endInterval(r reading) {
 			q.calmArrivals, q.calmFor = 0, 0
 		}
 		sheds = q.calmArrivals < shedCalmArrivals && q.calmFor < int64(shedCalmTime)
+		q.holdLowerWaiting = q.holdLowerWaiting || r.lowerWaiting
 		q.moveHold(free, q.lowerHeld(r), capacity)
 	case iv.minWait != math.MaxInt64:
 		// A queue standing while the arrivals fall behind the slots
@@ -420,7 +425,10 @@ func (q *queueController) lowerHeld(r reading) float64 {
 // urgent classes held. Once holdArrivals have come, it moves by the
 // share that found a slot free — or as if all had, when less urgent
 // classes held over holdLowerShare of the slot time: the class takes
-// their slots at their next release, so its queue did not only buy wait.
+// their slots at their next release, so its queue did not only buy
+// wait. It does not fall while a less urgent class waits: no slot ever
+// idles then (that class takes each one the queue leaves), so no share
+// of free slots can say the queue only bought wait.
 func (q *queueController) moveHold(free uint64, lower, capacity float64) {
 	q.holdSeen += q.iv.arrivals
 	q.holdFree += free
@@ -434,7 +442,7 @@ func (q *queueController) moveHold(free uint64, lower, capacity float64) {
 		idle = 1
 	}
 	switch {
-	case idle <= holdIdleLow:
+	case idle <= holdIdleLow && !q.holdLowerWaiting:
 		q.hold = max(holdMin, q.holdShare()*holdDown)
 	case idle > holdIdleHigh:
 		q.hold = min(1, q.holdShare()*holdUp)
@@ -444,7 +452,7 @@ func (q *queueController) moveHold(free uint64, lower, capacity float64) {
 
 // resetHoldWindow starts the hold's next window of arrivals.
 func (q *queueController) resetHoldWindow() {
-	q.holdSeen, q.holdFree, q.holdLower, q.holdCapacity = 0, 0, 0, 0
+	q.holdSeen, q.holdFree, q.holdLower, q.holdCapacity, q.holdLowerWaiting = 0, 0, 0, 0, false
 }
 
 // perCompletion is the standing queue's slot time per completion at t

@@ -18,6 +18,7 @@ type step struct {
 	refused              uint64
 	guessed              bool
 	lowerHeld            float64 // the share of the interval's slot time a less urgent class held
+	lowerWaiting         bool    // a less urgent class had tasks queued at the interval's end
 }
 
 const ms = int64(time.Millisecond)
@@ -39,7 +40,7 @@ func (q *queueController) run(steps ...step) []doorMode {
 		q.iv.refused = s.refused
 		r := reading{t: q.iv.start + iv, avgSlot: 10 * ms, slots: 1,
 			admitted: q.iv.admittedAt + q.iv.grants + s.free, completed: q.iv.completedAt + s.done,
-			used: q.iv.usedAt, others: 1 << Batch, lower: 1 << Batch}
+			used: q.iv.usedAt, others: 1 << Batch, lower: 1 << Batch, lowerWaiting: s.lowerWaiting}
 		r.used[Batch] += int64(s.lowerHeld * float64(iv))
 		if !q.tick(r) {
 			panic("an interval of codelInterval did not end")
@@ -237,6 +238,25 @@ func TestTheHoldDoesNotFallWhileALessUrgentClassHoldsTheSlots(t *testing.T) {
 		if math.Abs(q.holdShare()-c.want) > 1e-9 {
 			t.Errorf("a less urgent class holding %v of the slot time: hold %v, want %v", c.lowerHeld, q.holdShare(), c.want)
 		}
+	}
+}
+
+// Beside a less urgent class with tasks queued, no slot ever idles (that
+// class takes each one the queue leaves): the hold does not fall; once
+// nobody of it waits, it falls as alone.
+func TestTheHoldDoesNotFallWhileALessUrgentClassWaits(t *testing.T) {
+	q := newQueueController(10*ms, 0)
+	q.auto = true
+	busy := step{load: 4, arrivals: holdArrivals, done: 10, minWait: 30 * time.Millisecond, refused: 1}
+	waiting := busy
+	waiting.lowerWaiting = true
+	q.run(busy, waiting, waiting)
+	if q.holdShare() != 1 {
+		t.Fatalf("two windows beside a waiting less urgent class: hold %v, want 1", q.holdShare())
+	}
+	q.run(busy)
+	if q.holdShare() != holdDown {
+		t.Fatalf("a window with nobody less urgent waiting: hold %v, want %v", q.holdShare(), holdDown)
 	}
 }
 

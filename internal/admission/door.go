@@ -151,6 +151,7 @@ func (g *Granter) readLocked(c Class, t int64) reading {
 			r.others |= 1 << k
 			if k > c {
 				r.lower |= 1 << k
+				r.lowerWaiting = r.lowerWaiting || g.queues[k].n > 0
 			}
 		}
 	}
