@@ -144,18 +144,6 @@ var running goroutine.Table[task]
 // nil.
 func runningTask() *task { t, _ := running.Lookup(goroutine.ID()); return t }
 
-// claimOwn claims an entry for goroutine g, which has none, and returns
-// the entry's own record, reset to a task of class c of e submitted with
-// ctx and registered as g's running task; nil when g's bucket is full.
-// The record is the goroutine's until leave.
-func claimOwn(g uintptr, ctx context.Context, e *Executor, c Class) *task {
-	t, i := running.ClaimOwn(g)
-	if t != nil {
-		t.claimed(g, i, ctx, e, c)
-	}
-	return t
-}
-
 // claimed resets t, the record of the entry i goroutine g just claimed,
 // to a task of class c of e submitted with ctx, registered as g's
 // running task, and returns it.

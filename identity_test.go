@@ -34,10 +34,11 @@ func requestCtx() (context.Context, context.CancelFunc) {
 // task: the identity and one lookup in the running table.
 func BenchmarkIdentityTable(b *testing.B) {
 	g := goroutine.ID()
-	t := claimOwn(g, context.Background(), nil, Interactive)
-	if t == nil {
+	_, own, i := running.LookupOrClaim(g)
+	if own == nil {
 		b.Skip("bucket full")
 	}
+	t := own.claimed(g, i, context.Background(), nil, Interactive)
 	defer t.leave()
 	for b.Loop() {
 		if cur, _ := running.Lookup(goroutine.ID()); cur != t {

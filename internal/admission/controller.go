@@ -325,19 +325,14 @@ func (q *queueController) earlyOnset(r reading) bool {
 	return true
 }
 
-// tick ends the interval if it has run its length by r.t, and reports
-// whether it did. An interval without grants keeps the previous
-// decision.
-func (q *queueController) tick(r reading) bool {
-	if r.t-q.iv.start < intervalLen(r.avgSlot) {
-		return false
-	}
-	q.endInterval(r)
-	return true
-}
+// due reports whether the interval has run its length by t, the class's
+// average slot time being slot ns: endInterval is then due, with a
+// reading at t. It reads no counter, so the Granter asks it first.
+func (q *queueController) due(t, slot int64) bool { return t-q.iv.start >= intervalLen(slot) }
 
 // endInterval ends the interval at r.t: the state for the next one,
-// the hold, and the standing queue's slot time per completion.
+// the hold, and the standing queue's slot time per completion. An
+// interval without grants keeps the previous decision.
 func (q *queueController) endInterval(r reading) {
 	iv := &q.iv
 	free := q.atOnce(&r)

@@ -42,9 +42,10 @@ func (q *queueController) run(steps ...step) []doorMode {
 			admitted: q.iv.admittedAt + q.iv.grants + s.free, completed: q.iv.completedAt + s.done,
 			used: q.iv.usedAt, others: 1 << Batch, lower: 1 << Batch, lowerWaiting: s.lowerWaiting}
 		r.used[Batch] += int64(s.lowerHeld * float64(iv))
-		if !q.tick(r) {
+		if !q.due(r.t, r.avgSlot) {
 			panic("an interval of codelInterval did not end")
 		}
+		q.endInterval(r)
 		modes = append(modes, q.mode)
 	}
 	return modes
@@ -297,7 +298,7 @@ func TestTheControllerMeasuresAStandingQueuesSlotTimePerCompletion(t *testing.T)
 	q.granted(30 * ms)
 	r := reading{t: iv, avgSlot: 10 * ms, slots: 2, admitted: 1, completed: 8, others: 1 << Critical}
 	r.used[Critical] = 40 * ms // 200 ms of the two slots less 40 of Critical's, over 8 completions
-	q.tick(r)
+	q.endInterval(r)
 	if got, ok := q.perCompletion(iv, iv); !ok || got != 20*ms {
 		t.Fatalf("per completion %v (measured %v), want 20ms", time.Duration(got), ok)
 	}
@@ -306,7 +307,7 @@ func TestTheControllerMeasuresAStandingQueuesSlotTimePerCompletion(t *testing.T)
 	}
 	q2 := newQueueController(10*ms, 0)
 	q2.granted(5 * ms) // under the target: the queue did not stand
-	q2.tick(reading{t: iv, avgSlot: 10 * ms, slots: 2, admitted: 1, completed: 8})
+	q2.endInterval(reading{t: iv, avgSlot: 10 * ms, slots: 2, admitted: 1, completed: 8})
 	if _, ok := q2.perCompletion(iv, iv); ok {
 		t.Fatal("an interval under the target measured a standing queue")
 	}

@@ -176,8 +176,8 @@ func (g *Granter) codelGrantLocked(c Class, wait, t int64) {
 
 // codelTickLocked ends class c's interval if it has run its length by t.
 func (g *Granter) codelTickLocked(c Class, t int64) {
-	if t-g.shed[c].iv.start < intervalLen(g.cnt[c].AvgSlotNs.Load()) {
-		return // the controller's own test, without reading the counters
+	if !g.shed[c].due(t, g.cnt[c].AvgSlotNs.Load()) {
+		return
 	}
 	g.shed[c].endInterval(g.readLocked(c, t))
 	g.markShedLocked(c)
