@@ -284,13 +284,19 @@ func traceWorkload(path string, slots int, objectives []string, targets, declare
 		return nil, "", err
 	}
 	defer f.Close()
-	var unsorted int
-	wl.Requests, unsorted, err = sim.ReadTrace(f)
+	var unsorted, sized int
+	wl.Requests, unsorted, sized, err = sim.ReadTrace(f)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
 	if unsorted > 0 {
 		note = fmt.Sprintf("%s: line %d arrives before the line above it: replayed sorted by arrival", path, unsorted)
+	}
+	if sized > 0 {
+		if note != "" {
+			note += "\nnote: "
+		}
+		note += fmt.Sprintf("%s: %d of %d requests never ran where they were recorded: each sized at the median CPU time of its class's requests that ran", path, sized, len(wl.Requests))
 	}
 	wl.Duration = d
 	if d <= 0 {
