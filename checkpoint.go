@@ -344,6 +344,7 @@ func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
 // It reports whether t runs on a worker.
 func (e *Executor) leaveSlot(t *task) (onWorker bool) {
 	t.yielded = true
+	t.offAt = now()
 	onWorker = t.w.Kind == admission.KindTask
 	if onWorker {
 		e.pools[t.class.pool()].lendSpare()
@@ -359,6 +360,7 @@ func (e *Executor) leaveSlot(t *task) (onWorker bool) {
 func (e *Executor) slotBack(ctx context.Context, t *task, onWorker bool, r admission.WaitResult) error {
 	w := &t.w
 	w.Requeued = false
+	t.offSlot += now() - t.offAt
 	if onWorker {
 		e.pools[t.class.pool()].returnSpare()
 	}

@@ -101,7 +101,11 @@ type task struct {
 	start   int64   // now() when the current slot period began (timed tasks)
 	lastChk int64   // now() at the last clock read in Checkpoint
 	lastGs  int64   // now() at the last Gosched
-	entry   int32   // its goroutine's entry in the running table
+	// offSlot is the time t spent off its slot at Checkpoints (a
+	// hand-over, a park for the network, and the wait for the slot
+	// back), the last of them from offAt.
+	offSlot, offAt int64
+	entry          int32 // its goroutine's entry in the running table
 	// weight is the histogram weight of this task's slot-time
 	// measurement: 1 for a task that queued (every one is timed), the
 	// stride it was timed at on the fast path (timeFast), 0 when it is
@@ -205,6 +209,9 @@ func (t *task) of(e *Executor) *task {
 // when fn panics; otherwise fn's error. A nil ctx or *Executor panics.
 // No allocation for a Critical or Interactive task, queued or not.
 func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) error) error {
+	if r := e.rec; r != nil {
+		return e.doRecorded(ctx, c, fn, r)
+	}
 	return e.do(ctx, c, 1, fn)
 }
 

@@ -55,6 +55,9 @@ type Executor struct {
 	fracStop chan struct{}
 	fracDone chan struct{}
 
+	// rec keeps the recent requests (Options.Record); nil: none.
+	rec *reqRecorder
+
 	// acct records where sampled tasks' time went (account.go); nil when
 	// Options.Account.Every < 0. sample is its fast-path draw (zero then).
 	acct   accounting
@@ -109,6 +112,11 @@ func New(o Options) (*Executor, error) {
 	if err := e.g.Init(cfg); err != nil {
 		return nil, err
 	}
+	rec, err := newRecorder(o.Record)
+	if err != nil {
+		return nil, err
+	}
+	e.rec = rec
 	e.setCheckpointYield(o.checkpointYield)
 	for c := range Class(numClasses) {
 		e.classLabels[c] = goroutine.LabelSet(labelKey, c.String())

@@ -88,6 +88,11 @@ type Options struct {
 	// their own) instead of on the caller's goroutine.
 	CriticalLane *osthread.Options
 
+	// Record keeps a record of recent requests for `cpuwork simulate` to
+	// replay (Executor.WriteTrace), and with Observe runs them at once
+	// (RecordOptions). The zero value records nothing.
+	Record RecordOptions
+
 	// Logger receives the budget's changes (Info), the budget watcher's
 	// errors and warnings about the options (Warn). nil drops all of
 	// them except the two warnings a user must act on, which then go to

@@ -103,6 +103,8 @@ type Stats struct {
 	// keyed tasks that queued untracked (every tracked key was busy).
 	Keys              []KeyStats
 	UntrackedKeyTasks uint64
+	// Record is the request recorder's state (Options.Record).
+	Record RecordStats
 }
 
 // KeyStats is one key's share of its class (WithKey).
@@ -218,6 +220,7 @@ func (e *Executor) Stats() Stats {
 		}
 		p.mu.Unlock()
 	}
+	st.Record = e.rec.stats()
 	if w := e.paceWarning.Load(); w != nil {
 		st.Pacing.Warning = *w
 	}

@@ -1,6 +1,7 @@
 package cpuwork
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/internal/admission"
+	"github.com/cpuwork/cpuwork/internal/trace"
 )
 
 // TestStressEveryTaskRunsOnceOrItsSubmitterGetsAnError runs many short
@@ -112,6 +114,15 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 	if flipping {
 		o.forMaxSlots, o.Account.Every = 1, -1
 	}
+	if r.IntN(3) == 0 {
+		// Requests recorded in a small ring, or observed (run at once,
+		// no slot: Close must still wait for them), while the ring is
+		// read (below).
+		o.Record = RecordOptions{Requests: r.IntN(16), Observe: r.IntN(2) == 0}
+		if !o.Record.Observe {
+			o.Record.Requests++
+		}
+	}
 	if r.IntN(2) == 0 {
 		// Slow tasks accounted up to a per-second bound (its window's
 		// reset races with concurrent takes).
@@ -180,7 +191,17 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 			}
 		}()
 	}
-	stopResizing, stopSpending := func() {}, func() {}
+	stopResizing, stopSpending, stopTracing := func() {}, func() {}, func() {}
+	if o.Record != (RecordOptions{}) {
+		stopTracing = every50us(func(int) {
+			var b bytes.Buffer
+			if err := e.WriteTrace(&b); err != nil {
+				t.Errorf("WriteTrace: %v", err)
+			} else if _, _, err := trace.Read(&b); err != nil && !strings.Contains(err.Error(), "no request") {
+				t.Errorf("the trace written does not read back: %v", err)
+			}
+		})
+	}
 	if r.IntN(4) == 0 {
 		// The slot count changes under the releases (a shrink between a
 		// release's add and its capacity check once lost a slot).
@@ -195,6 +216,7 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 	wg.Wait()
 	stopResizing()
 	stopSpending()
+	stopTracing()
 	closeOnce.Do(func() { closeDone <- nil })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()

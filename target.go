@@ -70,7 +70,17 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return e.g.Allow(ctx, admission.Class(c))
+	if e.rec == nil {
+		return e.g.Allow(ctx, admission.Class(c))
+	}
+	if e.rec.observe {
+		return nil
+	}
+	err := e.g.Allow(ctx, admission.Class(c))
+	if err != nil {
+		e.recordRefusal(ctx, c, err)
+	}
+	return err
 }
 
 // WithKey returns a context whose tasks are charged to key (a tenant, an

@@ -1,12 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/cli"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	"runtime"
 	"strconv"
@@ -14,7 +15,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/cli"
+	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/doctor"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/sim"
+	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/spf13/cobra"
 )
 
@@ -42,19 +46,24 @@ measures them).
 Without --trace it replays the bench's scenarios with the sizes their default
 run measured (--scenario, --load as multiples of capacity). With --trace it
 replays a CSV of requests (header arrival_ms,class,cpu_ms[,deadline_ms][,kind];
-class is critical, interactive, batch or background). With --matrix it runs
-the declared policy matrix — 1 to 64 slots, five service-time shapes, seven
-loads, three request mixes, two objectives — and prints a table per
-dimension, the targets, and every cell where cpuwork is worse than the best
-peer (--json: every cell):
+class is critical, interactive, batch or background). With --from it fetches
+the requests a service recorded (cpuwork.Options.Record, served by
+cpuworkhttp.TraceHandler at /debug/cpuwork/trace; Observe records them
+without enforcing anything) and replays them on the service's slots under
+the targets it recorded: what each policy would have done with its traffic.
+With --matrix it runs the declared policy matrix — 1 to 64 slots, five
+service-time shapes, seven loads, three request mixes, two objectives — and
+prints a table per dimension, the targets, and every cell where cpuwork is
+worse than the best peer (--json: every cell):
 
   cpuwork simulate
   cpuwork simulate --trace requests.csv --slots 4 --objective interactive=250ms
+  cpuwork simulate --from http://127.0.0.1:8080
   cpuwork simulate --matrix`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.matrix || o.matrixFile != "" {
-				for _, fl := range []string{"scenario", "load", "trace", "slots", "objective", "policies", "duration", "seed", "queue-limit", "targets", "declared"} {
+				for _, fl := range []string{"scenario", "load", "trace", "from", "slots", "objective", "policies", "duration", "seed", "queue-limit", "targets", "declared"} {
 					if cmd.Flags().Changed(fl) {
 						return cli.UsageError(fmt.Errorf("--matrix runs the declared grid: --%s does not apply (the matrix file sets the cells and the policies)", fl))
 					}
@@ -74,7 +83,8 @@ peer (--json: every cell):
 	f.Lookup("load").DefValue = "" // each scenario has its own, said above: not "(default [])"
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
 	f.DurationVar(&o.duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
-	f.StringVar(&o.trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind])")
+	f.StringVar(&o.from, "from", "", "base URL of a service that records its requests (cpuwork.Options.Record, cpuworkhttp.TraceHandler): replay its last requests on its slots under the targets it recorded")
+	f.StringVar(&o.trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind][,key][,target_ms][,outcome][,queue_wait_ms]; what Executor.WriteTrace writes)")
 	f.IntVar(&o.slots, "slots", runtime.NumCPU(), "with --trace: the cores the service has (tasks run at once)")
 	f.StringSliceVar(&o.objectives, "objective", nil, "with --trace: a class's latency objective, class=duration (e.g. interactive=250ms); repeatable")
 	f.BoolVar(&o.targets, "targets", true, "with --trace: cpuwork's requests carry their class's objective as their target (cpuworkhttp's Objective)")
@@ -94,6 +104,7 @@ type simFlags struct {
 	seed       uint64
 	duration   time.Duration
 	trace      string
+	from       string
 	slots      int
 	objectives []string
 	targets    bool
@@ -117,11 +128,17 @@ func (o *simFlags) workloads(cmd *cobra.Command) ([]*sim.Workload, error) {
 		return nil, cli.UsageError(fmt.Errorf("--queue-limit %d: want at least 1", o.queueLimit))
 	}
 	changed := cmd.Flags().Changed
+	if o.from != "" {
+		if o.trace != "" || changed("scenario") || changed("load") {
+			return nil, cli.UsageError(errors.New("--from replays the service's recorded requests: --trace, --scenario and --load do not apply"))
+		}
+		return o.fromService(cmd)
+	}
 	if o.trace != "" {
 		if changed("scenario") || changed("load") {
 			return nil, cli.UsageError(errors.New("--trace replays the file: --scenario and --load are for the bench's scenarios"))
 		}
-		wl, note, err := traceWorkload(o.trace, o.slots, o.objectives, o.targets, o.declared, o.queueLimit, o.duration)
+		wl, note, err := traceWorkload(context.Background(), o.trace, o.slots, o.objectives, o.targets, o.declared, o.queueLimit, o.duration)
 		if err != nil {
 			return nil, err
 		}
@@ -254,9 +271,54 @@ func scenarioInfo(name string) (sim.ScenarioInfo, bool) {
 	return sim.ScenarioInfo{}, false
 }
 
-// traceWorkload reads a --trace file into a workload; note, when not
-// empty, says the trace was replayed sorted.
-func traceWorkload(path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (wl *sim.Workload, note string, err error) {
+// fromTimeout bounds --from's two downloads together.
+const fromTimeout = 2 * time.Minute
+
+// fromService is --from's workload: the trace the service at o.from
+// serves (cpuworkhttp.TracePath), replayed on its slots (its
+// /debug/cpuwork, unless --slots is given) under the targets it recorded
+// (unless --objective is given).
+func (o *simFlags) fromService(cmd *cobra.Command) ([]*sim.Workload, error) {
+	base := strings.TrimSuffix(o.from, "/")
+	if u, err := url.Parse(base); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, cli.UsageError(fmt.Errorf("--from %q: want the service's base URL, http://HOST:PORT", o.from))
+	}
+	ctx := cmd.Context()
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	ctx, cancel := context.WithTimeout(ctx, fromTimeout)
+	defer cancel()
+	slots := o.slots
+	var notes []string
+	if !cmd.Flags().Changed("slots") {
+		view, err := doctor.FetchView(ctx, base)
+		if err != nil {
+			return nil, fmt.Errorf("%w (or give --slots)", err)
+		}
+		if view == nil || view.Slots < 1 {
+			return nil, fmt.Errorf("%s/debug/cpuwork serves no executor: mount schedstat.Handler with the executor's Stats there, or give --slots", base)
+		}
+		slots = view.Slots
+		notes = append(notes, fmt.Sprintf("%s: %d slots, the executor's (its /debug/cpuwork)", base, slots))
+	}
+	wl, note, err := traceWorkload(ctx, base+cpuworkhttp.TracePath, slots, o.objectives, o.targets, o.declared, o.queueLimit, o.duration)
+	if err != nil {
+		return nil, err
+	}
+	if note != "" {
+		notes = append(notes, note)
+	}
+	for _, n := range notes {
+		fmt.Fprintln(cmd.ErrOrStderr(), "note:", n)
+	}
+	return []*sim.Workload{wl}, nil
+}
+
+// traceWorkload reads a --trace file, or a trace at an http(s) URL
+// (--from), into a workload; note, when not empty, says what the replay
+// took from the trace or changed in it (sorted, sized, objectives).
+func traceWorkload(ctx context.Context, path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (wl *sim.Workload, note string, err error) {
 	if slots < 1 || slots > sim.MaxSlots {
 		return nil, "", cli.UsageError(fmt.Errorf("--slots %d: want 1 to %d (the executor's bound)", slots, sim.MaxSlots))
 	}
@@ -279,25 +341,51 @@ func traceWorkload(path string, slots int, objectives []string, targets, declare
 		}
 		wl.Objective[c] = dv
 	}
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, "", err
+	var r io.Reader
+	if from := strings.HasPrefix(path, "http://") || strings.HasPrefix(path, "https://"); from {
+		body, err := doctor.Get(ctx, path, "mount cpuworkhttp.TraceHandler there and set cpuwork.Options.Record")
+		if err != nil {
+			return nil, "", err
+		}
+		defer body.Close()
+		r = body
+	} else {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, "", err
+		}
+		defer f.Close()
+		r = f
 	}
-	defer f.Close()
-	var unsorted, sized int
-	wl.Requests, unsorted, sized, err = sim.ReadTrace(f)
+	tr, err := sim.ReadTrace(r)
 	if err != nil {
 		return nil, "", fmt.Errorf("%s: %w", path, err)
 	}
-	if unsorted > 0 {
-		note = fmt.Sprintf("%s: line %d arrives before the line above it: replayed sorted by arrival", path, unsorted)
+	wl.Requests = tr.Requests
+	var notes []string
+	if tr.Unsorted > 0 {
+		notes = append(notes, fmt.Sprintf("%s: line %d arrives before the line above it: replayed sorted by arrival", path, tr.Unsorted))
 	}
-	if sized > 0 {
-		if note != "" {
-			note += "\nnote: "
+	if tr.Sized > 0 {
+		notes = append(notes, fmt.Sprintf("%s: %d of %d requests never ran where they were recorded: each sized at the median CPU time of its class's requests that ran", path, tr.Sized, len(wl.Requests)))
+	}
+	if len(objectives) == 0 {
+		var got []string
+		for c, d := range tr.Targets {
+			if d > 0 {
+				wl.Objective[c] = d
+				got = append(got, fmt.Sprintf("%s=%v", sim.Class(c), d))
+			}
 		}
-		note += fmt.Sprintf("%s: %d of %d requests never ran where they were recorded: each sized at the median CPU time of its class's requests that ran", path, sized, len(wl.Requests))
+		if len(got) > 0 {
+			notes = append(notes, fmt.Sprintf("%s: objectives from the targets it recorded: %s (--objective sets others)", path, strings.Join(got, ", ")))
+		}
 	}
+	if n := len(wl.Requests) - tr.Recorded[0]; n > 0 {
+		notes = append(notes, fmt.Sprintf("%s: where it was recorded: %d served, %d refused, %d refused for their target, %d gave up", path,
+			tr.Recorded[1], tr.Recorded[2], tr.Recorded[3], tr.Recorded[4]))
+	}
+	note = strings.Join(notes, "\nnote: ")
 	wl.Duration = d
 	if d <= 0 {
 		wl.Duration = max(wl.Requests[len(wl.Requests)-1].At, time.Millisecond)

@@ -28,6 +28,16 @@ func TargetContext(ctx context.Context, latency, service time.Duration) context.
 	return context.WithValue(ctx, targetKey{}, &targetVal{arrival: Now(), latency: int64(latency), service: int64(max(service, 0))})
 }
 
+// TargetOf is the arrival (Now's nanoseconds) and latency (ns; 0 or
+// negative: none) of ctx's target, and false when ctx carries none.
+func TargetOf(ctx context.Context) (arrival, latency int64, ok bool) {
+	v, ok := ctx.Value(targetKey{}).(*targetVal)
+	if !ok {
+		return 0, 0, false
+	}
+	return v.arrival, v.latency, true
+}
+
 // TargetContextAt is TargetContext for a request that arrived at arrival,
 // in the Granter's clock's nanoseconds (Config.Clock): a simulation's
 // virtual clock.

@@ -9,3 +9,11 @@ import "time"
 // Windows), and false where it cannot be read (or on other systems:
 // js/wasm, wasip1, plan9).
 func Process() (time.Duration, bool) { return process() }
+
+// Thread returns the CPU time the calling OS thread has used
+// (clock_gettime(2) CLOCK_THREAD_CPUTIME_ID: user and system time, cgo
+// calls included), and false where it cannot be read (systems other than
+// Linux). A goroutine's reading is its own only while it is locked to its
+// thread (runtime.LockOSThread): the runtime may run it on another thread
+// otherwise, and other goroutines on this one.
+func Thread() (time.Duration, bool) { return thread() }

@@ -1,6 +1,7 @@
 package cputime
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -26,5 +27,36 @@ func TestProcessCountsThisProcessesWork(t *testing.T) {
 				t.Fatalf("10 s of spinning added %v of CPU time", now-before)
 			}
 		}
+	}
+}
+
+// The thread's clock counts the thread's own spinning and not the time it
+// sleeps: 20 ms of spinning add at least 15 ms, a 50 ms sleep under 5 ms.
+func TestThreadCountsTheThreadsOwnWork(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	before, ok := Thread()
+	if !ok {
+		t.Skip("no thread CPU clock on this system")
+	}
+	time.Sleep(50 * time.Millisecond)
+	slept, _ := Thread()
+	if d := slept - before; d > 5*time.Millisecond {
+		t.Fatalf("a 50 ms sleep added %v of thread CPU time", d)
+	}
+	start := time.Now()
+	for time.Since(start) < 20*time.Millisecond {
+	}
+	spun, _ := Thread()
+	if d := spun - slept; d < 15*time.Millisecond && !testing.Short() {
+		t.Logf("20 ms of wall-clock spinning added %v of thread CPU time (the host took the rest)", d)
+	} else if d > time.Second {
+		t.Fatalf("20 ms of spinning added %v: not nanoseconds", d)
+	}
+}
+
+func BenchmarkThread(b *testing.B) {
+	for b.Loop() {
+		Thread()
 	}
 }

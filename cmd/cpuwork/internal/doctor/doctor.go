@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -671,39 +670,53 @@ func environReadable(pid int) bool {
 // executor's view.
 func fetch(ctx context.Context, base string) (*schedstat.Sample, *ExecutorView, error) {
 	u := strings.TrimSuffix(base, "/") + "/debug/cpuwork"
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	body, err := Get(ctx, u, "mount schedstat.Handler there")
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", u, err)
-	}
-	resp, err := targetClient.Do(req)
-	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", u, err)
-	}
-	defer resp.Body.Close()
-	if err := checkRedirect(u, resp); err != nil {
 		return nil, nil, err
 	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, nil, newStatusError(u, resp, "mount schedstat.Handler there")
-	}
-	s, ex, err := readDebug(resp.Body)
+	defer body.Close()
+	s, ex, err := readDebug(body)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", u, err)
 	}
 	return s, ex, nil
 }
 
+// FetchView reads the executor's view a target serves at
+// base/debug/cpuwork (schedstat.Handler), within ctx; nil when it serves
+// none.
+func FetchView(ctx context.Context, base string) (*ExecutorView, error) {
+	u := strings.TrimSuffix(base, "/") + "/debug/cpuwork"
+	body, err := Get(ctx, u, "mount schedstat.Handler there")
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	_, ex, err := decodeDebug(body)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	return ex, nil
+}
+
 // readDebug parses a /debug/cpuwork body, at most maxDebugBody bytes.
 func readDebug(r io.Reader) (*schedstat.Sample, *ExecutorView, error) {
+	s, ex, err := decodeDebug(r)
+	if err == nil && s.Interval == 0 {
+		return nil, nil, fmt.Errorf("no sample yet (the sampler takes its first one interval after it starts)")
+	}
+	return s, ex, err
+}
+
+// decodeDebug decodes a /debug/cpuwork body, at most maxDebugBody bytes,
+// whether or not the sampler has taken a sample yet.
+func decodeDebug(r io.Reader) (*schedstat.Sample, *ExecutorView, error) {
 	var rep struct {
 		Sample   schedstat.Sample `json:"sample"`
 		Executor json.RawMessage  `json:"executor"`
 	}
 	if err := json.NewDecoder(capped(r, maxDebugBody, "/debug/cpuwork")).Decode(&rep); err != nil {
 		return nil, nil, err
-	}
-	if rep.Sample.Interval == 0 {
-		return nil, nil, fmt.Errorf("no sample yet (the sampler takes its first one interval after it starts)")
 	}
 	return &rep.Sample, parseExecutorView(rep.Executor), nil
 }

@@ -6,6 +6,7 @@ import (
 	"debug/buildinfo"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptrace"
 	"net/url"
@@ -70,6 +71,30 @@ type redirectError struct {
 
 func (e *redirectError) Error() string {
 	return fmt.Sprintf("%s: %s, a redirect to %q: not followed (the doctor reads only the target itself; give --url the address that serves /debug/)", e.url, e.status, e.location)
+}
+
+// Get reads u from a target with targetClient, within ctx: the body of a
+// 200 answer, which the caller bounds and closes; a redirect (not
+// followed) or another status is an error naming u, the status and hint
+// (what the target should serve there).
+func Get(ctx context.Context, u, hint string) (io.ReadCloser, error) {
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	resp, err := targetClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", u, err)
+	}
+	if err := checkRedirect(u, resp); err != nil {
+		resp.Body.Close()
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, newStatusError(u, resp, hint)
+	}
+	return resp.Body, nil
 }
 
 // checkRedirect returns a redirectError when resp is a redirect.

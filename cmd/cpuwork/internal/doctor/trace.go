@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -130,21 +129,6 @@ func readTrace(r io.Reader) (*TraceView, error) {
 func pprofGet(ctx context.Context, base, what string, d time.Duration) (string, io.ReadCloser, error) {
 	secs := max(int(d.Round(time.Second)/time.Second), 1)
 	u := fmt.Sprintf("%s/debug/pprof/%s?seconds=%d", strings.TrimSuffix(base, "/"), what, secs)
-	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
-	if err != nil {
-		return u, nil, fmt.Errorf("%s: %w", u, err)
-	}
-	resp, err := targetClient.Do(req)
-	if err != nil {
-		return u, nil, fmt.Errorf("%s: %w", u, err)
-	}
-	if err := checkRedirect(u, resp); err != nil {
-		resp.Body.Close()
-		return u, nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return u, nil, newStatusError(u, resp, `import _ "net/http/pprof" in the target`)
-	}
-	return u, resp.Body, nil
+	body, err := Get(ctx, u, `import _ "net/http/pprof" in the target`)
+	return u, body, err
 }

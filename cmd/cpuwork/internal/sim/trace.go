@@ -19,27 +19,63 @@ import (
 // error names the line and the column. The input is bounded as the trace
 // package's Read says (MaxTraceBytes, MaxLineBytes, ...).
 func ReadCSV(r io.Reader) ([]Request, error) {
-	reqs, _, _, err := ReadTrace(r)
-	return reqs, err
+	t, err := ReadTrace(r)
+	return t.Requests, err
 }
 
-// ReadTrace is ReadCSV that also reports the line of the first request
-// that arrives before the one on the line above it (0: the trace was in
-// order), so that a caller can say it replayed the trace sorted, and how
-// many requests it sized at their class's median (they never ran).
-func ReadTrace(r io.Reader) (reqs []Request, unsorted, sized int, err error) {
+// Trace is a trace ReadTrace read.
+type Trace struct {
+	Requests []Request // sorted by arrival
+	// Unsorted is the line of the first request that arrives before the
+	// one on the line above it (0: the trace was in order), so that a
+	// caller can say it replayed the trace sorted.
+	Unsorted int
+	// Sized counts the requests that never ran where they were recorded,
+	// sized at their class's median.
+	Sized int
+	// Targets is each class's most frequent latency target in the trace
+	// (target_ms; 0: none recorded): the objective it was recorded under.
+	Targets [admission.NumClasses]time.Duration
+	// Recorded counts the requests by how they ended where they were
+	// recorded (outcome; Unknown for a trace without it).
+	Recorded [5]int
+}
+
+// ReadTrace is ReadCSV with what else the trace says (Trace).
+func ReadTrace(r io.Reader) (Trace, error) {
+	var t Trace
 	recs, unsorted, err := trace.Read(r)
 	if err != nil {
-		return nil, 0, 0, err
+		return t, err
 	}
-	if sized, err = trace.SizeUnknown(recs); err != nil {
-		return nil, 0, 0, err
+	sized, err := trace.SizeUnknown(recs)
+	if err != nil {
+		return t, err
 	}
-	reqs = make([]Request, len(recs))
+	t.Unsorted, t.Sized = unsorted, sized
+	t.Requests = make([]Request, len(recs))
+	var counts [admission.NumClasses]map[time.Duration]int
 	for i, q := range recs {
-		reqs[i] = Request{At: q.Arrival, Class: q.Class, CPU: q.CPU, Deadline: q.Deadline, Kind: q.Kind, Key: q.Key}
+		t.Requests[i] = Request{At: q.Arrival, Class: q.Class, CPU: q.CPU, Deadline: q.Deadline, Kind: q.Kind, Key: q.Key}
+		if int(q.Outcome) < len(t.Recorded) {
+			t.Recorded[q.Outcome]++
+		}
+		if q.Target > 0 {
+			if counts[q.Class] == nil {
+				counts[q.Class] = map[time.Duration]int{}
+			}
+			counts[q.Class][q.Target]++
+		}
 	}
-	return reqs, unsorted, sized, nil
+	for c, m := range counts {
+		best := 0
+		for d, n := range m {
+			if n > best || n == best && d < t.Targets[c] {
+				t.Targets[c], best = d, n
+			}
+		}
+	}
+	return t, nil
 }
 
 // The bounds of a trace (ReadCSV): the trace package's.

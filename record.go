@@ -1,0 +1,333 @@
+package cpuwork
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"io"
+	"runtime"
+	"runtime/debug"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
+	"github.com/cpuwork/cpuwork/internal/cputime"
+	"github.com/cpuwork/cpuwork/internal/trace"
+)
+
+// RecordOptions keeps a record of the most recent requests submitted with
+// Do (the HTTP and gRPC middleware's), and refused by Allow, for
+// `cpuwork simulate` to replay through every admission policy
+// (Executor.WriteTrace). The zero value records nothing.
+type RecordOptions struct {
+	// Requests is how many of the most recent requests are kept: a ring
+	// of 64 bytes a request, allocated by New (DefaultRecordRequests,
+	// 4 MiB, is about a minute of a service answering 1,000 requests a
+	// second). 0 keeps none unless Observe is set, which then keeps
+	// DefaultRecordRequests; negative makes New fail.
+	Requests int
+
+	// Observe runs every Do at once (Critical and Interactive on the
+	// caller's goroutine, Batch and Background on a goroutine of their
+	// own, as on a worker): no slot, no queue, no refusal (Allow admits everything;
+	// only Close and a done ctx still stop a task), so the service runs
+	// as it would without cpuwork while its requests are recorded. Each
+	// request's CPU time is its thread's CPU clock (CLOCK_THREAD_CPUTIME_ID)
+	// read before and after fn with the goroutine locked to its thread:
+	// exact for work fn does on its goroutine (cgo calls included), blind
+	// to goroutines fn starts. It costs a request two system calls (about
+	// 1-2 µs) and a thread hand-off each time the runtime preempts it or
+	// it blocks. On systems without a thread CPU clock (other than
+	// Linux) the CPU time is the wall time fn ran. Checkpoint acts as
+	// outside any task (it yields the P when goroutines wait for one, and
+	// returns ctx's error) and nothing is accounted (Options.Account)
+	// while observing.
+	Observe bool
+}
+
+// DefaultRecordRequests is RecordOptions.Requests' value under Observe
+// when it is 0.
+const DefaultRecordRequests = 1 << 16
+
+// maxRecordRequests bounds RecordOptions.Requests (64 MiB of records).
+const maxRecordRequests = 1 << 20
+
+// reqRecorder is the executor's ring of recent requests (RecordOptions).
+type reqRecorder struct {
+	observe bool
+	seed    maphash.Seed
+	mu      sync.Mutex
+	ring    []recEntry
+	n       uint64 // requests recorded in all; the newest is ring[(n-1)%len]
+}
+
+// recEntry is one recorded request: 64 bytes.
+type recEntry struct {
+	arrival  int64  // now() ns
+	cpu      int64  // ns on a core (observe) or holding a slot; 0: it never ran
+	wait     int64  // ns from arrival to its slot (and waits for it again at Checkpoints)
+	deadline int64  // ns from arrival to its ctx's deadline; 0: none
+	target   int64  // ns from arrival to its latency target; 0: none
+	key      uint64 // digest of its key (WithKey); 0: none
+	class    Class
+	outcome  trace.Outcome
+}
+
+func newRecorder(o RecordOptions) (*reqRecorder, error) {
+	n := o.Requests
+	switch {
+	case n < 0 || n > maxRecordRequests:
+		return nil, fmt.Errorf("cpuwork: Options.Record.Requests %d out of range 0..%d", n, maxRecordRequests)
+	case n == 0 && !o.Observe:
+		return nil, nil
+	case n == 0:
+		n = DefaultRecordRequests
+	}
+	return &reqRecorder{observe: o.Observe, seed: maphash.MakeSeed(), ring: make([]recEntry, n)}, nil
+}
+
+// add records x, overwriting the oldest record once the ring is full.
+func (r *reqRecorder) add(x recEntry) {
+	r.mu.Lock()
+	r.ring[r.n%uint64(len(r.ring))] = x
+	r.n++
+	r.mu.Unlock()
+}
+
+// entry is the record of a request of class c submitted with ctx now
+// (at): its arrival (its target's, when it carries one), key, deadline
+// and target.
+func (r *reqRecorder) entry(ctx context.Context, c Class, at int64) recEntry {
+	x := recEntry{arrival: at, class: c}
+	if arr, lat, ok := admission.TargetOf(ctx); ok {
+		x.arrival = min(arr, at)
+		if lat > 0 {
+			x.target = lat
+		}
+	}
+	if d, ok := ctx.Deadline(); ok {
+		x.deadline = max(int64(time.Until(d))+at-x.arrival, 1)
+	}
+	if k, ok := admission.KeyOf(ctx); ok {
+		x.key = maphash.String(r.seed, k) | 1
+	}
+	return x
+}
+
+// recRun wraps a recorded task's fn: the times its slot began and ended
+// and its time off the slot at Checkpoints. call is run bound once, so
+// that a pooled recRun submits without allocating.
+type recRun struct {
+	fn             func(context.Context) error
+	call           func(context.Context) error
+	started, ended int64
+	offSlot        int64
+}
+
+var recRuns = sync.Pool{New: func() any {
+	rr := new(recRun)
+	rr.call = rr.run
+	return rr
+}}
+
+func (rr *recRun) run(ctx context.Context) error {
+	rr.started = now()
+	defer rr.stop()
+	return rr.fn(ctx)
+}
+
+// stop ends the run (a panic of fn included): its end, and the time its
+// task spent off its slot.
+func (rr *recRun) stop() {
+	rr.ended = now()
+	if t := runningTask(); t != nil {
+		rr.offSlot = t.offSlot
+	}
+}
+
+// doRecorded is Do under a recorder: observed, or submitted as usual
+// and recorded with how it ended. A nested call (fn of a task of e)
+// is part of its outer request and is not recorded apart.
+func (e *Executor) doRecorded(ctx context.Context, c Class, fn func(context.Context) error, r *reqRecorder) error {
+	if err := e.checkArgs(ctx, c, fn); err != nil {
+		return err
+	}
+	if t := runningTask().of(e); t != nil {
+		return e.do(ctx, c, 1, fn)
+	}
+	x := r.entry(ctx, c, now())
+	if r.observe {
+		return e.observe(ctx, c, fn, r, x)
+	}
+	rr := recRuns.Get().(*recRun)
+	rr.fn, rr.started, rr.offSlot = fn, 0, 0
+	err := e.do(ctx, c, 1, rr.call)
+	if rr.started != 0 {
+		x.outcome = trace.Served
+		x.wait = rr.started - x.arrival + rr.offSlot
+		x.cpu = max(rr.ended-rr.started-rr.offSlot, 1)
+	} else {
+		x.outcome = outcomeOf(err)
+		x.wait = now() - x.arrival
+	}
+	rr.fn = nil
+	recRuns.Put(rr)
+	r.add(x)
+	return err
+}
+
+// outcomeOf is how a task that never ran ended, by Do's error.
+func outcomeOf(err error) trace.Outcome {
+	switch {
+	case errors.Is(err, ErrDeadline):
+		return trace.RefusedDeadline
+	case errors.Is(err, ErrSaturated), errors.Is(err, ErrClosed):
+		return trace.Refused
+	default:
+		return trace.GaveUp
+	}
+}
+
+// observe runs fn at once for RecordOptions.Observe and records its
+// thread's CPU time; a panic becomes a *PanicError as under Do.
+func (e *Executor) observe(ctx context.Context, c Class, fn func(context.Context) error, r *reqRecorder, x recEntry) error {
+	// Admitted before the closed check, Close sets closed before it
+	// counts: either Close waits for this task or the task sees it closed.
+	s := &e.stats[c]
+	s.Admitted.Inc(0)
+	if e.g.IsClosed() || ctx.Err() != nil {
+		s.Completed.Inc(0)
+		if e.g.IsClosed() {
+			e.checkDrained()
+			s.Rejected.Add(1)
+			return ErrClosed
+		}
+		s.Canceled.Add(1)
+		x.outcome, x.wait = trace.GaveUp, now()-x.arrival
+		r.add(x)
+		return ctx.Err()
+	}
+	if c.runsOnWorker() {
+		// Batch and Background run off the submitter's goroutine, as on
+		// a worker under Do: a Goexit ends that goroutine, not the
+		// submitter's, and becomes ErrGoexit.
+		done := make(chan error, 1)
+		go func() {
+			exited := true
+			defer func() {
+				if exited {
+					done <- ErrGoexit
+				}
+			}()
+			err := e.observeRun(ctx, c, fn, r, x)
+			exited = false
+			done <- err
+		}()
+		return <-done
+	}
+	return e.observeRun(ctx, c, fn, r, x)
+}
+
+// observeRun runs fn on the calling goroutine, locked to its thread, and
+// records its thread's CPU time; a panic becomes a *PanicError.
+func (e *Executor) observeRun(ctx context.Context, c Class, fn func(context.Context) error, r *reqRecorder, x recEntry) (err error) {
+	s := &e.stats[c]
+	runtime.LockOSThread()
+	start := now()
+	cpu0, ok := cputime.Thread()
+	defer func() {
+		cpu1, _ := cputime.Thread()
+		end := now()
+		runtime.UnlockOSThread()
+		if v := recover(); v != nil {
+			s.panicked.Add(1)
+			err = &PanicError{Class: c, Value: v, Stack: debug.Stack()}
+		}
+		x.outcome, x.wait = trace.Served, start-x.arrival
+		x.cpu = end - start
+		if ok {
+			x.cpu = int64(cpu1 - cpu0)
+		}
+		x.cpu = max(x.cpu, 1)
+		r.add(x)
+		s.Completed.Inc(0)
+		if e.g.IsClosed() {
+			e.checkDrained()
+		}
+	}()
+	return fn(ctx)
+}
+
+// recordRefusal records a request Allow refused (err).
+func (e *Executor) recordRefusal(ctx context.Context, c Class, err error) {
+	r := e.rec
+	x := r.entry(ctx, c, now())
+	x.outcome, x.wait = outcomeOf(err), now()-x.arrival
+	r.add(x)
+}
+
+// WriteTrace writes the recorded requests (Options.Record), oldest
+// arrival first, as the CSV trace `cpuwork simulate --trace` replays:
+// arrival_ms (from the first), class, cpu_ms (empty for a request that
+// never ran), deadline_ms, target_ms, key (a digest of the WithKey
+// string, the same for the same key within this process), outcome
+// (served, refused, refused-deadline, gave-up), queue_wait_ms and kind
+// (empty). cpu_ms is the request's CPU time on its thread under
+// Observe, else the time it held its slot. It copies the ring under a
+// lock that submissions also take (a few milliseconds at the largest
+// ring), then writes without it. It returns w's first error, or an error
+// when the executor records nothing.
+func (e *Executor) WriteTrace(w io.Writer) error {
+	mustExec(e)
+	r := e.rec
+	if r == nil {
+		return errors.New("cpuwork: the executor records no requests (set Options.Record)")
+	}
+	r.mu.Lock()
+	n := min(r.n, uint64(len(r.ring)))
+	recs := make([]recEntry, n)
+	for i := range n {
+		recs[i] = r.ring[(r.n-n+i)%uint64(len(r.ring))]
+	}
+	r.mu.Unlock()
+	slices.SortStableFunc(recs, func(a, b recEntry) int { return int(a.arrival - b.arrival) })
+	tw := trace.NewWriter(w)
+	for _, x := range recs {
+		rec := trace.Record{
+			Arrival: time.Duration(x.arrival - recs[0].arrival), Class: admission.Class(x.class),
+			CPU: time.Duration(x.cpu), Deadline: time.Duration(x.deadline), Target: time.Duration(x.target),
+			Outcome: x.outcome, QueueWait: time.Duration(max(x.wait, 0)),
+		}
+		if x.key != 0 {
+			rec.Key = fmt.Sprintf("%016x", x.key)
+		}
+		if err := tw.Write(rec); err != nil {
+			return err
+		}
+	}
+	if n == 0 {
+		_, err := io.WriteString(w, strings.Join(trace.Columns, ",")+"\n")
+		return err
+	}
+	return tw.Flush()
+}
+
+// RecordStats is Stats.Record: the recorder's state.
+type RecordStats struct {
+	Observe  bool   // RecordOptions.Observe: nothing is admitted, queued or refused
+	Kept     int    // requests in the ring now
+	Capacity int    // the ring's size (RecordOptions.Requests)
+	Recorded uint64 // requests recorded since New
+}
+
+func (r *reqRecorder) stats() RecordStats {
+	if r == nil {
+		return RecordStats{}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return RecordStats{Observe: r.observe, Kept: int(min(r.n, uint64(len(r.ring)))), Capacity: len(r.ring), Recorded: r.n}
+}
