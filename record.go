@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
@@ -32,20 +33,34 @@ type RecordOptions struct {
 
 	// Observe runs every Do at once (Critical and Interactive on the
 	// caller's goroutine, Batch and Background on a goroutine of their
-	// own, as on a worker): no slot, no queue, no refusal (Allow admits everything;
-	// only Close and a done ctx still stop a task), so the service runs
-	// as it would without cpuwork while its requests are recorded. Each
-	// request's CPU time is its thread's CPU clock (CLOCK_THREAD_CPUTIME_ID)
-	// read before and after fn with the goroutine locked to its thread:
-	// exact for work fn does on its goroutine (cgo calls included), blind
-	// to goroutines fn starts. It costs a request two system calls (about
-	// 1-2 µs) and a thread hand-off each time the runtime preempts it or
-	// it blocks. On systems without a thread CPU clock (other than
-	// Linux) the CPU time is the wall time fn ran. Checkpoint acts as
-	// outside any task (it yields the P when goroutines wait for one, and
-	// returns ctx's error) and nothing is accounted (Options.Account)
-	// while observing.
+	// own, as on a worker): no slot, no queue, no refusal (Allow admits
+	// everything; only Close and a done ctx still stop a task), so the
+	// service runs as it would without cpuwork while its requests are
+	// recorded. A request's CPU time is its thread's CPU clock
+	// (CLOCK_THREAD_CPUTIME_ID) read before and after fn when it ends on
+	// the thread it started on and the observed requests never
+	// outnumbered GOMAXPROCS meanwhile (work on its goroutine, cgo calls
+	// included; blind to goroutines fn starts); otherwise, when the
+	// runtime may have run another request in its stead, its share of
+	// the process's CPU time as processor sharing over the observed
+	// requests would give it, counted in Stats.Record.Estimated (right on
+	// the whole, not request by request: Go's scheduler does not share
+	// the CPU evenly at every instant; LockThreads makes every one
+	// exact). It costs a request six system calls (a few microseconds).
+	// On systems without a thread CPU clock (other than Linux) the CPU
+	// time is the wall time fn ran. Checkpoint acts as outside any task
+	// (it yields the P when goroutines wait for one, and returns ctx's
+	// error) and nothing is accounted (Options.Account) while observing.
 	Observe bool
+
+	// LockThreads, with Observe, locks each request's goroutine to its
+	// thread (runtime.LockOSThread) while it runs, so that its thread's
+	// CPU clock is its own however many requests run: every CPU time is
+	// exact. The cost is the service's: the runtime hands a locked
+	// request's thread off and back at each preemption, which lengthens
+	// the latency of a service whose requests outnumber its Ps; leave it
+	// off to record a production service.
+	LockThreads bool
 }
 
 // DefaultRecordRequests is RecordOptions.Requests' value under Observe
@@ -58,10 +73,20 @@ const maxRecordRequests = 1 << 20
 // reqRecorder is the executor's ring of recent requests (RecordOptions).
 type reqRecorder struct {
 	observe bool
+	lock    bool // RecordOptions.LockThreads
 	seed    maphash.Seed
 	mu      sync.Mutex
 	ring    []recEntry
 	n       uint64 // requests recorded in all; the newest is ring[(n-1)%len]
+	// inflight counts the observed requests running; estimated those
+	// whose CPU time was estimated (cpuSince).
+	inflight  atomic.Int64
+	estimated atomic.Uint64
+	// crowded counts the observed requests that started with more
+	// running than GOMAXPROCS (cpuSince); fair is their processor-sharing
+	// clock.
+	crowded atomic.Uint64
+	fair    fairClock
 }
 
 // recEntry is one recorded request: 64 bytes.
@@ -86,7 +111,7 @@ func newRecorder(o RecordOptions) (*reqRecorder, error) {
 	case n == 0:
 		n = DefaultRecordRequests
 	}
-	return &reqRecorder{observe: o.Observe, seed: maphash.MakeSeed(), ring: make([]recEntry, n)}, nil
+	return &reqRecorder{observe: o.Observe, lock: o.Observe && o.LockThreads, seed: maphash.MakeSeed(), ring: make([]recEntry, n)}, nil
 }
 
 // add records x, overwriting the oldest record once the ring is full.
@@ -231,27 +256,26 @@ func (e *Executor) observe(ctx context.Context, c Class, fn func(context.Context
 	return e.observeRun(ctx, c, fn, r, x)
 }
 
-// observeRun runs fn on the calling goroutine, locked to its thread, and
-// records its thread's CPU time; a panic becomes a *PanicError.
+// observeRun runs fn on the calling goroutine and records its CPU time
+// (cpuStart, cpuSince); a panic becomes a *PanicError.
 func (e *Executor) observeRun(ctx context.Context, c Class, fn func(context.Context) error, r *reqRecorder, x recEntry) (err error) {
 	s := &e.stats[c]
-	runtime.LockOSThread()
+	if r.lock {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+	}
 	start := now()
-	cpu0, ok := cputime.Thread()
+	from := r.cpuStart()
 	defer func() {
-		cpu1, _ := cputime.Thread()
-		end := now()
-		runtime.UnlockOSThread()
+		cpu, exact := r.cpuSince(from, now()-start)
+		if !exact {
+			r.estimated.Add(1)
+		}
 		if v := recover(); v != nil {
 			s.panicked.Add(1)
 			err = &PanicError{Class: c, Value: v, Stack: debug.Stack()}
 		}
-		x.outcome, x.wait = trace.Served, start-x.arrival
-		x.cpu = end - start
-		if ok {
-			x.cpu = int64(cpu1 - cpu0)
-		}
-		x.cpu = max(x.cpu, 1)
+		x.outcome, x.wait, x.cpu = trace.Served, start-x.arrival, max(cpu, 1)
 		r.add(x)
 		s.Completed.Inc(0)
 		if e.g.IsClosed() {
@@ -259,6 +283,96 @@ func (e *Executor) observeRun(ctx context.Context, c Class, fn func(context.Cont
 		}
 	}()
 	return fn(ctx)
+}
+
+// cpuReading is what an observed request's CPU time is measured from:
+// its thread, that thread's CPU clock, and the process's CPU time.
+type cpuReading struct {
+	tid     int
+	crowded uint64  // reqRecorder.crowded then
+	share   float64 // the fair-share clock then
+	thread  time.Duration
+	ok      bool
+}
+
+// cpuStart counts an observed request in and reads the clocks at its
+// start.
+func (r *reqRecorder) cpuStart() cpuReading {
+	var s cpuReading
+	s.share = r.fair.enter()
+	if r.inflight.Add(1) > int64(runtime.GOMAXPROCS(0)) {
+		r.crowded.Add(1)
+	}
+	s.crowded = r.crowded.Load()
+	s.tid = cputime.TID()
+	s.thread, s.ok = cputime.Thread()
+	return s
+}
+
+// fairClock is processor sharing's virtual time over the observed
+// requests: at each start and end it advances by the process's CPU time
+// since the last one over the requests running meanwhile, so that a
+// request's share of the CPU used while it ran is the clock's advance
+// over its life.
+type fairClock struct {
+	mu      sync.Mutex
+	last    time.Duration // the process's CPU time at the last event
+	v       float64       // ns of CPU per running request, cumulative
+	running int64
+}
+
+// advance moves the clock to the process's CPU time now; f.mu is held.
+func (f *fairClock) advance() {
+	cpu, _ := cputime.Process()
+	if cpu > f.last {
+		if f.running > 0 {
+			f.v += float64(cpu-f.last) / float64(f.running)
+		}
+		f.last = cpu
+	}
+}
+
+// enter counts a request in and returns the clock.
+func (f *fairClock) enter() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.advance()
+	f.running++
+	return f.v
+}
+
+// leave counts a request out and returns the clock.
+func (f *fairClock) leave() float64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.advance()
+	f.running--
+	return f.v
+}
+
+// cpuSince is the CPU time of a request observed from s for wall ns, and
+// whether it is its thread's own. It is the thread's CPU clock since s
+// when the goroutine ended on the thread it started on and the observed
+// requests never outnumbered GOMAXPROCS meanwhile (none started with
+// more running, and fewer run at its end): the runtime had no other
+// request to run on that thread in its stead. Otherwise — it may have
+// been preempted for another request, or moved threads — its share of
+// the CPU the process used while it ran, as processor sharing would give
+// it (fairClock), at most its wall time; an estimate, counted in
+// RecordStats.Estimated. Without a thread CPU clock: its wall time. It
+// counts the request out.
+func (r *reqRecorder) cpuSince(s cpuReading, wall int64) (int64, bool) {
+	thread, _ := cputime.Thread()
+	exact := r.lock || cputime.TID() == s.tid && r.crowded.Load() == s.crowded && r.inflight.Load() <= int64(runtime.GOMAXPROCS(0))
+	r.inflight.Add(-1)
+	share := r.fair.leave() - s.share
+	switch {
+	case !s.ok:
+		return wall, false
+	case exact:
+		return min(int64(thread-s.thread), wall), true
+	}
+	return min(int64(share), wall), false
 }
 
 // recordRefusal records a request Allow refused (err).
@@ -321,6 +435,10 @@ type RecordStats struct {
 	Kept     int    // requests in the ring now
 	Capacity int    // the ring's size (RecordOptions.Requests)
 	Recorded uint64 // requests recorded since New
+	// Estimated counts the observed requests whose CPU time is an
+	// estimate: they moved to another thread while they ran
+	// (RecordOptions.Observe).
+	Estimated uint64
 }
 
 func (r *reqRecorder) stats() RecordStats {
@@ -329,5 +447,5 @@ func (r *reqRecorder) stats() RecordStats {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return RecordStats{Observe: r.observe, Kept: int(min(r.n, uint64(len(r.ring)))), Capacity: len(r.ring), Recorded: r.n}
+	return RecordStats{Observe: r.observe, Kept: int(min(r.n, uint64(len(r.ring)))), Capacity: len(r.ring), Recorded: r.n, Estimated: r.estimated.Load()}
 }

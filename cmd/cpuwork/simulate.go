@@ -201,7 +201,7 @@ func (o *simFlags) replay(w io.Writer, wls []*sim.Workload) error {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		printSim(w, rep, o.seed, o.trace == "")
+		printSim(w, rep, o.seed, o.trace == "" && o.from == "")
 	}
 	return nil
 }
@@ -436,6 +436,49 @@ func printSim(w io.Writer, rep simReport, seed uint64, scenario bool) {
 	for _, line := range simSummary(rep.results, rep.stepped) {
 		fmt.Fprintln(w, line)
 	}
+	if !scenario {
+		for _, line := range traceAnswer(rep.results) {
+			fmt.Fprintln(w, line)
+		}
+	}
+}
+
+// traceAnswer is a trace replay's answer per class with an objective:
+// the requests cpuwork would have served within it, against a goroutine
+// per request (a Go service without admission, as it ran while
+// observed) and the best other policy.
+func traceAnswer(rs []*sim.Result) []string {
+	by := map[string]*sim.Result{}
+	for _, r := range rs {
+		by[r.Policy] = r
+	}
+	cw, gr := by["cpuwork"], by["goroutines"]
+	if cw == nil {
+		return nil
+	}
+	var lines []string
+	for ci, g := range cw.Classes {
+		if g.Objective <= 0 || g.Requests == 0 {
+			continue
+		}
+		pct := func(n int) float64 { return 100 * float64(n) / float64(g.Requests) }
+		line := fmt.Sprintf("answer, %s: cpuwork would have served %d of %d requests (%.1f %%) within %v", g.Kind, g.Within, g.Requests, pct(g.Within), g.Objective)
+		if gr != nil && ci < len(gr.Classes) {
+			o := gr.Classes[ci]
+			line += fmt.Sprintf("; a goroutine per request (the service without admission) %d (%.1f %%): %+.1f points", o.Within, pct(o.Within), pct(g.Within)-pct(o.Within))
+		}
+		best, who := -1, ""
+		for _, r := range rs {
+			if r != cw && r != gr && ci < len(r.Classes) && r.Classes[ci].Within > best {
+				best, who = r.Classes[ci].Within, r.Policy
+			}
+		}
+		if who != "" {
+			line += fmt.Sprintf("; the best other policy, %s, %d (%.1f %%)", who, best, pct(best))
+		}
+		lines = append(lines, line)
+	}
+	return lines
 }
 
 // objectives says what "within objective" means for each class of the

@@ -13,9 +13,12 @@
 //   - /metrics exports the executor and the process's scheduling signals
 //     (package prom): cpuwork_queue_wait_seconds is what the
 //     HorizontalPodAutoscaler scales on;
-//   - /debug/cpuwork serves the schedstat sampler for `cpuwork doctor --url`.
+//   - /debug/cpuwork serves the schedstat sampler for `cpuwork doctor --url`;
+//   - /debug/cpuwork/trace serves its recent requests (Options.Record) for
+//     `cpuwork simulate --from`; with -observe the executor enforces
+//     nothing (every request runs at once) and only records them.
 //
-// Flags: -addr (default :8080).
+// Flags: -addr (default :8080), -observe.
 package main
 
 import (
@@ -34,6 +37,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork"
+	"github.com/cpuwork/cpuwork/cpuworkhttp"
 	"github.com/cpuwork/cpuwork/prom"
 	"github.com/cpuwork/cpuwork/schedstat"
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,9 +46,10 @@ import (
 
 func main() {
 	addr := flag.String("addr", ":8080", "listen address")
+	observe := flag.Bool("observe", false, "enforce nothing: run every request at once and record it for `cpuwork simulate --from`")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	srv, cleanup, err := newServer(log)
+	srv, cleanup, err := newServer(log, *observe)
 	if err != nil {
 		log.Error("start", "err", err)
 		os.Exit(1)
@@ -75,11 +80,11 @@ func main() {
 
 // newServer builds the service's handler; cleanup closes the executor and
 // the sampler.
-func newServer(log *slog.Logger) (http.Handler, func(), error) {
+func newServer(log *slog.Logger, observe bool) (http.Handler, func(), error) {
 	e, err := cpuwork.New(cpuwork.Options{Logger: log, Classes: [4]cpuwork.ClassOptions{
 		cpuwork.Interactive: {MaxQueueWait: 20 * time.Millisecond},
 		cpuwork.Batch:       {MaxQueueWait: 500 * time.Millisecond},
-	}})
+	}, Record: cpuwork.RecordOptions{Requests: cpuwork.DefaultRecordRequests, Observe: observe}})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -95,6 +100,7 @@ func newServer(log *slog.Logger) (http.Handler, func(), error) {
 	mux.Handle("/batch", work(e, cpuwork.Batch, 20000))
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.Handle("/debug/cpuwork", schedstat.Handler(s, func() any { return e.Stats() }))
+	mux.Handle(cpuworkhttp.TracePath, cpuworkhttp.TraceHandler(e))
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	return mux, func() { s.Close(); e.Close(context.Background()) }, nil
 }

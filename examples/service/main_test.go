@@ -14,7 +14,7 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestTheServiceServesWorkMetricsAndTheSampler(t *testing.T) {
-	h, cleanup, err := newServer(slog.New(slog.DiscardHandler))
+	h, cleanup, err := newServer(slog.New(slog.DiscardHandler), false)
 	if err != nil {
 		t.Fatal(err)
 	}

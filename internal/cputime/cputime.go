@@ -17,3 +17,8 @@ func Process() (time.Duration, bool) { return process() }
 // thread (runtime.LockOSThread): the runtime may run it on another thread
 // otherwise, and other goroutines on this one.
 func Thread() (time.Duration, bool) { return thread() }
+
+// TID returns the calling OS thread's ID (gettid(2) on Linux; 0
+// elsewhere): two readings on one goroutine that differ say it moved
+// between threads.
+func TID() int { return tid() }

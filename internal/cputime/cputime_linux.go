@@ -13,3 +13,5 @@ func thread() (time.Duration, bool) {
 	}
 	return time.Duration(ts.Nano()), true
 }
+
+func tid() int { return unix.Gettid() }

@@ -265,19 +265,21 @@ type Config struct {
 // the best alternative in the checked-in runs, not the judged variant,
 // not a claim's baseline or floor (docs/bench.md lists why each).
 var thoroughOnly = map[string]bool{
-	"cpuwork-do":           true, // burst: Do per goroutine, the For alternative a user need not pick
-	"two-pools":            true, // priority: 1.8x goroutines-yield's p99 or worse
-	"os-thread-pool":       true,
-	"hybrid":               true,
-	"cpuwork-demote":       true, // priority: cpuwork options, not alternatives
-	"cpuwork-nocheckpoint": true,
-	"cpuwork-sparep":       true,
-	"P=3":                  true, // quota: GOMAXPROCS values never the best
-	"P=4":                  true,
-	"P=6":                  true,
-	"cpuwork-floor":        true, // quota: cpuwork policies, not alternatives
-	"same-cgroup":          true, // neighbour: references, not the claim's comparison
-	"hog-idle":             true,
+	"cpuwork-do":             true, // burst: Do per goroutine, the For alternative a user need not pick
+	"two-pools":              true, // priority: 1.8x goroutines-yield's p99 or worse
+	"os-thread-pool":         true,
+	"hybrid":                 true,
+	"cpuwork-demote":         true, // priority: cpuwork options, not alternatives
+	"cpuwork-nocheckpoint":   true,
+	"cpuwork-sparep":         true,
+	"cpuwork-observe":        true, // service: what recording costs, not an alternative
+	"cpuwork-observe-locked": true,
+	"P=3":                    true, // quota: GOMAXPROCS values never the best
+	"P=4":                    true,
+	"P=6":                    true,
+	"cpuwork-floor":          true, // quota: cpuwork policies, not alternatives
+	"same-cgroup":            true, // neighbour: references, not the claim's comparison
+	"hog-idle":               true,
 }
 
 // defaultRun reports whether this is the default run: not --quick,
@@ -288,11 +290,13 @@ func (r *Runner) defaultRun() bool {
 	return r.cfg.Repeat == 0 && !r.cfg.Quick && !r.cfg.Thorough
 }
 
-// runs reports whether the default run (or --thorough) runs a variant.
+// runs reports whether the run runs a variant: every one with
+// --thorough or when named (Config.Variants), else those not
+// thoroughOnly.
 func (r *Runner) runs(variant string) bool {
 	base, _ := baseName(variant)
 	base, _, _ = strings.Cut(base, "@")
-	return r.cfg.Thorough || !thoroughOnly[base]
+	return r.cfg.Thorough || !thoroughOnly[base] || slices.Contains(r.cfg.Variants, base)
 }
 
 // wants reports whether the load scenarios run variant (Config.Variants).

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +20,8 @@ var serviceVariants = []struct{ name, desc string }{
 	{"cpuwork", "the docs' way: handlers call Executor.Do, every user request Interactive whatever its size (a class says how much a request matters, not how big it is) with the service's latency target (WithTarget: 3x a large request's run time, the same for both kinds, so they are served in arrival order) and its expected run time; a request that can no longer meet the target is refused with 503 (ErrDeadline) beyond the late budget (about 1 % served late)"},
 	{"pool-503", "what a user writes to shed: P worker goroutines fed by a channel of 64; a request that finds it full answers 503 at once"},
 	{"sem-deadline", "a semaphore of P whose waiters leave at the objective: a request that has not got a slot by then answers 503 (x/sync semaphore, Acquire with the objective's deadline)"},
+	{"cpuwork-observe", "the naive handlers recorded by cpuwork: Executor.Do under Options.Record's Observe runs every request at once (no slot, no queue, no refusal) and records its CPU time on its thread, with the cpuwork variant's targets; run only when named, to measure what observing costs against naive"},
+	{"cpuwork-observe-locked", "cpuwork-observe with RecordOptions.LockThreads: each request's goroutine locked to its thread while it runs, every CPU time exact; run only when named"},
 	{"cpuwork-sparep", "handlers call Executor.Do, small requests Interactive and large ones Batch (MaxQueueWait 10 and 50 ms), with Slots = GOMAXPROCS = budget+1 and SpareP: large requests hold at most the budget's slots on SCHED_IDLE threads (Batch.Demote), small ones always find a P and a slot"},
 }
 
@@ -159,8 +162,12 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 		if sparep {
 			cl[cpuwork.Interactive].MaxQueueWait, cl[cpuwork.Batch].MaxQueueWait = 10*time.Millisecond, 50*time.Millisecond
 		}
-		e, err = cpuwork.New(cpuwork.Options{Slots: slots, WatchInterval: -1, Account: acct, Classes: cl,
-			Batch: cpuwork.BatchOptions{SpareP: sparep, Demote: sparep}})
+		o := cpuwork.Options{Slots: slots, WatchInterval: -1, Account: acct, Classes: cl,
+			Batch: cpuwork.BatchOptions{SpareP: sparep, Demote: sparep}}
+		if variant == "cpuwork-observe" || variant == "cpuwork-observe-locked" {
+			o.Record.Observe, o.Record.LockThreads = true, variant == "cpuwork-observe-locked"
+		}
+		e, err = cpuwork.New(o)
 		if err != nil {
 			return err
 		}
@@ -190,7 +197,7 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 				err = w.Run(i)
 			default:
 				ctx := req.Context()
-				if variant == "cpuwork" {
+				if variant == "cpuwork" || strings.HasPrefix(variant, "cpuwork-observe") {
 					ctx = cpuwork.WithTarget(ctx, cpuwork.Target{Latency: sv.slo, Service: service})
 				}
 				err = e.Do(ctx, class, func(context.Context) error { return w.Run(i) })
@@ -201,14 +208,14 @@ func (r *Runner) serviceOnce(v *Variant, variant string, small, large workload.W
 	mux := http.NewServeMux()
 	mux.Handle("/small", handler(small, cpuwork.Interactive, sv.small))
 	largeClass := cpuwork.Batch // cpuwork-sparep: large requests on demoted Batch workers
-	if variant == "cpuwork" {
+	if variant == "cpuwork" || strings.HasPrefix(variant, "cpuwork-observe") {
 		largeClass = cpuwork.Interactive // a user waits for it too
 	}
 	mux.Handle("/large", handler(large, largeClass, sv.large))
 	if err := r.loadOnce(v, "service", mux, false, rate, loadgen, extra...); err != nil {
 		return err
 	}
-	if e != nil && rate > 0 {
+	if e != nil && rate > 0 && !strings.HasPrefix(variant, "cpuwork-observe") {
 		sp.record(v)
 	}
 	return nil
