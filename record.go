@@ -22,7 +22,24 @@ import (
 // RecordOptions keeps a record of the most recent requests submitted with
 // Do (the HTTP and gRPC middleware's), and refused by Allow, for
 // `cpuwork simulate` to replay through every admission policy
-// (Executor.WriteTrace). The zero value records nothing.
+// (Executor.WriteTrace). Tasks of Go, TryGo and For are not recorded; a
+// Do inside a recorded request's fn runs on its slot and is part of it,
+// except under Observe, where it is recorded as a request of its own.
+// The zero value records nothing.
+//
+// A request's recorded CPU time is, when enforcing, the time it held its
+// slot, less its time off the slot at Checkpoints. Under Observe it is
+// its thread's CPU clock (CLOCK_THREAD_CPUTIME_ID) read before and after
+// fn when it ended on the thread it started on and the observed requests
+// never outnumbered GOMAXPROCS meanwhile (work on its goroutine, cgo
+// calls included; blind to goroutines fn starts); otherwise, when the
+// runtime may have run another request in its stead, its share of the
+// process's CPU time as processor sharing over the observed requests
+// would give it, counted in Stats.Record.Estimated: right on the whole,
+// not request by request, since Go's scheduler does not share the CPU
+// evenly at every instant (LockThreads makes every one exact). On
+// systems without a thread CPU clock (other than Linux) it is the wall
+// time fn ran.
 type RecordOptions struct {
 	// Requests is how many of the most recent requests are kept: a ring
 	// of 64 bytes a request, allocated by New (DefaultRecordRequests,
@@ -36,21 +53,10 @@ type RecordOptions struct {
 	// own, as on a worker): no slot, no queue, no refusal (Allow admits
 	// everything; only Close and a done ctx still stop a task), so the
 	// service runs as it would without cpuwork while its requests are
-	// recorded. A request's CPU time is its thread's CPU clock
-	// (CLOCK_THREAD_CPUTIME_ID) read before and after fn when it ends on
-	// the thread it started on and the observed requests never
-	// outnumbered GOMAXPROCS meanwhile (work on its goroutine, cgo calls
-	// included; blind to goroutines fn starts); otherwise, when the
-	// runtime may have run another request in its stead, its share of
-	// the process's CPU time as processor sharing over the observed
-	// requests would give it, counted in Stats.Record.Estimated (right on
-	// the whole, not request by request: Go's scheduler does not share
-	// the CPU evenly at every instant; LockThreads makes every one
-	// exact). It costs a request six system calls (a few microseconds).
-	// On systems without a thread CPU clock (other than Linux) the CPU
-	// time is the wall time fn ran. Checkpoint acts as outside any task
-	// (it yields the P when goroutines wait for one, and returns ctx's
-	// error) and nothing is accounted (Options.Account) while observing.
+	// recorded, at six system calls a request (a few microseconds).
+	// Checkpoint acts as outside any task (it yields the P when
+	// goroutines wait for one, and returns ctx's error) and nothing is
+	// accounted (Options.Account) while observing.
 	Observe bool
 
 	// LockThreads, with Observe, locks each request's goroutine to its
@@ -389,8 +395,7 @@ func (e *Executor) recordRefusal(ctx context.Context, c Class, err error) {
 // never ran), deadline_ms, target_ms, key (a digest of the WithKey
 // string, the same for the same key within this process), outcome
 // (served, refused, refused-deadline, gave-up), queue_wait_ms and kind
-// (empty). cpu_ms is the request's CPU time on its thread under
-// Observe, else the time it held its slot. It copies the ring under a
+// (empty); cpu_ms as RecordOptions says. It copies the ring under a
 // lock that submissions also take (a few milliseconds at the largest
 // ring), then writes without it. It returns w's first error, or an error
 // when the executor records nothing.

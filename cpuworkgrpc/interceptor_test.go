@@ -316,3 +316,42 @@ func TestAPanicMidStreamEndsItWithAnError(t *testing.T) {
 		}
 	}
 }
+
+// Under Observe the interceptors run every call at once, past the slots
+// and the queue, unary and streaming, and the executor records each one.
+func TestObservedCallsRunAtOnceAndAreRecorded(t *testing.T) {
+	e := newExecutor(t, cpuwork.Options{Slots: 1, Classes: one, Record: cpuwork.RecordOptions{Observe: true}})
+	h, c := serve(t, e, cpuworkgrpc.Options{Objective: time.Second})
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() {
+			if err := check(c, context.Background(), "hold"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for range 3 {
+		<-h.started // all three enter before any is released
+	}
+	for range 3 {
+		h.release <- struct{}{}
+	}
+	wg.Wait()
+	stream, err := c.Watch(context.Background(), &healthpb.HealthCheckRequest{Service: "ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := stream.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m := h.most.Load(); m != 3 {
+		t.Errorf("%d calls at once under Observe on 1 slot, want 3", m)
+	}
+	if st := e.Stats().Record; st.Recorded != 4 {
+		t.Errorf("recorded %d calls, want 4 (three unary, one stream)", st.Recorded)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -53,8 +54,12 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 		defer stop()
 	}
 	var exec *cpuwork.Executor
-	if variant == "cpuwork" {
+	if variant == "cpuwork" || variant == "cpuwork-observe" {
 		var o cpuwork.Options
+		// cpuwork-observe: the same lines with Observe: every request
+		// runs at once and is recorded, its trace written at the end to
+		// $CPUWORK_TRACE_OUT.
+		o.Record.Observe = variant == "cpuwork-observe"
 		if *mixed {
 			// Batch requests run to their end without a Checkpoint (the
 			// server's loops are in libraries): on slots of their own
@@ -111,7 +116,23 @@ func Serve(variant string, app http.Handler, slo time.Duration, out io.Writer, s
 	defer cancel()
 	srv.Shutdown(ctx)
 	fmt.Fprintf(out, "abandoned small=%d large=%d\n", abandoned[0].Load(), abandoned[1].Load())
+	if path := os.Getenv("CPUWORK_TRACE_OUT"); path != "" && exec != nil && variant == "cpuwork-observe" {
+		return writeTrace(exec, path)
+	}
 	return nil
+}
+
+// writeTrace writes e's recorded requests to path.
+func writeTrace(e *cpuwork.Executor, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := e.WriteTrace(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // mixed is the -mixed flag of every realbench server: /small is
@@ -203,7 +224,7 @@ func counted(app http.Handler, abandoned *[2]atomic.Int64) http.Handler {
 //	cpuwork    app as is: Serve adds the middleware
 func Wrap(variant string, app http.Handler, slo time.Duration, gmp int) (http.Handler, error) {
 	switch variant {
-	case "stock", "cpuwork":
+	case "stock", "cpuwork", "cpuwork-observe":
 		return app, nil
 	case "sem":
 		return semaphored(app, gmp, 2*gmp), nil

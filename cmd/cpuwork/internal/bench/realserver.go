@@ -148,14 +148,20 @@ func (tg realTarget) controlName() string {
 	return realserverControl
 }
 
-// variants are tg's peers and cpuwork.
+// variants are tg's peers, cpuwork, and cpuwork-observe (run only when
+// named: namedOnly).
 func (tg realTarget) variants() []struct{ name, desc string } {
 	cw := realserverVariants[len(realserverVariants)-1]
 	if tg.cpuworkDesc != "" {
 		cw.desc = tg.cpuworkDesc
 	}
-	return append(slices.Clone(tg.peerList()), cw)
+	return append(slices.Clone(tg.peerList()), cw, realObserve)
 }
+
+// realObserve records the server's traffic for a replay: cpuwork's lines
+// under Observe (every request at once), the trace written at the run's
+// end into $CPUWORK_TRACE_DIR when it is set.
+var realObserve = struct{ name, desc string }{"cpuwork-observe", "cpuwork's lines with Options.Record's Observe: every request runs at once and is recorded; with CPUWORK_TRACE_DIR set, each run's trace is written there for cpuwork simulate --trace (run only when named)"}
 
 // names lists tg's variants and its A/A control (--list).
 func (tg realTarget) names() []string {
@@ -685,6 +691,11 @@ func quotaSuffix() string { return fmt.Sprintf("+quota%.1f", realserverQuota) }
 // (in g when not nil): the CPU it reports is the server's, and in g the
 // share of CFS periods throttled.
 func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, variant, origin string, slo time.Duration, rate float64, extra ...string) error {
+	if dir := os.Getenv("CPUWORK_TRACE_DIR"); dir != "" && variant == realObserve.name {
+		name := strings.NewReplacer("@", "-", "%", "pct", "+", "-").Replace(fmt.Sprintf("%s-%s-pair%d.csv", scenario, v.Name, len(v.Repeats)+1))
+		os.Setenv("CPUWORK_TRACE_OUT", filepath.Join(dir, name))
+		defer os.Unsetenv("CPUWORK_TRACE_OUT")
+	}
 	srv, err := startReal(r.cfg.LoadGen[0], bin, g, variant, origin, slo, extra...)
 	if err != nil {
 		return err

@@ -265,21 +265,19 @@ type Config struct {
 // the best alternative in the checked-in runs, not the judged variant,
 // not a claim's baseline or floor (docs/bench.md lists why each).
 var thoroughOnly = map[string]bool{
-	"cpuwork-do":             true, // burst: Do per goroutine, the For alternative a user need not pick
-	"two-pools":              true, // priority: 1.8x goroutines-yield's p99 or worse
-	"os-thread-pool":         true,
-	"hybrid":                 true,
-	"cpuwork-demote":         true, // priority: cpuwork options, not alternatives
-	"cpuwork-nocheckpoint":   true,
-	"cpuwork-sparep":         true,
-	"cpuwork-observe":        true, // service: what recording costs, not an alternative
-	"cpuwork-observe-locked": true,
-	"P=3":                    true, // quota: GOMAXPROCS values never the best
-	"P=4":                    true,
-	"P=6":                    true,
-	"cpuwork-floor":          true, // quota: cpuwork policies, not alternatives
-	"same-cgroup":            true, // neighbour: references, not the claim's comparison
-	"hog-idle":               true,
+	"cpuwork-do":           true, // burst: Do per goroutine, the For alternative a user need not pick
+	"two-pools":            true, // priority: 1.8x goroutines-yield's p99 or worse
+	"os-thread-pool":       true,
+	"hybrid":               true,
+	"cpuwork-demote":       true, // priority: cpuwork options, not alternatives
+	"cpuwork-nocheckpoint": true,
+	"cpuwork-sparep":       true,
+	"P=3":                  true, // quota: GOMAXPROCS values never the best
+	"P=4":                  true,
+	"P=6":                  true,
+	"cpuwork-floor":        true, // quota: cpuwork policies, not alternatives
+	"same-cgroup":          true, // neighbour: references, not the claim's comparison
+	"hog-idle":             true,
 }
 
 // defaultRun reports whether this is the default run: not --quick,
@@ -290,13 +288,25 @@ func (r *Runner) defaultRun() bool {
 	return r.cfg.Repeat == 0 && !r.cfg.Quick && !r.cfg.Thorough
 }
 
-// runs reports whether the run runs a variant: every one with
-// --thorough or when named (Config.Variants), else those not
-// thoroughOnly.
+// namedOnly names the variants that run only when named
+// (Config.Variants): they measure what a feature costs or record a
+// trace, not an alternative.
+var namedOnly = map[string]bool{
+	"cpuwork-observe":        true,
+	"cpuwork-observe-locked": true,
+}
+
+// runs reports whether the run runs a variant: a namedOnly one when
+// named (Config.Variants); the others with --thorough or when named,
+// else those not thoroughOnly.
 func (r *Runner) runs(variant string) bool {
 	base, _ := baseName(variant)
 	base, _, _ = strings.Cut(base, "@")
-	return r.cfg.Thorough || !thoroughOnly[base] || slices.Contains(r.cfg.Variants, base)
+	named := slices.Contains(r.cfg.Variants, base)
+	if namedOnly[base] {
+		return named
+	}
+	return r.cfg.Thorough || !thoroughOnly[base] || named
 }
 
 // wants reports whether the load scenarios run variant (Config.Variants).
