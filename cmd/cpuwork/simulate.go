@@ -63,7 +63,7 @@ worse than the best peer (--json: every cell):
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.matrix || o.matrixFile != "" {
-				for _, fl := range []string{"scenario", "load", "trace", "from", "slots", "objective", "policies", "duration", "seed", "queue-limit", "targets", "declared"} {
+				for _, fl := range []string{"scenario", "load", "trace", "from", "cpus", "slots", "objective", "policies", "duration", "seed", "queue-limit", "targets", "declared"} {
 					if cmd.Flags().Changed(fl) {
 						return cli.UsageError(fmt.Errorf("--matrix runs the declared grid: --%s does not apply (the matrix file sets the cells and the policies)", fl))
 					}
@@ -83,6 +83,7 @@ worse than the best peer (--json: every cell):
 	f.Lookup("load").DefValue = "" // each scenario has its own, said above: not "(default [])"
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
 	f.DurationVar(&o.duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
+	f.Float64Var(&o.cpus, "cpus", 0, "with --trace or --from: the CPUs the slots share when fewer (a fractional quota, e.g. 1.5 for 2 slots): each request's CPU time is stretched by slots/cpus, a slot's pace while every slot is busy under the quota (throttling itself is not modelled)")
 	f.StringVar(&o.from, "from", "", "base URL of a service that records its requests (cpuwork.Options.Record, cpuworkhttp.TraceHandler): replay its last requests on its slots under the targets it recorded")
 	f.StringVar(&o.trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind][,key][,target_ms][,outcome][,queue_wait_ms]; what Executor.WriteTrace writes)")
 	f.IntVar(&o.slots, "slots", runtime.NumCPU(), "with --trace: the cores the service has (tasks run at once)")
@@ -105,6 +106,7 @@ type simFlags struct {
 	duration   time.Duration
 	trace      string
 	from       string
+	cpus       float64
 	slots      int
 	objectives []string
 	targets    bool
@@ -138,7 +140,7 @@ func (o *simFlags) workloads(cmd *cobra.Command) ([]*sim.Workload, error) {
 		if changed("scenario") || changed("load") {
 			return nil, cli.UsageError(errors.New("--trace replays the file: --scenario and --load are for the bench's scenarios"))
 		}
-		wl, note, err := traceWorkload(context.Background(), o.trace, o.slots, o.objectives, o.targets, o.declared, o.queueLimit, o.duration)
+		wl, note, err := o.traceWorkload(context.Background(), o.trace, o.slots)
 		if err != nil {
 			return nil, err
 		}
@@ -147,8 +149,8 @@ func (o *simFlags) workloads(cmd *cobra.Command) ([]*sim.Workload, error) {
 		}
 		return []*sim.Workload{wl}, nil
 	}
-	if changed("slots") || changed("objective") {
-		return nil, cli.UsageError(errors.New("--slots and --objective are for a --trace: the scenarios set their own"))
+	if changed("slots") || changed("objective") || changed("cpus") {
+		return nil, cli.UsageError(errors.New("--slots, --objective and --cpus are for a --trace or --from: the scenarios set their own"))
 	}
 	var wls []*sim.Workload
 	for _, name := range o.scenarios {
@@ -302,7 +304,7 @@ func (o *simFlags) fromService(cmd *cobra.Command) ([]*sim.Workload, error) {
 		slots = view.Slots
 		notes = append(notes, fmt.Sprintf("%s: %d slots, the executor's (its /debug/cpuwork)", base, slots))
 	}
-	wl, note, err := traceWorkload(ctx, base+cpuworkhttp.TracePath, slots, o.objectives, o.targets, o.declared, o.queueLimit, o.duration)
+	wl, note, err := o.traceWorkload(ctx, base+cpuworkhttp.TracePath, slots)
 	if err != nil {
 		return nil, err
 	}
@@ -318,7 +320,8 @@ func (o *simFlags) fromService(cmd *cobra.Command) ([]*sim.Workload, error) {
 // traceWorkload reads a --trace file, or a trace at an http(s) URL
 // (--from), into a workload; note, when not empty, says what the replay
 // took from the trace or changed in it (sorted, sized, objectives).
-func traceWorkload(ctx context.Context, path string, slots int, objectives []string, targets, declared bool, queueLimit int, d time.Duration) (wl *sim.Workload, note string, err error) {
+func (o *simFlags) traceWorkload(ctx context.Context, path string, slots int) (wl *sim.Workload, note string, err error) {
+	objectives, targets, declared, queueLimit, d := o.objectives, o.targets, o.declared, o.queueLimit, o.duration
 	if slots < 1 || slots > sim.MaxSlots {
 		return nil, "", cli.UsageError(fmt.Errorf("--slots %d: want 1 to %d (the executor's bound)", slots, sim.MaxSlots))
 	}
@@ -326,18 +329,21 @@ func traceWorkload(ctx context.Context, path string, slots int, objectives []str
 		return nil, "", cli.UsageError(fmt.Errorf("--queue-limit %d: want at least 1", queueLimit))
 	}
 	wl = &sim.Workload{Name: path, Slots: slots, Targets: targets, Declared: declared, QueueLimit: queueLimit}
-	for _, o := range objectives {
-		name, val, ok := strings.Cut(o, "=")
+	if o.cpus < 0 || o.cpus > float64(slots) {
+		return nil, "", cli.UsageError(fmt.Errorf("--cpus %g: want more than 0 and at most --slots (%d)", o.cpus, slots))
+	}
+	for _, ob := range objectives {
+		name, val, ok := strings.Cut(ob, "=")
 		if !ok {
-			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: want class=duration, e.g. interactive=250ms", o))
+			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: want class=duration, e.g. interactive=250ms", ob))
 		}
 		c, err := sim.ParseClass(strings.TrimSpace(name))
 		if err != nil {
-			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: %w", o, err))
+			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: %w", ob, err))
 		}
 		dv, err := time.ParseDuration(strings.TrimSpace(val))
 		if err != nil || dv <= 0 {
-			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: want a positive duration such as 250ms", o))
+			return nil, "", cli.UsageError(fmt.Errorf("--objective %q: want a positive duration such as 250ms", ob))
 		}
 		wl.Objective[c] = dv
 	}
@@ -365,6 +371,13 @@ func traceWorkload(ctx context.Context, path string, slots int, objectives []str
 	var notes []string
 	if tr.Unsorted > 0 {
 		notes = append(notes, fmt.Sprintf("%s: line %d arrives before the line above it: replayed sorted by arrival", path, tr.Unsorted))
+	}
+	if o.cpus > 0 && o.cpus < float64(slots) {
+		stretch := float64(slots) / o.cpus
+		for i := range wl.Requests {
+			wl.Requests[i].CPU = time.Duration(float64(wl.Requests[i].CPU) * stretch)
+		}
+		notes = append(notes, fmt.Sprintf("%s: %d slots share %g CPUs (--cpus): every CPU time stretched %.3gx, a slot's pace while all are busy under the quota", path, slots, o.cpus, stretch))
 	}
 	if tr.Sized > 0 {
 		notes = append(notes, fmt.Sprintf("%s: %d of %d requests never ran where they were recorded: each sized at the median CPU time of its class's requests that ran", path, tr.Sized, len(wl.Requests)))

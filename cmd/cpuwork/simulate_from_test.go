@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -121,5 +123,27 @@ func TestSimulateFromSaysWhatTheServiceLacks(t *testing.T) {
 	}
 	if out, err := run(t, "simulate", "--from", "file:///etc/passwd"); err == nil || !strings.Contains(err.Error()+out, "want the service's base URL") {
 		t.Errorf("a file URL: %v\n%s", err, out)
+	}
+}
+
+// --cpus stretches a trace's CPU times by slots/cpus and says so; it is
+// refused above the slots, below 0, and without a trace.
+func TestSimulateStretchesATraceUnderAFractionalQuota(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.csv")
+	if err := os.WriteFile(path, []byte("arrival_ms,class,cpu_ms\n0,interactive,3\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "simulate", "--trace", path, "--slots", "2", "--cpus", "1.5", "--objective", "interactive=1s", "--json")
+	if err != nil || !strings.Contains(out, "stretched 1.33x") || !strings.Contains(out, `"p50_served_s": 0.004`) {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"--trace", path, "--slots", "2", "--cpus", "3"},
+		{"--trace", path, "--slots", "2", "--cpus", "-1"},
+		{"--cpus", "1.5"},
+	} {
+		if out, err := run(t, append([]string{"simulate"}, args...)...); err == nil {
+			t.Errorf("%v: taken\n%s", args, out)
+		}
 	}
 }
