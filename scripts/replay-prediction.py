@@ -71,7 +71,7 @@ def real(name, i):
 def fmt(d):
     return f"goodput {d['goodput']:.3f} CPU-s/s, refused {100*d['refused']:.1f} %, p99 served {1000*d['p99']:.0f} ms" if d['p99'] is not None else f"goodput {d['goodput']:.3f} CPU-s/s, refused {100*d['refused']:.1f} %"
 
-CPUS = float(os.environ.get('CPUS', '0')) or None  # CPUS=1.5: replay the cgroup's traces with --cpus 1.5
+CPUS = float(os.environ.get('CPUS') or 0) or None  # CPUS=1.5: replay the cgroup's traces with --cpus 1.5
 print(__doc__.strip().split('\n')[0])
 print(f"scenario {SCENARIO}; peers (real = replayed): {', '.join('='.join(p) for p in PEERS)}; overload-only: {', '.join(OVERLOAD)}")
 print()
