@@ -8,7 +8,7 @@ semaphore (pool-q2: GOMAXPROCS workers, a queue of 2 per worker) and a
 semaphore whose waiters leave at the objective (semaphore, every
 request's deadline set to the objective); the real run's same variants
 (cpuwork, sem, sem-deadline) in the same pair give the measured figures.
-Usage: [CPUS=1.5] [SCENARIO=realserver] [PEERS=...] scripts/replay-prediction.py RESULTS.json TRACE_DIR CPUWORK_BINARY
+Usage: [CPUS=1.5] [SCENARIO=realserver] [PEERS=...] [LEVELS=80,200] scripts/replay-prediction.py RESULTS.json TRACE_DIR CPUWORK_BINARY
 PEERS maps each real peer to its model in the replay, comma-separated
 real=policy[:qN][:deadline] (qN: the bounded pool's queue; deadline: every
 request's deadline at the objective); OVERLOAD names the peers that run
@@ -77,7 +77,7 @@ print(f"scenario {SCENARIO}; peers (real = replayed): {', '.join('='.join(p) for
 print()
 for cond, suf in [('2 cores', ''), ('1.5-CPU cgroup', '+quota1.5')]:
     cpus = CPUS if suf else None
-    for lvl in ['80', '200']:
+    for lvl in os.environ.get('LEVELS', '80,200').split(','):
         obs = f'cpuwork-observe{suf}@{lvl}%'
         if obs not in vs:
             continue
