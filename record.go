@@ -42,8 +42,8 @@ import (
 // time fn ran.
 type RecordOptions struct {
 	// Requests is how many of the most recent requests are kept: a ring
-	// of 64 bytes a request, allocated by New (DefaultRecordRequests,
-	// 4 MiB, is about a minute of a service answering 1,000 requests a
+	// of 56 bytes a request, allocated by New (DefaultRecordRequests,
+	// 3.5 MiB, is about a minute of a service answering 1,000 requests a
 	// second). 0 keeps none unless Observe is set, which then keeps
 	// DefaultRecordRequests; negative makes New fail.
 	Requests int
@@ -73,7 +73,7 @@ type RecordOptions struct {
 // when it is 0.
 const DefaultRecordRequests = 1 << 16
 
-// maxRecordRequests bounds RecordOptions.Requests (64 MiB of records).
+// maxRecordRequests bounds RecordOptions.Requests (56 MiB of records).
 const maxRecordRequests = 1 << 20
 
 // reqRecorder is the executor's ring of recent requests (RecordOptions).
@@ -95,7 +95,7 @@ type reqRecorder struct {
 	fair    fairClock
 }
 
-// recEntry is one recorded request: 64 bytes.
+// recEntry is one recorded request: 56 bytes.
 type recEntry struct {
 	arrival  int64  // now() ns
 	cpu      int64  // ns on a core (observe) or holding a slot; 0: it never ran
@@ -105,6 +105,7 @@ type recEntry struct {
 	key      uint64 // digest of its key (WithKey); 0: none
 	class    Class
 	outcome  trace.Outcome
+	estimate bool // cpu is an estimate (cpuSince)
 }
 
 func newRecorder(o RecordOptions) (*reqRecorder, error) {
@@ -276,6 +277,7 @@ func (e *Executor) observeRun(ctx context.Context, c Class, fn func(context.Cont
 		cpu, exact := r.cpuSince(from, now()-start)
 		if !exact {
 			r.estimated.Add(1)
+			x.estimate = true
 		}
 		if v := recover(); v != nil {
 			s.panicked.Add(1)
@@ -394,8 +396,9 @@ func (e *Executor) recordRefusal(ctx context.Context, c Class, err error) {
 // arrival_ms (from the first), class, cpu_ms (empty for a request that
 // never ran), deadline_ms, target_ms, key (a digest of the WithKey
 // string, the same for the same key within this process), outcome
-// (served, refused, refused-deadline, gave-up), queue_wait_ms and kind
-// (empty); cpu_ms as RecordOptions says. It copies the ring under a
+// (served, refused, refused-deadline, gave-up), queue_wait_ms, kind
+// (empty) and cpu_estimated (1 where cpu_ms is an estimate); cpu_ms as
+// RecordOptions says. It copies the ring under a
 // lock that submissions also take (a few milliseconds at the largest
 // ring), then writes without it. It returns w's first error, or an error
 // when the executor records nothing.
@@ -418,7 +421,7 @@ func (e *Executor) WriteTrace(w io.Writer) error {
 		rec := trace.Record{
 			Arrival: time.Duration(x.arrival - recs[0].arrival), Class: admission.Class(x.class),
 			CPU: time.Duration(x.cpu), Deadline: time.Duration(x.deadline), Target: time.Duration(x.target),
-			Outcome: x.outcome, QueueWait: time.Duration(max(x.wait, 0)),
+			Outcome: x.outcome, QueueWait: time.Duration(max(x.wait, 0)), Estimated: x.estimate,
 		}
 		if x.key != 0 {
 			rec.Key = fmt.Sprintf("%016x", x.key)

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cpuwork/cpuwork/internal/cputime"
 	"github.com/cpuwork/cpuwork/internal/cspin"
@@ -360,5 +361,12 @@ func TestObserveEstimatesTheCPUOfRequestsThatMoved(t *testing.T) {
 			}
 		}
 		t.Logf("LockThreads %v: 8 requests of %v at once on %d Ps: %d estimated, mean %v, each %v", lock, truth, runtime.GOMAXPROCS(0), est, mean, cpu)
+	}
+}
+
+// A record is as large as RecordOptions.Requests' memory bound says.
+func TestARecordIsFiftySixBytes(t *testing.T) {
+	if n := unsafe.Sizeof(recEntry{}); n != 56 {
+		t.Fatalf("a record is %d bytes: RecordOptions documents 56", n)
 	}
 }

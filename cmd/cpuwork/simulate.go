@@ -372,6 +372,9 @@ func (o *simFlags) traceWorkload(ctx context.Context, path string, slots int) (w
 	if tr.Unsorted > 0 {
 		notes = append(notes, fmt.Sprintf("%s: line %d arrives before the line above it: replayed sorted by arrival", path, tr.Unsorted))
 	}
+	if tr.Estimated > 0 {
+		notes = append(notes, fmt.Sprintf("%s: %d of %d CPU times are estimates (the requests ran beside more requests than Ps: their share of the process's CPU, right on the whole, not request by request)", path, tr.Estimated, len(wl.Requests)))
+	}
 	if o.cpus > 0 && o.cpus < float64(slots) {
 		stretch := float64(slots) / o.cpus
 		for i := range wl.Requests {

@@ -18,6 +18,8 @@
 //	               refused-deadline (its target could not be met) or
 //	               gave-up (its client left before it ran); empty: unknown
 //	queue_wait_ms  its wait for a slot where it was recorded, ms
+//	cpu_estimated  1 when cpu_ms is an estimate (the recorder could not
+//	               measure the request's own CPU time), else 0 or empty
 //
 // Durations are written as milliseconds with up to six decimals (exact
 // nanoseconds) and read back exactly.
@@ -48,6 +50,8 @@ type Record struct {
 	Target    time.Duration // latency target from arrival; 0: none
 	Outcome   Outcome
 	QueueWait time.Duration
+	// Estimated: CPU is an estimate, not the request's own measure.
+	Estimated bool
 }
 
 // Outcome is how a recorded request ended.
@@ -87,7 +91,7 @@ const (
 )
 
 // Columns are the known columns, in the order Writer writes them.
-var Columns = []string{"arrival_ms", "class", "cpu_ms", "deadline_ms", "target_ms", "key", "outcome", "queue_wait_ms", "kind"}
+var Columns = []string{"arrival_ms", "class", "cpu_ms", "deadline_ms", "target_ms", "key", "outcome", "queue_wait_ms", "kind", "cpu_estimated"}
 
 // Read reads a trace: its requests sorted by arrival, and the line of the
 // first request that arrives before the one on the line above it (0: the
@@ -286,6 +290,13 @@ func (t row) record() (Record, error) {
 	if len(q.Kind) > MaxKindBytes {
 		return q, fmt.Errorf("line %d: kind %s: at most %d bytes", t.line, Quote(q.Kind), MaxKindBytes)
 	}
+	switch e := t.field("cpu_estimated"); e {
+	case "", "0":
+	case "1":
+		q.Estimated = true
+	default:
+		return q, fmt.Errorf("line %d: cpu_estimated %s: want 1, 0 or empty", t.line, Quote(e))
+	}
 	q.Key = t.field("key")
 	if len(q.Key) > MaxKeyBytes {
 		return q, fmt.Errorf("line %d: key %s: at most %d bytes", t.line, Quote(q.Key), MaxKeyBytes)
@@ -406,7 +417,7 @@ func (w *Writer) Write(r Record) error {
 		cpu = FormatMS(r.CPU)
 	}
 	w.row = append(w.row[:0], FormatMS(r.Arrival), r.Class.String(), cpu, optMS(r.Deadline), optMS(r.Target),
-		r.Key, r.Outcome.String(), FormatMS(r.QueueWait), r.Kind)
+		r.Key, r.Outcome.String(), FormatMS(r.QueueWait), r.Kind, map[bool]string{true: "1"}[r.Estimated])
 	return w.cw.Write(w.row)
 }
 

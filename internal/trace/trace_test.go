@@ -36,6 +36,7 @@ func randomRecords(rng *rand.Rand, n int) []Record {
 			r.Kind = "kind, \"quoted\""
 		}
 		r.QueueWait = time.Duration(rng.Int64N(int64(time.Second)))
+		r.Estimated = r.CPU > 0 && rng.IntN(3) == 0
 		recs[i] = r
 	}
 	return recs

@@ -39,6 +39,9 @@ type Trace struct {
 	// Recorded counts the requests by how they ended where they were
 	// recorded (outcome; Unknown for a trace without it).
 	Recorded [5]int
+	// Estimated counts the requests whose recorded CPU time is an
+	// estimate (cpu_estimated).
+	Estimated int
 }
 
 // ReadTrace is ReadCSV with what else the trace says (Trace).
@@ -57,6 +60,9 @@ func ReadTrace(r io.Reader) (Trace, error) {
 	var counts [admission.NumClasses]map[time.Duration]int
 	for i, q := range recs {
 		t.Requests[i] = Request{At: q.Arrival, Class: q.Class, CPU: q.CPU, Deadline: q.Deadline, Kind: q.Kind, Key: q.Key}
+		if q.Estimated {
+			t.Estimated++
+		}
 		if int(q.Outcome) < len(t.Recorded) {
 			t.Recorded[q.Outcome]++
 		}
