@@ -307,7 +307,7 @@ type cpuReading struct {
 // start.
 func (r *reqRecorder) cpuStart() cpuReading {
 	var s cpuReading
-	s.share = r.fair.enter()
+	s.share = r.fair.count(1)
 	if r.inflight.Add(1) > int64(runtime.GOMAXPROCS(0)) {
 		r.crowded.Add(1)
 	}
@@ -340,21 +340,13 @@ func (f *fairClock) advance() {
 	}
 }
 
-// enter counts a request in and returns the clock.
-func (f *fairClock) enter() float64 {
+// count advances the clock, counts d requests in (1) or out (-1) and
+// returns the clock.
+func (f *fairClock) count(d int64) float64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.advance()
-	f.running++
-	return f.v
-}
-
-// leave counts a request out and returns the clock.
-func (f *fairClock) leave() float64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.advance()
-	f.running--
+	f.running += d
 	return f.v
 }
 
@@ -373,7 +365,7 @@ func (r *reqRecorder) cpuSince(s cpuReading, wall int64) (int64, bool) {
 	thread, _ := cputime.Thread()
 	exact := r.lock || cputime.TID() == s.tid && r.crowded.Load() == s.crowded && r.inflight.Load() <= int64(runtime.GOMAXPROCS(0))
 	r.inflight.Add(-1)
-	share := r.fair.leave() - s.share
+	share := r.fair.count(-1) - s.share
 	switch {
 	case !s.ok:
 		return wall, false
@@ -386,8 +378,9 @@ func (r *reqRecorder) cpuSince(s cpuReading, wall int64) (int64, bool) {
 // recordRefusal records a request Allow refused (err).
 func (e *Executor) recordRefusal(ctx context.Context, c Class, err error) {
 	r := e.rec
-	x := r.entry(ctx, c, now())
-	x.outcome, x.wait = outcomeOf(err), now()-x.arrival
+	at := now()
+	x := r.entry(ctx, c, at)
+	x.outcome, x.wait = outcomeOf(err), at-x.arrival
 	r.add(x)
 }
 
