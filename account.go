@@ -81,8 +81,8 @@ const defaultAccountSlowLimit = 100
 // a picked task's Checkpoints read it through its taskAccount.
 type accounting interface {
 	pickQueued(wait, avgSlot int64) bool
-	begin(t *task, arrival, start int64)
-	end(t *task, end int64)
+	begin(c Class, arrival, start int64) *taskAccount
+	end(ta *taskAccount, c Class, end int64)
 	slowTasks(now int64) []account.Task
 	parts(c Class) (out [account.NumParts]Histogram, n uint64)
 	reconfigure(b budget.Budget)

@@ -10,9 +10,10 @@ import (
 	"github.com/cpuwork/cpuwork/account"
 )
 
-// begin starts accounting tk, which got its slot now (t) after arriving
-// at arrival.
-func (a *accountant) begin(tk *task, arrival, t int64) {
+// begin starts accounting a task of class c that got its slot now (t)
+// after arriving at arrival, and returns its account (its Checkpoints
+// read it; end takes it).
+func (a *accountant) begin(c Class, arrival, t int64) *taskAccount {
 	ta := &taskAccount{arrival: arrival, start: t, queueWait: t - arrival, acct: a}
 	ta.pauses = []metrics.Sample{{Name: gcPausesName}}
 	metrics.Read(ta.pauses)
@@ -24,7 +25,7 @@ func (a *accountant) begin(tk *task, arrival, t int64) {
 	// a task that locked its thread stays locked.)
 	runtime.LockOSThread()
 	ta.begin()
-	tk.accounted, tk.acct = true, ta
+	return ta
 }
 
 // gapKind says what an accounted task waits for until its next reading.
@@ -166,10 +167,9 @@ func (ta *taskAccount) endStretch() {
 	ta.seg.ok = false
 }
 
-// end finishes tk's account at t, after its slot was released.
-func (a *accountant) end(tk *task, t int64) {
-	ta := tk.acct
-	tk.accounted, tk.acct = false, nil
+// end finishes the account ta of a task of class c at t, after its slot
+// was released (nil: nothing).
+func (a *accountant) end(ta *taskAccount, c Class, t int64) {
 	if ta == nil {
 		return
 	}
@@ -184,7 +184,7 @@ func (a *accountant) end(tk *task, t int64) {
 		ta.partial = fmt.Sprintf("the goroutine moved threads %d times; %v between a thread's last reading and the move (over 5 %% of the run) is in other",
 			ta.moves, time.Duration(ta.lost).Round(time.Microsecond))
 	}
-	acc := account.Task{Class: tk.class.String(), End: time.Now(), Wall: time.Duration(t - ta.arrival), Run: time.Duration(t - ta.start), Partial: ta.partial}
+	acc := account.Task{Class: c.String(), End: time.Now(), Wall: time.Duration(t - ta.arrival), Run: time.Duration(t - ta.start), Partial: ta.partial}
 	// Each part takes what it measured, up to what is left of the wall
 	// time: the parts sum to Wall and other is what nothing explains.
 	left := t - ta.arrival
@@ -200,7 +200,7 @@ func (a *accountant) end(tk *task, t int64) {
 	take(account.GoRunQueue, ta.goQueue)
 	take(account.GC, gc)
 	acc.Parts[account.Other] = time.Duration(left)
-	a.record(tk.class, acc)
+	a.record(c, acc)
 	if a.onTask != nil {
 		a.onTask(acc)
 	}

@@ -39,9 +39,8 @@ func Checkpoint(ctx context.Context) error {
 	if t == nil || ctx == nil || t.shared != 0 || t.noSlot != holdsSlot {
 		return checkpointSlow(ctx, t)
 	}
-	e, c := t.e, t.class&(numClasses-1)
-	if m := e.g.Mask(); m != 0 && (m&e.g.Urgent(admission.Class(c)) != 0 ||
-		(m&(1<<c) != 0 && e.g.HeadDue(admission.Class(c)) < t.due())) {
+	e := t.e
+	if e.g.Waiting() && e.g.Behind(t.ctx, &t.w) {
 		return t.checkpoint(ctx)
 	}
 	t.calls++
@@ -55,17 +54,14 @@ func Checkpoint(ctx context.Context) error {
 // its key's lead), computed from its context the first time it is
 // needed.
 func (t *task) due() int64 {
-	if !t.w.DueSet {
-		t.e.g.SetDue(t.ctx, &t.w, t.w.Enq)
-	}
-	return t.w.Rank
+	return t.e.g.Rank(t.ctx, &t.w)
 }
 
 // handOver reports whether the task should hand its slot over now: more
 // urgent work waits, or work of its class due earlier, or (Batch and
 // Background) quota pacing has paused its class.
 func (t *task) handOver() bool {
-	return t.e.g.UrgentOver(admission.Class(t.class), t.due())
+	return t.e.g.Behind(t.ctx, &t.w)
 }
 
 // checkpointSlow is Checkpoint for every case but a task that holds its
@@ -276,12 +272,10 @@ func checkpointFree(ctx context.Context) error {
 // release, which hands it to the waiter the queue policy picks (internal/admission).
 func (e *Executor) yield(ctx context.Context, t *task) error {
 	w := &t.w
-	if w.Ready == nil {
-		w.Ready = make(chan struct{}, 1)
-	}
 	end := now()
 	p := t.period(end)
-	if !e.g.HandOver(w, t.due(), p) {
+	t.due() // its place in line
+	if !e.g.Requeue(w, &p, false) {
 		return nil // closing: finish rather than queue; or someone else yielded first
 	}
 	e.stats[t.class].yields.Add(1)
@@ -313,28 +307,22 @@ func (e *Executor) awaitSlotBack(ctx context.Context, t *task, onWorker bool) er
 // cannot give its slot up (For helpers share it, or the executor is
 // closing) parks holding it.
 func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
-	if e.g.IsClosed() || t.shared != 0 || t.noSlot != holdsSlot {
+	if e.g.Closed() || t.shared != 0 || t.noSlot != holdsSlot {
 		t.pause(netwatch.Park)
 		return nil
 	}
 	w := &t.w
-	if w.Ready == nil {
-		w.Ready = make(chan struct{}, 1)
-	}
 	if t.weight != 0 {
 		e.charge(t, now())
 	}
-	w.Requeued = true
-	est := w.Est
-	w.Est = 0
-	e.releaseSlot(t.class, &est)
+	e.releaseSlot(w)
 	onWorker := e.leaveSlot(t)
 	t.pause(netwatch.Park)
-	w.Enq = now() // its wait for the slot starts after the park
-	if e.g.TryAcquireFor(admission.Class(t.class)) {
+	w.SetArrival(now()) // its wait for the slot starts after the park
+	if e.g.TryAcquire(admission.Class(t.class)) {
 		return e.slotBack(ctx, t, onWorker, admission.WaitGranted)
 	}
-	e.g.Rejoin(w, false)
+	e.g.Requeue(w, nil, false)
 	return e.awaitSlotBack(ctx, t, onWorker)
 }
 
@@ -345,7 +333,7 @@ func (e *Executor) parkOffSlot(ctx context.Context, t *task) error {
 func (e *Executor) leaveSlot(t *task) (onWorker bool) {
 	t.yielded = true
 	t.offAt = now()
-	onWorker = t.w.Kind == admission.KindTask
+	onWorker = t.w.Kind() == admission.KindTask
 	if onWorker {
 		e.pools[t.class.pool()].lendSpare()
 	}
@@ -358,8 +346,6 @@ func (e *Executor) leaveSlot(t *task) (onWorker bool) {
 // after Close, lostByCtx when ctx ended) and slotBack returns ErrClosed
 // or ctx's error.
 func (e *Executor) slotBack(ctx context.Context, t *task, onWorker bool, r admission.WaitResult) error {
-	w := &t.w
-	w.Requeued = false
 	t.offSlot += now() - t.offAt
 	if onWorker {
 		e.pools[t.class.pool()].returnSpare()
@@ -398,5 +384,5 @@ func (l lostSlot) err(ctx context.Context) error {
 func (e *Executor) charge(t *task, end int64) {
 	p := t.period(end)
 	e.stats[t.class].slotTime.record(p.Slot, uint64(p.Weight))
-	e.g.RecordSlot(admission.Class(t.class), p)
+	e.g.Record(p)
 }

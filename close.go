@@ -17,7 +17,7 @@ import (
 func (e *Executor) Close(ctx context.Context) error {
 	mustCtx(ctx)
 	mustExec(e)
-	e.g.Close()
+	e.g.Close(false)
 	e.closeOnce.Do(func() {
 		if e.watchStop != nil {
 			e.watchStop()
@@ -46,7 +46,7 @@ func (e *Executor) Close(ctx context.Context) error {
 // path that can make it idle after Close calls it: a task's finish, a
 // queued waiter's cancellation or failure, a slot given back unused.
 func (e *Executor) checkDrained() {
-	if e.g.IsClosed() && e.idle() {
+	if e.g.Closed() && e.idle() {
 		e.drainOnce.Do(func() { close(e.drained) })
 	}
 }
@@ -100,9 +100,9 @@ func (e *Executor) idle() bool {
 // failQueued fails every queued waiter with ErrClosed.
 func (e *Executor) failQueued() {
 	var tasks []*Task
-	for _, w := range e.g.Drain() {
-		if w.Kind == admission.KindTask && !w.Requeued {
-			tasks = append(tasks, w.Task.(*Task))
+	for _, w := range e.g.Close(true) {
+		if w.Kind() == admission.KindTask && !w.Requeued() {
+			tasks = append(tasks, w.Task().(*Task))
 		} else {
 			w.Signal() // granted stays false: closed out
 		}

@@ -37,13 +37,13 @@ func (e *Executor) timeQueued(t *task) {
 	t.waited, t.weight = true, 0
 	mask := s.timingMask.Load()
 	weight := mask + 1
-	if w := &t.w; (w.DueSet && w.HasTarget()) || w.Keyed() || e.sample.slowWait > 0 {
+	if w := &t.w; w.HasTarget() || w.Keyed() || e.sample.slowWait > 0 {
 		weight = 1
-	} else if (uint64(w.Enq)>>6)&mask != 0 {
+	} else if (uint64(w.Arrival())>>6)&mask != 0 {
 		return
 	}
 	t.weight, t.start = uint8(weight), now()
-	s.queueWait.record(t.start-t.w.Enq, weight)
+	s.queueWait.record(t.start-t.w.Arrival(), weight)
 	s.adaptStride(mask, t.start)
 }
 
@@ -133,9 +133,9 @@ type task struct {
 // reset makes t a new task of class c of e submitted with ctx; the
 // wake-up channel of an earlier use is kept (it is empty).
 func (t *task) reset(ctx context.Context, e *Executor, c Class) {
-	ready := t.w.Ready
+	s := t.w.Spare()
 	*t = task{ctx: ctx, e: e, class: c}
-	t.w.Ready, t.w.Class = ready, admission.Class(c)
+	t.w.Reuse(s, admission.Class(c))
 }
 
 // running maps each goroutine that runs a task (fn of a Do, a Go task on
@@ -256,17 +256,19 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		<-t.done
 		return t.err
 	}
-	if cur == nil && !lane && e.g.TryAcquire() {
+	if cur == nil && !lane && e.g.TryAcquire(admission.Class(c)) {
 		// The fast path: a free slot and nobody queued. The task's
 		// record is the goroutine's running-table entry's own, and its
 		// goroutine is registered with it already.
 		if own != nil {
 			t := own.claimed(g, entry, ctx, e, c)
-			t.w.Span, t.onCaller = int32(span), true
+			t.w.SetSpan(span)
+			t.onCaller = true
 			return e.runAdmitted(t, g, fn) // t is not touched after: another goroutine may own it
 		}
 		t := newRecord(ctx, e, c)
-		t.w.Span, t.onCaller = int32(span), true
+		t.w.SetSpan(span)
+		t.onCaller = true
 		return e.runAdmitted(t, g, fn)
 	}
 	// The queued path. A goroutine that runs no task queues with its
@@ -280,7 +282,8 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 	if t == nil {
 		t = newRecord(ctx, e, c)
 	}
-	t.w.Span, t.onCaller = int32(span), !lane
+	t.w.SetSpan(span)
+	t.onCaller = !lane
 	if lane {
 		t.inherit = cur // this goroutine waits while fn runs on the lane
 	}
@@ -299,11 +302,7 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 // acquireSlow queues t's waiter and blocks until it is granted a slot,
 // is refused, or ctx ends (granter.admit).
 func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
-	w := &t.w
-	if w.Ready == nil {
-		w.Ready = make(chan struct{}, 1)
-	}
-	if err := e.g.Admit(ctx, w); err != nil {
+	if err := e.g.Admit(ctx, &t.w); err != nil {
 		return err
 	}
 	e.timeQueued(t)
@@ -314,7 +313,7 @@ func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
 // release (a task finished, a task handed its slot over at a Checkpoint,
 // a For helper stopped, a granted waiter was cancelled, an admission was
 // undone by Close).
-func (e *Executor) releaseSlot(c Class, est *int64) { e.g.Release(admission.Class(c), est, nil) }
+func (e *Executor) releaseSlot(w *admission.Waiter) { e.g.Release(w, nil) }
 
 // run executes fn under t's slot on the calling goroutine, which runs t
 // meanwhile (the running table), with labels, a trace region and panic
@@ -324,16 +323,16 @@ func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 		var wait int64
 		if t.waited {
 			if t.weight != 0 {
-				wait = t.start - t.w.Enq
+				wait = t.start - t.w.Arrival()
 			}
 			t.accounted = a.pickQueued(wait, e.stats[t.class].AvgSlotNs.Load())
 		}
 		if t.accounted {
 			n := now()
 			if t.waited && t.weight == 0 {
-				wait = n - t.w.Enq // not timed: its wait ends now
+				wait = n - t.w.Arrival() // not timed: its wait ends now
 			}
-			a.begin(t, n-wait, n)
+			t.acct = a.begin(t.class, n-wait, n)
 		}
 	}
 	if !t.entered {
@@ -371,35 +370,38 @@ func (e *Executor) finish(t *task) {
 	s := &e.stats[t.class]
 	var end int64
 	var p admission.SlotPeriod
-	if t.weight != 0 {
+	if t.weight != 0 || t.w.Keyed() {
 		// The estimators see this slot period before the slot goes to
 		// the next task; the histograms are written after, so that the
-		// slot does not wait for them.
-		end = now()
-		p = t.period(end)
-		e.g.RecordSlot(admission.Class(t.class), p)
-	}
-	if t.w.Keyed() {
-		e.g.KeyDone(&t.w) // after its last period
+		// slot does not wait for them. A keyed task's charge ends with
+		// its last period.
+		p.W = &t.w
+		if t.weight != 0 {
+			end = now()
+			p = t.period(end)
+		}
+		p.Last = true
+		e.g.Record(p)
 	}
 	s.Completed.Inc(t.g)
 	if t.noSlot == holdsSlot {
 		var keep *admission.Keep // a task on a worker: the worker's next task
-		if tk, ok := t.w.Task.(*Task); ok {
+		if tk, ok := t.w.Task().(*Task); ok {
 			keep = &tk.keep
 		}
-		e.g.Release(admission.Class(t.class), &t.w.Est, keep)
-	} else if e.g.IsClosed() {
+		e.g.Release(&t.w, keep)
+	} else if e.g.Closed() {
 		e.checkDrained()
 	}
 	if t.weight != 0 {
 		s.slotTime.record(p.Slot, uint64(p.Weight))
-		if w := &t.w; w.DueSet && w.HasTarget() && end > w.Due {
+		if t.w.Late(end) {
 			s.endedLate.Add(1)
 		}
 	}
 	if t.accounted {
-		e.acct.end(t, now())
+		e.acct.end(t.acct, t.class, now())
+		t.accounted, t.acct = false, nil
 	}
 	t.leave() // the last use of t: an entry's own record may be claimed at once
 }
@@ -408,11 +410,7 @@ func (e *Executor) finish(t *task) {
 // (granter.recordSlot): a task given a run time that yielded ran it over
 // several periods, so none of them scales given run times.
 func (t *task) period(end int64) admission.SlotPeriod {
-	p := admission.SlotPeriod{W: &t.w, Slot: end - t.start, Weight: t.weight, Waited: t.waited, Expected: t.w.Work, Declared: t.w.Declared}
-	if t.yielded {
-		p.Declared = 0
-	}
-	return p
+	return admission.SlotPeriod{W: &t.w, Slot: end - t.start, Weight: t.weight, Waited: t.waited, Split: t.yielded}
 }
 
 // owner is the executor as the granter's admission.Owner.
@@ -423,10 +421,10 @@ type owner Executor
 // the fractional pacer re-check the quota.
 func (o *owner) Released() {
 	e := (*Executor)(o)
-	if e.g.IsClosed() {
+	if e.g.Closed() {
 		e.checkDrained()
 	}
 	if p := e.frac.Load(); p != nil {
-		p.maybeStep()
+		p.MaybeStep()
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/cpuwork/cpuwork/internal/admission"
 	"github.com/cpuwork/cpuwork/internal/goroutine"
+	"github.com/cpuwork/cpuwork/internal/pacer"
 
 	"github.com/cpuwork/cpuwork/budget"
 	"github.com/cpuwork/cpuwork/osthread"
@@ -28,6 +29,8 @@ type Executor struct {
 	g admission.Granter
 
 	stats [numClasses]classStats
+	// targeted[c]: class c has a latency target (ClassOptions.LatencyTarget).
+	targeted [numClasses]bool
 
 	// forMaxSlots is the For bound (Options.forMaxSlots in tests; 0: the default rule).
 	forMaxSlots int
@@ -47,10 +50,10 @@ type Executor struct {
 	batchGroup                               *batchGroup     // Beside under a quota: batch threads' capped cgroup, or nil
 	critLane                                 *osthread.Lane
 	// frac opens and closes the extra slot of a fractional quota
-	// (fraction.go), made by New or, for a quota that appears later, by
+	// (internal/pacer), made by New or, for a quota that appears later, by
 	// the budget watcher (follow). fracStop and fracDone are set with it,
 	// before it is stored, and read by Close after the watcher stopped.
-	frac     atomic.Pointer[fracPacer]
+	frac     atomic.Pointer[pacer.Pacer]
 	quota    QuotaPolicy
 	fracStop chan struct{}
 	fracDone chan struct{}
@@ -107,6 +110,7 @@ func New(o Options) (*Executor, error) {
 	cfg := admission.Config{DefaultQueueLimit: defaultQueueLimit, SpareP: o.Batch.SpareP, Beside: o.Batch.Beside, Owner: (*owner)(e), Log: e.log}
 	for c := range e.stats {
 		cfg.Classes[c] = admission.ClassConfig(o.Classes[c])
+		e.targeted[c] = o.Classes[c].LatencyTarget > 0
 		cfg.Counters[c] = &e.stats[c].Counters
 	}
 	if err := e.g.Init(cfg); err != nil {
@@ -133,9 +137,11 @@ func New(o Options) (*Executor, error) {
 	if o.Quota > QuotaStrict {
 		return nil, fmt.Errorf("cpuwork: Options.Quota %d is not a QuotaPolicy", o.Quota)
 	}
+	var sg *guard // e.guard, configured below
 	if e.demote {
 		if osthread.Supported {
-			e.guard = newGuard(batchSched, e.warnOnce, e.log.Info)
+			sg = newGuard(batchSched, e.warnOnce, e.log.Info)
+			e.guard = sg
 		} else {
 			e.warnOnce("cpuwork: Options.Batch.Demote needs Linux thread scheduling; batch workers run undemoted", "goos", runtime.GOOS)
 		}
@@ -149,7 +155,7 @@ func New(o Options) (*Executor, error) {
 	}
 	var b budget.Budget
 	var berr error
-	var frac *fracPacer
+	var frac *pacer.Pacer
 	if slots == 0 || o.Account.Every >= 0 {
 		b, berr = detect()
 	}
@@ -166,10 +172,10 @@ func New(o Options) (*Executor, error) {
 		}
 		slots = b.Slots()
 		e.quota = o.Quota
-		if _, _, ok := quotaOf(b); ok {
+		if _, ok := b.Limiting(); ok {
 			if p := e.newFrac(b); p != nil {
 				frac = p
-				slots = p.slots()
+				slots = p.Slots()
 			}
 		}
 	}
@@ -183,7 +189,7 @@ func New(o Options) (*Executor, error) {
 		}
 		e.critLane = lane
 	}
-	if g, ok := e.guard.(*guard); ok && o.Batch.Beside {
+	if g := sg; g != nil && o.Batch.Beside {
 		// Batch's CPU is what the budget's slots leave: starved by this
 		// process's own work is the design (guard.go). The CPUs the
 		// process may use are a quota's, not the machine's.
@@ -195,9 +201,9 @@ func New(o Options) (*Executor, error) {
 			g.procCPU = o.processCPU
 		}
 	}
-	if _, _, quota := quotaOf(b); o.Batch.Beside && quota {
+	if _, quota := b.Limiting(); o.Batch.Beside && quota {
 		// Before any worker starts: each registers its thread.
-		e.besideUnderQuota(b)
+		e.besideUnderQuota(sg, b)
 	}
 	if e.guard != nil {
 		e.guard.start()
@@ -218,12 +224,11 @@ func New(o Options) (*Executor, error) {
 	return e, nil
 }
 
-// besideUnderQuota caps Beside's batch threads to what the rest of the
-// process leaves of b's quota, in a child cgroup (batchgroup.go), or says
-// why it cannot.
-func (e *Executor) besideUnderQuota(b budget.Budget) {
-	g, ok := e.guard.(*guard)
-	if !ok {
+// besideUnderQuota caps Beside's batch threads (their guard g; nil:
+// none) to what the rest of the process leaves of b's quota, in a child
+// cgroup (batchgroup.go), or says why it cannot.
+func (e *Executor) besideUnderQuota(g *guard, b budget.Budget) {
+	if g == nil {
 		return
 	}
 	l, _ := b.Limiting()
@@ -296,7 +301,7 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 			sampling()
 			e.applyBudget(out.effective(cur), "cpuwork: CPU budget changed")
 		case <-tick:
-			held, _ := e.g.Occupied()
+			held, _ := e.g.Pacer().Occupied()
 			if out.step(held) {
 				msg := "cpuwork: the tasks run outside Go's Ps (cgo or system calls): slots follow the CPU budget, not GOMAXPROCS"
 				if !out.on {
@@ -316,16 +321,16 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 func (e *Executor) applyBudget(b budget.Budget, msg string) {
 	n := b.Slots()
 	if p := e.frac.Load(); p != nil {
-		p.reconfigure(b)
-		e.g.SetPacedCapacity(p.capacity())
-		if p.frac > 0 {
-			n = p.slots()
+		p.Reconfigure(b)
+		e.g.Pacer().SetPacedCapacity(p.Capacity())
+		if p.Stats().Fraction > 0 {
+			n = p.Slots()
 		}
 	} else if p := e.newFrac(b); p != nil {
 		// A quota that appeared after New gets its fractional slot as
 		// one present then does.
 		e.startFrac(p)
-		n = p.slots()
+		n = p.Slots()
 	}
 	if n != e.slotsNow() {
 		e.log.Info(msg, "cores", b.Cores, "source", string(b.Source), "gomaxprocs", runtime.GOMAXPROCS(0), "slots", n)
@@ -353,16 +358,31 @@ func (e *Executor) capacityWarning(b budget.Budget) {
 // (no fractional quota, a policy without one, or no P for the extra slot:
 // the budget watcher then says so once the tasks are seen to run Go code,
 // capacityWarning).
-func (e *Executor) newFrac(b budget.Budget) *fracPacer {
+func (e *Executor) newFrac(b budget.Budget) *pacer.Pacer {
 	if e.quota != QuotaFraction && e.quota != QuotaStrict {
 		return nil
 	}
-	p := newFracPacer(b, e.quota == QuotaStrict, (*pacerHost)(e))
-	if p != nil {
-		p.runDelay, p.busySlots = processRunDelay, true
-	}
-	return p
+	return pacer.New(b, pacer.Config{Strict: e.quota == QuotaStrict, Host: (*pacerHost)(e), Clock: now,
+		RunDelay: processRunDelay, BusySlots: true})
 }
+
+// pacerHost is the executor as the pacer's Host: the core's pacer seam
+// (admission.Pacer), and the slot count and the warning, which are the
+// executor's.
+type pacerHost Executor
+
+// SetExtraOpen: closing takes the extra slot out of the free count (it
+// may go negative: the task over the count hands its slot back at its
+// next Checkpoint); opening gives it back and admits the next waiter.
+func (h *pacerHost) SetExtraOpen(open bool)              { h.g.Pacer().SetExtraOpen(open) }
+func (h *pacerHost) OverCommitted() bool                 { return h.g.Pacer().OverCommitted() }
+func (h *pacerHost) Occupied() (held int64, queued bool) { return h.g.Pacer().Occupied() }
+func (h *pacerHost) SetPacedCapacity(c float64)          { h.g.Pacer().SetPacedCapacity(c) }
+func (h *pacerHost) Shedding() bool                      { return h.g.Pacer().Shedding() }
+func (h *pacerHost) SetBudgetSpent(spent bool)           { h.g.Pacer().SetBudgetSpent(spent) }
+func (h *pacerHost) Objective(turn bool) time.Duration   { return h.g.Pacer().Objective(turn) }
+func (h *pacerHost) SetSlots(n int)                      { (*Executor)(h).SetSlots(n) }
+func (h *pacerHost) Unpaceable(held, periods int)        { (*Executor)(h).pacingWarning(held, periods) }
 
 // pacingWarning records, and logs once (to slog.Default without a
 // Logger), that the fractional slot's pacer could not keep the cgroup
@@ -387,11 +407,11 @@ func (e *Executor) logger() *slog.Logger {
 // startFrac starts p's ticker and makes it the executor's pacer. Called by
 // New before the executor is shared, or by the budget watcher, which Close
 // stops before it reads fracStop.
-func (e *Executor) startFrac(p *fracPacer) {
+func (e *Executor) startFrac(p *pacer.Pacer) {
 	e.fracStop, e.fracDone = make(chan struct{}), make(chan struct{})
 	stop, done := e.fracStop, e.fracDone
-	go func() { defer close(done); p.run(stop) }()
-	e.g.SetPacedCapacity(p.capacity())
+	go func() { defer close(done); p.Run(stop) }()
+	e.g.Pacer().SetPacedCapacity(p.Capacity())
 	e.frac.Store(p)
 }
 
@@ -433,5 +453,5 @@ func (e *Executor) setSlots(n int) {
 	for _, p := range e.pools {
 		p.resize(n)
 	}
-	e.g.SetSlots(n)
+	e.g.SetCapacity(n)
 }

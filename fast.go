@@ -2,8 +2,6 @@ package cpuwork
 
 import (
 	"context"
-
-	"github.com/cpuwork/cpuwork/internal/admission"
 )
 
 // timeFast decides whether a task of class c admitted on the fast path
@@ -49,14 +47,14 @@ func (e *Executor) admitFastTask(t *task, key uintptr) error {
 	// closed (the admission is undone, ErrClosed) or Close sees the
 	// admission and waits for the task.
 	n, shard := e.stats[c].Admitted.Inc(key)
-	if e.g.IsClosed() {
+	if e.g.Closed() {
 		e.g.Undo(&t.w, key, true)
 		return ErrClosed
 	}
 	var at int64 // one clock read for the target's arrival and the timing
-	if e.g.LatencyTarget(admission.Class(c)) != 0 {
+	if e.targeted[c] {
 		at = now()
-		t.w.Enq = at
+		t.w.SetArrival(at)
 	}
 	e.timeFast(t, n, at)
 	if e.acct != nil {

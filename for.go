@@ -146,7 +146,7 @@ func (e *Executor) forBody(ctx context.Context, tc *task, n int, fn func(lo, hi 
 	st.chunk.Store(1)
 	// Its helpers queue for slots of their own from here: if the caller
 	// queues again (a hand-over), it counts for its one slot.
-	tc.w.Span = 1
+	tc.w.SetSpan(1)
 
 	// From here on, fn may run on helpers beside the caller: a
 	// Checkpoint in a chunk on the caller only yields the P until the
@@ -181,7 +181,7 @@ func (e *Executor) forBody(ctx context.Context, tc *task, n int, fn func(lo, hi 
 				return
 			}
 			inLine := st.inLine.Load() < bound-1
-			running := e.g.TryAcquireFor(admission.Class(st.class))
+			running := e.g.TryAcquire(admission.Class(st.class))
 			if !running && !inLine {
 				return
 			}
@@ -243,7 +243,7 @@ func (e *Executor) forBody(ctx context.Context, tc *task, n int, fn func(lo, hi 
 			tc.weight = 0
 		}
 		tc.noSlot = handedBack
-		e.releaseSlot(tc.class, &tc.w.Est)
+		e.releaseSlot(&tc.w)
 	}
 	wg.Wait()
 	returned = true
@@ -275,7 +275,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 	// between chunks itself).
 	h := &task{ctx: st.ctx, e: e, class: st.class}
 	h.shared = 1
-	h.w = admission.Waiter{Class: admission.Class(st.class), Kind: admission.KindHelper, Due: st.due, Rank: st.due, DueSet: true}
+	h.w = admission.MakeHelper(admission.Class(st.class), st.due)
 	w := &h.w
 	h.enter()
 	held, returned := running, false
@@ -286,8 +286,8 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 			st.fail(ErrGoexit)
 		}
 		if held {
-			e.g.ChargeUsed(admission.Class(st.class), now()-t0)
-			e.releaseSlot(st.class, &w.Est)
+			e.g.Record(admission.SlotPeriod{W: w, Slot: now() - t0, ChargeOnly: true})
+			e.releaseSlot(w)
 		}
 		st.helpers.Add(-1)
 		if inLine {
@@ -304,7 +304,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 		t0 = now()
 		more := true
 		for {
-			if inLine && e.g.UrgentOver(admission.Class(st.class), st.due) || !inLine && e.g.HasWaiters() {
+			if e.g.Waiting() && (!inLine || e.g.Behind(st.ctx, w)) {
 				break
 			}
 			lo, hi, ok := st.claim()
@@ -313,9 +313,9 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 				break
 			}
 		}
-		e.g.ChargeUsed(admission.Class(st.class), now()-t0)
+		e.g.Record(admission.SlotPeriod{W: w, Slot: now() - t0, ChargeOnly: true})
 		held = false
-		e.releaseSlot(st.class, &w.Est)
+		e.releaseSlot(w)
 		if !more || !inLine {
 			break
 		}
@@ -333,10 +333,7 @@ func (e *Executor) awaitHelper(st *forState, w *admission.Waiter) bool {
 		return false
 	default:
 	}
-	if w.Ready == nil {
-		w.Ready = make(chan struct{}, 1)
-	}
-	if st.stop.Load() || !e.g.Rejoin(w, true) {
+	if st.stop.Load() || !e.g.Requeue(w, nil, true) {
 		return false
 	}
 	return e.g.Await(st.finished, w) == admission.WaitGranted

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
 )
 
 // A slot given back twice is detected: the second release is ignored and
@@ -18,9 +20,9 @@ import (
 func TestADoubleReleaseIsDetectedAndIgnored(t *testing.T) {
 	var log bytes.Buffer
 	e := newExec(t, Options{Slots: 1, Logger: slog.New(slog.NewTextHandler(&log, nil))})
-	var est int64
-	e.releaseSlot(Interactive, &est) // nobody holds a slot: a double release
-	if n := e.g.DoubleReleases(); n != 1 {
+	w := admission.MakeWaiter(admission.Interactive, admission.KindCaller, nil)
+	e.releaseSlot(&w) // nobody holds a slot: a double release
+	if n := e.g.Snapshot(0).DoubleReleases; n != 1 {
 		t.Fatalf("double releases counted %d, want 1", n)
 	}
 	if st := e.Stats(); st.Free != 1 {
@@ -62,7 +64,7 @@ func TestTheFractionalSlotChangesCapacityNotReleases(t *testing.T) {
 	started := make(chan struct{})
 	go e.Do(ctx, Interactive, func(context.Context) error { close(started); <-hold; return nil })
 	<-started
-	e.g.SetExtraOpen(false) // 1 slot of capacity, held
+	e.g.Pacer().SetExtraOpen(false) // 1 slot of capacity, held
 	close(hold)
 	deadline := time.Now().Add(10 * time.Second)
 	for e.Stats().Classes[Interactive].Running != 0 && time.Now().Before(deadline) {
@@ -71,11 +73,11 @@ func TestTheFractionalSlotChangesCapacityNotReleases(t *testing.T) {
 	if st := e.Stats(); st.Free != 1 {
 		t.Fatalf("%d free with the extra slot closed and nothing running, want 1", st.Free)
 	}
-	e.g.SetExtraOpen(true)
+	e.g.Pacer().SetExtraOpen(true)
 	if st := e.Stats(); st.Free != 2 {
 		t.Fatalf("%d free with the extra slot open again, want 2", st.Free)
 	}
-	if n := e.g.DoubleReleases(); n != 0 {
+	if n := e.g.Snapshot(0).DoubleReleases; n != 0 {
 		t.Fatalf("%d releases taken for double releases", n)
 	}
 }
@@ -95,28 +97,28 @@ func TestAReleaseRacingAShrinkingCapacityIsNotADoubleRelease(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var est int64
+			w := admission.MakeWaiter(admission.Interactive, admission.KindCaller, nil)
 			for {
 				select {
 				case <-stop:
 					return
 				default:
 				}
-				if e.g.TryAcquire() {
-					e.releaseSlot(Interactive, &est)
+				if e.g.TryAcquire(admission.Interactive) {
+					e.releaseSlot(&w)
 				}
 			}
 		}()
 	}
 	deadline := time.Now().Add(300 * time.Millisecond)
-	for i := 0; time.Now().Before(deadline) && e.g.DoubleReleases() == 0; i++ {
+	for i := 0; time.Now().Before(deadline) && e.g.Snapshot(0).DoubleReleases == 0; i++ {
 		e.SetSlots(1 + 3*(i%2))
-		e.g.SetExtraOpen(i%3 != 0)
+		e.g.Pacer().SetExtraOpen(i%3 != 0)
 	}
 	close(stop)
 	wg.Wait()
-	e.g.SetExtraOpen(true)
-	if n := e.g.DoubleReleases(); n != 0 {
+	e.g.Pacer().SetExtraOpen(true)
+	if n := e.g.Snapshot(0).DoubleReleases; n != 0 {
 		t.Fatalf("%d correct releases taken for double releases", n)
 	}
 	if st := e.Stats(); st.Free != st.Slots {

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/cpuwork/cpuwork/internal/admission"
 )
 
 // recorder collects the order in which tasks ran.
@@ -543,8 +545,9 @@ func TestTheSpreadOfRunTimesIsMeasured(t *testing.T) {
 		tk := &task{class: Interactive, weight: 1}
 		for i := range 64 {
 			d := tc.runs[i%len(tc.runs)]
-			if tc.given {
-				tk.w.Work = d
+			tk.w = admission.MakeWaiter(admission.Interactive, admission.KindCaller, nil)
+			if tc.given { // its expected run time: the one it gives
+				e.g.Rank(WithTarget(context.Background(), Target{Service: time.Duration(d)}), &tk.w)
 			}
 			tk.start = 0
 			e.charge(tk, d)
@@ -557,7 +560,7 @@ func TestTheSpreadOfRunTimesIsMeasured(t *testing.T) {
 
 // Under a fractional quota the extra slot is closed part of the time, so
 // the door divides the work ahead by the slots held on average (the
-// quota's cores, 1.5, until measured: fracPacer.capacity), not by the
+// quota's cores, 1.5, until measured: pacer.Pacer.Capacity), not by the
 // slots (2): 8 queued tasks of 10 ms and one of its own end 63 ms out, not
 // 50. For an image server in a 1.5-CPU cgroup, the p99 of served requests
 // after a step to 1.4x its capacity went from 1.00x the semaphore's
@@ -569,7 +572,7 @@ func TestTheDoorDividesByThePacedQuotaNotTheSlots(t *testing.T) {
 		refuse bool
 	}{{0, false}, {1.5, true}} {
 		e := newExec(t, Options{Slots: 2})
-		e.g.SetPacedCapacity(tc.paced)
+		e.g.Pacer().SetPacedCapacity(tc.paced)
 		err := allowBehind(t, e, 8, 0, 57*time.Millisecond)
 		if refused := errors.Is(err, ErrDeadline); refused != tc.refuse {
 			t.Errorf("paced capacity %v: Allow = %v, want refused %v", tc.paced, err, tc.refuse)

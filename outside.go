@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/cputime"
 	"github.com/cpuwork/cpuwork/schedstat"
 )
 
@@ -111,6 +112,13 @@ func (o *outsidePs) effective(b budget.Budget) budget.Budget {
 		b.GOMAXPROCS = 0
 	}
 	return b
+}
+
+// processCPU is this process's CPU time (user and system), 0 if
+// unreadable.
+func processCPU() time.Duration {
+	d, _ := cputime.Process()
+	return d
 }
 
 // processRunDelay is the process's cumulative kernel run delay, summed

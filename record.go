@@ -230,9 +230,9 @@ func (e *Executor) observe(ctx context.Context, c Class, fn func(context.Context
 	// counts: either Close waits for this task or the task sees it closed.
 	s := &e.stats[c]
 	s.Admitted.Inc(0)
-	if e.g.IsClosed() || ctx.Err() != nil {
+	if e.g.Closed() || ctx.Err() != nil {
 		s.Completed.Inc(0)
-		if e.g.IsClosed() {
+		if e.g.Closed() {
 			e.checkDrained()
 			s.Rejected.Add(1)
 			return ErrClosed
@@ -286,7 +286,7 @@ func (e *Executor) observeRun(ctx context.Context, c Class, fn func(context.Cont
 		x.outcome, x.wait, x.cpu = trace.Served, start-x.arrival, max(cpu, 1)
 		r.add(x)
 		s.Completed.Inc(0)
-		if e.g.IsClosed() {
+		if e.g.Closed() {
 			e.checkDrained()
 		}
 	}()

@@ -199,8 +199,9 @@ type NetWatchStats struct {
 func (e *Executor) Stats() Stats {
 	mustExec(e)
 	var st Stats
-	var queued [numClasses]int
-	st.Slots, st.Free, st.Closed, queued = e.g.Snapshot()
+	snap := e.g.Snapshot(10)
+	st.Slots, st.Free, st.Closed = snap.Slots, snap.Free, snap.Closed
+	queued := snap.Queued
 	if w := e.capWarning.Load(); w != nil {
 		st.Warning = *w
 	}
@@ -209,16 +210,11 @@ func (e *Executor) Stats() Stats {
 		st.Demotion = e.guard.stats()
 	}
 	if p := e.frac.Load(); p != nil {
-		p.mu.Lock()
-		st.Pacing.Paced, st.Pacing.Target = p.frac > 0, p.target
-		st.Pacing.Closed = time.Duration(p.closedTotal)
-		st.Pacing.Lowered, st.Pacing.Held = p.lowered, p.held
-		st.Pacing.Occupancy = p.capacityLocked()
-		if p.frac > 0 {
-			st.Pacing.Pause, st.Pacing.Objective = p.pauseLocked(), p.objective
-			st.Pacing.Absorbed = p.absorbedLocked()
-		}
-		p.mu.Unlock()
+		ps := p.Stats()
+		st.Pacing.Paced, st.Pacing.Target = ps.Fraction > 0, ps.Target
+		st.Pacing.Closed, st.Pacing.Lowered, st.Pacing.Held = ps.Closed, ps.Lowered, ps.Held
+		st.Pacing.Occupancy = ps.Occupancy
+		st.Pacing.Pause, st.Pacing.Objective, st.Pacing.Absorbed = ps.Pause, ps.Objective, ps.Absorbed
 	}
 	st.Record = e.rec.stats()
 	if w := e.paceWarning.Load(); w != nil {
@@ -253,11 +249,10 @@ func (e *Executor) Stats() Stats {
 	if e.acct != nil {
 		st.SlowTasks = e.acct.slowTasks(now())
 	}
-	top, untracked := e.g.Keys(10)
-	for _, k := range top {
+	for _, k := range snap.Keys {
 		st.Keys = append(st.Keys, KeyStats{Key: k.Name, Class: Class(k.Class), SlotTime: time.Duration(k.Slot),
 			Refused: k.Refused, Lead: time.Duration(k.Lead)})
 	}
-	st.UntrackedKeyTasks = untracked
+	st.UntrackedKeyTasks = snap.UntrackedKeys
 	return st
 }

@@ -211,7 +211,7 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 		// The CPU budget spent and not, by turns (the fractional pacer's
 		// signal): a shedding class refuses at its door with its queue
 		// empty and at its head (admission's spentLocked).
-		stopSpending = every50us(func(i int) { e.g.SetBudgetSpent(i%2 == 0) })
+		stopSpending = every50us(func(i int) { e.g.Pacer().SetBudgetSpent(i%2 == 0) })
 	}
 	wg.Wait()
 	stopResizing()
@@ -230,14 +230,14 @@ func stress(t *testing.T, seed uint64, flipping bool) {
 	default:
 	}
 	st := e.Stats()
-	if n := e.g.DoubleReleases(); n != 0 {
+	if n := e.g.Snapshot(0).DoubleReleases; n != 0 {
 		t.Fatalf("seed %d: %d slots released twice (options %+v)", seed, n, o)
 	}
 	if st.Free != st.Slots {
 		t.Fatalf("seed %d: %d of %d slots free after Close (options %+v, stats %+v)", seed, st.Free, st.Slots, o, st)
 	}
-	if top, _ := e.g.Keys(1 << 20); e.g.ActiveKeys() != 0 || slices.ContainsFunc(top, func(k admission.KeyStat) bool { return k.Queued != 0 }) {
-		t.Fatalf("seed %d: keys with work in flight after Close: %d active, %+v", seed, e.g.ActiveKeys(), top)
+	if snap := e.g.Snapshot(1 << 20); snap.ActiveKeys != 0 || slices.ContainsFunc(snap.Keys, func(k admission.KeyStat) bool { return k.Queued != 0 }) {
+		t.Fatalf("seed %d: keys with work in flight after Close: %d active, %+v", seed, snap.ActiveKeys, snap.Keys)
 	}
 	for c, cs := range st.Classes {
 		if cs.Queued != 0 || cs.Running != 0 {

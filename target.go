@@ -63,7 +63,7 @@ func (e *Executor) Allow(ctx context.Context, c Class) error {
 	if !c.valid() {
 		return invalidClass(c)
 	}
-	if e.g.IsClosed() {
+	if e.g.Closed() {
 		e.stats[c].Rejected.Add(1)
 		return ErrClosed
 	}

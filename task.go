@@ -58,7 +58,7 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 	if err := e.openFor(ctx, c); err != nil {
 		return nil, err
 	}
-	if !e.g.TryAcquireFor(admission.Class(c)) {
+	if !e.g.TryAcquire(admission.Class(c)) {
 		e.stats[c].Rejected.Add(1)
 		return nil, ErrSaturated
 	}
@@ -75,7 +75,8 @@ func (e *Executor) TryGo(ctx context.Context, c Class, fn func(context.Context) 
 func (e *Executor) newTask(ctx context.Context, c Class, span int, fn func(context.Context) error, inherit *task) *Task {
 	t := &Task{fn: fn, done: make(chan struct{})}
 	t.tc = task{ctx: ctx, e: e, class: c, inherit: inherit}
-	t.tc.w.Class, t.tc.w.Task, t.tc.w.Kind, t.tc.w.Span = admission.Class(c), t, admission.KindTask, int32(span)
+	t.tc.w = admission.MakeWaiter(admission.Class(c), admission.KindTask, t)
+	t.tc.w.SetSpan(span)
 	return t
 }
 
@@ -84,7 +85,7 @@ func (e *Executor) startFast(t *Task) error {
 	if err := e.admitFastTask(&t.tc, uintptr(unsafe.Pointer(t))); err != nil {
 		return err
 	}
-	t.tc.w.Started = true // never queued, so no cancellation can race this
+	t.tc.w.MarkStarted() // never queued, so no cancellation can race this
 	e.pools[t.tc.class.pool()].runq <- t
 	return nil
 }
@@ -93,7 +94,7 @@ func (e *Executor) startFast(t *Task) error {
 // now: ErrClosed after Close, or ctx's error once ctx has ended.
 func (e *Executor) openFor(ctx context.Context, c Class) error {
 	s := &e.stats[c]
-	if e.g.IsClosed() {
+	if e.g.Closed() {
 		s.Rejected.Add(1)
 		return ErrClosed
 	}
@@ -109,7 +110,7 @@ func (e *Executor) submit(ctx context.Context, c Class, span int, fn func(contex
 		return nil, err
 	}
 	t := e.newTask(ctx, c, span, fn, inherit)
-	if e.g.TryAcquireFor(admission.Class(c)) {
+	if e.g.TryAcquire(admission.Class(c)) {
 		if err := e.startFast(t); err != nil {
 			return nil, err
 		}
@@ -159,9 +160,8 @@ func (e *Executor) runTask(t *Task) (next *Task) {
 		}
 	}()
 	tc := &t.tc
-	if tc.w.Granted { // it waited in the queue
+	if tc.w.TakeGrant() { // it waited in the queue
 		e.timeQueued(tc)
-		tc.w.Granted = false
 	}
 	t.err = e.run(tc, t.fn)
 	returned = true
@@ -177,21 +177,19 @@ func (e *Executor) runTask(t *Task) (next *Task) {
 // such a task pays far more for its park and wake-up, or its hand-off to
 // the lane, than for the allocation.
 func newRecord(ctx context.Context, e *Executor, c Class) *task {
-	t := &task{ctx: ctx, e: e, class: c}
-	t.w.Class = admission.Class(c)
-	return t
+	return &task{ctx: ctx, e: e, class: c, w: admission.MakeWaiter(admission.Class(c), admission.KindCaller, nil)}
 }
 
 // Wake runs a Go task the granter granted (sends it to its pool's
 // workers, or into keep), fails one it refused, or signals one that waits
 // on its worker for its slot back after a Checkpoint.
 func (o *owner) Wake(w *admission.Waiter, keep *admission.Keep) {
-	if w.Requeued {
+	if w.Requeued() {
 		w.Signal()
 		return
 	}
 	e := (*Executor)(o)
-	t := w.Task.(*Task)
+	t := w.Task().(*Task)
 	if err := w.Refusal(); err != nil {
 		if t.stop != nil {
 			t.stop()
@@ -201,7 +199,7 @@ func (o *owner) Wake(w *admission.Waiter, keep *admission.Keep) {
 		e.checkDrained()
 		return
 	}
-	pool := Class(w.Class).pool()
+	pool := Class(w.Class()).pool()
 	if keep != nil && keep.Task == nil && keep.Pool == pool {
 		keep.Task = t
 		return

@@ -28,7 +28,7 @@ type budgetReport struct {
 // Options on b: under a quota with a fraction of at least 0.01 and at
 // least one whole core, ceil(quota) slots, the last paced, when
 // GOMAXPROCS (in force, else the runtime's default) leaves a P for it
-// (the library's fraction.go); else the whole cores of the budget
+// (the library's pacer, internal/pacer); else the whole cores of the budget
 // (budget.Budget.Slots).
 func executorSlots(b budget.Budget) (n int, paced bool) {
 	n = b.Slots()

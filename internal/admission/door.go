@@ -61,7 +61,7 @@ func (e *shedError) Unwrap() []error {
 // and the late budget is read, not sampled). t is the arrival's time,
 // read before the lock.
 func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek bool) error {
-	c := w.Class
+	c := w.class
 	s := g.cnt[c]
 	switch {
 	case g.closed.Load():
@@ -80,7 +80,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 	if !peek {
 		g.offerLocked(w) // Allow's call counts when it refuses: an allowed one is submitted next
 	}
-	if w.target != targetNone && w.Due > t && q.autoTarget(w.Due-t, g.cnt[c].AvgSlotNs.Load()) {
+	if w.target != targetNone && w.due > t && q.autoTarget(w.due-t, g.cnt[c].AvgSlotNs.Load()) {
 		g.shedOn.Or(1 << c)
 	}
 	if q.target > 0 && (g.queues[c].n > 0 || g.spentLocked(c)) && (!q.auto || w.target != targetNone) {
@@ -127,9 +127,9 @@ func (g *Granter) Allow(ctx context.Context, c Class) error {
 	if g.freeNow(c) {
 		return nil // it would take a free slot at once: never judged at the door
 	}
-	w := Waiter{Class: c}
+	w := Waiter{class: c}
 	t := g.now()
-	g.SetDue(ctx, &w, t)
+	g.setDue(ctx, &w, t)
 	key, keyed := KeyOf(ctx)
 	g.lock()
 	defer g.unlock()
@@ -144,7 +144,7 @@ func (g *Granter) Allow(ctx context.Context, c Class) error {
 // readLocked reads class c's counters at t for its controller.
 func (g *Granter) readLocked(c Class, t int64) reading {
 	r := reading{t: t, admitted: g.cnt[c].Admitted.Load(), completed: g.cnt[c].Completed.Load(),
-		avgSlot: g.cnt[c].AvgSlotNs.Load(), slots: g.ServiceSlots()}
+		avgSlot: g.cnt[c].AvgSlotNs.Load(), slots: g.serviceSlots()}
 	for k := range Class(NumClasses) {
 		r.used[k] = g.cnt[k].Used.Load()
 		if k != c && g.sameSide(k, c) {
@@ -160,7 +160,7 @@ func (g *Granter) readLocked(c Class, t int64) reading {
 
 // offerLocked counts w, an arrival at the door, in its class's interval.
 func (g *Granter) offerLocked(w *Waiter) {
-	g.shed[w.Class].offer(g.serviceOf(w), w.Declared != 0)
+	g.shed[w.class].offer(g.serviceOf(w), w.declared != 0)
 }
 
 // codelGrantLocked feeds the queue wait of a task of class c granted a
@@ -194,14 +194,14 @@ func (g *Granter) codelTickLocked(c Class, t int64) {
 // a server that has just started learns that average from its short
 // requests first.
 func (g *Granter) standingWait(w *Waiter, t int64, ahead int) (int64, bool) {
-	if w.Declared != 0 {
+	if w.declared != 0 {
 		return 0, false
 	}
-	per, ok := g.shed[w.Class].perCompletion(t, intervalLen(g.cnt[w.Class].AvgSlotNs.Load()))
+	per, ok := g.shed[w.class].perCompletion(t, intervalLen(g.cnt[w.class].AvgSlotNs.Load()))
 	if !ok {
 		return 0, false
 	}
-	slots := g.ServiceSlots()
+	slots := g.serviceSlots()
 	return int64((float64(ahead) + slots/2) * float64(per) / slots), true
 }
 
@@ -223,25 +223,15 @@ func (g *Granter) standingWait(w *Waiter, t int64, ahead int) (int64, bool) {
 // auto-target class only those with a latency target and not of a key
 // within its share (keys.go).
 func (g *Granter) backlogLocked(w *Waiter, t int64) bool {
-	q := &g.shed[w.Class]
-	return q.refusesBacklog(t-w.Enq, g.spentLocked(w.Class)) && g.queues[w.Class].n > 0 &&
-		w.Kind != KindHelper && !w.Started && !w.Requeued &&
+	q := &g.shed[w.class]
+	return q.refusesBacklog(t-w.enq, g.spentLocked(w.class)) && g.queues[w.class].n > 0 &&
+		w.kind != KindHelper && !w.started && !w.requeued &&
 		(!q.auto || w.target != targetNone) && !(q.auto && g.keySpared(w))
 }
 
 // spentLocked reports whether class c holds no queue because the CPU
 // budget is spent (SetBudgetSpent; queueController.spent).
 func (g *Granter) spentLocked(c Class) bool { return g.shed[c].spent(g.budgetSpent.Load()) }
-
-// SetBudgetSpent says whether the CPU budget is spent for now: the
-// fractional quota's pacer would close its extra slot (the period's
-// quota is on pace to be used) or the last period was throttled.
-func (g *Granter) SetBudgetSpent(spent bool) { g.budgetSpent.Store(spent) }
-
-// Shedding reports whether any class sheds now in a clear overload (its
-// arrivals brought over earlyOutrun times the slots' work, in its last
-// interval and over the recent ones).
-func (g *Granter) Shedding() bool { return g.sheddingMask.Load() != 0 }
 
 // markShedLocked records in sheddingMask whether class c sheds in a clear
 // overload.
@@ -256,11 +246,11 @@ func (g *Granter) markShedLocked(c Class) {
 // shedBacklogLocked refuses w, found by backlogLocked, with an error
 // wrapping ErrSaturated.
 func (g *Granter) shedBacklogLocked(w *Waiter, t int64) {
-	q := &g.shed[w.Class]
+	q := &g.shed[w.class]
 	q.iv.refused++
-	g.refuseWithLocked(w, &shedError{class: w.Class, reason: fmt.Sprintf(
+	g.refuseWithLocked(w, &shedError{class: w.class, reason: fmt.Sprintf(
 		"its queue has stood above the queue-wait target %v for an interval and it has waited %v, more than %d times the target",
-		time.Duration(q.target), time.Duration(t-w.Enq).Round(time.Microsecond), backlogWaits)})
+		time.Duration(q.target), time.Duration(t-w.enq).Round(time.Microsecond), backlogWaits)})
 }
 
 // Background starvation guard: Background is served only when no other
@@ -323,30 +313,30 @@ func (g *Granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBud
 // budget is spent. Only submissions that have a target and never ran are
 // refused: a late large request would delay every small one behind it.
 func (g *Granter) lateLocked(w *Waiter, t int64) bool {
-	if w.target == targetNone || w.Started || w.Requeued || w.Kind == KindHelper || t+g.ownRun(w, g.queues[w.Class].n == 0) <= w.Due {
+	if w.target == targetNone || w.started || w.requeued || w.kind == KindHelper || t+g.ownRun(w, g.queues[w.class].n == 0) <= w.due {
 		return false
 	}
-	return w.target == targetDeadline || !g.lateOKLocked(w.Class, true)
+	return w.target == targetDeadline || !g.lateOKLocked(w.class, true)
 }
 
 // refuseLocked takes w, just out of the queue at t, out for good with an error
 // wrapping ErrSaturated and ErrDeadline: a blocked caller is woken
 // without a slot, a task fails after the lock is released (unlockAndWake).
 func (g *Granter) refuseLocked(w *Waiter, t int64) {
-	left := time.Duration(w.Due - t)
-	g.refuseWithLocked(w, &shedError{class: w.Class, deadline: true, reason: fmt.Sprintf(
+	left := time.Duration(w.due - t)
+	g.refuseWithLocked(w, &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
 		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
-		time.Duration(g.ownRun(w, g.queues[w.Class].n == 0)).Round(time.Microsecond))})
+		time.Duration(g.ownRun(w, g.queues[w.class].n == 0)).Round(time.Microsecond))})
 }
 
 // refuseWithLocked takes w, just out of the queue, out for good with err
 // (counted as rejected and shed).
 func (g *Granter) refuseWithLocked(w *Waiter, err *shedError) {
-	s := g.cnt[w.Class]
+	s := g.cnt[w.class]
 	s.Rejected.Add(1)
 	s.Shed.Add(1)
 	keyRefused(w)
-	g.KeyDone(w)
+	g.keyDone(w)
 	w.refused = err
 	g.pending = append(g.pending, w)
 }
@@ -371,9 +361,9 @@ const doorSpread = 2
 // time, standingWait: door.go); and the number of tasks queued ahead of
 // it.
 func (g *Granter) meanWaitLocked(w *Waiter, t int64) (wait int64, ahead int) {
-	_, ahead, work := g.queues[w.Class].place(w.Rank)
-	for k := Critical; k < w.Class; k++ {
-		if g.sameSide(k, w.Class) {
+	_, ahead, work := g.queues[w.class].place(w.rank)
+	for k := Critical; k < w.class; k++ {
+		if g.sameSide(k, w.class) {
 			ahead += g.queues[k].n
 			work += g.queues[k].work
 		}
@@ -383,11 +373,11 @@ func (g *Granter) meanWaitLocked(w *Waiter, t int64) (wait int64, ahead int) {
 	}
 	var running int64
 	for k := range g.share.inflight {
-		if g.sameSide(Class(k), w.Class) {
+		if g.sameSide(Class(k), w.class) {
 			running += g.share.inflight[k].Load()
 		}
 	}
-	return int64(float64(work+running/2) / g.ServiceSlots()), ahead
+	return int64(float64(work+running/2) / g.serviceSlots()), ahead
 }
 
 // doorLocked is the door's target check for w, a task not yet queued
@@ -405,8 +395,8 @@ func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool)
 		return nil
 	}
 	wait, ahead := g.meanWaitLocked(w, t)
-	slots := g.ServiceSlots()
-	if dev := g.cnt[w.Class].DevSlotNs.Load(); dev > 0 && ahead > 0 {
+	slots := g.serviceSlots()
+	if dev := g.cnt[w.class].DevSlotNs.Load(); dev > 0 && ahead > 0 {
 		// The spread of the estimate: n run times that each miss their
 		// expectation by dev on average sum to within ~sqrt(n) x dev of
 		// theirs, and a queue estimated at its mean is late half the
@@ -414,17 +404,17 @@ func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool)
 		// there is no sum: the running tasks count at their mean half.
 		wait += int64(doorSpread * float64(dev) * math.Sqrt(float64(ahead)) / slots)
 	}
-	own := g.ownRun(w, g.queues[w.Class].n == 0)
+	own := g.ownRun(w, g.queues[w.class].n == 0)
 	end := t + wait + own
-	late := end > w.Due
+	late := end > w.due
 	if w.target == targetObjective {
 		if dl, ok := ctx.Deadline(); ok && end > int64(dl.Sub(epoch)) {
 			late = true // past its ctx deadline too: no budget for that
 		} else if peek {
-			if !late || g.lateRoomLocked(w.Class) {
+			if !late || g.lateRoomLocked(w.class) {
 				return nil // Allow: the budget read, not sampled
 			}
-		} else if g.lateOKLocked(w.Class, late) {
+		} else if g.lateOKLocked(w.class, late) {
 			if late {
 				w.target = targetNone // let through late once: not judged again at the head (its due still orders it)
 			}
@@ -434,8 +424,8 @@ func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool)
 	if !late {
 		return nil
 	}
-	return &shedError{class: w.Class, deadline: true, reason: fmt.Sprintf(
+	return &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
 		"its latency target is in %v but the estimated queue wait is %v (%d tasks ahead) and its expected run time %v",
-		time.Duration(w.Due-t).Round(time.Microsecond), time.Duration(wait).Round(time.Microsecond), ahead,
+		time.Duration(w.due-t).Round(time.Microsecond), time.Duration(wait).Round(time.Microsecond), ahead,
 		time.Duration(own).Round(time.Microsecond))}
 }

@@ -23,7 +23,7 @@ type targetVal struct {
 
 // TargetContext returns a context that carries a request's latency target
 // (latency from now; 0 or negative: none) and expected run time
-// (service; 0: unknown), which SetDue reads.
+// (service; 0: unknown), which setDue reads.
 func TargetContext(ctx context.Context, latency, service time.Duration) context.Context {
 	return context.WithValue(ctx, targetKey{}, &targetVal{arrival: Now(), latency: int64(latency), service: int64(max(service, 0))})
 }

@@ -28,17 +28,29 @@ import (
 //
 // The protocol the executor calls, and nothing else:
 //
-//   - TryAcquire, TryAcquireFor: a free slot at once, lock-free;
+//   - Init: the classes, the counters, the Owner;
+//   - TryAcquire: a free slot at once, lock-free;
 //   - Admit: the door, the queue, a grant and, for a blocked caller, the
 //     wait with its cancellation race (a Go task is woken by Owner.Wake);
-//   - HandOver and Rejoin: queue again a task that gives its slot up at a
-//     Checkpoint, or a For helper that waits for one; Await: their wait;
+//   - Requeue: queue again a task that gives its slot up at a Checkpoint
+//     (a hand-over, or a park), or a For helper that waits for one;
+//     Await: their wait;
 //   - Withdraw: a queued Go task whose ctx ended leaves the queue;
-//   - Release: the one way a slot goes back;
-//   - SetSlots, SetExtraOpen (setCapacityLocked): the one way the
-//     capacity changes;
-//   - RecordSlot: a measured slot time feeds the estimators;
-//   - Allow, Close, Drain, Quiet, Snapshot and the lock-free reads.
+//   - Record: a measured slot period feeds the estimators (and, the
+//     task's last, ends its key's charge);
+//   - Release: the one way a slot goes back; Undo: the one way an
+//     admission is taken back;
+//   - SetCapacity (setCapacityLocked): the one way the slot count
+//     changes; the fractional pacer's extra slot and what it tells the
+//     door go through its own seam, Pacer;
+//   - Allow: the door alone, for a caller that runs its work itself;
+//   - Close: the door closes, and the queues drain;
+//   - Snapshot: the state at one instant, for Stats.
+//
+// Beside them, lock-free reads the hot paths need: Waiting and Behind (a
+// Checkpoint's question), Rank, OverCommitted, Closed, Slots; and Quiet
+// (Close's wait for the end). A Waiter's fields are the core's: the
+// executor sets what the constructors and setters in waiter.go allow.
 //
 // It reaches the executor only through Owner (wake what it granted or
 // refused; after a release or a cancellation, let it check whether Close
@@ -129,7 +141,7 @@ type Granter struct {
 	// side bounded to the slots (lowCap, highCap).
 	beside bool
 	// extraClosed says the fractional quota's extra slot is closed now
-	// (fraction.go).
+	// (internal/pacer).
 	extraClosed bool
 
 	// pending holds waiters granted under mu and not yet woken: they are
@@ -142,7 +154,7 @@ type Granter struct {
 	// slots, less the fractional slot while it is closed; release).
 	doubleReleases atomic.Uint64
 	// pacedCap is, while a fractional quota's extra slot is paced, the
-	// slots that serve the queue on average (fracPacer.capacity: the
+	// slots that serve the queue on average (pacer.Pacer.Capacity: the
 	// slots held while a task queued, 1.5 for 1.5 CPUs before it is
 	// measured), in math.Float64bits; 0: not paced. The door divides
 	// the work ahead by it, not by the slot count: the extra slot is
@@ -273,7 +285,7 @@ type Config struct {
 	// GOMAXPROCS-1 (at least 1).
 	SpareP bool
 	// Beside gives Batch and Background slots of their own beside the
-	// slots SetSlots sets, as many: Critical and Interactive hold at
+	// slots SetCapacity sets, as many: Critical and Interactive hold at
 	// most those, batch at most its own.
 	Beside bool
 	// Counters[c] are class c's counters, which the Granter writes and
@@ -295,7 +307,7 @@ type ClassConfig struct {
 }
 
 // Init sets the per-class limits, targets and weights from cfg, with
-// no slot yet (SetSlots gives them); it is called before the Granter is
+// no slot yet (SetCapacity gives them); it is called before the Granter is
 // used. Invalid options return an error naming the executor's option.
 func (g *Granter) Init(cfg Config) error {
 	g.cnt, g.owner, g.log, g.clock = cfg.Counters, cfg.Owner, cfg.Log, cfg.Clock
@@ -347,14 +359,8 @@ func (g *Granter) Init(cfg Config) error {
 
 // Lock-free reads for the fast paths.
 
-// Mask is the set of classes with queued waiters (bit c for class c).
-func (g *Granter) Mask() uint32 { return g.waitMask.Load() }
-
-// HeadDue is the due of class c's first Waiter (math.MaxInt64: none).
-func (g *Granter) HeadDue(c Class) int64 { return g.headDue[c].Load() }
-
-// HasWaiters reports whether any task is queued.
-func (g *Granter) HasWaiters() bool { return g.waitMask.Load() != 0 }
+// Waiting reports whether any task is queued.
+func (g *Granter) Waiting() bool { return g.waitMask.Load() != 0 }
 
 // freeNow reports whether a slot is free for a task of class c and nobody
 // queued is ahead of it (waitersAhead): it would take the slot at once.
@@ -394,22 +400,11 @@ func (g *Granter) waitersAhead() bool {
 // should hand its slot back.
 func (g *Granter) OverCommitted() bool { return g.free.freeSlots() < 0 }
 
-// Occupied reports the slots held now (the capacity less the free count,
-// so a task over the count while the extra slot is closed counts) and
-// whether a task is queued: the fractional pacer's occupancy sample.
-func (g *Granter) Occupied() (held int64, queued bool) {
-	free, capacity := unpackSlots(g.free.v.Load())
-	return capacity - free, g.waitMask.Load() != 0
-}
-
-// IsClosed reports whether the door is closed (Close).
-func (g *Granter) IsClosed() bool { return g.closed.Load() }
+// Closed reports whether the door is closed (Close).
+func (g *Granter) Closed() bool { return g.closed.Load() }
 
 // Slots is the slot count without the lock.
 func (g *Granter) Slots() int64 { return g.nslots.Load() }
-
-// LatencyTarget is class c's latency target in ns (0: none).
-func (g *Granter) LatencyTarget(c Class) int64 { return g.latencyTarget[c] }
 
 // Admit is the one way a submission that found no free slot queues:
 // the door (queueAdmitLocked: it may refuse w, with the error to return),
@@ -417,12 +412,15 @@ func (g *Granter) LatencyTarget(c Class) int64 { return g.latencyTarget[c] }
 // for a blocked caller (KindCaller), the wait for its slot (Await: a
 // grant, a refusal at the head, Close, or ctx's end racing a grant). A
 // task (KindTask) returns once queued; Owner.Wake runs or fails it,
-// Withdraw takes it out when its ctx ends. Admit sets w's arrival and due;
-// a caller's Ready channel (capacity 1) must be made. Before it queues,
+// Withdraw takes it out when its ctx ends. Admit sets w's arrival and due
+// and makes a caller's wake-up channel. Before it queues,
 // it yields the P while a task granted a slot has not started yet.
 func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
-	w.Enq = g.now()
-	t := w.Enq
+	if w.kind != KindTask {
+		w.makeReady()
+	}
+	w.enq = g.now()
+	t := w.enq
 	if g.woken.Load() > 0 {
 		// A task granted a slot has not started yet: most often it is
 		// the next to run on this P, behind this goroutine, which is
@@ -432,7 +430,7 @@ func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
 		runtime.Gosched()
 		t = g.now()
 	}
-	g.SetDue(ctx, w, w.Enq)
+	g.setDue(ctx, w, w.enq)
 	key, keyed := KeyOf(ctx)
 	g.lock()
 	g.keyRankLocked(key, keyed, w, t)
@@ -446,7 +444,7 @@ func (g *Granter) Admit(ctx context.Context, w *Waiter) error {
 	g.enqueueLocked(w)
 	g.dispatchLocked(&t)
 	g.unlockAndWake(nil)
-	if w.Kind == KindTask {
+	if w.kind == KindTask {
 		return nil
 	}
 	switch r := g.Await(ctx.Done(), w); r {
@@ -485,15 +483,22 @@ func (r WaitResult) err(w *Waiter) error {
 // still queued (a slot granted at that moment goes back through release).
 // It counts what a submission's wait ends in — a cancellation, and a
 // closed-out one as rejected (a refusal was counted when refused) — and
-// nothing for a task queued again at a Checkpoint or a For helper.
+// nothing for a task queued again at a Checkpoint or a For helper. Once
+// it returns, w is no longer Requeued.
 func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
-	c := w.Class
-	submission := !w.Requeued && w.Kind != KindHelper
+	r := g.await(done, w)
+	w.requeued = false
+	return r
+}
+
+func (g *Granter) await(done <-chan struct{}, w *Waiter) WaitResult {
+	c := w.class
+	submission := !w.requeued && w.kind != KindHelper
 	if done == nil { // a wait that never ends early: a plain receive
-		<-w.Ready
+		<-w.ready
 	} else {
 		select {
-		case <-w.Ready:
+		case <-w.ready:
 		case <-done:
 			g.lock()
 			if w.queued {
@@ -501,28 +506,28 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 				g.unlock()
 				if submission {
 					g.cnt[c].Canceled.Add(1)
-					g.KeyDone(w)
+					g.keyDone(w)
 				}
 				g.owner.Released()
 				return WaitCanceled
 			}
 			g.unlock()
-			<-w.Ready // granted or closed out just now
-			if w.Granted {
-				w.Granted = false
+			<-w.ready // granted or closed out just now
+			if w.granted {
+				w.granted = false
 				g.woken.Add(-1)
 				if submission {
 					g.Undo(w, uintptr(unsafe.Pointer(w)), false) // counted at grant; it never ran
 				} else {
-					g.Release(c, &w.Est, nil)
+					g.Release(w, nil)
 				}
 				return WaitCanceled
 			}
 		}
 	}
 	switch {
-	case w.Granted:
-		w.Granted = false
+	case w.granted:
+		w.granted = false
 		g.woken.Add(-1)
 		return WaitGranted
 	case w.refused != nil: // counted when refused
@@ -534,48 +539,52 @@ func (g *Granter) Await(done <-chan struct{}, w *Waiter) WaitResult {
 	return WaitClosed
 }
 
-// HandOver is a Checkpoint's hand-over of the slot w's running task
-// holds: when a task of a more urgent class waits, or one of its own
-// class due earlier than due, or more slots are held than the capacity
-// allows — and the door is open — the task's slot period p is charged, w
-// is queued again at its place and the slot goes back (release), in
-// that order, so that the next task picked sees the time this one took
-// and no other running task hands its slot over for the same Waiter.
-// The caller then awaits. It returns false, changing nothing, otherwise
-// (someone else handed a slot over first).
-func (g *Granter) HandOver(w *Waiter, due int64, p SlotPeriod) bool {
+// Requeue queues w again at its place (its Rank, which must have been
+// computed) for its task or helper to Await a slot:
+//
+//   - p != nil, a Checkpoint's hand-over of the slot w's running task
+//     holds: only when a task of a more urgent class waits, or one of its
+//     own class ranked ahead of w, or more slots are held than the
+//     capacity allows — and the door is open — is the task's slot period
+//     p recorded, w queued and the slot given back (release), in that
+//     order, so that the next task picked sees the time this one took
+//     and no other running task hands its slot over for the same Waiter.
+//     Otherwise it changes nothing and returns false (someone else handed
+//     a slot over first, or the executor is closing).
+//   - p == nil, a rejoin: w's task holds no slot (it gave it up for a
+//     park at a Checkpoint, or w is a For helper's); w is queued and any
+//     slot free now granted. With ifOpen it returns false, queuing
+//     nothing, when the door is closed.
+//
+// A task's Waiter is Requeued from here until its Await returns.
+func (g *Granter) Requeue(w *Waiter, p *SlotPeriod, ifOpen bool) bool {
+	w.makeReady()
 	t := g.now()
 	g.lock()
-	if g.closed.Load() || (!g.UrgentOver(w.Class, due) && !g.OverCommitted()) {
+	if p == nil {
+		if ifOpen && g.closed.Load() {
+			g.unlock()
+			return false
+		}
+		w.requeued = w.kind != KindHelper
+		w.enq = t
+		g.enqueueLocked(w)
+		g.dispatchLocked(&t)
+		g.unlockAndWake(nil)
+		return true
+	}
+	if g.closed.Load() || (!g.urgentOver(w.class, w.rank) && !g.OverCommitted()) {
 		g.unlock()
 		return false
 	}
-	g.RecordSlot(w.Class, p)
-	w.Requeued = true
-	w.Enq = t
-	est := w.Est
-	w.Est = 0 // once w is queued, a release may grant it a new one
+	g.Record(*p)
+	w.requeued = true
+	w.enq = t
+	est := w.est
+	w.est = 0 // once w is queued, a release may grant it a new one
 	g.enqueueLocked(w)
 	g.unlock()
-	g.Release(w.Class, &est, nil)
-	return true
-}
-
-// Rejoin queues w again at its place — a task that gave its slot up for
-// a park at a Checkpoint, or a For helper waiting for a slot — and
-// grants any slot free now; it returns false, queuing nothing, when
-// ifOpen is set and the door is closed. The caller then awaits.
-func (g *Granter) Rejoin(w *Waiter, ifOpen bool) bool {
-	t := g.now()
-	g.lock()
-	if ifOpen && g.closed.Load() {
-		g.unlock()
-		return false
-	}
-	w.Enq = t
-	g.enqueueLocked(w)
-	g.dispatchLocked(&t)
-	g.unlockAndWake(nil)
+	g.release(w.class, &est, nil)
 	return true
 }
 
@@ -590,45 +599,71 @@ func (g *Granter) Withdraw(w *Waiter) bool {
 	}
 	g.removeLocked(w)
 	g.unlock()
-	g.cnt[w.Class].Canceled.Add(1)
-	g.KeyDone(w)
+	g.cnt[w.class].Canceled.Add(1)
+	g.keyDone(w)
 	return true
 }
 
-// SlotPeriod is a measured slot period of a task: d ns, standing for
-// weight tasks (0: not timed; the fast path samples), whether the task
-// queued for it, the run time expected of it (0: its class's average)
-// and the run time it gave (Target.Service, 0: none or not in one
-// period).
+// SlotPeriod is a measured slot period of a task: Slot ns, standing for
+// Weight tasks (0: not timed; the fast path samples), whether the task
+// queued for it, and whether its run time is split over several
+// periods (it handed its slot over at a Checkpoint: its given run time,
+// Target.Service, then scales nothing). The run time expected of it and
+// the one it gave are its Waiter's.
 type SlotPeriod struct {
-	// W is the task's Waiter (nil: none): a keyed task's slot time is
-	// its key's (keys.go).
-	W        *Waiter
-	Slot     int64
-	Weight   uint8
-	Waited   bool
-	Expected int64
-	Declared int64
+	// W is the task's Waiter: a keyed task's slot time is its key's
+	// (keys.go).
+	W      *Waiter
+	Slot   int64
+	Weight uint8
+	Waited bool
+	Split  bool
+	// Last: the task's last period (Record ends its key's charge).
+	Last bool
+	// ChargeOnly: a For helper's run of chunks, charged to its class's
+	// slot time for the shares and fed to no estimate.
+	ChargeOnly bool
 }
 
-// RecordSlot feeds the slot period p of a task of class c into the
-// estimators: the charged slot time and the moving average and spread of
-// slot times; for a task that queued, also its class's last slot time
-// (the shares' estimate of a grant) and, when it gave a run time, the
-// scale of given run times.
-func (g *Granter) RecordSlot(c Class, p SlotPeriod) {
+// Record feeds the slot period p of the task of p.W (required) into the
+// estimators: the charged slot time and the moving median, average and
+// spread of slot times; for a task that queued, also its class's last
+// slot time (the shares' estimate of a grant) and, when it gave a run
+// time, the scale of given run times. A For helper's run of chunks
+// (ChargeOnly) is charged and nothing else. With Last (the task's last
+// period; Weight may then be 0), its key's charge ends after: every path
+// that ends a charged task records its last period once, or calls Undo
+// or Withdraw.
+func (g *Granter) Record(p SlotPeriod) {
+	c := p.W.class
+	if p.ChargeOnly {
+		g.cnt[c].Used.Add(p.Slot)
+		return
+	}
+	g.recordSlot(c, p)
+	if p.Last {
+		g.keyDone(p.W)
+	}
+}
+
+// recordSlot is Record's feed of the estimators.
+func (g *Granter) recordSlot(c Class, p SlotPeriod) {
 	if p.Weight == 0 {
 		return
 	}
 	s, d := g.cnt[c], p.Slot
 	s.Used.Add(d * int64(p.Weight))
-	if p.W != nil && p.W.key != nil {
+	if p.W.key != nil {
 		g.keyRan(p.W, c, d)
+	}
+	expected, declared := p.W.work, p.W.declared
+	if p.Split {
+		declared = 0
 	}
 	if p.Waited {
 		g.share.lastSlot[c].Store(d)
-		if p.Declared > 0 {
-			g.recordService(c, p.Declared, d)
+		if declared > 0 {
+			g.recordService(c, declared, d)
 		}
 	}
 	switch med := s.MedSlotNs.Load(); {
@@ -645,7 +680,6 @@ func (g *Granter) RecordSlot(c Class, p SlotPeriod) {
 		return
 	}
 	s.AvgSlotNs.Store(old + (d-old)>>ewmaShift) // racy by design: an estimate
-	expected := p.Expected
 	if expected <= 0 {
 		expected = old
 	}
@@ -657,14 +691,27 @@ func (g *Granter) RecordSlot(c Class, p SlotPeriod) {
 	s.DevSlotNs.Store(dev + (miss-dev)>>ewmaShift)
 }
 
-// ChargeUsed charges d ns of slot time to class c (a For helper's run of
-// chunks), for the shares.
-func (g *Granter) ChargeUsed(c Class, d int64) { g.cnt[c].Used.Add(d) }
+// Undo takes back the admission of w's task, which holds a slot but
+// never ran: its count in Admitted (in key's shard, the key it was
+// counted with), then Canceled (its ctx ended, or the lane refused it)
+// or, when closed, Rejected (Close came first); its key's charge; and
+// its slot (Release). The one way an admission is undone.
+func (g *Granter) Undo(w *Waiter, key uintptr, closed bool) {
+	s := g.cnt[w.class]
+	s.Admitted.Dec(key)
+	if closed {
+		s.Rejected.Add(1)
+	} else {
+		s.Canceled.Add(1)
+	}
+	g.keyDone(w)
+	g.Release(w, nil)
+}
 
-// Release is the one path by which a slot held for class c goes back: a
+// Release is the one path by which the slot w's task holds goes back: a
 // task finished, a task handed its slot over at a Checkpoint, a For helper
 // stopped, a granted Waiter was cancelled, an admission was undone by
-// Close. It drops the class's in-flight slot-time estimate (*est) and its
+// Close. It drops its class's in-flight slot-time estimate (w's) and its
 // SpareP count, frees the slot and hands free slots to the waiters in
 // policy order (order.go); a task granted to keep's pool goes into keep
 // for the worker that is releasing to run next. Then it tells the Owner
@@ -677,28 +724,15 @@ func (g *Granter) ChargeUsed(c Class, d int64) { g.cnt[c].Used.Add(d) }
 // free while a task waits. A Waiter that joins a class already waiting
 // sets no bit: the one that set it looked at free after setting it.
 //
-// Undo takes back the admission of w's task, which holds a slot but
-// never ran: its count in Admitted (in key's shard, the key it was
-// counted with), then Canceled (its ctx ended, or the lane refused it)
-// or, when closed, Rejected (Close came first); its key's charge; and
-// its slot (Release). The one way an admission is undone.
-func (g *Granter) Undo(w *Waiter, key uintptr, closed bool) {
-	s := g.cnt[w.Class]
-	s.Admitted.Dec(key)
-	if closed {
-		s.Rejected.Add(1)
-	} else {
-		s.Canceled.Add(1)
-	}
-	g.KeyDone(w)
-	g.Release(w.Class, &w.Est, nil)
-}
-
 // A Release that would leave more slots free than the capacity is a
 // double Release (a slot given back twice): it is undone, logged and
 // counted in doubleReleases instead of letting one more task run than
 // there are slots.
-func (g *Granter) Release(c Class, est *int64, keep *Keep) {
+func (g *Granter) Release(w *Waiter, keep *Keep) { g.release(w.class, &w.est, keep) }
+
+// release is Release of a slot of class c whose in-flight estimate is
+// *est (zeroed).
+func (g *Granter) release(c Class, est *int64, keep *Keep) {
 	if *est != 0 {
 		g.share.inflight[c].Add(-*est)
 		*est = 0
@@ -768,43 +802,31 @@ func (g *Granter) setCapacityLocked(slots int, extraClosed bool, t int64) {
 	g.dispatchLocked(&t)
 }
 
-// SetSlots sets the slot count (SetSlots, a budget change).
-func (g *Granter) SetSlots(n int) {
+// SetCapacity sets the slot count (SetCapacity, a budget change).
+func (g *Granter) SetCapacity(n int) {
 	t := g.clockFor()
 	g.lock()
 	g.setCapacityLocked(n, g.extraClosed, t)
 	g.unlockAndWake(nil)
 }
 
-// SetExtraOpen opens or closes the fractional quota's extra slot.
-func (g *Granter) SetExtraOpen(open bool) {
-	t := g.clockFor()
-	g.lock()
-	if open != !g.extraClosed {
-		g.setCapacityLocked(g.slots, !open, t)
-	}
-	g.unlockAndWake(nil)
-}
-
 // Close closes the door: every later submission is refused with
-// ErrClosed. Queued waiters stay queued and are served.
-func (g *Granter) Close() {
-	g.lock()
-	g.closed.Store(true)
-	g.unlock()
-}
-
-// Drain takes every Waiter out of the queues (Close, when its ctx ended),
-// in class order: the caller fails them.
-func (g *Granter) Drain() []*Waiter {
+// ErrClosed, and queued waiters stay queued and are served. With drain,
+// every Waiter is taken out of the queues instead and returned, in class
+// order, for the caller to fail (Close, when its ctx ended).
+func (g *Granter) Close(drain bool) []*Waiter {
 	g.lock()
 	defer g.unlock()
+	g.closed.Store(true)
+	if !drain {
+		return nil
+	}
 	var ws []*Waiter
 	for c := range g.queues {
 		for w := g.queues[c].popFront(); w != nil; w = g.queues[c].popFront() {
 			g.dequeuedLocked(w, true)
-			if !w.Started {
-				g.KeyDone(w) // closed out before it ran
+			if !w.started {
+				g.keyDone(w) // closed out before it ran
 			}
 			ws = append(ws, w)
 		}
@@ -816,39 +838,64 @@ func (g *Granter) Drain() []*Waiter {
 // holds too: a grant takes a Waiter out of the queue and counts its
 // admission in one section of it, so idle sees both or neither.
 func (g *Granter) Quiet(idle func() bool) bool {
-	if g.HasWaiters() {
+	if g.Waiting() {
 		return false
 	}
 	g.lock()
 	defer g.unlock()
-	return !g.HasWaiters() && idle()
+	return !g.Waiting() && idle()
+}
+
+// Snapshot is the core's state at one instant, for Stats and tests.
+type Snapshot struct {
+	// Slots is the slot count; Free the free ones (with batch beside the
+	// budget, the budget's side's); Closed whether the door is closed;
+	// Queued the queue length of each class.
+	Slots, Free int
+	Closed      bool
+	Queued      [NumClasses]int
+	// ServiceSlots is what the door divides the work ahead by: the
+	// slots, or the paced quota's measured average below them.
+	ServiceSlots float64
+	// DoubleReleases counts the releases ignored because no slot was held.
+	DoubleReleases uint64
+	// Keys is up to the n keys asked for with the most slot time, then
+	// refusals, most first, of every class; UntrackedKeys the tasks
+	// queued untracked; ActiveKeys the sharers with work in flight
+	// (earned keys, and each class's pool).
+	Keys          []KeyStat
+	UntrackedKeys uint64
+	ActiveKeys    int32
 }
 
 // Snapshot reads the slot count, the free slots, the door and the queue
-// lengths at one instant, for Stats. With batch beside the budget, the
-// slots and the free ones are the budget's side's.
-func (g *Granter) Snapshot() (slots, free int, closed bool, queued [NumClasses]int) {
+// lengths at one instant, with the top keys of every class (up to keys
+// of them) and the counters beside.
+func (g *Granter) Snapshot(keys int) Snapshot {
+	var s Snapshot
+	if keys > 0 {
+		s.Keys, s.UntrackedKeys = g.topKeys(keys)
+	}
+	s.ActiveKeys = g.activeKeys()
+	s.ServiceSlots = g.serviceSlots()
+	s.DoubleReleases = g.doubleReleases.Load()
 	g.lock()
 	defer g.unlock()
 	for c := range g.queues {
-		queued[c] = g.queues[c].n
+		s.Queued[c] = g.queues[c].n
 	}
 	f := g.free.freeSlots()
 	if g.beside {
 		f = min(f, g.highCap.Load()-g.highRunning.Load())
 	}
-	return g.slots, int(f), g.closed.Load(), queued
+	s.Slots, s.Free, s.Closed = g.slots, int(f), g.closed.Load()
+	return s
 }
 
-// SetPacedCapacity records the slots that serve the queue on average
-// under a paced fractional quota (fracPacer.capacity; 0: none), for the
-// door's estimate.
-func (g *Granter) SetPacedCapacity(c float64) { g.pacedCap.Store(math.Float64bits(c)) }
-
-// ServiceSlots is what the door divides the work ahead by: the slots, or
+// serviceSlots is what the door divides the work ahead by: the slots, or
 // the paced quota's measured average when it is below them. It takes no
 // lock (a task's end charges its key with it).
-func (g *Granter) ServiceSlots() float64 {
+func (g *Granter) serviceSlots() float64 {
 	n := float64(max(g.nslots.Load(), 1))
 	if c := math.Float64frombits(g.pacedCap.Load()); c > 0 && c < n {
 		return c
@@ -856,10 +903,10 @@ func (g *Granter) ServiceSlots() float64 {
 	return n
 }
 
-// TryAcquire takes a free slot for a Critical or Interactive task if one
+// tryAcquire takes a free slot for a Critical or Interactive task if one
 // is free and nobody is queued (queued tasks are served first; a fresh
 // arrival does not overtake them), within highCap when it is set.
-func (g *Granter) TryAcquire() bool {
+func (g *Granter) tryAcquire() bool {
 	if g.waitersAhead() {
 		return false
 	}
@@ -877,18 +924,21 @@ func (g *Granter) TryAcquire() bool {
 	return g.free.take()
 }
 
-// takeLow is TryAcquire for Batch and Background: never counted in
+// takeLow is tryAcquire for Batch and Background: never counted in
 // highRunning.
 func (g *Granter) takeLow() bool {
 	return g.waitMask.Load() == 0 && g.free.take()
 }
 
-// TryAcquireFor is TryAcquire that respects the SpareP bound for Batch and
-// Background and counts their slot in lowRunning (under the lock when the
-// bound applies, so concurrent callers cannot both pass it).
-func (g *Granter) TryAcquireFor(c Class) bool {
+// TryAcquire takes a free slot for a task of class c if one is free and
+// nobody queued is ahead of it (queued tasks are served first; a fresh
+// arrival does not overtake them). Critical and Interactive stay within
+// highCap when it is set; Batch and Background respect the SpareP bound
+// and count their slot in lowRunning (under the lock when the bound
+// applies, so concurrent callers cannot both pass it).
+func (g *Granter) TryAcquire(c Class) bool {
 	if !c.RunsOnWorker() {
-		return g.TryAcquire()
+		return g.tryAcquire()
 	}
 	if g.lowCap.Load() == 0 {
 		if !g.takeLow() {
@@ -939,17 +989,17 @@ func (g *Granter) dispatchLocked(t *int64) {
 // grantLocked gives a slot to w, just out of the queue: it counts the
 // admission (a submission's first grant only) and queues w's wake-up.
 func (g *Granter) grantLocked(w *Waiter, t *int64) {
-	w.Granted, w.Started = true, true
-	s := g.cnt[w.Class]
-	first := !w.Requeued && w.Kind != KindHelper
+	w.granted, w.started = true, true
+	s := g.cnt[w.class]
+	first := !w.requeued && w.kind != KindHelper
 	if first {
 		s.Admitted.Inc(uintptr(unsafe.Pointer(w))) // before the controller reads it (codelTickLocked)
 	}
-	if first && g.shed[w.Class].target > 0 {
+	if first && g.shed[w.class].target > 0 {
 		now := g.at(t)
-		g.codelGrantLocked(w.Class, now-w.Enq, now)
+		g.codelGrantLocked(w.class, now-w.enq, now)
 	}
-	if w.Class.RunsOnWorker() {
+	if w.class.RunsOnWorker() {
 		g.lowRunning.Add(1)
 	} else if g.beside {
 		g.highRunning.Add(1)
@@ -958,16 +1008,16 @@ func (g *Granter) grantLocked(w *Waiter, t *int64) {
 	// (its given run time or its class's average), else the class's last
 	// measured slot time, else 1 ms. It counts in its class's virtual time
 	// and in the running work the door's estimate sees until released.
-	est := w.Work
+	est := w.work
 	if est <= 0 {
-		est = g.share.lastSlot[w.Class].Load()
+		est = g.share.lastSlot[w.class].Load()
 	}
 	if est <= 0 {
 		est = int64(time.Millisecond)
 	}
-	w.Est = est
-	g.share.inflight[w.Class].Add(est)
-	if w.Kind != KindTask || w.Requeued {
+	w.est = est
+	g.share.inflight[w.class].Add(est)
+	if w.kind != KindTask || w.requeued {
 		g.woken.Add(1)
 	}
 	g.pending = append(g.pending, w)
@@ -1028,7 +1078,7 @@ func (g *Granter) unlockWaking(keep *Keep) {
 	g.pending = g.pending[:0]
 	g.mu.Unlock()
 	for _, w := range ws {
-		if w.Kind != KindTask {
+		if w.kind != KindTask {
 			w.Signal() // a blocked caller or helper: Await returns
 			continue
 		}
@@ -1114,7 +1164,3 @@ func (s *slotWord) resize(capacity, d int64) {
 		}
 	}
 }
-
-// DoubleReleases is how many releases were ignored as double releases (a
-// slot given back twice).
-func (g *Granter) DoubleReleases() uint64 { return g.doubleReleases.Load() }

@@ -21,8 +21,8 @@ import (
 // The test holds the lock between the two steps while Quiet runs.
 func TestQuietNeverSeesAGrantHalfDone(t *testing.T) {
 	e := newExec(t, Options{Slots: 1})
-	w := &Waiter{Class: Interactive, Kind: KindCaller, Ready: make(chan struct{}, 1)}
-	w.Enq = now()
+	w := &Waiter{class: Interactive, kind: KindCaller, ready: make(chan struct{}, 1)}
+	w.enq = now()
 	idle := func() bool {
 		s := &e.stats[Interactive]
 		done := s.Completed.Load()
@@ -42,13 +42,13 @@ func TestQuietNeverSeesAGrantHalfDone(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // Quiet reads what it reads without the lock
 	e.g.grantLocked(w, new(int64))
 	e.g.unlockAndWake(nil)
-	<-w.Ready
+	<-w.ready
 	if <-quiet {
 		t.Error("Quiet reported no task queued or running while one was being granted its slot")
 	}
 	// The granted task runs and ends.
 	e.stats[Interactive].Completed.Inc(0)
-	e.g.Release(Interactive, &w.Est, nil)
+	e.g.release(Interactive, &w.est, nil)
 	if !e.g.Quiet(idle) {
 		t.Error("Quiet reported a task queued or running after it ended")
 	}
@@ -90,15 +90,15 @@ func TestNoClockReadUnderTheLock(t *testing.T) {
 	if err := g.Init(cfg); err != nil {
 		t.Fatal(err)
 	}
-	g.SetSlots(1)
-	if !g.TryAcquire() {
+	g.SetCapacity(1)
+	if !g.tryAcquire() {
 		t.Fatal("no free slot")
 	}
 	ctx := context.Background()
 	obj := TargetContext(ctx, time.Hour, time.Millisecond)
 	for _, c := range []Class{Interactive, Batch, Background, Critical} {
 		for range 2 {
-			w := &Waiter{Class: c, Kind: KindTask}
+			w := &Waiter{class: c, kind: KindTask}
 			wctx := ctx
 			if c == Critical {
 				wctx = obj
@@ -108,25 +108,25 @@ func TestNoClockReadUnderTheLock(t *testing.T) {
 			}
 		}
 	}
-	g.SetExtraOpen(false) // a capacity change while all wait
-	g.SetExtraOpen(true)
+	g.Pacer().SetExtraOpen(false) // a capacity change while all wait
+	g.Pacer().SetExtraOpen(true)
 	var est int64
-	g.Release(Interactive, &est, nil) // the held slot: to the first Critical task
+	g.release(Interactive, &est, nil) // the held slot: to the first Critical task
 	// A Batch task holding that slot at a Checkpoint hands it over (more
 	// urgent classes wait), and an Interactive one rejoins after a park.
-	hb := &Waiter{Class: Batch, Ready: make(chan struct{}, 1), DueSet: true, Due: math.MaxInt64}
-	if !g.HandOver(hb, hb.Due, SlotPeriod{}) {
+	hb := &Waiter{class: Batch, ready: make(chan struct{}, 1), dueSet: true, due: math.MaxInt64}
+	if !g.Requeue(hb, &SlotPeriod{W: hb}, false) {
 		t.Fatal("no hand-over while more urgent classes wait")
 	}
-	ri := &Waiter{Class: Interactive, Ready: make(chan struct{}, 1)}
-	if !g.Rejoin(ri, true) {
+	ri := &Waiter{class: Interactive, ready: make(chan struct{}, 1)}
+	if !g.Requeue(ri, nil, true) {
 		t.Fatal("no rejoin")
 	}
 	// The Granter signals a blocked caller or helper itself (Ready), the
 	// Owner wakes the tasks.
 	signalled := 0
 	woken := func() int {
-		for _, ch := range []chan struct{}{hb.Ready, ri.Ready} {
+		for _, ch := range []chan struct{}{hb.ready, ri.ready} {
 			select {
 			case <-ch:
 				signalled++
@@ -135,10 +135,10 @@ func TestNoClockReadUnderTheLock(t *testing.T) {
 		}
 		return len(own.woken) + signalled
 	}
-	for g.HasWaiters() { // each granted task ends: the next is granted
+	for g.Waiting() { // each granted task ends: the next is granted
 		n := woken()
 		est = 0
-		g.Release(Interactive, &est, nil)
+		g.release(Interactive, &est, nil)
 		if woken() == n {
 			t.Fatal("a release granted nobody while tasks waited")
 		}
@@ -167,10 +167,10 @@ func BenchmarkLockHold(b *testing.B) {
 	i := 0
 	for b.Loop() {
 		w := &ws[i%len(ws)]
-		*w = Waiter{Class: Interactive, Kind: KindTask}
+		*w = Waiter{class: Interactive, kind: KindTask}
 		g.Admit(ctx, w)
 		var est int64
-		g.Release(Interactive, &est, nil) // grants w: the slot is held again
+		g.release(Interactive, &est, nil) // grants w: the slot is held again
 		own.woken = own.woken[:0]
 		i++
 	}
@@ -202,10 +202,10 @@ func BenchmarkLockHoldContended(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			w := &ws[i%len(ws)]
-			*w = Waiter{Class: Interactive, Kind: KindTask}
+			*w = Waiter{class: Interactive, kind: KindTask}
 			g.Admit(ctx, w)
 			var est int64
-			g.Release(Interactive, &est, nil)
+			g.release(Interactive, &est, nil)
 			i++
 		}
 	})
@@ -294,33 +294,33 @@ func TestBatchBesideTheBudgetHasSlotsOfItsOwn(t *testing.T) {
 	if err := g.Init(cfg); err != nil {
 		t.Fatal(err)
 	}
-	g.SetSlots(2)
-	if !g.TryAcquireFor(Batch) || !g.TryAcquireFor(Batch) {
+	g.SetCapacity(2)
+	if !g.TryAcquire(Batch) || !g.TryAcquire(Batch) {
 		t.Fatal("two Batch tasks did not get the batch side's two slots")
 	}
-	if g.TryAcquireFor(Background) {
+	if g.TryAcquire(Background) {
 		t.Error("a third batch-side task got a slot: the batch side has two")
 	}
-	if !g.TryAcquire() || !g.TryAcquire() {
+	if !g.tryAcquire() || !g.tryAcquire() {
 		t.Fatal("two Interactive tasks did not get the budget's two slots beside two Batch tasks")
 	}
-	if g.TryAcquire() {
+	if g.tryAcquire() {
 		t.Error("a third Interactive task got a slot: the budget has two")
 	}
-	if g.Urgent(Batch)&(1<<Interactive) != 0 || g.Urgent(Interactive)&(1<<Critical) == 0 || g.Urgent(Background)&(1<<Batch) == 0 {
+	if g.urgent[Batch]&(1<<Interactive) != 0 || g.urgent[Interactive]&(1<<Critical) == 0 || g.urgent[Background]&(1<<Batch) == 0 {
 		t.Errorf("urgent masks %b %b %b: Batch must not yield to Interactive, Interactive must to Critical, Background to Batch",
-			g.Urgent(Batch), g.Urgent(Interactive), g.Urgent(Background))
+			g.urgent[Batch], g.urgent[Interactive], g.urgent[Background])
 	}
 	var est int64
-	g.Release(Batch, &est, nil)
-	if g.TryAcquire() {
+	g.release(Batch, &est, nil)
+	if g.tryAcquire() {
 		t.Error("a Batch slot's release let a third Interactive task in")
 	}
-	if !g.TryAcquireFor(Batch) {
+	if !g.TryAcquire(Batch) {
 		t.Error("a Batch task did not get the slot a Batch task released")
 	}
-	g.Release(Interactive, &est, nil)
-	if !g.TryAcquire() {
+	g.release(Interactive, &est, nil)
+	if !g.tryAcquire() {
 		t.Error("an Interactive task did not get the slot an Interactive task released")
 	}
 }
@@ -371,20 +371,20 @@ func TestBesideClosedExtraSlotLeavesTheBatchSide(t *testing.T) {
 	if err := g.Init(cfg); err != nil {
 		t.Fatal(err)
 	}
-	g.SetSlots(2)
+	g.SetCapacity(2)
 	for range 2 {
-		if !g.TryAcquireFor(Batch) {
+		if !g.TryAcquire(Batch) {
 			t.Fatal("a batch slot was not free")
 		}
 	}
-	g.SetExtraOpen(false)
-	if !g.TryAcquireFor(Interactive) {
+	g.Pacer().SetExtraOpen(false)
+	if !g.TryAcquire(Interactive) {
 		t.Fatal("with the extra slot closed and both batch slots held, a request found no slot")
 	}
-	if g.TryAcquireFor(Interactive) {
+	if g.TryAcquire(Interactive) {
 		t.Error("a request took the closed extra slot")
 	}
-	if g.TryAcquireFor(Batch) {
+	if g.TryAcquire(Batch) {
 		t.Error("a third batch task took a slot")
 	}
 }
@@ -400,25 +400,25 @@ func TestBatchKeepsATrickleBesideWaitingInteractiveWorkByDefault(t *testing.T) {
 	g, _ := heldGranter(t, own, &clock)
 	for i := range 200 {
 		for _, c := range []Class{Interactive, Batch} {
-			if err := g.Admit(context.Background(), &Waiter{Class: c, Kind: KindTask}); err != nil {
+			if err := g.Admit(context.Background(), &Waiter{class: c, kind: KindTask}); err != nil {
 				t.Fatalf("submission %d of %s: %v", i, c, err)
 			}
 		}
 	}
 	var est int64
-	g.Release(Critical, &est, nil) // the held slot: the first grant
+	g.release(Critical, &est, nil) // the held slot: the first grant
 	batch := 0
 	for i := range 65 {
 		if len(own.woken) != i+1 {
 			t.Fatalf("grant %d: %d woken", i, len(own.woken))
 		}
 		w := own.woken[i]
-		if w.Class == Batch {
+		if w.class == Batch {
 			batch++
 		}
 		clock += int64(time.Millisecond)
-		g.RecordSlot(w.Class, SlotPeriod{W: w, Slot: int64(time.Millisecond), Weight: 1, Waited: true})
-		g.Release(w.Class, &w.Est, nil)
+		g.Record(SlotPeriod{W: w, Slot: int64(time.Millisecond), Weight: 1, Waited: true})
+		g.release(w.class, &w.est, nil)
 	}
 	if batch < 1 || batch > 2 {
 		t.Errorf("Batch got %d of the first 65 grants while both classes waited, want 1 or 2 (64 to 1)", batch)
@@ -440,8 +440,8 @@ func heldGranter(tb testing.TB, own Owner, clock *int64) (*Granter, *[NumClasses
 	if err := g.Init(cfg); err != nil {
 		tb.Fatal(err)
 	}
-	g.SetSlots(1)
-	if !g.TryAcquire() {
+	g.SetCapacity(1)
+	if !g.tryAcquire() {
 		tb.Fatal("no free slot")
 	}
 	return g, cnt

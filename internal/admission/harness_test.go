@@ -11,7 +11,7 @@ import (
 
 // testExec is a minimal executor over a Granter for this package's
 // tests: its Do, Go and TryGo go through the protocol the executor uses
-// (TryAcquireFor, Admit, Await, Withdraw, RecordSlot, Release), and its
+// (TryAcquire, Admit, Await, Withdraw, Record, Release), and its
 // Stats reads the counters and the queue lengths. It runs every task on
 // a goroutine of its own.
 type testExec struct {
@@ -45,7 +45,7 @@ func newExec(t testing.TB, o Options) *testExec {
 	if err := e.g.Init(cfg); err != nil {
 		t.Fatal(err)
 	}
-	e.g.SetSlots(o.Slots)
+	e.g.SetCapacity(o.Slots)
 	t.Cleanup(e.wg.Wait)
 	return e
 }
@@ -73,11 +73,11 @@ func (t *testTask) Wait(ctx context.Context) error {
 // fails, one re-queued at a Checkpoint is signalled (the Granter signals
 // blocked callers itself).
 func (e *testExec) Wake(w *Waiter, _ *Keep) {
-	if w.Requeued {
-		w.Ready <- struct{}{}
+	if w.requeued {
+		w.ready <- struct{}{}
 		return
 	}
-	t := w.Task.(*testTask)
+	t := w.task.(*testTask)
 	if t.stop != nil {
 		t.stop()
 	}
@@ -86,7 +86,7 @@ func (e *testExec) Wake(w *Waiter, _ *Keep) {
 		close(t.done)
 		return
 	}
-	w.Granted = false
+	w.granted = false
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.runTask(t, true) }()
 }
@@ -98,11 +98,9 @@ func (e *testExec) Released() {}
 func (e *testExec) run(ctx context.Context, w *Waiter, waited bool, fn func(context.Context) error) error {
 	start := Now()
 	err := fn(ctx)
-	p := SlotPeriod{W: w, Slot: Now() - start, Weight: 1, Waited: waited, Expected: w.Work, Declared: w.Declared}
-	e.g.RecordSlot(w.Class, p)
-	e.g.KeyDone(w)
-	e.stats[w.Class].Completed.Inc(uintptr(unsafe.Pointer(w)))
-	e.g.Release(w.Class, &w.Est, nil)
+	e.g.Record(SlotPeriod{W: w, Slot: Now() - start, Weight: 1, Waited: waited, Last: true})
+	e.stats[w.class].Completed.Inc(uintptr(unsafe.Pointer(w)))
+	e.g.Release(w, nil)
 	return err
 }
 
@@ -117,12 +115,12 @@ func (e *testExec) Do(ctx context.Context, c Class, fn func(context.Context) err
 		e.stats[c].Canceled.Add(1)
 		return err
 	}
-	w := &Waiter{Class: c}
-	if e.g.TryAcquireFor(c) {
+	w := &Waiter{class: c}
+	if e.g.TryAcquire(c) {
 		e.stats[c].Admitted.Inc(uintptr(unsafe.Pointer(w)))
 		return e.run(ctx, w, false, fn)
 	}
-	w.Ready = make(chan struct{}, 1)
+	w.ready = make(chan struct{}, 1)
 	if err := e.g.Admit(ctx, w); err != nil {
 		return err
 	}
@@ -136,10 +134,10 @@ func (e *testExec) Go(ctx context.Context, c Class, fn func(context.Context) err
 		return nil, err
 	}
 	t := &testTask{ctx: ctx, fn: fn, done: make(chan struct{})}
-	t.w = Waiter{Class: c, Kind: KindTask, Task: t}
-	if e.g.TryAcquireFor(c) {
+	t.w = Waiter{class: c, kind: KindTask, task: t}
+	if e.g.TryAcquire(c) {
 		e.stats[c].Admitted.Inc(uintptr(unsafe.Pointer(t)))
-		t.w.Started = true
+		t.w.started = true
 		e.wg.Add(1)
 		go func() { defer e.wg.Done(); e.runTask(t, false) }()
 		return t, nil
@@ -163,13 +161,13 @@ func (e *testExec) Go(ctx context.Context, c Class, fn func(context.Context) err
 
 // TryGo is Go without queuing.
 func (e *testExec) TryGo(ctx context.Context, c Class, fn func(context.Context) error) (*testTask, error) {
-	if !e.g.TryAcquireFor(c) {
+	if !e.g.TryAcquire(c) {
 		e.stats[c].Rejected.Add(1)
 		return nil, ErrSaturated
 	}
 	e.stats[c].Admitted.Inc(0)
 	t := &testTask{ctx: ctx, fn: fn, done: make(chan struct{})}
-	t.w = Waiter{Class: c, Kind: KindTask, Task: t, Started: true}
+	t.w = Waiter{class: c, kind: KindTask, task: t, started: true}
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.runTask(t, false) }()
 	return t, nil
@@ -193,7 +191,7 @@ type stats struct{ Classes [NumClasses]classStats }
 // Stats reads the counters and the queue lengths.
 func (e *testExec) Stats() stats {
 	var st stats
-	_, _, _, queued := e.g.Snapshot()
+	queued := e.g.Snapshot(0).Queued
 	for c := range e.stats {
 		s := &e.stats[c]
 		st.Classes[c] = classStats{Admitted: s.Admitted.Load(), Completed: s.Completed.Load(), Rejected: s.Rejected.Load(),

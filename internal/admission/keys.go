@@ -214,8 +214,8 @@ func (kt *keyTable) sweepLocked(t int64) {
 // most keyLeadMax); at its due when no task of the class has carried a
 // key. The sharer is charged once w passes the door (keyChargeLocked).
 func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
-	w.Rank = w.Due
-	kt := &g.keys[w.Class]
+	w.rank = w.due
+	kt := &g.keys[w.class]
 	ks := &kt.pool
 	switch {
 	case ok:
@@ -235,7 +235,7 @@ func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
 	w.key = ks
 	lead := ks.vc.Load() - t
 	if lead > 0 {
-		w.Rank = addSat(w.Due, min(lead, keyLeadMax))
+		w.rank = addSat(w.due, min(lead, keyLeadMax))
 	}
 	w.keyPast = lead > keyPastLead
 }
@@ -247,7 +247,7 @@ func (g *Granter) keySpared(w *Waiter) bool {
 	if w.key == nil || w.keyPast {
 		return false
 	}
-	others := g.keys[w.Class].active.Load()
+	others := g.keys[w.class].active.Load()
 	if w.key.active.Load() > 0 {
 		others--
 	}
@@ -266,7 +266,7 @@ func addSat(a, b int64) int64 {
 // c: the sharers with work in flight over the slots that serve the
 // queue.
 func (g *Granter) keyRate(c Class) float64 {
-	return float64(max(g.keys[c].active.Load(), 1)) / g.ServiceSlots()
+	return float64(max(g.keys[c].active.Load(), 1)) / g.serviceSlots()
 }
 
 // expectedSlot is what w's task is expected to hold its slot for: its
@@ -276,7 +276,7 @@ func (g *Granter) expectedSlot(w *Waiter) int64 {
 	if x := g.serviceOf(w); x > 0 {
 		return x
 	}
-	if x := g.share.lastSlot[w.Class].Load(); x > 0 {
+	if x := g.share.lastSlot[w.class].Load(); x > 0 {
 		return x
 	}
 	return int64(time.Millisecond)
@@ -289,11 +289,11 @@ func (g *Granter) keyChargeLocked(w *Waiter, t int64) {
 	if ks == nil {
 		return
 	}
-	kt := &g.keys[w.Class]
+	kt := &g.keys[w.class]
 	if ks.active.Add(1) == 1 {
 		kt.active.Add(1)
 	}
-	w.keyCharge = int64(float64(g.expectedSlot(w)) * g.keyRate(w.Class))
+	w.keyCharge = int64(float64(g.expectedSlot(w)) * g.keyRate(w.class))
 	ks.vc.Store(min(max(ks.vc.Load(), t)+w.keyCharge, t+keyLeadMax))
 }
 
@@ -311,7 +311,7 @@ func keyRefused(w *Waiter) {
 func keyUnrank(w *Waiter) { w.key, w.entry = nil, nil }
 
 // keyRan charges w's sharer, of class c, with a measured slot period of
-// d ns of w's task (RecordSlot), at the sharer's share; a key that had
+// d ns of w's task (Record), at the sharer's share; a key that had
 // not earned a share has earned it. Without the lock.
 func (g *Granter) keyRan(w *Waiter, c Class, d int64) {
 	if e := w.entry; e != nil {
@@ -336,12 +336,12 @@ func (ks *keyState) advance(d, t int64) {
 	}
 }
 
-// KeyDone ends w's charge to its sharer when its task ends for good: the
+// keyDone ends w's charge to its sharer when its task ends for good: the
 // expected slot time charged when it passed the door goes back, since
-// its measured slot periods were charged instead (RecordSlot), or, if it
+// its measured slot periods were charged instead (Record), or, if it
 // never ran, it never used any. Without the lock; every path that ends
-// a charged task calls it once, after its last RecordSlot.
-func (g *Granter) KeyDone(w *Waiter) {
+// a charged task calls it once, after its last Record.
+func (g *Granter) keyDone(w *Waiter) {
 	ks := w.key
 	if ks == nil {
 		return
@@ -351,7 +351,7 @@ func (g *Granter) KeyDone(w *Waiter) {
 		ks.advance(-w.keyCharge, g.now())
 		w.keyCharge = 0
 	}
-	kt := &g.keys[w.Class]
+	kt := &g.keys[w.class]
 	if ks.active.Add(-1) == 0 {
 		kt.active.Add(-1)
 	}
@@ -361,7 +361,7 @@ func (g *Granter) KeyDone(w *Waiter) {
 // that its end can charge its measured slot time).
 func (w *Waiter) Keyed() bool { return w.key != nil }
 
-// KeyStat is one tracked key's figures (Keys).
+// KeyStat is one tracked key's figures (Snapshot).
 type KeyStat struct {
 	Class   Class
 	Name    string // at most keyNameMax bytes of the key, and its digest when cut
@@ -371,9 +371,9 @@ type KeyStat struct {
 	Queued  int32 // its tasks queued or running, once it earned a share
 }
 
-// Keys returns up to n tracked keys of every class with the most slot
+// topKeys returns up to n tracked keys of every class with the most slot
 // time, then refusals, most first; and the tasks queued untracked.
-func (g *Granter) Keys(n int) (top []KeyStat, untracked uint64) {
+func (g *Granter) topKeys(n int) (top []KeyStat, untracked uint64) {
 	t := g.now()
 	g.lock()
 	for c := range g.keys {
@@ -403,9 +403,9 @@ func (g *Granter) Keys(n int) (top []KeyStat, untracked uint64) {
 	return top, untracked
 }
 
-// ActiveKeys is the sharers of every class with work in flight (earned
+// activeKeys is the sharers of every class with work in flight (earned
 // keys, and each class's pool).
-func (g *Granter) ActiveKeys() int32 {
+func (g *Granter) activeKeys() int32 {
 	var n int32
 	for c := range g.keys {
 		n += g.keys[c].active.Load()

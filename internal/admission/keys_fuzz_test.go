@@ -18,7 +18,7 @@ func (o *fuzzOwner) Wake(w *Waiter, _ *Keep) {
 		o.refused = append(o.refused, w)
 		return
 	}
-	w.Granted = false
+	w.granted = false
 	o.granted = append(o.granted, w)
 }
 func (o *fuzzOwner) Released() {}
@@ -50,7 +50,7 @@ func FuzzKeySequences(f *testing.F) {
 		if err := g.Init(cfg); err != nil {
 			t.Fatal(err)
 		}
-		g.SetSlots(2)
+		g.SetCapacity(2)
 		type running struct {
 			w     *Waiter
 			since int64
@@ -81,9 +81,9 @@ func FuzzKeySequences(f *testing.F) {
 			r := run[i]
 			run = append(run[:i], run[i+1:]...)
 			w := r.w
-			g.RecordSlot(w.Class, SlotPeriod{W: w, Slot: clock - r.since, Weight: 1, Waited: w.Enq != 0})
-			g.KeyDone(w)
-			g.Release(w.Class, &w.Est, nil)
+			g.Record(SlotPeriod{W: w, Slot: clock - r.since, Weight: 1, Waited: w.enq != 0})
+			g.keyDone(w)
+			g.release(w.class, &w.est, nil)
 		}
 		check := func(step int) {
 			t.Helper()
@@ -139,9 +139,9 @@ func FuzzKeySequences(f *testing.F) {
 				if arg%3 == 0 {
 					ctx = TargetContextAt(ctx, clock, time.Duration(arg)*time.Millisecond, time.Duration(arg%7)*time.Millisecond)
 				}
-				w := &Waiter{Class: Interactive, Kind: KindTask}
-				if g.TryAcquireFor(Interactive) {
-					w.Started = true
+				w := &Waiter{class: Interactive, kind: KindTask}
+				if g.TryAcquire(Interactive) {
+					w.started = true
 					start(w)
 				} else if g.Admit(ctx, w) == nil {
 					queued = append(queued, w)
@@ -176,7 +176,7 @@ func FuzzKeySequences(f *testing.F) {
 			drain()
 		}
 		check(len(ops))
-		if n := g.ActiveKeys(); n != 0 {
+		if n := g.activeKeys(); n != 0 {
 			t.Fatalf("every task ended: %d sharers still have work in flight", n)
 		}
 	})

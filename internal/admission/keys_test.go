@@ -136,7 +136,7 @@ func TestAKeyPastItsShareIsShedFirst(t *testing.T) {
 	if admitted > 15 {
 		t.Errorf("%d of the flood's next 20 tasks were admitted: want it refused still, beyond the late budget's run", admitted)
 	}
-	top, _ := e.g.Keys(10)
+	top, _ := e.g.topKeys(10)
 	for _, k := range top {
 		if k.Name == "flood" && k.Refused == 0 {
 			t.Errorf("flood: %+v, want its refusals counted", k)
@@ -169,7 +169,7 @@ func TestAKeysChargeFollowsItsTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitQueued(t, e, Batch, 5)
-	top, _ := e.g.Keys(10)
+	top, _ := e.g.topKeys(10)
 	if len(top) != 2 || top[0].Lead <= 0 {
 		t.Fatalf("keys while queued: %+v: want two, charged ahead", top)
 	}
@@ -179,7 +179,7 @@ func TestAKeysChargeFollowsItsTasks(t *testing.T) {
 	}
 	release()
 	tk.Wait(context.Background())
-	top, _ = e.g.Keys(10)
+	top, _ = e.g.topKeys(10)
 	for _, k := range top {
 		if k.Queued != 0 {
 			t.Errorf("%+v: work in flight after every task ended", k)
@@ -202,7 +202,7 @@ func TestAKeysChargeFollowsItsTasks(t *testing.T) {
 func TestAMillionKeysKeepTheTableBounded(t *testing.T) {
 	var g Granter
 	g.Init(Config{Counters: [NumClasses]*Counters{{}, {}, {}, {}}, Owner: nopOwner{}})
-	g.SetSlots(2)
+	g.SetCapacity(2)
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
@@ -240,7 +240,7 @@ func TestAMillionKeysKeepTheTableBounded(t *testing.T) {
 func TestAFullTableOfBusyKeysLeavesNewKeysUntracked(t *testing.T) {
 	var g Granter
 	g.Init(Config{Counters: [NumClasses]*Counters{{}, {}, {}, {}}, Owner: nopOwner{}})
-	g.SetSlots(2)
+	g.SetCapacity(2)
 	g.lock()
 	defer g.unlock()
 	kt := &g.keys[Batch]
@@ -250,7 +250,7 @@ func TestAFullTableOfBusyKeysLeavesNewKeysUntracked(t *testing.T) {
 		ks.active.Store(1)
 	}
 	kt.active.Store(keyTableMax)
-	w := &Waiter{Class: Batch}
+	w := &Waiter{class: Batch}
 	g.keyRankLocked("new", true, w, 0)
 	if w.key != &kt.pool || w.entry != nil || kt.untracked.Load() != 1 {
 		t.Errorf("a new key with %d busy ones: charged to the pool %v, tracked %v, untracked count %d", keyTableMax, w.key == &kt.pool, w.entry != nil, kt.untracked.Load())
@@ -325,7 +325,7 @@ func TestABacklogRefusalSparesAKeyWithinItsShare(t *testing.T) {
 	t0 := now()
 	kt := &e.g.keys[Interactive]
 	waited := func(key string, keyed bool, lead time.Duration) *Waiter {
-		w := &Waiter{Class: Interactive, target: targetObjective, Enq: t0 - int64(time.Second)}
+		w := &Waiter{class: Interactive, target: targetObjective, enq: t0 - int64(time.Second)}
 		e.g.keyRankLocked(key, keyed, w, t0)
 		if w.key != nil {
 			w.key.vc.Store(t0 + int64(lead))
@@ -374,13 +374,13 @@ func TestOnlySharersWithWorkInFlightCount(t *testing.T) {
 	kt := &e.g.keys[Batch]
 	kt.entryLocked("ahead", t0).vc.Store(t0 + int64(time.Second))
 	kt.entryLocked("behind", t0).vc.Store(t0 - int64(time.Second))
-	w := &Waiter{Class: Batch}
+	w := &Waiter{class: Batch}
 	e.g.keyRankLocked("busy", true, w, t0)
 	e.g.keyChargeLocked(w, t0)
 	if n, r := kt.active.Load(), e.g.keyRate(Batch); n != 1 || r != 0.5 {
 		t.Errorf("sharers %d, rate %v: want 1 (busy) over 2 slots", n, r)
 	}
-	e.g.KeyDone(w)
+	e.g.keyDone(w)
 	if n := kt.active.Load(); n != 0 {
 		t.Errorf("sharers after the task ended: %d, want 0", n)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math"
 	"sync/atomic"
-	"time"
 )
 
 // Which waiting task gets the next slot (the queue policy):
@@ -40,7 +39,7 @@ import (
 //     refused at the door when its estimated completion (the work queued
 //     ahead of its place, a For loop's on every slot it will hold,
 //     divided by the slots (while a fractional slot is paced, by the
-//     slots held on average while a task queued: fracPacer.capacity),
+//     slots held on average while a task queued: pacer.Pacer.Capacity),
 //     plus twice the spread of that sum, plus its own expected
 //     run time) is past its due; and a queued task with a target is taken
 //     out when it reaches the head of its class with less time left than its
@@ -115,34 +114,22 @@ func (g *Granter) noteObjective(d int64) {
 	}
 }
 
-// Objective is the tightest latency objective (WithTarget, a class's
-// LatencyTarget, a ctx deadline, counted from arrival) of the tasks that
-// queued in this window or the last one; 0 when none had one. With turn,
-// a new window starts (the pacer turns one each CFS period).
-func (g *Granter) Objective(turn bool) time.Duration {
-	w := g.objectiveWin.Load()
-	a, b := g.objective[w&1].Load(), g.objective[(w+1)&1].Load()
-	if turn {
-		g.objective[(w+1)&1].Store(0)
-		g.objectiveWin.Add(1)
-	}
-	switch {
-	case a == 0:
-		return time.Duration(b)
-	case b == 0:
-		return time.Duration(a)
-	}
-	return time.Duration(min(a, b))
+// Rank is w's place in its class's queue (its due, plus its key's lead
+// past its share), computed once from ctx and w's arrival the first
+// time it is needed: a Checkpoint's hand-over question.
+func (g *Granter) Rank(ctx context.Context, w *Waiter) int64 {
+	g.setDue(ctx, w, w.enq)
+	return w.rank
 }
 
-// SetDue computes w's due once, for a task of class c with ctx that
+// setDue computes w's due once, for a task of class c with ctx that
 // arrived at arrival (0 if unknown).
-func (g *Granter) SetDue(ctx context.Context, w *Waiter, arrival int64) {
-	if !w.DueSet {
-		w.Due, w.target, w.Declared = g.dueOf(ctx, w.Class, arrival)
-		w.Rank = w.Due
-		w.Work = g.scaledService(w.Class, w.Declared)
-		w.DueSet = true
+func (g *Granter) setDue(ctx context.Context, w *Waiter, arrival int64) {
+	if !w.dueSet {
+		w.due, w.target, w.declared = g.dueOf(ctx, w.class, arrival)
+		w.rank = w.due
+		w.work = g.scaledService(w.class, w.declared)
+		w.dueSet = true
 	}
 }
 
@@ -189,18 +176,23 @@ func (g *Granter) recordService(c Class, declared, d int64) {
 	s.RunAvgNs.Store(run + (d-run)>>ewmaShift)
 }
 
-// UrgentOver reports whether a task of class c due at due should hand its
-// slot over: a more urgent class waits, or its own class has a Waiter due
-// earlier. Lock-free; called at Checkpoints and For chunk boundaries.
-func (g *Granter) UrgentOver(c Class, due int64) bool {
+// Behind reports whether w's running task (or helper) should hand its
+// slot over: a more urgent class waits, or its own class has a Waiter
+// ranked ahead of it (its Rank, computed from ctx the first time it is
+// needed). Lock-free; called at Checkpoints and For chunk boundaries
+// once Waiting says someone waits.
+func (g *Granter) Behind(ctx context.Context, w *Waiter) bool {
+	c := w.class
 	m := g.waitMask.Load()
-	return m&g.urgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < due)
+	return m&g.urgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < g.Rank(ctx, w))
 }
 
-// Urgent is the waitMask bits of the classes that a task of class c
-// yields its slot to (MoreUrgent, less the classes of the other side
-// when batch has slots of its own: Config.Beside).
-func (g *Granter) Urgent(c Class) uint32 { return g.urgent[c&(NumClasses-1)] }
+// urgentOver reports whether a task of class c ranked at rank should hand
+// its slot over (Behind, for a rank known).
+func (g *Granter) urgentOver(c Class, rank int64) bool {
+	m := g.waitMask.Load()
+	return m&g.urgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < rank)
+}
 
 // sameSide reports whether classes a and b draw on the same slots: always,
 // unless batch has slots of its own (Config.Beside).
@@ -232,7 +224,7 @@ func (g *Granter) vtime(c Class) float64 {
 
 // enqueueLocked puts w in its class queue at its due's place.
 func (g *Granter) enqueueLocked(w *Waiter) {
-	c := w.Class
+	c := w.class
 	q := &g.queues[c]
 	if q.n == 0 && (c == Interactive || c == Batch) {
 		// A class that starts waiting gets no credit for the time it was
@@ -247,10 +239,10 @@ func (g *Granter) enqueueLocked(w *Waiter) {
 			}
 		}
 	}
-	if w.Work <= 0 {
-		w.Work = g.cnt[c].AvgSlotNs.Load()
+	if w.work <= 0 {
+		w.work = g.cnt[c].AvgSlotNs.Load()
 	}
-	after, _, _ := q.place(w.Rank)
+	after, _, _ := q.place(w.rank)
 	q.insertAfter(after, w)
 	if after == nil { // a new head
 		g.queuedLocked(c)
@@ -265,7 +257,7 @@ func (g *Granter) enqueueLocked(w *Waiter) {
 
 // clocked reports whether picking w reads the time: it has a latency
 // target, or it is Background's (the starvation guard).
-func (w *Waiter) clocked() bool { return w.target != targetNone || w.Class == Background }
+func (w *Waiter) clocked() bool { return w.target != targetNone || w.class == Background }
 
 // clockFor is the time for a dispatch about to take mu: read now when a
 // decision under mu may need it (clocked, shedOn), else 0.
@@ -283,7 +275,7 @@ func (g *Granter) queuedLocked(c Class) { g.headDue[c].Store(g.queues[c].headDue
 // says it was the head. The shared words are written only when they
 // change: every submitter reads them.
 func (g *Granter) dequeuedLocked(w *Waiter, head bool) {
-	c := w.Class
+	c := w.class
 	if w.clocked() {
 		g.clocked.Add(-1)
 	}
@@ -298,7 +290,7 @@ func (g *Granter) dequeuedLocked(w *Waiter, head bool) {
 // removeLocked takes a queued Waiter out of its queue (cancellation).
 func (g *Granter) removeLocked(w *Waiter) {
 	head := w.prev == nil
-	g.queues[w.Class].remove(w)
+	g.queues[w.class].remove(w)
 	g.dequeuedLocked(w, head)
 }
 
@@ -328,7 +320,7 @@ func (g *Granter) pickLocked(t *int64) *Waiter {
 			g.refuseLocked(w, *t)
 			continue
 		}
-		if (g.shed[w.Class].severe || g.spentLocked(w.Class)) && g.backlogLocked(w, g.at(t)) {
+		if (g.shed[w.class].severe || g.spentLocked(w.class)) && g.backlogLocked(w, g.at(t)) {
 			g.shedBacklogLocked(w, *t)
 			continue
 		}
@@ -351,7 +343,7 @@ func (g *Granter) classLocked(t *int64) (Class, bool) {
 	high := hc == 0 || g.highRunning.Load() < hc
 	batch := low && g.queues[Batch].n > 0
 	bgDue := low && g.queues[Background].n > 0 &&
-		(g.sinceBackground >= BackgroundEvery || g.at(t)-g.queues[Background].head.Enq >= int64(BackgroundMaxWait))
+		(g.sinceBackground >= BackgroundEvery || g.at(t)-g.queues[Background].head.enq >= int64(BackgroundMaxWait))
 	switch {
 	case high && g.queues[Critical].n > 0:
 		return Critical, true
@@ -376,10 +368,10 @@ func (g *Granter) classLocked(t *int64) (Class, bool) {
 // at its first enqueue (w.work), else its class's recent average slot
 // time (0 when nothing was measured yet).
 func (g *Granter) serviceOf(w *Waiter) int64 {
-	if w.Work > 0 {
-		return w.Work
+	if w.work > 0 {
+		return w.work
 	}
-	return g.cnt[w.Class].AvgSlotNs.Load()
+	return g.cnt[w.class].AvgSlotNs.Load()
 }
 
 // medShift: the median estimate moves 1/2^medShift of itself per slot
@@ -399,93 +391,14 @@ const medShift = 4
 // queue, a late request delays the ones behind it, and the average,
 // which prices that, stays.
 func (g *Granter) ownRun(w *Waiter, alone bool) int64 {
-	if w.Declared != 0 || !alone {
+	if w.declared != 0 || !alone {
 		return g.serviceOf(w)
 	}
-	if med := g.cnt[w.Class].MedSlotNs.Load(); med > 0 {
+	if med := g.cnt[w.class].MedSlotNs.Load(); med > 0 {
 		return med
 	}
-	return g.cnt[w.Class].AvgSlotNs.Load()
+	return g.cnt[w.class].AvgSlotNs.Load()
 }
-
-// Kind says how a granted Waiter is woken and what it counts as.
-type Kind uint8
-
-const (
-	// KindCaller is a blocked Do caller, or a task waiting at a
-	// Checkpoint for its slot back: ready is signalled.
-	KindCaller Kind = iota
-	// KindTask is an asynchronous task (Go): it is sent to a worker.
-	KindTask
-	// KindHelper is a For loop's helper waiting for a slot to run more
-	// chunks of its loop (ready is signalled). Not a submission: it is
-	// never counted in Stats, never refused and never shed.
-	KindHelper
-)
-
-// Waiter is a queued claim on a slot.
-type Waiter struct {
-	prev, next *Waiter
-	Ready      chan struct{}
-	Task       any // the executor's task (KindTask)
-	// refused is set when the Waiter was taken out of the queue because
-	// its latency target could no longer be met (door.go): it is woken
-	// without a slot and returns this error.
-	refused *shedError
-	Enq     int64 // g.now() when queued
-	Est     int64 // slot time charged to inflight at grant
-	// Work is the expected run time, ns: the one given with its target
-	// (Target.Service) from setDue, scaled by what the slots have taken
-	// for given run times (scaledService), else its class's average slot
-	// time at its first enqueue; counted in its queue's Work while queued.
-	Work int64
-	// Declared is the run time given with its target (Target.Service),
-	// ns, unscaled; 0: none.
-	Declared int64
-	// Span is how many slots the task runs on at once when it is a For
-	// loop's caller (its helpers' slots, up to the loop's bound), for
-	// the queue's slot time (slotWork); 0 or 1: one.
-	Span int32
-	// Due orders the waiters of a class: arrival + latency target, the
-	// arrival itself without a target (FIFO), see order.go. dueSet says
-	// it has been computed (a task admitted on the fast path computes it
-	// only when a Checkpoint needs it).
-	Due int64
-	// Rank is w's place in its class's queue: its due plus its key's
-	// lead past its share (keys.go); its due without a key.
-	Rank    int64
-	Class   Class
-	Kind    Kind
-	queued  bool
-	Granted bool
-	// target says where due comes from: none (FIFO), an objective
-	// (WithTarget or ClassOptions.LatencyTarget: a Waiter expected to miss it
-	// is refused beyond the class's late budget) or a ctx deadline (one
-	// expected to miss its due is always refused); order.go.
-	target   targetKind
-	DueSet   bool
-	Requeued bool // a running task that yielded at a Checkpoint
-	// Started is set, under the executor's lock, when w is first granted
-	// a slot: from then on w belongs to its running task, and only that
-	// task (at a Checkpoint) may queue or dequeue it. See cancelableLocked.
-	Started bool
-	// key is the sharer w's task is charged to (nil: none: no task of its
-	// class carried a key), entry its key's entry while the key has not
-	// earned a share (nil: none, earned, or untracked), keyCharge the
-	// expected slot time it was charged when it passed the door, until
-	// its task ends (keys.go).
-	key       *keyState
-	entry     *keyState
-	keyCharge int64
-	keyPast   bool // its sharer was past its share when it arrived (keySpared)
-}
-
-// cancelableLocked reports whether a cancellation from outside the task
-// (its context's AfterFunc, or Close failing the queue) may remove w: only
-// while w is queued and has never held a slot. A task re-queued at a
-// Checkpoint is in the queue again, but its fn is running: its own
-// Checkpoint handles its context's end.
-func (w *Waiter) cancelableLocked() bool { return w.queued && !w.Started }
 
 // waitQueue is one class's waiters in due order (ties in arrival order):
 // a doubly linked list, so that a cancelled Waiter leaves in O(1).
@@ -502,7 +415,7 @@ type waitQueue struct {
 // passes only the waiters it overtakes.
 func (q *waitQueue) place(due int64) (after *Waiter, ahead int, work int64) {
 	after, ahead, work = q.tail, q.n, q.work
-	for after != nil && after.Rank > due {
+	for after != nil && after.rank > due {
 		after, ahead, work = after.prev, ahead-1, work-after.slotWork()
 	}
 	return after, ahead, work
@@ -545,10 +458,10 @@ func (q *waitQueue) remove(w *Waiter) {
 // run time on each of the span slots it runs on at once (a For loop's
 // caller and helpers). It must not change while w is queued.
 func (w *Waiter) slotWork() int64 {
-	if w.Span > 1 {
-		return w.Work * int64(w.Span)
+	if w.span > 1 {
+		return w.work * int64(w.span)
 	}
-	return w.Work
+	return w.work
 }
 
 func (q *waitQueue) popFront() *Waiter {
@@ -564,26 +477,5 @@ func (q *waitQueue) headDue() int64 {
 	if q.head == nil {
 		return math.MaxInt64
 	}
-	return q.head.Rank
+	return q.head.rank
 }
-
-// Refusal is the error of a waiter refused at the head of its queue (its
-// latency target could no longer be met, or it was the backlog of a
-// standing queue), nil otherwise.
-func (w *Waiter) Refusal() error {
-	if w.refused == nil {
-		return nil
-	}
-	return w.refused
-}
-
-// Signal wakes the one goroutine that waits on w.Ready: a caller or
-// helper blocked in Await, a task waiting on its worker for its slot back
-// after a Checkpoint, or a waiter closed out by Close. It is the only
-// send on a waiter's channel; each wake is one send, taken by one
-// receive.
-func (w *Waiter) Signal() { w.Ready <- struct{}{} }
-
-// HasTarget reports whether w's due comes from a latency target or a
-// ctx deadline (false: FIFO, or let through late once).
-func (w *Waiter) HasTarget() bool { return w.target != targetNone }

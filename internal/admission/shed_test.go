@@ -587,7 +587,7 @@ func TestTheDoorPricesAStandingQueueAtItsSlotTimePerCompletion(t *testing.T) {
 		st.iv.completedAt = done.Load() - completed
 		e.g.codelGrantLocked(Interactive, int64(wait), at)
 	}
-	guessed, given := &Waiter{Class: Interactive}, &Waiter{Class: Interactive, Declared: avg}
+	guessed, given := &Waiter{class: Interactive}, &Waiter{class: Interactive, declared: avg}
 	// estimate is the door's mean wait estimate for w at `at`, in ms.
 	estimate := func(w *Waiter, at int64) float64 {
 		x, _ := e.g.meanWaitLocked(w, at)
@@ -860,7 +860,7 @@ func TestAClasssFirstIntervalStartsWithItsGranter(t *testing.T) {
 	cnt[Interactive].AvgSlotNs.Store(int64(10 * time.Millisecond))
 	ctx := context.Background()
 	for i := range 8 {
-		w := &Waiter{Class: Interactive, Kind: KindTask}
+		w := &Waiter{class: Interactive, kind: KindTask}
 		if err := g.Admit(TargetContext(ctx, 100*time.Millisecond, 0), w); err != nil {
 			t.Fatalf("arrival %d, made at once with a 100 ms target: %v", i, err)
 		}

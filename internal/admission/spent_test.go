@@ -25,7 +25,7 @@ func TestASheddingClassQueuesNothingWhileTheBudgetIsSpent(t *testing.T) {
 		st.auto, st.target, st.mode = true, int64(10*time.Millisecond), modeOf(true, c.clear)
 		st.iv.start, st.iv.minWait = now(), math.MaxInt64
 		e.g.unlock()
-		e.g.SetBudgetSpent(c.spent)
+		e.g.Pacer().SetBudgetSpent(c.spent)
 		ctx := context.Background()
 		tk, err := e.Go(WithTarget(ctx, Target{Latency: time.Second}), Interactive, func(context.Context) error { return nil })
 		none := c.spent && c.clear
@@ -52,11 +52,11 @@ func TestTheBacklogIsRefusedAtTheHeadOnceTheBudgetIsSpent(t *testing.T) {
 	e, st := sheddingWithOneBehind(t)
 	st.mode = overload
 	t0 := now()
-	w := &Waiter{Class: Interactive, target: targetObjective, Enq: t0 - int64(time.Millisecond)}
+	w := &Waiter{class: Interactive, target: targetObjective, enq: t0 - int64(time.Millisecond)}
 	if e.g.backlogLocked(w, t0) {
 		t.Error("the budget not spent, not severe: a task that waited 1 ms was refused as backlog")
 	}
-	e.g.SetBudgetSpent(true)
+	e.g.Pacer().SetBudgetSpent(true)
 	if !e.g.spentLocked(Interactive) || !e.g.backlogLocked(w, t0) {
 		t.Error("the budget spent while shedding: a task that waited 1 ms was not refused as backlog")
 	}
@@ -73,17 +73,17 @@ func TestSheddingFollowsTheClasses(t *testing.T) {
 	defer e.g.unlock()
 	e.g.shed[Batch].mode = overload
 	e.g.markShedLocked(Batch)
-	if !e.g.Shedding() {
+	if !e.g.Pacer().Shedding() {
 		t.Fatal("a class started shedding; Shedding() says none does")
 	}
 	e.g.shed[Batch].mode = shedding
 	e.g.markShedLocked(Batch)
-	if e.g.Shedding() {
+	if e.g.Pacer().Shedding() {
 		t.Fatal("a class sheds near capacity, not in a clear overload; Shedding() says one does")
 	}
 	e.g.shed[Batch].mode = calm
 	e.g.markShedLocked(Batch)
-	if e.g.Shedding() {
+	if e.g.Pacer().Shedding() {
 		t.Fatal("no class sheds; Shedding() says one does")
 	}
 }
@@ -99,7 +99,7 @@ func sheddingWithOneBehind(t *testing.T) (*testExec, *queueController) {
 	t.Cleanup(e.g.unlock)
 	st := &e.g.shed[Interactive]
 	st.auto, st.target, st.mode = true, int64(10*time.Millisecond), shedding
-	behind := &Waiter{Class: Interactive, Rank: math.MaxInt64}
+	behind := &Waiter{class: Interactive, rank: math.MaxInt64}
 	e.g.queues[Interactive].insertAfter(nil, behind)
 	t.Cleanup(func() { e.g.queues[Interactive].remove(behind) })
 	return e, st
@@ -122,7 +122,7 @@ func TestAClearOverloadIsOneOverTheRecentIntervalsToo(t *testing.T) {
 		at += iv
 		st.mode, st.calmArrivals, st.calmFor = shedding, 0, 0 // shedding throughout: the test reads its overload mark
 		st.iv.start, st.iv.minWait, st.iv.arrivals = at-iv, math.MaxInt64, 10
-		st.iv.offered = int64(load * float64(iv) * e.g.ServiceSlots())
+		st.iv.offered = int64(load * float64(iv) * e.g.serviceSlots())
 		e.g.codelTickLocked(Interactive, at)
 	}
 	for range 10 {

@@ -10,9 +10,9 @@ import (
 )
 
 // granted drives cpuwork's Granter as the executor does for a task
-// submitted with Go: TryAcquireFor, else Admit (the door and the queue);
+// submitted with Go: TryAcquire, else Admit (the door and the queue);
 // Owner.Wake starts a granted task or fails a refused one; Withdraw when
-// the client's deadline ends a queued one; RecordSlot and Release when a
+// the client's deadline ends a queued one; Record and Release when a
 // task ends. The executor's defaults: a queue of DefaultQueueLimit per
 // class, no SpareP.
 type granted struct {
@@ -40,7 +40,7 @@ func newGranted(s *sim) (*granted, error) {
 	if err := p.g.Init(cfg); err != nil {
 		return nil, err
 	}
-	p.g.SetSlots(s.wl.Slots)
+	p.g.SetCapacity(s.wl.Slots)
 	return p, nil
 }
 
@@ -55,10 +55,10 @@ func (c deadlineCtx) Deadline() (time.Time, bool) { return c.at, true }
 
 func (p *granted) arrive(j *job) {
 	s := p.s
-	j.w = admission.Waiter{Class: j.Class, Kind: admission.KindTask, Task: j}
-	if p.g.TryAcquireFor(j.Class) {
+	j.w = admission.MakeWaiter(j.Class, admission.KindTask, j)
+	if p.g.TryAcquire(j.Class) {
 		p.cnt[j.Class].Admitted.Inc(uintptr(unsafe.Pointer(j)))
-		j.w.Started = true
+		j.w.MarkStarted()
 		j.held = p.s.now
 		p.run(j)
 		return
@@ -94,8 +94,8 @@ func (p *granted) arrive(j *job) {
 // a task queued again at a Checkpoint its slot back (through Await, as
 // its goroutine would).
 func (p *granted) Wake(w *admission.Waiter, _ *admission.Keep) {
-	j := w.Task.(*job)
-	if w.Requeued {
+	j := w.Task().(*job)
+	if w.Requeued() {
 		w.Signal()
 		if p.g.Await(nil, w) != admission.WaitGranted {
 			panic("sim: a task queued again at a Checkpoint woke without its slot")
@@ -108,7 +108,7 @@ func (p *granted) Wake(w *admission.Waiter, _ *admission.Keep) {
 		p.s.end(j, refused)
 		return
 	}
-	w.Granted = false
+	w.TakeGrant()
 	j.held = p.s.now
 	p.run(j)
 }
@@ -134,12 +134,11 @@ func (p *granted) done(j *job) {
 	w := &j.w
 	j.left -= p.s.now - j.from
 	if j.left > 0 { // a Checkpoint
-		if p.g.UrgentOver(j.Class, p.due(j)) || p.g.OverCommitted() {
-			if w.Ready == nil {
-				w.Ready = make(chan struct{}, 1)
-			}
-			period := admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared}
-			if p.g.HandOver(w, p.due(j), period) {
+		ctx := context.Background()
+		if p.g.Behind(ctx, w) || p.g.OverCommitted() {
+			period := admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued}
+			p.g.Rank(ctx, w) // its place in line
+			if p.g.Requeue(w, &period, false) {
 				p.handOvers++
 				return // Wake runs it again
 			}
@@ -147,19 +146,10 @@ func (p *granted) done(j *job) {
 		p.run(j)
 		return
 	}
-	p.g.RecordSlot(j.Class, admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Expected: w.Work, Declared: w.Declared})
-	p.g.KeyDone(w) // after its last period, as the executor does
+	p.g.Record(admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued, Last: true})
 	p.cnt[j.Class].Completed.Inc(uintptr(unsafe.Pointer(j)))
-	p.g.Release(j.Class, &w.Est, nil)
+	p.g.Release(w, nil)
 	p.s.end(j, served) // a loop's client submits again after the release, as a caller of Do does
-}
-
-// due is j's due, computed once from its context as a Checkpoint does.
-func (p *granted) due(j *job) int64 {
-	if !j.w.DueSet {
-		p.g.SetDue(context.Background(), &j.w, j.w.Enq)
-	}
-	return j.w.Due
 }
 
 func (p *granted) expire(j *job) {

@@ -1,4 +1,4 @@
-package cpuwork
+package pacer
 
 import (
 	"os"
@@ -16,7 +16,7 @@ import (
 // periodLocked is a step's end of a feedback period at t, usage u: the
 // throttle feedback (the target, the whole-quota pace, the held count),
 // the busy slots and the unpaceable window.
-func (p *fracPacer) periodLocked(t, u int64) {
+func (p *Pacer) periodLocked(t, u int64) {
 	use := float64(u-p.periodU) / ((float64(p.n) + p.frac) * float64(t-p.periodT))
 	p.periodT, p.periodU = t, u
 	throttledNow := false
@@ -59,7 +59,7 @@ func (p *fracPacer) periodLocked(t, u int64) {
 		p.lastThrot, p.haveThrot = n, true
 	}
 	p.busyLocked(use, throttledNow, t)
-	p.objective = p.host.objective(true)
+	p.objective = p.host.Objective(true)
 	p.stuckNs, p.closedOver = 0, false
 	p.throttledLast, p.forced = throttledNow, false
 	p.unpaceableLocked(p.held > held)
@@ -69,7 +69,7 @@ func (p *fracPacer) periodLocked(t, u int64) {
 // could not stop) in the current window and, at the window's end, sets
 // unpaceable when fracUnpaceableShare of it or more was held. The counts
 // of the window that set it are kept for the warning.
-func (p *fracPacer) unpaceableLocked(held bool) {
+func (p *Pacer) unpaceableLocked(held bool) {
 	if p.unpaceable {
 		return
 	}
@@ -95,8 +95,8 @@ func (p *fracPacer) unpaceableLocked(held bool) {
 // period, one with that run delay, or one that used the quota with the
 // slots mostly not full:
 // admission follows the CPU the slots really use, not only how many are
-// held. t is now().
-func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
+// held. t is the clock's now.
+func (p *Pacer) busyLocked(use float64, throttled bool, t int64) {
 	if !p.busySlots || p.frac >= 1 {
 		// QuotaStrict's paced whole slot keeps the process under a whole
 		// quota: no slot beyond it.
@@ -119,7 +119,7 @@ func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
 	p.fullTicks, p.ticks = 0, 0
 	if extra != p.extra {
 		p.extra = extra
-		p.host.setSlots(p.n + 1 + extra)
+		p.host.SetSlots(p.n + 1 + extra)
 	}
 }
 
@@ -127,7 +127,7 @@ func (p *fracPacer) busyLocked(use float64, throttled bool, t int64) {
 // a share of the quota's cores over the time since it; ok is false on the
 // first reading, after a stale one (over three periods old) or when the
 // delay cannot be read. Without a reader it is 0.
-func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
+func (p *Pacer) delayShareLocked(t int64) (share float64, ok bool) {
 	if p.runDelay == nil {
 		return 0, true
 	}
@@ -151,10 +151,10 @@ func (p *fracPacer) delayShareLocked(t int64) (share float64, ok bool) {
 // the slot stays open, but under QuotaStrict: the door then holds no
 // queue, and a closed slot would only refuse work the period's quota
 // still covers; the kernel's throttle ends the period instead.
-func (p *fracPacer) paceLocked(open bool) {
+func (p *Pacer) paceLocked(open bool) {
 	absorbed := p.absorbedLocked()
 	p.setSpentLocked(!absorbed && (!open || p.throttledLast))
-	if !open && !p.strict && (absorbed || p.host.shedding()) {
+	if !open && !p.strict && (absorbed || p.host.Shedding()) {
 		open, p.forced = true, true
 	}
 	p.setOpenLocked(open)
@@ -171,7 +171,7 @@ func (p *fracPacer) paceLocked(open bool) {
 // the pause, pacing lengthened the p99 more than the throttles it spared
 // did (docs/results.md). With no objective known, or under QuotaStrict,
 // it never does.
-func (p *fracPacer) absorbedLocked() bool {
+func (p *Pacer) absorbedLocked() bool {
 	if p.strict || p.objective <= 0 {
 		return false
 	}
@@ -181,7 +181,7 @@ func (p *fracPacer) absorbedLocked() bool {
 // pauseLocked is the longest pause a throttled period causes here: the
 // quota spent by the open slots running at once (at most the CPUs the
 // process may run on), every thread then frozen for the period's rest.
-func (p *fracPacer) pauseLocked() time.Duration {
+func (p *Pacer) pauseLocked() time.Duration {
 	cores := float64(p.n + 1 + p.extra)
 	if p.cpus > 0 {
 		cores = min(cores, float64(p.cpus))
@@ -189,32 +189,32 @@ func (p *fracPacer) pauseLocked() time.Duration {
 	return throttle.Pause(float64(p.n)+p.frac, cores, p.period)
 }
 
-func (p *fracPacer) setSpentLocked(spent bool) {
+func (p *Pacer) setSpentLocked(spent bool) {
 	if spent != p.spent {
 		p.spent = spent
-		p.host.setBudgetSpent(spent)
+		p.host.SetBudgetSpent(spent)
 	}
 }
 
-func (p *fracPacer) setOpenLocked(open bool) {
+func (p *Pacer) setOpenLocked(open bool) {
 	if open != p.open {
 		p.open = open
-		p.host.setExtraOpen(open)
+		p.host.SetExtraOpen(open)
 	}
 }
 
 // maybeStep steps when the last step is more than a tick old: called at
 // a task's end, so the extra slot is closed in time even while the ticker
 // goroutine waits for a P.
-func (p *fracPacer) maybeStep() {
-	t := now()
+func (p *Pacer) MaybeStep() {
+	t := p.now()
 	if last := p.lastStep.Load(); t-last >= p.tickNs.Load() && p.lastStep.CompareAndSwap(last, t) {
 		p.step(t)
 	}
 }
 
 // reconfigure follows a budget change (a new quota or period, or none).
-func (p *fracPacer) reconfigure(b budget.Budget) {
+func (p *Pacer) Reconfigure(b budget.Budget) {
 	p.mu.Lock()
 	ok := p.configure(b)
 	if !ok {
@@ -224,7 +224,7 @@ func (p *fracPacer) reconfigure(b budget.Budget) {
 	p.mu.Unlock()
 }
 
-func (p *fracPacer) run(done <-chan struct{}) {
+func (p *Pacer) Run(done <-chan struct{}) {
 	t := time.NewTimer(p.nextTick())
 	defer t.Stop()
 	for {
@@ -240,7 +240,7 @@ func (p *fracPacer) run(done <-chan struct{}) {
 			p.mu.Unlock()
 			return
 		case <-t.C:
-			p.step(now())
+			p.step(p.now())
 			t.Reset(p.nextTick())
 		}
 	}
@@ -251,7 +251,7 @@ func (p *fracPacer) run(done <-chan struct{}) {
 // after the bucket refills (waiting out whole ticks closed, a paced
 // 1-CPU quota's slot used 0.92-0.93 of the quota in
 // TestQuotaStrictSlotGivesWayInARealCgroup; 0.94-0.95 with quarter ticks).
-func (p *fracPacer) nextTick() time.Duration {
+func (p *Pacer) nextTick() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	tick := time.Duration(p.tickNs.Load())
@@ -270,7 +270,7 @@ func (p *fracPacer) nextTick() time.Duration {
 // when the process is alone in its cgroup). The file stays open and is
 // read with pread (one system call per read).
 func usageReader(dir string, version int) (read func() (time.Duration, error), closeFn func()) {
-	fallback := func() (time.Duration, error) { return processCPU(), nil }
+	fallback := func() (time.Duration, error) { d, _ := cputime.Process(); return d, nil }
 	if dir == "" {
 		return fallback, func() {}
 	}
@@ -321,42 +321,4 @@ func preadFile(path string) (read func(parse func([]byte) error) error, closeFn 
 		return parse(buf[:n])
 	}
 	return read, func() { f.Close() }, nil
-}
-
-// pacerHost is the executor as the fractional pacer's paceHost.
-type pacerHost Executor
-
-// setExtraOpen: closing takes the extra slot out of the free count (it
-// may go negative: the task over the count hands its slot back at its
-// next Checkpoint); opening gives it back and admits the next waiter.
-func (h *pacerHost) setExtraOpen(open bool) { h.g.SetExtraOpen(open) }
-
-func (h *pacerHost) overCommitted() bool { return h.g.OverCommitted() }
-
-func (h *pacerHost) occupied() (held int64, queued bool) { return h.g.Occupied() }
-
-func (h *pacerHost) setPacedCapacity(c float64) { h.g.SetPacedCapacity(c) }
-
-func (h *pacerHost) setSlots(n int) { (*Executor)(h).SetSlots(n) }
-
-func (h *pacerHost) unpaceable(held, periods int) { (*Executor)(h).pacingWarning(held, periods) }
-
-func (h *pacerHost) shedding() bool { return h.g.Shedding() }
-
-func (h *pacerHost) setBudgetSpent(spent bool) { h.g.SetBudgetSpent(spent) }
-
-func (h *pacerHost) objective(turn bool) time.Duration { return h.g.Objective(turn) }
-
-// quotaOf reports whether b comes from a CFS quota, and its period and
-// the cgroup directory that set it.
-func quotaOf(b budget.Budget) (period time.Duration, dir string, ok bool) {
-	l, ok := b.Limiting()
-	return l.Period, l.Dir, ok
-}
-
-// processCPU is this process's CPU time (user and system), 0 if
-// unreadable.
-func processCPU() time.Duration {
-	d, _ := cputime.Process()
-	return d
 }

@@ -1,4 +1,9 @@
-package cpuwork
+// Package pacer paces the fractional slot of a CPU quota: it opens and
+// closes the executor's extra slot so that the cgroup's use stays under
+// its quota where a throttled period would cost the latency objective,
+// and reads the cgroup's usage and throttling to do so. It knows the
+// executor only through Host and the time only through Config.Clock.
+package pacer
 
 import (
 	"math"
@@ -43,14 +48,14 @@ import (
 //     class (internal/admission);
 //   - where the cgroup's cpu.stat counts its periods, a fractional quota's
 //     extra slot is paced within the kernel's period instead, once a
-//     closed stretch has been measured (fraction_phase.go); the bucket
+//     closed stretch has been measured (phase.go); the bucket
 //     paces until then, and always for QuotaStrict's whole slot;
 //   - for the bucket the period's phase is not needed: it keeps the usage of every
 //     window of one period, whatever its start, under target·q·period plus
 //     the cap and one task's overshoot past the close (the margin, 3 % of
 //     the quota at the highest target: 3.75 ms of a 1.25-core quota per
 //     100 ms, holds the 2 ms cap and a close one tick late at 0.8 cores over the pace;
-//     fraction_test.go checks every phase with tasks that run on up to
+//     pacer_test.go checks every phase with tasks that run on up to
 //     2 ms past a close), so the kernel's period
 //     (whose phase can be read from nr_periods but is not needed here,
 //     docs/architecture.md "Slots") stays under the quota too;
@@ -98,7 +103,7 @@ const (
 	fracDebtCaps = 2
 	// fracBusyMargin: a period whose CPU use stayed more than this under
 	// the pace while its slots were full nearly all of it opens one more slot
-	// (fracPacer.extra): the slots hold tasks that are not on a CPU
+	// (Pacer.extra): the slots hold tasks that are not on a CPU
 	// (reading a body, fetching a source, waiting for a P) and leave the
 	// quota idle. A throttled period closes one again.
 	fracBusyMargin = 0.07
@@ -117,9 +122,9 @@ const (
 	fracSlackCores   = 0.25
 )
 
-// fracPacer opens and closes the extra slot. Its clock and counters are
+// Pacer opens and closes the extra slot. Its clock and counters are
 // injectable for tests.
-type fracPacer struct {
+type Pacer struct {
 	mu     sync.Mutex
 	n      int     // floor(quota): slots always open
 	frac   float64 // quota - n; 0: nothing to pace
@@ -128,14 +133,15 @@ type fracPacer struct {
 	target float64
 	tokens float64 // ns of CPU the process may still use above its pace
 	open   bool
-	// host is what the pacer steers: the executor (pacerHost) or a
-	// test's model.
-	host paceHost
+	// host is what the pacer steers: the executor or a test's model;
+	// clock its time (nil: the package's own).
+	host  Host
+	clock func() int64
 
 	usage     func() (time.Duration, error) // cumulative CPU of the cgroup (or process)
 	throttled func() (uint64, bool)         // cumulative nr_throttled, if readable
 	// stuckNs is how long, in the current period, the extra slot was
-	// closed while a task still ran over the count (paceHost.overCommitted).
+	// closed while a task still ran over the count (Host.overCommitted).
 	stuckNs int64
 	// closedOver: in the current period, a tick in which the extra slot
 	// was closed (and nothing ran over the count) used more than the
@@ -163,7 +169,7 @@ type fracPacer struct {
 	periodT            int64 // start of the current feedback period
 	lastThrot          uint64
 	haveThrot, started bool
-	lastStep           atomic.Int64 // now() of the last step, for maybeStep
+	lastStep           atomic.Int64 // now of the last step, for MaybeStep
 	tickNs             atomic.Int64 // read by maybeStep without mu
 	closeUsage         func()
 	phase              phase // the kernel's period, where cpu.stat counts it
@@ -173,7 +179,7 @@ type fracPacer struct {
 
 	// extra is the slots opened beyond n+1 while the quota stays
 	// under-used with its slots full (fracBusyMargin), at most n+1; each new
-	// count (n+1+extra) goes to paceHost.setSlots. Only with busySlots
+	// count (n+1+extra) goes to Host.setSlots. Only with busySlots
 	// (the executor's pacer; tests of the paced slot alone leave it off).
 	// periodU is the usage at the current period's start; fullTicks and
 	// ticks count the period's steps with every open slot held or a task
@@ -192,13 +198,13 @@ type fracPacer struct {
 	// winPeriods and winHeld count the periods of the current window of
 	// fracUnpaceableWindow and the held ones among them; unpaceable is
 	// set, for good, when a window held fracUnpaceableShare of them or
-	// more, and paceHost.unpaceable is then called, by the step that set
+	// more, and Host.unpaceable is then called, by the step that set
 	// it, without mu held, with the window's counts.
 	winPeriods, winHeld int
 	unpaceable          bool
 
 	// objective is the tightest latency objective of the work queued in
-	// the last two periods (paceHost.objective; 0: none known), cpus the
+	// the last two periods (Host.objective; 0: none known), cpus the
 	// CPUs the process may run on (0: unknown): absorbedLocked's inputs.
 	objective time.Duration
 	cpus      int
@@ -209,35 +215,35 @@ type fracPacer struct {
 	spent, throttledLast, forced bool
 }
 
-// paceHost is the pacer's one seam to what it paces: the executor
-// (pacerHost) or a test's model. The pacer calls it; nothing else of
+// Host is the pacer's one seam to what it paces: the executor or a
+// test's model. The pacer calls it; nothing else of
 // the executor is known to it.
-type paceHost interface {
+type Host interface {
 	// setExtraOpen opens or closes the extra slot; called with the
 	// pacer's mu held, on every change.
-	setExtraOpen(open bool)
+	SetExtraOpen(open bool)
 	// overCommitted reports that the extra slot is closed but a task
 	// still runs over the count (it has not reached a Checkpoint or its
 	// end).
-	overCommitted() bool
+	OverCommitted() bool
 	// occupied reads the slots held now and whether a task is queued.
-	occupied() (held int64, queued bool)
+	Occupied() (held int64, queued bool)
 	// setPacedCapacity hands the door each new capacity (occupancy).
-	setPacedCapacity(c float64)
+	SetPacedCapacity(c float64)
 	// setSlots sets the slot count (n+1+extra).
-	setSlots(n int)
+	SetSlots(n int)
 	// unpaceable says, once, that held of the last periods periods were
 	// throttled by tasks the pacer could not stop.
-	unpaceable(held, periods int)
+	Unpaceable(held, periods int)
 	// shedding reports whether a class sheds in a clear overload;
 	// setBudgetSpent tells the door whether the CPU budget is spent for
 	// now (paceLocked).
-	shedding() bool
-	setBudgetSpent(spent bool)
+	Shedding() bool
+	SetBudgetSpent(spent bool)
 	// objective is the tightest latency objective of the work queued
 	// recently (0: none known); with turn a new window starts (once per
 	// period).
-	objective(turn bool) time.Duration
+	Objective(turn bool) time.Duration
 }
 
 // fracUnpaceableWindow, fracUnpaceableShare: a pacer whose window of
@@ -250,19 +256,87 @@ const (
 	fracUnpaceableShare  = 0.25
 )
 
-// newFracPacer returns the pacer of b's quota steering host, or nil when
-// b has no fractional quota.
-func newFracPacer(b budget.Budget, strict bool, host paceHost) *fracPacer {
-	p := &fracPacer{target: fracTargetMax, open: true, host: host, strict: strict}
+// Config is what a Pacer needs beside the budget.
+type Config struct {
+	// Strict paces a whole quota too when GOMAXPROCS is above it
+	// (QuotaStrict); otherwise only a fractional one is paced.
+	Strict bool
+	// Host is what the pacer steers (required).
+	Host Host
+	// Clock is the time in ns on a monotonic clock (nil: one of the
+	// package's own).
+	Clock func() int64
+	// RunDelay reads the process's cumulative kernel run delay (nil: not
+	// read, as if none): a quota left idle because other processes want
+	// the CPUs opens no busy slot.
+	RunDelay func() (time.Duration, bool)
+	// BusySlots lets the pacer open more slots while the slots are full
+	// and the quota idles (their tasks are off the CPU), through
+	// Host.SetSlots.
+	BusySlots bool
+}
+
+// New returns the pacer of b's quota, or nil when b has no quota to pace
+// (none, below one core, whole without QuotaStrict and a P beyond it, or
+// no P for an extra slot).
+func New(b budget.Budget, cfg Config) *Pacer {
+	p := &Pacer{target: fracTargetMax, open: true, host: cfg.Host, strict: cfg.Strict,
+		clock: cfg.Clock, runDelay: cfg.RunDelay, busySlots: cfg.BusySlots}
 	if !p.configure(b) {
 		return nil
 	}
 	return p
 }
 
+// start is the package's own clock's origin.
+var start = time.Now()
+
+// now is the clock's time in ns.
+func (p *Pacer) now() int64 {
+	if p.clock == nil {
+		return int64(time.Since(start))
+	}
+	return p.clock()
+}
+
+// Stats is the pacer's state at one instant.
+type Stats struct {
+	// Whole is the slots always open; Fraction the paced part of the
+	// quota (0: nothing paced); Open whether the extra slot is open.
+	Whole    int
+	Fraction float64
+	Open     bool
+	// Target is the share of the quota paced to; Closed the time the
+	// extra slot was closed; Lowered and Held the throttled periods that
+	// lowered the target and those that left it.
+	Target        float64
+	Closed        time.Duration
+	Lowered, Held uint64
+	// Occupancy is the slots that serve the queue on average (Capacity).
+	Occupancy float64
+	// Pause is the longest freeze a throttled period can cause,
+	// Objective the tightest objective queued recently, Absorbed whether
+	// the objective absorbs the pause (the extra slot is then kept open);
+	// all zero while nothing is paced.
+	Pause, Objective time.Duration
+	Absorbed         bool
+}
+
+// Stats reads the pacer's state.
+func (p *Pacer) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	st := Stats{Whole: p.n, Fraction: p.frac, Open: p.open, Target: p.target, Closed: time.Duration(p.closedTotal),
+		Lowered: p.lowered, Held: p.held, Occupancy: p.capacityLocked()}
+	if p.frac > 0 {
+		st.Pause, st.Objective, st.Absorbed = p.pauseLocked(), p.objective, p.absorbedLocked()
+	}
+	return st
+}
+
 // configure reads n, frac, the period and the usage source from b; it
 // reports whether b has a fractional quota.
-func (p *fracPacer) configure(b budget.Budget) bool {
+func (p *Pacer) configure(b budget.Budget) bool {
 	l, ok := b.Limiting()
 	if !ok || l.Period <= 0 {
 		p.n, p.frac = budget.Whole(b.Cores, false), 0
@@ -314,7 +388,7 @@ func (p *fracPacer) configure(b budget.Budget) bool {
 }
 
 // slots is the slot count under this policy: n+1 and the busy slots.
-func (p *fracPacer) slots() int { return p.n + 1 + p.extra }
+func (p *Pacer) Slots() int { return p.n + 1 + p.extra }
 
 // capacity is the slots that serve the queue on average while the extra
 // slot is paced, 0 when nothing is paced: the slots held on average while
@@ -330,13 +404,13 @@ func (p *fracPacer) slots() int { return p.n + 1 + p.extra }
 // stays held through its closes and the kernel throttles the cgroup, so
 // W counts the frozen time too and the held slots are near n+1
 // (docs/architecture.md, "Slots").
-func (p *fracPacer) capacity() float64 {
+func (p *Pacer) Capacity() float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.capacityLocked()
 }
 
-func (p *fracPacer) capacityLocked() float64 {
+func (p *Pacer) capacityLocked() float64 {
 	if p.frac == 0 {
 		return 0
 	}
@@ -348,8 +422,8 @@ func (p *fracPacer) capacityLocked() float64 {
 // It also counts the period's ticks and those with every open slot held
 // or a task queued (the door may hold the queue near empty while the
 // slots stay full), for busyLocked: one read of the slots per step.
-func (p *fracPacer) occupancySample(dt float64) {
-	held, queued := p.host.occupied()
+func (p *Pacer) occupancySample(dt float64) {
+	held, queued := p.host.Occupied()
 	p.ticks++
 	open := int64(p.n + p.extra)
 	if p.open {
@@ -363,15 +437,15 @@ func (p *fracPacer) occupancySample(dt float64) {
 	}
 	a := min(1, dt/float64(p.period))
 	p.occupancy += (float64(held) - p.occupancy) * a
-	p.host.setPacedCapacity(p.capacityLocked())
+	p.host.SetPacedCapacity(p.capacityLocked())
 }
 
 // capNs is the bucket's cap.
-func (p *fracPacer) capNs() float64 { return float64(p.period) / fracCapDivisor }
+func (p *Pacer) capNs() float64 { return float64(p.period) / fracCapDivisor }
 
-// step updates the bucket at time t (now() ns) and opens or closes the
+// step updates the bucket at time t (the clock's ns) and opens or closes the
 // extra slot.
-func (p *fracPacer) step(t int64) {
+func (p *Pacer) step(t int64) {
 	p.mu.Lock()
 	was := p.unpaceable
 	p.stepLocked(t)
@@ -379,12 +453,12 @@ func (p *fracPacer) step(t int64) {
 	held, periods := p.winHeld, p.winPeriods
 	p.mu.Unlock()
 	if warn {
-		p.host.unpaceable(held, periods)
+		p.host.Unpaceable(held, periods)
 	}
 }
 
 // stepLocked is step with mu held.
-func (p *fracPacer) stepLocked(t int64) {
+func (p *Pacer) stepLocked(t int64) {
 	p.lastStep.Store(t)
 	if p.stopped {
 		return
@@ -405,7 +479,7 @@ func (p *fracPacer) stepLocked(t int64) {
 	}
 	dt, du := float64(t-p.lastT), float64(int64(u)-p.lastU)
 	closed := !p.open // through the tick that ends now
-	stuck := closed && p.host.overCommitted()
+	stuck := closed && p.host.OverCommitted()
 	if closed {
 		p.closedTotal += t - p.lastT
 	}

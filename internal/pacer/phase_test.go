@@ -1,4 +1,4 @@
-package cpuwork
+package pacer
 
 import (
 	"testing"
@@ -88,7 +88,7 @@ func TestABurstThePeriodsQuotaCoversKeepsTheExtraSlotOpen(t *testing.T) {
 // but not full do not.
 func TestFullSlotsUnderUsingTheQuotaOpenOneMoreWithoutAQueue(t *testing.T) {
 	var held int64
-	p := &fracPacer{n: 1, frac: 0.5, target: fracTargetMax, busySlots: true, open: true, period: 100 * time.Millisecond,
+	p := &Pacer{n: 1, frac: 0.5, target: fracTargetMax, busySlots: true, open: true, period: 100 * time.Millisecond,
 		host: &testHost{occupied_: func() (int64, bool) { return held, false }}}
 	period := func(h int64) int {
 		held = h
@@ -96,7 +96,7 @@ func TestFullSlotsUnderUsingTheQuotaOpenOneMoreWithoutAQueue(t *testing.T) {
 			p.occupancySample(float64(2 * time.Millisecond))
 		}
 		p.busyLocked(0.85, false, 0)
-		return p.slots()
+		return p.Slots()
 	}
 	if n := period(1); n != 2 {
 		t.Fatalf("one of two slots held, no queue, quota under-used: %d slots, want 2", n)

@@ -1,4 +1,4 @@
-package cpuwork
+package pacer
 
 import (
 	"testing"

@@ -1,4 +1,4 @@
-package cpuwork
+package pacer
 
 import (
 	"path/filepath"
@@ -65,7 +65,7 @@ const (
 // the phase is not known: the bucket decides. settled reports it ran with
 // the close in effect (closed through the tick before it, nothing over
 // the count).
-func (p *fracPacer) phaseOpenLocked(t, u, lastT, lastU int64, stuck, settled bool, pace float64) (open, ok bool) {
+func (p *Pacer) phaseOpenLocked(t, u, lastT, lastU int64, stuck, settled bool, pace float64) (open, ok bool) {
 	ph := &p.phase
 	if ph.read == nil || p.frac >= 1 {
 		// QuotaStrict's paced whole slot gives way to work outside the
