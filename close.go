@@ -58,10 +58,10 @@ func (e *Executor) shutdown() {
 		p.wg.Wait()
 	}
 	if e.guard != nil {
-		e.guard.close()
+		e.guard.Close()
 	}
 	if e.batchGroup != nil {
-		if err := e.batchGroup.close(); err != nil {
+		if err := e.batchGroup.Close(); err != nil {
 			e.log.Warn("cpuwork: remove the batch cgroup", "err", err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
+	"github.com/cpuwork/cpuwork/internal/demote"
 	"github.com/cpuwork/cpuwork/internal/goroutine"
 	"github.com/cpuwork/cpuwork/internal/pacer"
 
@@ -47,7 +48,7 @@ type Executor struct {
 	warned                                   sync.Once
 	demote                                   bool
 	guard                                    starvationGuard // nil when Batch and Background are not demoted
-	batchGroup                               *batchGroup     // Beside under a quota: batch threads' capped cgroup, or nil
+	batchGroup                               *demote.Group   // Beside under a quota: batch threads' capped cgroup, or nil
 	critLane                                 *osthread.Lane
 	// frac opens and closes the extra slot of a fractional quota
 	// (internal/pacer), made by New or, for a quota that appears later, by
@@ -137,10 +138,10 @@ func New(o Options) (*Executor, error) {
 	if o.Quota > QuotaStrict {
 		return nil, fmt.Errorf("cpuwork: Options.Quota %d is not a QuotaPolicy", o.Quota)
 	}
-	var sg *guard // e.guard, configured below
+	var sg *demote.Guard // e.guard, configured below
 	if e.demote {
 		if osthread.Supported {
-			sg = newGuard(batchSched, e.warnOnce, e.log.Info)
+			sg = demote.New(batchSched, e.warnOnce, e.log.Info)
 			e.guard = sg
 		} else {
 			e.warnOnce("cpuwork: Options.Batch.Demote needs Linux thread scheduling; batch workers run undemoted", "goos", runtime.GOOS)
@@ -189,24 +190,22 @@ func New(o Options) (*Executor, error) {
 		}
 		e.critLane = lane
 	}
-	if g := sg; g != nil && o.Batch.Beside {
+	if sg != nil && o.Batch.Beside {
 		// Batch's CPU is what the budget's slots leave: starved by this
-		// process's own work is the design (guard.go). The CPUs the
-		// process may use are a quota's, not the machine's.
-		g.ownCPUs, g.procCPU = float64(runtime.NumCPU()), processCPU
-		if berr == nil && b.Cores > 0 {
-			g.ownCPUs = min(g.ownCPUs, b.Cores)
-		}
+		// process's own work is the design (internal/demote). The CPUs
+		// the process may use are a quota's, not the machine's.
+		procCPU := processCPU
 		if o.processCPU != nil {
-			g.procCPU = o.processCPU
+			procCPU = o.processCPU
 		}
+		sg.Beside(ownCPUs(b, berr == nil), procCPU)
 	}
 	if _, quota := b.Limiting(); o.Batch.Beside && quota {
 		// Before any worker starts: each registers its thread.
 		e.besideUnderQuota(sg, b)
 	}
 	if e.guard != nil {
-		e.guard.start()
+		e.guard.Start()
 	}
 	e.drained, e.shutDown = make(chan struct{}), make(chan struct{})
 	e.setSlots(slots)
@@ -224,21 +223,32 @@ func New(o Options) (*Executor, error) {
 	return e, nil
 }
 
+// ownCPUs is the CPUs the process may run on: the machine's, or fewer
+// under a budget (known) that allows fewer.
+func ownCPUs(b budget.Budget, known bool) float64 {
+	own := float64(runtime.NumCPU())
+	if known && b.Cores > 0 {
+		own = min(own, b.Cores)
+	}
+	return own
+}
+
 // besideUnderQuota caps Beside's batch threads (their guard g; nil:
 // none) to what the rest of the process leaves of b's quota, in a child
-// cgroup (batchgroup.go), or says why it cannot.
-func (e *Executor) besideUnderQuota(g *guard, b budget.Budget) {
+// cgroup (internal/demote), or says why it cannot.
+func (e *Executor) besideUnderQuota(g *demote.Guard, b budget.Budget) {
 	if g == nil {
 		return
 	}
 	l, _ := b.Limiting()
-	bg, err := newBatchGroup(l.Dir, b.Cores, processCPU)
+	bg, err := demote.NewGroup(l.Dir, b.Cores, processCPU)
 	if err != nil {
 		e.warnOnce("cpuwork: Options.Batch.Beside under a CPU quota: batch's CPU cannot be capped to what the requests leave, so demoted batch work spends the quota they need and the cgroup is throttled", "cores", b.Cores, "err", err)
 		return
 	}
-	g.group, e.batchGroup = bg, bg
-	e.log.Info("cpuwork: batch threads run in a child cgroup whose quota is what the rest of the process leaves of the budget", "cores", b.Cores, "cgroup", bg.g.Path())
+	g.SetGroup(bg)
+	e.batchGroup = bg
+	e.log.Info("cpuwork: batch threads run in a child cgroup whose quota is what the rest of the process leaves of the budget", "cores", b.Cores, "cgroup", bg.Path())
 }
 
 // labelKey is the pprof label key under which tasks run; its value is the
@@ -296,7 +306,7 @@ func (e *Executor) follow(ctx context.Context, interval time.Duration, detect fu
 				e.acct.reconfigure(cur)
 			}
 			if e.batchGroup != nil {
-				e.batchGroup.setQuota(cur.Cores)
+				e.batchGroup.SetQuota(cur.Cores)
 			}
 			sampling()
 			e.applyBudget(out.effective(cur), "cpuwork: CPU budget changed")

@@ -207,7 +207,9 @@ func (e *Executor) Stats() Stats {
 	}
 	st.NetWatch = NetWatchStats(netwatch.Read())
 	if e.guard != nil {
-		st.Demotion = e.guard.stats()
+		gs := e.guard.Stats()
+		st.Demotion = DemotionStats{Enabled: true, Active: gs.Active, Suspensions: gs.Suspensions, Promotions: gs.Promotions,
+			Retired: gs.Retired, StarvedTime: gs.StarvedTime}
 	}
 	if p := e.frac.Load(); p != nil {
 		ps := p.Stats()

@@ -3,6 +3,7 @@ package cpuwork
 import (
 	"sync"
 
+	"github.com/cpuwork/cpuwork/internal/demote"
 	"github.com/cpuwork/cpuwork/osthread"
 )
 
@@ -33,6 +34,19 @@ func (c Class) pool() int {
 		return poolDemoted
 	}
 	return poolNormal
+}
+
+// starvationGuard is the pool's one seam to the starvation guard of its
+// demoted workers (internal/demote): nil when Batch and Background are
+// not demoted. A demoted worker registers its thread, asks Adjust before
+// each task (false: retire the thread) and unregisters as it exits.
+type starvationGuard interface {
+	Start()
+	Register(tid int) *demote.Worker
+	Unregister(w *demote.Worker)
+	Adjust(w *demote.Worker) bool
+	Stats() demote.Stats
+	Close()
 }
 
 func newPool(e *Executor, name string, g starvationGuard) *workerPool {
@@ -111,15 +125,15 @@ func (p *workerPool) run() {
 	// The thread is locked for the worker's whole life and never unlocked:
 	// it exits with the goroutine, taking a changed priority with it.
 	osthread.LockNonMain(func() {
-		w := p.guard.register(osthread.Gettid())
-		defer p.guard.unregister(w)
+		w := p.guard.Register(osthread.Gettid())
+		defer p.guard.Unregister(w)
 		stopped = p.loop(w)
 	})
 }
 
 // loop runs tasks until a stop sentinel (true) or until the guard retires
 // the worker's thread (false; the task at hand goes back to the queue).
-func (p *workerPool) loop(w *guardedWorker) bool {
+func (p *workerPool) loop(w *demote.Worker) bool {
 	for t := range p.runq {
 		if t == nil {
 			return true
@@ -131,13 +145,13 @@ func (p *workerPool) loop(w *guardedWorker) bool {
 				t = p.runTask(t)
 				continue
 			}
-			if !p.guard.adjust(w) {
+			if !p.guard.Adjust(w) {
 				p.runq <- t // runq never holds more than slots + sentinels: room enough
 				return false
 			}
-			w.busy.Store(true)
+			w.SetBusy(true)
 			t = p.runTask(t)
-			w.busy.Store(false)
+			w.SetBusy(false)
 		}
 	}
 	return true

@@ -1,5 +1,5 @@
 // Package suspension holds the process-wide suspension of batch-thread
-// demotion by the starvation guard of package cpuwork (guard.go): the
+// demotion by the starvation guard of internal/demote: the
 // competition for the CPU that starves a demoted thread is a property of
 // the machine, not of one executor, so an executor created during a
 // suspension starts undemoted instead of paying for its own starvation

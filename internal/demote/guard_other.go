@@ -1,6 +1,6 @@
 //go:build !linux
 
-package cpuwork
+package demote
 
 // Outside Linux there is no demotion (osthread.Supported is false), so the
 // starvation guard never samples a thread.

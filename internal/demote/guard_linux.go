@@ -1,4 +1,4 @@
-package cpuwork
+package demote
 
 import "golang.org/x/sys/unix"
 

@@ -1,4 +1,7 @@
-package cpuwork
+// Package demote runs Batch and Background workers on demoted OS threads
+// (SCHED_IDLE or a nice level) and guards them against starvation while
+// they hold a P; under a quota it caps their CPU in a child cgroup.
+package demote
 
 import (
 	"fmt"
@@ -69,21 +72,16 @@ func othersMax(own float64) float64 {
 // suspension is process-wide (internal/suspension).
 var suspension = &suspensionpkg.Process
 
-// starvationGuard is the executor's one seam to the starvation guard of
-// its demoted pool: nil when Batch and Background are not demoted. A
-// demoted worker registers its thread, asks adjust before each task
-// (false: retire the thread) and unregisters as it exits.
-type starvationGuard interface {
-	start()
-	register(tid int) *guardedWorker
-	unregister(w *guardedWorker)
-	adjust(w *guardedWorker) bool
-	stats() DemotionStats
-	close()
-}
+// epoch and now are the guards' clock, one for the process (the
+// suspension's times are on it).
+var epoch = time.Now()
 
-// guard is the starvation guard of one executor's demoted pool.
-type guard struct {
+func now() int64 { return int64(time.Since(epoch)) }
+
+// Guard is the starvation guard of one executor's demoted pool: a
+// demoted worker registers its thread, asks Adjust before each task
+// (false: retire the thread) and unregisters as it exits.
+type Guard struct {
 	sched osthread.Sched // what demoted workers apply
 	// ownCPUs is the CPUs this process may run on when starvation by its
 	// own work is exempt (Beside), else 0. procCPU reads the process's
@@ -96,8 +94,8 @@ type guard struct {
 	warn func(msg string, args ...any) // once per executor
 	info func(msg string, args ...any)
 	// group, when not nil, caps the demoted threads' CPU under a quota
-	// (batchgroup.go): register moves each thread into it.
-	group *batchGroup
+	// (Group): Register moves each thread into it.
+	group *Group
 
 	suspensions atomic.Uint64
 	promotions  atomic.Uint64
@@ -105,13 +103,17 @@ type guard struct {
 	starvedNs   atomic.Int64
 
 	mu      sync.Mutex
-	workers map[*guardedWorker]struct{}
+	workers map[*Worker]struct{}
 	stop    chan struct{}
 	done    chan struct{}
 }
 
-// guardedWorker is one demotable worker thread.
-type guardedWorker struct {
+// SetBusy marks whether w runs a task: only a busy worker's starvation
+// counts.
+func (w *Worker) SetBusy(busy bool) { w.busy.Store(busy) }
+
+// Worker is one demotable worker thread.
+type Worker struct {
 	tid     int
 	orig    osthread.Sched // the thread's scheduling before demotion
 	demoted atomic.Bool
@@ -125,30 +127,53 @@ type guardedWorker struct {
 	promoteTried      atomic.Bool // an in-place promotion was tried since the last demotion
 }
 
-// stats is Stats.Demotion while demotion is enabled.
-func (g *guard) stats() DemotionStats {
-	return DemotionStats{Enabled: true, Active: g.allowed(),
+// Stats is what a guard did: whether demotion is in force now (not
+// suspended), the suspensions, in-place promotions and retired threads,
+// and the time demoted workers spent starved in its windows.
+type Stats struct {
+	Active                           bool
+	Suspensions, Promotions, Retired uint64
+	StarvedTime                      time.Duration
+}
+
+// Stats reads the guard's counters.
+func (g *Guard) Stats() Stats {
+	return Stats{Active: g.allowed(),
 		Suspensions: g.suspensions.Load(), Promotions: g.promotions.Load(),
 		Retired: g.retired.Load(), StarvedTime: time.Duration(g.starvedNs.Load())}
 }
 
-func newGuard(sched osthread.Sched, warn, info func(string, ...any)) *guard {
-	g := &guard{sched: sched, warn: warn, info: info,
-		workers: map[*guardedWorker]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
+// New returns the guard of a pool whose workers apply sched; warn is
+// called once per executor, info for each suspension.
+func New(sched osthread.Sched, warn, info func(string, ...any)) *Guard {
+	g := &Guard{sched: sched, warn: warn, info: info,
+		workers: map[*Worker]struct{}{}, stop: make(chan struct{}), done: make(chan struct{})}
 	return g
 }
 
-func (g *guard) start() { go g.run() }
+// Beside exempts starvation by the process's own work (Batch.Beside):
+// ownCPUs is the CPUs the process may run on, procCPU its CPU time.
+// Called before Start.
+func (g *Guard) Beside(ownCPUs float64, procCPU func() time.Duration) {
+	g.ownCPUs, g.procCPU = ownCPUs, procCPU
+}
+
+// SetGroup makes each registered thread join group, which caps the
+// demoted threads' CPU under a quota. Called before Start.
+func (g *Guard) SetGroup(group *Group) { g.group = group }
+
+// Start starts the guard's watch of its workers.
+func (g *Guard) Start() { go g.run() }
 
 // allowed reports whether demotion is in force now.
-func (g *guard) allowed() bool {
+func (g *Guard) allowed() bool {
 	u := suspension.Until.Load()
 	return u == 0 || now() >= u
 }
 
-// register is called by a new worker on its locked thread.
-func (g *guard) register(tid int) *guardedWorker {
-	w := &guardedWorker{tid: tid, clock: threadClock(tid)}
+// Register is called by a new worker on its locked thread.
+func (g *Guard) Register(tid int) *Worker {
+	w := &Worker{tid: tid, clock: threadClock(tid)}
 	if s, err := osthread.Current(); err == nil {
 		w.orig = osthread.Sched{Policy: s.Policy, Nice: s.Nice, RTPriority: s.RTPriority}
 	} else {
@@ -168,7 +193,8 @@ func (g *guard) register(tid int) *guardedWorker {
 	return w
 }
 
-func (g *guard) unregister(w *guardedWorker) {
+// Unregister is called by a worker as its thread exits.
+func (g *Guard) Unregister(w *Worker) {
 	if g.group != nil {
 		g.group.remove(w.tid)
 	}
@@ -180,10 +206,10 @@ func (g *guard) unregister(w *guardedWorker) {
 	}
 }
 
-// adjust brings the calling worker's thread to the scheduling the guard
+// Adjust brings the calling worker's thread to the scheduling the guard
 // wants now, before it runs a task. It returns false when the thread must
 // be retired: demotion is suspended and the kernel refuses to undo it.
-func (g *guard) adjust(w *guardedWorker) bool {
+func (g *Guard) Adjust(w *Worker) bool {
 	want := g.allowed()
 	switch {
 	case want && !w.demoted.Load():
@@ -206,17 +232,18 @@ func (g *guard) adjust(w *guardedWorker) bool {
 	return true
 }
 
-func (g *guard) close() {
+// Close stops the guard's watch.
+func (g *Guard) Close() {
 	close(g.stop)
 	<-g.done
 }
 
-func (g *guard) run() {
+func (g *Guard) run() {
 	defer close(g.done)
 	t := time.NewTicker(guardInterval)
 	defer t.Stop()
 	buf := make([]byte, 512)
-	var starved []*guardedWorker
+	var starved []*Worker
 	for {
 		select {
 		case <-g.stop:
@@ -267,7 +294,7 @@ func (g *guard) run() {
 // of the CPUs this process may run on (ownCPUs set),
 // averaged over the last guardOthersTicks ticks' time: a demoted thread
 // starved now was starved by the process's own work.
-func (g *guard) ownWorkBusy() bool {
+func (g *Guard) ownWorkBusy() bool {
 	if g.ownCPUs <= 0 {
 		return false
 	}
@@ -279,7 +306,7 @@ func (g *guard) ownWorkBusy() bool {
 // machine the guard's ticks come late, and an average over calls kept a
 // starvation by another process counted as the process's own for 300 ms
 // of ticks 100 ms apart.
-func (g *guard) weighOthers(p, w int64) bool {
+func (g *Guard) weighOthers(p, w int64) bool {
 	if p == 0 {
 		g.lastProcW = 0
 		return false
@@ -299,7 +326,7 @@ func (g *guard) weighOthers(p, w int64) bool {
 // A suspension already in force is not renewed by the same starvation: a
 // demoted thread that could not be promoted stays starved until its task
 // ends, and counting it again would only stretch the cool-down.
-func (g *guard) fire(starved []*guardedWorker) {
+func (g *Guard) fire(starved []*Worker) {
 	for _, w := range starved {
 		if !w.promoteTried.Load() {
 			w.promoteTried.Store(true)

@@ -1,4 +1,4 @@
-package cpuwork
+package demote
 
 import (
 	"fmt"
@@ -41,9 +41,9 @@ func batchCap(quota, others float64) float64 {
 	return max(batchGroupMin, quota*batchGroupTarget-others*batchGroupHeadroom)
 }
 
-// batchGroup is the child cgroup of one executor's demoted batch threads
+// Group is the child cgroup of one executor's demoted batch threads
 // and the loop that sets its quota.
-type batchGroup struct {
+type Group struct {
 	g     *cgroup.Group
 	quota float64 // cores of the process's quota (mu)
 	// procCPU is the process's CPU time (every thread's, the batch
@@ -58,11 +58,11 @@ type batchGroup struct {
 	stop, done chan struct{}
 }
 
-// newBatchGroup creates the batch group under the calling process's own
+// NewGroup creates the batch group under the calling process's own
 // cgroup for the quota of quota cores that the cgroup at dir sets, and
 // starts its loop; the error says why it cannot (cgroup v2, no
 // permission, no CPU controller, dir not a cgroup with a quota).
-func newBatchGroup(dir string, quota float64, procCPU func() time.Duration) (*batchGroup, error) {
+func NewGroup(dir string, quota float64, procCPU func() time.Duration) (*Group, error) {
 	if cgroup.Version() != 1 {
 		return nil, fmt.Errorf("a child cgroup for threads needs cgroup v1 here (a threaded cgroup v2 subtree is not set up)")
 	}
@@ -78,14 +78,14 @@ func newBatchGroup(dir string, quota float64, procCPU func() time.Duration) (*ba
 	if err != nil {
 		return nil, err
 	}
-	b := &batchGroup{g: g, quota: quota, procCPU: procCPU, threads: map[int]int32{}, cap: cap,
+	b := &Group{g: g, quota: quota, procCPU: procCPU, threads: map[int]int32{}, cap: cap,
 		stop: make(chan struct{}), done: make(chan struct{})}
 	go b.run()
 	return b, nil
 }
 
 // add moves thread tid, a demoted batch worker's, into the group.
-func (b *batchGroup) add(tid int) error {
+func (b *Group) add(tid int) error {
 	if err := b.g.AddThread(tid); err != nil {
 		return err
 	}
@@ -97,7 +97,7 @@ func (b *batchGroup) add(tid int) error {
 
 // remove forgets thread tid, called on the thread before it exits: its
 // CPU time so far stays counted as the group's.
-func (b *batchGroup) remove(tid int) {
+func (b *Group) remove(tid int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if c, ok := b.threads[tid]; ok {
@@ -109,7 +109,7 @@ func (b *batchGroup) remove(tid int) {
 }
 
 // cpu is the CPU time the group's threads have used.
-func (b *batchGroup) cpu() time.Duration {
+func (b *Group) cpu() time.Duration {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ns := b.retired
@@ -122,7 +122,7 @@ func (b *batchGroup) cpu() time.Duration {
 }
 
 // run sets the group's quota every batchGroupTick until close.
-func (b *batchGroup) run() {
+func (b *Group) run() {
 	defer close(b.done)
 	t := time.NewTicker(batchGroupTick)
 	defer t.Stop()
@@ -155,15 +155,15 @@ func (b *batchGroup) run() {
 
 // nextCap is the group's quota for the rest's peak use others (cores),
 // against the process's quota now, and the group's quota as last set.
-func (b *batchGroup) nextCap(others float64) (next, last float64) {
+func (b *Group) nextCap(others float64) (next, last float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return batchCap(b.quota, others), b.cap
 }
 
-// setQuota follows a changed quota of the process (the budget watcher):
+// SetQuota follows a changed quota of the process (the budget watcher):
 // the next tick caps the group against it.
-func (b *batchGroup) setQuota(cores float64) {
+func (b *Group) SetQuota(cores float64) {
 	if cores > 0 {
 		b.mu.Lock()
 		b.quota = cores
@@ -171,17 +171,23 @@ func (b *batchGroup) setQuota(cores float64) {
 	}
 }
 
-// cores is the group's quota now, in cores.
-func (b *batchGroup) cores() float64 {
+// Cores is the group's quota now, in cores.
+func (b *Group) Cores() float64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.cap
 }
 
-// close stops the loop and removes the group, moving any thread of this
+// Path is the group's cgroup path.
+func (b *Group) Path() string { return b.g.Path() }
+
+// Dir is the group's cgroup directory.
+func (b *Group) Dir() string { return b.g.Dir() }
+
+// Close stops the loop and removes the group, moving any thread of this
 // process still in it back to the cgroup it came from. Called once the
 // demoted workers have stopped.
-func (b *batchGroup) close() error {
+func (b *Group) Close() error {
 	close(b.stop)
 	<-b.done
 	return b.g.Remove()
