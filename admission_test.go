@@ -120,22 +120,39 @@ func TestInteractiveAndBatchShareByWeight(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	release()
 	wg.Wait()
-	// The weights share measured slot time: the 3:1 count holds only if
-	// the tasks cost about the same. A machine that preempts some of them
-	// (a loaded CI host) breaks that premise, not the executor.
-	slices.Sort(took)
-	if took[len(took)*9/10] > 3*took[len(took)/10] {
-		t.Skipf("task slot times spread %v..%v (p10..p90): the OS preempted tasks, so equal counts are not expected", took[len(took)/10], took[len(took)*9/10])
-	}
+	// The weights share measured slot time (weighted fair queuing on
+	// virtual time): while both classes are backlogged, Interactive's slot
+	// time over 3 and Batch's stay within about one task's time of each
+	// other, whatever each task took. Counting tasks instead (3 of every
+	// 4) holds only while every task costs the same; one task the OS
+	// preempted (a loaded CI host) is charged its whole slot time, and the
+	// other class then rightly takes several slots in a row.
+	var sumI, sumB, most time.Duration
 	inter := 0
-	for _, c := range order[:40] { // both classes still backlogged here
+	for i, c := range order[:40] { // both classes still backlogged here
+		most = max(most, took[i])
 		if c == Interactive {
+			sumI += took[i]
 			inter++
+		} else {
+			sumB += took[i]
 		}
 	}
-	if inter < 24 || inter > 36 { // 30 expected at 3:1; generous for timer noise
-		t.Errorf("Interactive got %d of the first 40 slots, want about 30: %v", inter, order[:40])
+	lag := sumI/3 - sumB
+	if lag < 0 {
+		lag = -lag
 	}
+	if bound := 2*most + time.Millisecond; lag > bound {
+		t.Errorf("the first 40 slots: Interactive %d tasks, %v of slot time, Batch %v: Interactive's over its weight of 3 is %v from Batch's, want within %v (twice the longest task, %v, and 1 ms for the slot time measured around fn): %v",
+			inter, sumI, sumB, lag, bound, most, order[:40])
+	}
+	// Where no task was preempted the counts follow: about 3 of every 4.
+	sorted := slices.Clone(took)
+	slices.Sort(sorted)
+	if even := most <= 3*sorted[len(sorted)/2]; even && (inter < 24 || inter > 36) {
+		t.Errorf("Interactive got %d of the first 40 slots, want about 30 (no task took over 3x the median): %v", inter, order[:40])
+	}
+	t.Logf("Interactive %d of the first 40 slots; slot time %v and %v; lag %v", inter, sumI, sumB, lag)
 }
 
 // Background progresses under sustained Interactive load: it gets a slot
