@@ -12,10 +12,12 @@ Two checks:
    the one value). The page must print the figure. A row whose runs give
    no estimate for its comparison fails too: a figure with no source.
 
-2. Each table that README.md marks as printed by scripts/results-table.py
-   (the table that follows the marker line naming the script, up to the
-   "From ..." line naming its results.json files) is printed again from
-   those files and must match line for line.
+2. Each table that README.md or docs/results.md marks as printed by
+   scripts/results-table.py (the table that follows the marker line
+   naming the script, up to the "From ..." line naming its results.json
+   files) is printed again from those files and must match line for
+   line; so is each marked as printed by a scripts/prediction-table.py
+   command, given whole in backticks on its marker line.
 
 Usage: scripts/check-claims.py  (exit 0: every figure matches)
 """
@@ -108,6 +110,9 @@ def check_tables(failures):
     for page in ("README.md", "docs/results.md"):
         lines = open(page, encoding="utf-8").read().split("\n")
         for i, line in enumerate(lines):
+            if "scripts/prediction-table.py" in line and "prints it" in line:
+                n += check_command_table(page, lines, i, failures)
+                continue
             if "scripts/results-table.py" not in line or "prints it" not in line:
                 continue
             # The table: the next block of lines starting with "|", then
@@ -137,6 +142,30 @@ def check_tables(failures):
                         failures.append(f"{page}:{i+1}: the table differs from results-table.py's:\n  page:   {a}\n  script: {b}")
                         break
     return n
+
+
+def check_command_table(page, lines, i, failures):
+    """A table marked by the whole command that prints it, in backticks
+    (`scripts/prediction-table.py ARGS` prints it): run it and compare,
+    the table and its "From" line."""
+    m = re.search(r"`(scripts/prediction-table\.py [^`]+)`", lines[i])
+    if not m:
+        failures.append(f"{page}:{i+1}: a table marked as printed by prediction-table.py names no command in backticks")
+        return 0
+    j = i + 1
+    while j < len(lines) and not lines[j].startswith("|"):
+        j += 1
+    printed = subprocess.run([sys.executable, *m.group(1).split()], capture_output=True, text=True)
+    if printed.returncode != 0:
+        failures.append(f"{page}:{i+1}: {m.group(1)}: {printed.stderr.strip()}")
+        return 0
+    want = printed.stdout.rstrip("\n").split("\n")
+    have = lines[j:j + len(want)]
+    for a, b in zip(have + [""] * len(want), want):
+        if a.rstrip() != b.rstrip():
+            failures.append(f"{page}:{i+1}: the table differs from {m.group(1)}'s:\n  page:   {a}\n  script: {b}")
+            break
+    return 1
 
 
 def main():
