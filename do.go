@@ -300,7 +300,7 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 }
 
 // acquireSlow queues t's waiter and blocks until it is granted a slot,
-// is refused, or ctx ends (granter.admit).
+// is refused, or ctx ends (Granter.Admit).
 func (e *Executor) acquireSlow(ctx context.Context, t *task) error {
 	if err := e.g.Admit(ctx, &t.w); err != nil {
 		return err
@@ -407,7 +407,7 @@ func (e *Executor) finish(t *task) {
 }
 
 // period is t's current slot period, ending at end, for the estimators
-// (granter.recordSlot): a task given a run time that yielded ran it over
+// (Granter.Record): a task given a run time that yielded ran it over
 // several periods, so none of them scales given run times.
 func (t *task) period(end int64) admission.SlotPeriod {
 	return admission.SlotPeriod{W: &t.w, Slot: end - t.start, Weight: t.weight, Waited: t.waited, Split: t.yielded}

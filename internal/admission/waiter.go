@@ -172,7 +172,7 @@ func (w *Waiter) makeReady() {
 	}
 }
 
-// Signal wakes the one goroutine that waits on w.Ready: a caller or
+// Signal wakes the one goroutine that waits on w's channel: a caller or
 // helper blocked in Await, a task waiting on its worker for its slot back
 // after a Checkpoint, or a waiter closed out by Close. It is the only
 // send on a waiter's channel; each wake is one send, taken by one
