@@ -333,7 +333,7 @@ func (e *Executor) applyBudget(b budget.Budget, msg string) {
 	if p := e.frac.Load(); p != nil {
 		p.Reconfigure(b)
 		e.g.Pacer().SetPacedCapacity(p.Capacity())
-		if p.Stats().Fraction > 0 {
+		if _, frac, _ := p.Quota(); frac > 0 {
 			n = p.Slots()
 		}
 	} else if p := e.newFrac(b); p != nil {

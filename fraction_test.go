@@ -32,13 +32,13 @@ func TestFractionalQuotaAppliedAfterNewGetsItsExtraSlot(t *testing.T) {
 	}
 	quota.Store(true)
 	waitUntil(t, "the 1.5-CPU quota's fractional slot", func() bool { return e.frac.Load() != nil && e.slotsNow() == 2 })
-	if st := e.frac.Load().Stats(); st.Whole != 1 || st.Fraction != 0.5 {
-		t.Errorf("pacer: %d slots always open, fraction %v; want 1 and 0.5", st.Whole, st.Fraction)
+	if whole, frac, _ := e.frac.Load().Quota(); whole != 1 || frac != 0.5 {
+		t.Errorf("pacer: %d slots always open, fraction %v; want 1 and 0.5", whole, frac)
 	}
 	quota.Store(false)
 	waitUntil(t, "the pacer off once the quota is gone", func() bool {
-		st := e.frac.Load().Stats()
-		return st.Fraction == 0 && st.Open
+		_, frac, open := e.frac.Load().Quota()
+		return frac == 0 && open
 	})
 	if e.slotsNow() != 2 {
 		t.Errorf("quota gone: %d slots, want 2", e.slotsNow())
@@ -116,7 +116,7 @@ func TestStatsReportThePacing(t *testing.T) {
 	e := newExec(t, Options{WatchInterval: -1, detect: quota15(t)})
 	defer e.Close(context.Background())
 	ps, got := e.frac.Load().Stats(), e.Stats().Pacing
-	if !got.Paced || ps.Fraction != 0.5 || got.Target != ps.Target || ps.Target == 0 ||
+	if !got.Paced || !ps.Paced || got.Target != ps.Target || ps.Target == 0 ||
 		got.Lowered != ps.Lowered || got.Held != ps.Held || got.Occupancy != ps.Occupancy || got.Pause != ps.Pause ||
 		got.Objective != ps.Objective || got.Absorbed != ps.Absorbed {
 		t.Fatalf("a 1.5-CPU quota: Stats.Pacing %+v, the pacer's %+v", got, ps)

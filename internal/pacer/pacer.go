@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/pacing"
 )
 
 // The fractional slot. Under a CFS quota of q cores (1.25, 1.5, 2.5) floor(q)
@@ -299,39 +300,26 @@ func (p *Pacer) now() int64 {
 	return p.clock()
 }
 
-// Stats is the pacer's state at one instant.
-type Stats struct {
-	// Whole is the slots always open; Fraction the paced part of the
-	// quota (0: nothing paced); Open whether the extra slot is open.
-	Whole    int
-	Fraction float64
-	Open     bool
-	// Target is the share of the quota paced to; Closed the time the
-	// extra slot was closed; Lowered and Held the throttled periods that
-	// lowered the target and those that left it.
-	Target        float64
-	Closed        time.Duration
-	Lowered, Held uint64
-	// Occupancy is the slots that serve the queue on average (Capacity).
-	Occupancy float64
-	// Pause is the longest freeze a throttled period can cause,
-	// Objective the tightest objective queued recently, Absorbed whether
-	// the objective absorbs the pause (the extra slot is then kept open);
-	// all zero while nothing is paced.
-	Pause, Objective time.Duration
-	Absorbed         bool
-}
-
-// Stats reads the pacer's state.
-func (p *Pacer) Stats() Stats {
+// Stats reads what the executor reports of the pacer (its Warning is
+// the executor's).
+func (p *Pacer) Stats() pacing.Stats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	st := Stats{Whole: p.n, Fraction: p.frac, Open: p.open, Target: p.target, Closed: time.Duration(p.closedTotal),
+	st := pacing.Stats{Paced: p.frac > 0, Target: p.target, Closed: time.Duration(p.closedTotal),
 		Lowered: p.lowered, Held: p.held, Occupancy: p.capacityLocked()}
 	if p.frac > 0 {
 		st.Pause, st.Objective, st.Absorbed = p.pauseLocked(), p.objective, p.absorbedLocked()
 	}
 	return st
+}
+
+// Quota reads how the pacer splits the quota now: whole slots always
+// open, the fraction paced (0: nothing paced), and whether the extra
+// slot is open.
+func (p *Pacer) Quota() (whole int, fraction float64, open bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n, p.frac, p.open
 }
 
 // configure reads n, frac, the period and the usage source from b; it

@@ -748,12 +748,19 @@ func TestThePacersOccupancyReachesTheHost(t *testing.T) {
 	}
 }
 
-// Stats reports the pacer's counters as they are.
+// Stats and Quota report the pacer's counters and split as they are.
 func TestStatsReportThePacersCounters(t *testing.T) {
 	p := &Pacer{n: 1, frac: 0.5, target: 0.8, open: true, period: 100 * time.Millisecond, occupancy: 1.5,
 		closedTotal: int64(3 * time.Second), lowered: 4, held: 2, host: &testHost{}}
-	if st := p.Stats(); st.Whole != 1 || st.Fraction != 0.5 || !st.Open || st.Target != 0.8 || st.Closed != 3*time.Second ||
-		st.Lowered != 4 || st.Held != 2 || st.Occupancy != 1.5 {
-		t.Errorf("stats %+v, want 1 slot and 0.5 paced, open, target 0.8, closed 3s, lowered 4, held 2, occupancy 1.5", st)
+	if st := p.Stats(); !st.Paced || st.Target != 0.8 || st.Closed != 3*time.Second ||
+		st.Lowered != 4 || st.Held != 2 || st.Occupancy != 1.5 || st.Warning != "" {
+		t.Errorf("stats %+v, want paced, target 0.8, closed 3s, lowered 4, held 2, occupancy 1.5, no warning", st)
+	}
+	if whole, frac, open := p.Quota(); whole != 1 || frac != 0.5 || !open {
+		t.Errorf("quota: %d always open, %v paced, open %v; want 1, 0.5, open", whole, frac, open)
+	}
+	p.frac = 0
+	if st := p.Stats(); st.Paced || st.Pause != 0 || st.Objective != 0 || st.Absorbed {
+		t.Errorf("nothing paced: stats %+v, want not paced and no pause judged", st)
 	}
 }
