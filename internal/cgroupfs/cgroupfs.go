@@ -54,40 +54,55 @@ type CgroupLine struct {
 // ParseProcCgroup parses the text of /proc/PID/cgroup.
 func ParseProcCgroup(data []byte) ([]CgroupLine, error) {
 	var out []CgroupLine
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), 1<<20)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
+	err := eachLine(data, 4096, 1<<20, func(n int, line string) error {
 		id, rest, ok := strings.Cut(line, ":")
 		if !ok {
-			return nil, malformed("line %d: no hierarchy ID separator: %q", n, line)
+			return malformed("line %d: no hierarchy ID separator: %q", n, line)
 		}
 		ctrl, p, ok := strings.Cut(rest, ":")
 		if !ok {
-			return nil, malformed("line %d: no controller list separator: %q", n, line)
+			return malformed("line %d: no controller list separator: %q", n, line)
 		}
 		hid, err := strconv.Atoi(id)
 		if err != nil || hid < 0 {
-			return nil, malformed("line %d: hierarchy ID %q is not a non-negative integer", n, id)
+			return malformed("line %d: hierarchy ID %q is not a non-negative integer", n, id)
 		}
 		if p == "" || p[0] != '/' {
-			return nil, malformed("line %d: cgroup path %q is not absolute", n, p)
+			return malformed("line %d: cgroup path %q is not absolute", n, p)
 		}
 		cl := CgroupLine{ID: hid, Path: p}
 		if ctrl != "" {
 			cl.Controllers = strings.Split(ctrl, ",")
 		}
 		out = append(out, cl)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, malformed("%v", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
+}
+
+// eachLine calls fn with each non-empty line of data and its number,
+// from 1, reading lines of up to max bytes (a buffer of start bytes at
+// first); the first error fn returns ends it, and a line over max is
+// ErrMalformed.
+func eachLine(data []byte, start, max int, fn func(n int, line string) error) error {
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 0, start), max)
+	n := 0
+	for sc.Scan() {
+		n++
+		if line := sc.Text(); line != "" {
+			if err := fn(n, line); err != nil {
+				return err
+			}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return malformed("%v", err)
+	}
+	return nil
 }
 
 // Mount is the part of one /proc/PID/mountinfo line that cgroup resolution
@@ -119,52 +134,45 @@ func splitSpaces(s string) []string {
 // cgroup mounts are parsed only as far as their filesystem type.
 func ParseMountInfo(data []byte) ([]Mount, error) {
 	var out []Mount
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 64*1024), 4<<20)
-	n := 0
-	for sc.Scan() {
-		n++
-		line := sc.Text()
-		if line == "" {
-			continue
-		}
+	err := eachLine(data, 64*1024, 4<<20, func(n int, line string) error {
 		pre, post, ok := strings.Cut(line, " - ")
 		if !ok {
-			return nil, malformed("mountinfo line %d: no \" - \" separator", n)
+			return malformed("mountinfo line %d: no \" - \" separator", n)
 		}
 		f := splitSpaces(pre)
 		if len(f) < 6 {
-			return nil, malformed("mountinfo line %d: %d fields before the separator, want at least 6", n, len(f))
+			return malformed("mountinfo line %d: %d fields before the separator, want at least 6", n, len(f))
 		}
 		g := splitSpaces(post)
 		if len(g) < 1 {
-			return nil, malformed("mountinfo line %d: no filesystem type", n)
+			return malformed("mountinfo line %d: no filesystem type", n)
 		}
 		id, err := strconv.Atoi(f[0])
 		if err != nil {
-			return nil, malformed("mountinfo line %d: mount ID %q", n, f[0])
+			return malformed("mountinfo line %d: mount ID %q", n, f[0])
 		}
 		m := Mount{ID: id, FSType: g[0]}
 		if m.FSType != "cgroup" && m.FSType != "cgroup2" {
 			out = append(out, m)
-			continue
+			return nil
 		}
 		if m.Root, err = Unescape(f[3]); err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: root: %w", n, err)
+			return fmt.Errorf("mountinfo line %d: root: %w", n, err)
 		}
 		if m.MountPoint, err = Unescape(f[4]); err != nil {
-			return nil, fmt.Errorf("mountinfo line %d: mount point: %w", n, err)
+			return fmt.Errorf("mountinfo line %d: mount point: %w", n, err)
 		}
 		if m.Root == "" || m.Root[0] != '/' {
-			return nil, malformed("mountinfo line %d: root %q is not absolute", n, m.Root)
+			return malformed("mountinfo line %d: root %q is not absolute", n, m.Root)
 		}
 		if len(g) >= 3 {
 			m.SuperOptions = strings.Split(g[2], ",")
 		}
 		out = append(out, m)
-	}
-	if err := sc.Err(); err != nil {
-		return nil, malformed("%v", err)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
