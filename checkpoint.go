@@ -40,7 +40,7 @@ func Checkpoint(ctx context.Context) error {
 		return checkpointSlow(ctx, t)
 	}
 	e := t.e
-	if e.g.Waiting() && e.g.Behind(t.ctx, &t.w) {
+	if e.g.Waiting() && e.g.Behind(admission.Class(t.class), t.due()) {
 		return t.checkpoint(ctx)
 	}
 	t.calls++
@@ -54,14 +54,23 @@ func Checkpoint(ctx context.Context) error {
 // its key's lead), computed from its context the first time it is
 // needed.
 func (t *task) due() int64 {
-	return t.e.g.Rank(t.ctx, &t.w)
+	if r, ok := t.w.Ranked(); ok {
+		return r
+	}
+	return t.rank()
 }
+
+// rank computes due's rank the first time; kept out of line so that due
+// inlines into Checkpoint's fast path.
+//
+//go:noinline
+func (t *task) rank() int64 { return t.e.g.Rank(t.ctx, &t.w) }
 
 // handOver reports whether the task should hand its slot over now: more
 // urgent work waits, or work of its class due earlier, or (Batch and
 // Background) quota pacing has paused its class.
 func (t *task) handOver() bool {
-	return t.e.g.Behind(t.ctx, &t.w)
+	return t.e.g.Behind(admission.Class(t.class), t.due())
 }
 
 // checkpointSlow is Checkpoint for every case but a task that holds its

@@ -304,7 +304,7 @@ func (e *Executor) forHelper(st *forState, wg *sync.WaitGroup, running, inLine b
 		t0 = now()
 		more := true
 		for {
-			if e.g.Waiting() && (!inLine || e.g.Behind(st.ctx, w)) {
+			if e.g.Waiting() && (!inLine || e.g.Behind(admission.Class(st.class), st.due)) {
 				break
 			}
 			lo, hi, ok := st.claim()

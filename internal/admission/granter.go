@@ -573,7 +573,7 @@ func (g *Granter) Requeue(w *Waiter, p *SlotPeriod, ifOpen bool) bool {
 		g.unlockAndWake(nil)
 		return true
 	}
-	if g.closed.Load() || (!g.urgentOver(w.class, w.rank) && !g.OverCommitted()) {
+	if g.closed.Load() || (!g.Behind(w.class, w.rank) && !g.OverCommitted()) {
 		g.unlock()
 		return false
 	}

@@ -118,7 +118,9 @@ func (g *Granter) noteObjective(d int64) {
 // past its share), computed once from ctx and w's arrival the first
 // time it is needed: a Checkpoint's hand-over question.
 func (g *Granter) Rank(ctx context.Context, w *Waiter) int64 {
-	g.setDue(ctx, w, w.enq)
+	if !w.dueSet {
+		g.setDue(ctx, w, w.enq)
+	}
 	return w.rank
 }
 
@@ -176,20 +178,13 @@ func (g *Granter) recordService(c Class, declared, d int64) {
 	s.RunAvgNs.Store(run + (d-run)>>ewmaShift)
 }
 
-// Behind reports whether w's running task (or helper) should hand its
-// slot over: a more urgent class waits, or its own class has a Waiter
-// ranked ahead of it (its Rank, computed from ctx the first time it is
-// needed). Lock-free; called at Checkpoints and For chunk boundaries
+// Behind reports whether a running task (or For helper) of class c
+// ranked at rank (its Rank) should hand its slot over: a more urgent
+// class waits, or its own class has a Waiter ranked ahead of it.
+// Lock-free and inlined; called at Checkpoints and For chunk boundaries
 // once Waiting says someone waits.
-func (g *Granter) Behind(ctx context.Context, w *Waiter) bool {
-	c := w.class
-	m := g.waitMask.Load()
-	return m&g.urgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < g.Rank(ctx, w))
-}
-
-// urgentOver reports whether a task of class c ranked at rank should hand
-// its slot over (Behind, for a rank known).
-func (g *Granter) urgentOver(c Class, rank int64) bool {
+func (g *Granter) Behind(c Class, rank int64) bool {
+	c &= NumClasses - 1 // no bounds checks
 	m := g.waitMask.Load()
 	return m&g.urgent[c] != 0 || (m&(1<<c) != 0 && g.headDue[c].Load() < rank)
 }

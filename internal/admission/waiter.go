@@ -134,6 +134,9 @@ func (w *Waiter) Kind() Kind { return w.kind }
 // Owner.Wake runs).
 func (w *Waiter) Task() any { return w.task }
 
+// Ranked is w's rank once computed (Rank, Admit), and whether it is.
+func (w *Waiter) Ranked() (rank int64, ok bool) { return w.rank, w.dueSet }
+
 // Requeued reports whether w is the Waiter of a running task queued
 // again at a Checkpoint (a hand-over or a park), until its wait ends.
 func (w *Waiter) Requeued() bool { return w.requeued }

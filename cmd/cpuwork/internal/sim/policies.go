@@ -134,10 +134,8 @@ func (p *granted) done(j *job) {
 	w := &j.w
 	j.left -= p.s.now - j.from
 	if j.left > 0 { // a Checkpoint
-		ctx := context.Background()
-		if p.g.Behind(ctx, w) || p.g.OverCommitted() {
+		if p.g.Behind(j.Class, p.g.Rank(context.Background(), w)) || p.g.OverCommitted() {
 			period := admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued}
-			p.g.Rank(ctx, w) // its place in line
 			if p.g.Requeue(w, &period, false) {
 				p.handOvers++
 				return // Wake runs it again
