@@ -116,14 +116,7 @@ var one = [4]cpuwork.ClassOptions{{QueueLimit: 1}, {QueueLimit: 1}, {QueueLimit:
 func TestUnaryCallsRunOnlyWhileHoldingASlot(t *testing.T) {
 	e := newExecutor(t, cpuwork.Options{Slots: 1})
 	h, c := serve(t, e, cpuworkgrpc.Options{})
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			if err := check(c, context.Background(), "hold"); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	wg := holdCalls(t, c, 3)
 	for range 3 {
 		<-h.started
 		time.Sleep(20 * time.Millisecond)
@@ -322,14 +315,7 @@ func TestAPanicMidStreamEndsItWithAnError(t *testing.T) {
 func TestObservedCallsRunAtOnceAndAreRecorded(t *testing.T) {
 	e := newExecutor(t, cpuwork.Options{Slots: 1, Classes: one, Record: cpuwork.RecordOptions{Observe: true}})
 	h, c := serve(t, e, cpuworkgrpc.Options{Objective: time.Second})
-	var wg sync.WaitGroup
-	for range 3 {
-		wg.Go(func() {
-			if err := check(c, context.Background(), "hold"); err != nil {
-				t.Error(err)
-			}
-		})
-	}
+	wg := holdCalls(t, c, 3)
 	for range 3 {
 		<-h.started // all three enter before any is released
 	}
@@ -354,4 +340,18 @@ func TestObservedCallsRunAtOnceAndAreRecorded(t *testing.T) {
 	if st := e.Stats().Record; st.Recorded != 4 {
 		t.Errorf("recorded %d calls, want 4 (three unary, one stream)", st.Recorded)
 	}
+}
+
+// holdCalls starts n "hold" calls, each failing t if it errs; the
+// WaitGroup is done when all have returned.
+func holdCalls(t *testing.T, c healthpb.HealthClient, n int) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			if err := check(c, context.Background(), "hold"); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	return &wg
 }
