@@ -17,7 +17,8 @@ Two checks:
    naming the script, up to the "From ..." line naming its results.json
    files) is printed again from those files and must match line for
    line; so is each marked as printed by a scripts/prediction-table.py
-   command, given whole in backticks on its marker line.
+   or scripts/fidelity-table.py command, given whole in backticks on its
+   marker line.
 
 Usage: scripts/check-claims.py  (exit 0: every figure matches)
 """
@@ -110,7 +111,7 @@ def check_tables(failures):
     for page in ("README.md", "docs/results.md"):
         lines = open(page, encoding="utf-8").read().split("\n")
         for i, line in enumerate(lines):
-            if "scripts/prediction-table.py" in line and "prints it" in line:
+            if re.search(r"scripts/(prediction|fidelity)-table\.py", line) and "prints it" in line:
                 n += check_command_table(page, lines, i, failures)
                 continue
             if "scripts/results-table.py" not in line or "prints it" not in line:
@@ -146,11 +147,12 @@ def check_tables(failures):
 
 def check_command_table(page, lines, i, failures):
     """A table marked by the whole command that prints it, in backticks
-    (`scripts/prediction-table.py ARGS` prints it): run it and compare,
+    (`scripts/prediction-table.py ARGS` prints it, or fidelity-table.py):
+    run it and compare,
     the table and its "From" line."""
-    m = re.search(r"`(scripts/prediction-table\.py [^`]+)`", lines[i])
+    m = re.search(r"`(scripts/(?:prediction|fidelity)-table\.py [^`]+)`", lines[i])
     if not m:
-        failures.append(f"{page}:{i+1}: a table marked as printed by prediction-table.py names no command in backticks")
+        failures.append(f"{page}:{i+1}: a table marked as printed by a table script names no command in backticks")
         return 0
     j = i + 1
     while j < len(lines) and not lines[j].startswith("|"):

@@ -33,8 +33,9 @@ budget, driven through the protocol the executor uses; a closed loop's tasks
 hand their slot over at each Checkpoint as the executor's do) and through
 what teams use instead: a goroutine per request (the Go scheduler's 10 ms
 time slices), a worker pool fed by a channel, a semaphore, a bounded pool
-answering 503, and, when named, a pool without a queue, a pool with a queue
-of 2 per slot, a semaphore per class, models of failsafe-go's prioritized
+answering 503, and, when named, a semaphore whose waiters leave at the
+objective, a pool without a queue, a pool with a queue of 2 per slot, a
+semaphore per class, models of failsafe-go's prioritized
 adaptive limiter and of concurrency-limits' Gradient2, and the clairvoyant
 limit. Each task holds one slot for its CPU time; the slots are the cores.
 The answer is exact — the same workload gives the same figures on any
@@ -633,6 +634,8 @@ type simGroupJSON struct {
 	P50       *float64 `json:"p50_served_s"`
 	P99       *float64 `json:"p99_served_s"`
 	P99All    *float64 `json:"p99_all_s"`
+	Mean      *float64 `json:"mean_served_s"`
+	Makespan  float64  `json:"makespan_s"` // the last served request's end, from the workload's start
 	Within    int      `json:"within_objective"`
 	Objective float64  `json:"objective_s"`
 	Goodput   float64  `json:"goodput_cpu_s_per_s"`
@@ -650,7 +653,7 @@ func writeSimJSON(w io.Writer, reps []simReport) error {
 		var out []simGroupJSON
 		for _, g := range gs {
 			out = append(out, simGroupJSON{Kind: g.Kind, Class: g.Class.String(), Requests: g.Requests, Served: g.Served, Refused: g.Refused, GaveUp: g.Expired,
-				P50: fin(g.P50), P99: fin(g.P99), P99All: fin(g.P99All), Within: g.Within, Objective: g.Objective.Seconds(), Goodput: g.Goodput, Recovery: g.Recovery.Seconds()})
+				P50: fin(g.P50), P99: fin(g.P99), P99All: fin(g.P99All), Mean: fin(g.Mean), Makespan: g.Makespan, Within: g.Within, Objective: g.Objective.Seconds(), Goodput: g.Goodput, Recovery: g.Recovery.Seconds()})
 		}
 		return out
 	}

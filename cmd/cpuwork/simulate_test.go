@@ -2,9 +2,12 @@ package main
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -165,5 +168,40 @@ func TestSimulateSaysWhatItsColumnsMean(t *testing.T) {
 	help, _ := run(t, "simulate", "--help")
 	if !strings.Contains(help, "--load") || strings.Contains(help, "(default [])") {
 		t.Error("simulate --help says (default [])")
+	}
+}
+
+// fidelityArgs is the simulation docs/results.md's fidelity table is
+// printed from (docs/raw/fidelity-sim-2026-12-03.json.xz, whose JSON's
+// sha256 is testdata/fidelity-sim.sha256): the default run's scenarios,
+// the service and inference at loads 0.5 to 1.5 by 0.02 and 2, the
+// bench's peers as the simulator models them.
+func fidelityArgs() []string {
+	loads := make([]string, 0, 52)
+	for i := range 51 {
+		loads = append(loads, strconv.FormatFloat(0.5+0.02*float64(i), 'f', 2, 64))
+	}
+	loads = append(loads, "2")
+	return []string{"simulate", "--scenario", "service,inference,priority,burst,burst-long",
+		"--load", strings.Join(loads, ","),
+		"--policies", "cpuwork,goroutines,goroutines-yield,pool,semaphore,pool-503,sem-deadline", "--json"}
+}
+
+// The fidelity table's simulation is what this build replays: a change
+// to the simulator or the admission code that moves it fails here until
+// the raw file, its sha256 and the table are made again
+// (`cpuwork simulate ARGS | xz -9 > docs/raw/...`, then
+// scripts/fidelity-table.py).
+func TestTheFidelitySimulationIsCurrent(t *testing.T) {
+	out, err := run(t, fidelityArgs()...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	want, err := os.ReadFile("testdata/fidelity-sim.sha256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprintf("%x", sha256.Sum256([]byte(out))); got != strings.TrimSpace(string(want)) {
+		t.Errorf("the fidelity simulation's JSON has sha256 %s, testdata/fidelity-sim.sha256 says %s: the simulator moved; make docs/raw/fidelity-sim-*.json.xz and the table in docs/results.md again", got, strings.TrimSpace(string(want)))
 	}
 }

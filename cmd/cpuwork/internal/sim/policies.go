@@ -166,7 +166,10 @@ type fifo struct {
 	queue   []*job // queue[head:] waits
 	head    int
 	leave   bool // a task whose client gave up leaves the queue (semaphore)
-	limit   int  // > 0: refuse an arrival that finds this many queued; < 0: refuse one that would queue
+	// atObjective: a waiter leaves at its class's objective too, if
+	// sooner than its client's deadline (sem-deadline).
+	atObjective bool
+	limit       int // > 0: refuse an arrival that finds this many queued; < 0: refuse one that would queue
 }
 
 func (p *fifo) arrive(j *job) {
@@ -181,7 +184,11 @@ func (p *fifo) arrive(j *job) {
 	}
 	p.queue = append(p.queue, j)
 	if p.leave {
-		p.s.waiting(j)
+		d := j.Deadline
+		if o := p.s.wl.Objective[j.Class]; p.atObjective && o > 0 && (d == 0 || o < d) {
+			d = o
+		}
+		p.s.waitingFor(j, d)
 	} else {
 		j.queued = true
 	}
@@ -224,6 +231,10 @@ type sliced struct {
 	ps    []sliceP
 	cont  int // the P whose loop goroutine continues (-1: none)
 	slice int64
+	// yield: a closed loop's goroutine also goes to the back of the run
+	// queue at each of its Checkpoint steps (runtime.Gosched where
+	// cpuwork's task calls Checkpoint), when another waits.
+	yield bool
 }
 
 type sliceP struct {
@@ -287,8 +298,14 @@ func (p *sliced) arm(i int) {
 	at := p.s.now + j.left - (p.s.now - j.from)
 	if p.head < len(p.runq) {
 		// The time slices run back to back from P.slice.
-		k := max(1, (p.s.now-P.slice+p.slice-1)/p.slice)
-		at = min(at, P.slice+k*p.slice)
+		sl := p.slice
+		if p.yield && j.loop >= 0 {
+			if c := int64(p.s.wl.Loops[j.loop].Checkpoint); c > 0 {
+				sl = min(sl, c)
+			}
+		}
+		k := max(1, (p.s.now-P.slice+sl-1)/sl)
+		at = min(at, P.slice+k*sl)
 	}
 	P.gen++
 	p.s.push(at, evTick, nil, uint64(i)<<48|P.gen)

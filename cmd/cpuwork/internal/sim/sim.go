@@ -141,6 +141,8 @@ var Policies = []struct {
 	{"pool", "worker goroutines, one per slot, fed by a channel in arrival order; a request runs even after its client gave up", false},
 	{"semaphore", "a semaphore of one per slot taken in arrival order; a request whose client gave up while it waited leaves (x/sync's Acquire with the request's context)", false},
 	{"pool-503", "the pool with a bounded queue (QueueLimit): a request that finds it full is refused at once", false},
+	{"goroutines-yield", "goroutines as above whose closed loops call runtime.Gosched at each Checkpoint step (the loop goes to the back of the run queue when another goroutine waits)", true},
+	{"sem-deadline", "a semaphore of one per slot whose waiters leave at their class's objective (or their client's deadline, if sooner): x/sync's Acquire with a context ending at arrival plus the objective, answering 503 then", true},
 	{"no-queue", "the pool without a queue: a request that finds every slot busy is refused at once (a semaphore's TryAcquire, as cgo servers ship theirs)", true},
 	{"pool-q2", "the pool with a queue of 2 per slot, refusing at once when it is full (imgproxy's and the libvips server's shape)", true},
 	{"sem-class", "a semaphore per class (a permit per slot for Critical and Interactive, a quarter of the slots for Batch and Background), each with a queue of twice its permits answering 503 when full, waiters leaving at their deadline; the admitted run as goroutines", true},
@@ -249,10 +251,14 @@ func (s *sim) start(j *job) {
 }
 
 // waiting marks j queued and arms its client's deadline.
-func (s *sim) waiting(j *job) {
+func (s *sim) waiting(j *job) { s.waitingFor(j, j.Deadline) }
+
+// waitingFor marks j queued and has it leave d after its arrival (0:
+// never).
+func (s *sim) waitingFor(j *job, d time.Duration) {
 	j.queued = true
-	if j.Deadline > 0 {
-		s.push(j.arrival+int64(j.Deadline), evExpire, j, 0)
+	if d > 0 {
+		s.push(j.arrival+int64(d), evExpire, j, 0)
 	}
 }
 
@@ -314,10 +320,16 @@ func replay(wl *Workload, policy string) (*sim, error) {
 		s.pol = p
 	case "goroutines":
 		s.pol = newSliced(s)
+	case "goroutines-yield":
+		p := newSliced(s)
+		p.yield = true
+		s.pol = p
 	case "pool":
 		s.pol = &fifo{s: s}
 	case "semaphore":
 		s.pol = &fifo{s: s, leave: true}
+	case "sem-deadline":
+		s.pol = &fifo{s: s, leave: true, atObjective: true}
 	case "pool-503":
 		lim := wl.QueueLimit
 		if lim == 0 {
@@ -402,6 +414,10 @@ type Group struct {
 	Refused  int     // refused by the policy
 	Expired  int     // their client gave up while they waited
 	P50, P99 float64 // latency of the served, from arrival, seconds
+	Mean     float64 // mean latency of the served, seconds
+	// Makespan is the end of the last served request, seconds from the
+	// workload's start (a burst's makespan).
+	Makespan float64
 	P99All   float64 // latency of every request, a refused or expired one counted as never answered (+Inf)
 	Within   int     // served within the class's objective; without one, served by the workload's end (Duration)
 	// Recovery is, after a step (Workload.StepAt) and for a class with
@@ -467,6 +483,7 @@ type acc struct {
 	g      Group
 	served []float64
 	all    []float64
+	sum    float64 // of the served latencies
 }
 
 func (a *acc) add(j *job, dur float64, endBy int64) {
@@ -478,6 +495,8 @@ func (a *acc) add(j *job, dur float64, endBy int64) {
 		g.Served++
 		lat = float64(j.end-j.arrival) / 1e9
 		a.served = append(a.served, lat)
+		a.sum += lat
+		g.Makespan = max(g.Makespan, float64(j.end-origin)/1e9)
 		if g.Objective == 0 && j.end <= endBy || g.Objective > 0 && j.end-j.arrival <= int64(g.Objective) {
 			g.Within++
 			g.Goodput += j.CPU.Seconds() / dur
@@ -495,6 +514,10 @@ func (a *acc) group() Group {
 	slices.Sort(a.all)
 	a.g.P50, a.g.P99 = quantile(a.served, 0.5), quantile(a.served, 0.99)
 	a.g.P99All = quantile(a.all, 0.99)
+	a.g.Mean = math.NaN()
+	if len(a.served) > 0 {
+		a.g.Mean = a.sum / float64(len(a.served))
+	}
 	return a.g
 }
 

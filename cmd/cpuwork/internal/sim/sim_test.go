@@ -145,6 +145,19 @@ func TestPoliciesByHand(t *testing.T) {
 			t.Errorf("pool: %s answered after %v, want %v", kind, time.Duration(got*1e9), want)
 		}
 	}
+	if g := group(t, r, "c"); g.Mean != g.P50 || math.Abs(g.Makespan-0.065) > 1e-9 {
+		t.Errorf("pool: c's mean %v and makespan %v, want its one latency and 65 ms from the start", g.Mean, g.Makespan)
+	}
+	// With an objective of 25 ms and no client deadline, the semaphore
+	// serves c late (64 ms); sem-deadline lets it go at 26 ms.
+	wl.Objective[admission.Critical] = 25 * ms
+	if g := group(t, run(t, wl, "semaphore"), "c"); g.Served != 1 {
+		t.Errorf("semaphore: c %+v, want served late (no client deadline)", g)
+	}
+	if g := group(t, run(t, wl, "sem-deadline"), "c"); g.Expired != 1 {
+		t.Errorf("sem-deadline: c %+v, want it gone at its objective", g)
+	}
+	wl.Objective[admission.Critical] = 0
 	// c gives up after 20 ms: the pool still runs it, the semaphore
 	// lets it go, the bounded pool of 1 refuses it (b holds the queue).
 	wl.Requests[2].Deadline = 20 * ms
