@@ -189,6 +189,15 @@ func TestCheckpointHandsTheSlotOver(t *testing.T) {
 	if got := group(t, run(t, wl, "cpuwork"), "critical").P50; math.Abs(got-(ms+90*time.Microsecond).Seconds()) > 1e-9 {
 		t.Errorf("with Checkpoint every 100 µs: critical answered after %v, want 1.09 ms", time.Duration(got*1e9))
 	}
+	// Goroutines that yield at the same steps (runtime.Gosched) let the
+	// request run at the next one too; without yielding it waits for
+	// the time slice.
+	if got := group(t, run(t, wl, "goroutines-yield"), "critical").P50; math.Abs(got-(ms+90*time.Microsecond).Seconds()) > 1e-9 {
+		t.Errorf("goroutines yielding every 100 µs: critical answered after %v, want 1.09 ms", time.Duration(got*1e9))
+	}
+	if got := group(t, run(t, wl, "goroutines"), "critical").P50; got < (5 * ms).Seconds() {
+		t.Errorf("goroutines without yielding: critical answered after %v, want the time slice's end, 5 ms or more", time.Duration(got*1e9))
+	}
 	b := group(t, run(t, wl, "cpuwork"), "batch")
 	if b.Served < 4 || b.Served > 5 {
 		t.Errorf("batch served %d tasks of 20 ms in 100 ms beside 1 ms of critical work", b.Served)
