@@ -16,7 +16,6 @@
 package sim
 
 import (
-	"container/heap"
 	"errors"
 	"fmt"
 	"math"
@@ -197,19 +196,52 @@ type event struct {
 }
 
 // events is the replay's event queue, earliest first (ties in the order
-// pushed): a container/heap.
+// pushed): a binary heap of events by value (container/heap's interface
+// would box each event pushed and popped). Its keys (at, seq) are
+// unique, so the order events leave in does not depend on the heap's
+// shape.
 type events []event
 
-func (h events) Len() int { return len(h) }
-func (h events) Less(i, k int) bool {
+func (h events) less(i, k int) bool {
 	return h[i].at < h[k].at || h[i].at == h[k].at && h[i].seq < h[k].seq
 }
-func (h events) Swap(i, k int) { h[i], h[k] = h[k], h[i] }
-func (h *events) Push(x any)   { *h = append(*h, x.(event)) }
-func (h *events) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	*h = old[:len(old)-1]
+
+func (h *events) push(e event) {
+	*h = append(*h, e)
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q.less(i, p) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+}
+
+// pop removes and returns the earliest event; h must not be empty.
+func (h *events) pop() event {
+	q := *h
+	e := q[0]
+	n := len(q) - 1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l := 2*i + 1
+		if l >= n {
+			break
+		}
+		m := l
+		if r := l + 1; r < n && q.less(r, l) {
+			m = r
+		}
+		if !q.less(m, i) {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	*h = q
 	return e
 }
 
@@ -220,6 +252,7 @@ type sim struct {
 	seq  uint64
 	heap events
 	jobs []*job
+	slab []job // jobs not handed out yet (newJob)
 	pol  policy
 	next int // next open-loop request to arrive
 	// onServed, when set, is called first when a job is served (a
@@ -241,7 +274,7 @@ const origin = int64(time.Second)
 
 func (s *sim) push(at int64, kind uint8, j *job, gen uint64) {
 	s.seq++
-	heap.Push(&s.heap, event{at: at, seq: s.seq, kind: kind, j: j, gen: gen})
+	s.heap.push(event{at: at, seq: s.seq, kind: kind, j: j, gen: gen})
 }
 
 // start runs j from now for its CPU time.
@@ -286,8 +319,16 @@ func (s *sim) end(j *job, o outcome) {
 	s.pol.arrive(next)
 }
 
+// jobSlab is how many jobs newJob allocates at once.
+const jobSlab = 256
+
 func (s *sim) newJob(r Request, loop int) *job {
-	j := &job{Request: r, loop: loop, arrival: origin + int64(r.At), left: int64(r.CPU)}
+	if len(s.slab) == 0 {
+		s.slab = make([]job, jobSlab)
+	}
+	j := &s.slab[0]
+	s.slab = s.slab[1:]
+	*j = job{Request: r, loop: loop, arrival: origin + int64(r.At), left: int64(r.CPU)}
 	if loop >= 0 {
 		j.step = int64(s.wl.Loops[loop].Checkpoint)
 	}
@@ -359,7 +400,7 @@ func replay(wl *Workload, policy string) (*sim, error) {
 	}
 	s.arm()
 	for len(s.heap) > 0 {
-		e := heap.Pop(&s.heap).(event)
+		e := s.heap.pop()
 		s.now = e.at
 		switch e.kind {
 		case evArrive:
