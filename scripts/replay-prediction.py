@@ -8,7 +8,7 @@ semaphore (pool-q2: GOMAXPROCS workers, a queue of 2 per worker) and a
 semaphore whose waiters leave at the objective (semaphore, every
 request's deadline set to the objective); the real run's same variants
 (cpuwork, sem, sem-deadline) in the same pair give the measured figures.
-Usage: [CPUS=1.5] [SCENARIO=realserver] [PEERS=...] [LEVELS=80,200] scripts/replay-prediction.py RESULTS.json TRACE_DIR CPUWORK_BINARY
+Usage: [CPUS=1.5 [THROTTLE=1]] [SCENARIO=realserver] [PEERS=...] [LEVELS=80,200] scripts/replay-prediction.py RESULTS.json TRACE_DIR CPUWORK_BINARY
 PEERS maps each real peer to its model in the replay, comma-separated
 real=policy[:qN][:deadline] (qN: the bounded pool's queue; deadline: every
 request's deadline at the objective); OVERLOAD names the peers that run
@@ -46,6 +46,8 @@ def replay(trace, slots, policy, queue=None, deadline_ms=None, cpus=None):
         args += ['--queue-limit', str(queue)]
     if cpus:
         args += ['--cpus', str(cpus)]
+        if THROTTLE:
+            args += ['--throttle']
     out = subprocess.run(args, capture_output=True, text=True, check=True).stdout
     if deadline_ms is not None:
         os.unlink(path)
@@ -72,6 +74,7 @@ def fmt(d):
     return f"goodput {d['goodput']:.3f} CPU-s/s, refused {100*d['refused']:.1f} %, p99 served {1000*d['p99']:.0f} ms" if d['p99'] is not None else f"goodput {d['goodput']:.3f} CPU-s/s, refused {100*d['refused']:.1f} %"
 
 CPUS = float(os.environ.get('CPUS') or 0) or None  # CPUS=1.5: replay the cgroup's traces with --cpus 1.5
+THROTTLE = os.environ.get('THROTTLE') == '1'  # with CPUS: --throttle, the quota's periods instead of stretched CPU times
 print(__doc__.strip().split('\n')[0])
 print(f"scenario {SCENARIO}; peers (real = replayed): {', '.join('='.join(p) for p in PEERS)}; overload-only: {', '.join(OVERLOAD)}")
 print()
@@ -83,7 +86,7 @@ for cond, suf in [('2 cores', ''), ('1.5-CPU cgroup', '+quota1.5')]:
             continue
         peers = [(k, m) for k, m in PEERS if lvl == '200' or k not in OVERLOAD]
         pr, mr, pref, mref = [], [], [], []
-        print(f'## {cond}, {lvl} % ({len(vs[obs]["repeats"])} pairs)' + (f', replayed with --cpus {cpus}' if cpus else ''))
+        print(f'## {cond}, {lvl} % ({len(vs[obs]["repeats"])} pairs)' + (f', replayed with --cpus {cpus}' + (' --throttle' if THROTTLE else '') if cpus else ''))
         for i in range(len(vs[obs]['repeats'])):
             tname = f"{SCENARIO}-{obs.replace('@', '-').replace('%', 'pct').replace('+', '-')}-pair{i+1}.csv"
             tpath = os.path.join(tdir, tname)

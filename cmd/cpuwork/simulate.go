@@ -19,6 +19,7 @@ import (
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/doctor"
 	"github.com/cpuwork/cpuwork/cmd/cpuwork/internal/sim"
 	"github.com/cpuwork/cpuwork/cpuworkhttp"
+	"github.com/cpuwork/cpuwork/internal/throttle"
 	"github.com/spf13/cobra"
 )
 
@@ -64,7 +65,7 @@ worse than the best peer (--json: every cell):
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.matrix || o.matrixFile != "" {
-				for _, fl := range []string{"scenario", "load", "trace", "from", "cpus", "slots", "objective", "policies", "duration", "seed", "queue-limit", "targets", "declared"} {
+				for _, fl := range []string{"scenario", "load", "trace", "from", "cpus", "slots", "objective", "policies", "duration", "seed", "queue-limit", "targets", "declared", "throttle"} {
 					if cmd.Flags().Changed(fl) {
 						return cli.UsageError(fmt.Errorf("--matrix runs the declared grid: --%s does not apply (the matrix file sets the cells and the policies)", fl))
 					}
@@ -84,7 +85,8 @@ worse than the best peer (--json: every cell):
 	f.Lookup("load").DefValue = "" // each scenario has its own, said above: not "(default [])"
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
 	f.DurationVar(&o.duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
-	f.Float64Var(&o.cpus, "cpus", 0, "with --trace or --from: the CPUs the slots share when fewer (a fractional quota, e.g. 1.5 for 2 slots): each request's CPU time is stretched by slots/cpus, a slot's pace while every slot is busy under the quota (throttling itself is not modelled)")
+	f.Float64Var(&o.cpus, "cpus", 0, "with --trace or --from: the CPUs the slots share when fewer (a fractional quota, e.g. 1.5 for 2 slots): each request's CPU time is stretched by slots/cpus, a slot's pace while every slot is busy under the quota (with --throttle: the quota's periods instead)")
+	f.BoolVar(&o.throttle, "throttle", false, "with --cpus: replay the quota as the kernel enforces it — each running request on a CPU of its own, all frozen to the end of the 100 ms period once its quota is used — instead of stretching CPU times (cpuwork's pacer is not replayed: it runs unpaced)")
 	f.StringVar(&o.from, "from", "", "base URL of a service that records its requests (cpuwork.Options.Record, cpuworkhttp.TraceHandler): replay its last requests on its slots under the targets it recorded")
 	f.StringVar(&o.trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind][,key][,target_ms][,outcome][,queue_wait_ms]; what Executor.WriteTrace writes)")
 	f.IntVar(&o.slots, "slots", runtime.NumCPU(), "with --trace: the cores the service has (tasks run at once)")
@@ -108,6 +110,7 @@ type simFlags struct {
 	trace      string
 	from       string
 	cpus       float64
+	throttle   bool
 	slots      int
 	objectives []string
 	targets    bool
@@ -150,8 +153,8 @@ func (o *simFlags) workloads(cmd *cobra.Command) ([]*sim.Workload, error) {
 		}
 		return []*sim.Workload{wl}, nil
 	}
-	if changed("slots") || changed("objective") || changed("cpus") {
-		return nil, cli.UsageError(errors.New("--slots, --objective and --cpus are for a --trace or --from: the scenarios set their own"))
+	if changed("slots") || changed("objective") || changed("cpus") || changed("throttle") {
+		return nil, cli.UsageError(errors.New("--slots, --objective, --cpus and --throttle are for a --trace or --from: the scenarios set their own"))
 	}
 	var wls []*sim.Workload
 	for _, name := range o.scenarios {
@@ -333,6 +336,9 @@ func (o *simFlags) traceWorkload(ctx context.Context, path string, slots int) (w
 	if o.cpus < 0 || o.cpus > float64(slots) {
 		return nil, "", cli.UsageError(fmt.Errorf("--cpus %g: want more than 0 and at most --slots (%d)", o.cpus, slots))
 	}
+	if o.throttle && o.cpus == 0 {
+		return nil, "", cli.UsageError(errors.New("--throttle replays the quota --cpus gives: give --cpus too"))
+	}
 	for _, ob := range objectives {
 		name, val, ok := strings.Cut(ob, "=")
 		if !ok {
@@ -376,7 +382,10 @@ func (o *simFlags) traceWorkload(ctx context.Context, path string, slots int) (w
 	if tr.Estimated > 0 {
 		notes = append(notes, fmt.Sprintf("%s: %d of %d CPU times are estimates (the requests ran beside more requests than Ps: their share of the process's CPU, right on the whole, not request by request)", path, tr.Estimated, len(wl.Requests)))
 	}
-	if o.cpus > 0 && o.cpus < float64(slots) {
+	if o.cpus > 0 && o.cpus < float64(slots) && o.throttle {
+		wl.Quota = o.cpus
+		notes = append(notes, fmt.Sprintf("%s: %d slots under a CFS quota of %g CPUs (--cpus, --throttle): each running request on a CPU of its own, every one frozen to the 100 ms period's end once the period's quota is used; cpuwork runs unpaced (its pacer is not replayed: right where the objective is longer than the pause, %v here)", path, slots, o.cpus, throttle.Pause(o.cpus, float64(slots), 100*time.Millisecond)))
+	} else if o.cpus > 0 && o.cpus < float64(slots) {
 		stretch := float64(slots) / o.cpus
 		for i := range wl.Requests {
 			wl.Requests[i].CPU = time.Duration(float64(wl.Requests[i].CPU) * stretch)

@@ -119,12 +119,13 @@ func (p *granted) run(j *job) {
 	if j.start == 0 {
 		j.start = s.now
 	}
-	j.from = s.now
+	j.from = s.cpuNow()
 	d := j.left
 	if j.step > 0 {
 		d = min(d, j.step)
 	}
-	s.push(s.now+d, evDone, j, 0)
+	s.onCPU(1)
+	s.pushCPU(d, evDone, j, 0)
 }
 
 // Released is the Owner's; nothing waits on a drain here.
@@ -132,7 +133,8 @@ func (p *granted) Released() {}
 
 func (p *granted) done(j *job) {
 	w := &j.w
-	j.left -= p.s.now - j.from
+	j.left -= p.s.cpuNow() - j.from
+	p.s.onCPU(-1)
 	if j.left > 0 { // a Checkpoint
 		if p.g.Behind(j.Class, p.g.Rank(context.Background(), w)) || p.g.OverCommitted() {
 			period := admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued}
@@ -195,6 +197,7 @@ func (p *fifo) arrive(j *job) {
 }
 
 func (p *fifo) done(j *job) {
+	p.s.onCPU(-1)
 	p.running--
 	for p.head < len(p.queue) && p.running < p.s.wl.Slots {
 		n := p.queue[p.head]
@@ -259,7 +262,7 @@ func (p *sliced) arrive(j *job) {
 	}
 	for i := range p.ps {
 		if p.ps[i].j == nil {
-			p.run(i, j, p.s.now)
+			p.run(i, j, p.s.cpuNow())
 			return
 		}
 	}
@@ -276,14 +279,16 @@ func (p *sliced) arrive(j *job) {
 	}
 }
 
-// run runs j on P i in a time slice that began at slice.
+// run runs j on P i in a time slice that began at slice (on the CPU
+// clock, sim.cpuNow).
 func (p *sliced) run(i int, j *job, slice int64) {
 	if j.start == 0 {
 		j.start = p.s.now
 	}
 	P := &p.ps[i]
-	j.from = p.s.now
+	j.from = p.s.cpuNow()
 	P.j, P.slice = j, slice
+	p.s.onCPU(1)
 	p.arm(i)
 }
 
@@ -295,7 +300,8 @@ func (p *sliced) run(i int, j *job, slice int64) {
 func (p *sliced) arm(i int) {
 	P := &p.ps[i]
 	j := P.j
-	at := p.s.now + j.left - (p.s.now - j.from)
+	now := p.s.cpuNow()
+	at := j.from + j.left
 	if p.head < len(p.runq) {
 		// The time slices run back to back from P.slice.
 		sl := p.slice
@@ -304,11 +310,11 @@ func (p *sliced) arm(i int) {
 				sl = min(sl, c)
 			}
 		}
-		k := max(1, (p.s.now-P.slice+sl-1)/sl)
+		k := max(1, (now-P.slice+sl-1)/sl)
 		at = min(at, P.slice+k*sl)
 	}
 	P.gen++
-	p.s.push(at, evTick, nil, uint64(i)<<48|P.gen)
+	p.s.pushCPU(at-now, evTick, nil, uint64(i)<<48|P.gen)
 }
 
 func (p *sliced) tick(gen uint64) {
@@ -318,13 +324,15 @@ func (p *sliced) tick(gen uint64) {
 		return
 	}
 	j := P.j
-	j.left -= p.s.now - j.from
-	j.from = p.s.now
+	now := p.s.cpuNow()
+	j.left -= now - j.from
+	j.from = now
 	if j.left > 0 && p.head == len(p.runq) {
 		p.arm(i) // its slice ended with nobody waiting: it runs on
 		return
 	}
 	P.j = nil
+	p.s.onCPU(-1)
 	if j.left <= 0 {
 		if j.loop >= 0 {
 			p.cont = i
@@ -341,7 +349,7 @@ func (p *sliced) tick(gen uint64) {
 		n := p.runq[p.head]
 		p.runq[p.head] = nil
 		p.head++
-		p.run(i, n, p.s.now)
+		p.run(i, n, p.s.cpuNow())
 	}
 	if p.head > 1024 && p.head*2 > len(p.runq) {
 		p.runq = append(p.runq[:0], p.runq[p.head:]...)

@@ -78,6 +78,12 @@ type Workload struct {
 	// but no ctx deadline tells the door in advance, as with the HTTP and
 	// gRPC middleware, whose objective is a target.
 	HideDeadline bool
+	// Quota is a CFS quota in cores (0: none) over Period (0: 100 ms):
+	// each running request has a CPU of its own, and once the slots
+	// have used Quota x Period in a period, every one is frozen until
+	// it ends (quota.go).
+	Quota  float64
+	Period time.Duration
 	// QueueLimit is the bounded pool's queue (pool-503); 0: 64.
 	QueueLimit int
 	// StepAt is when the offered load steps up (0: no step): the result
@@ -97,6 +103,8 @@ func (w *Workload) Validate() error {
 		return fmt.Errorf("slots %d: must be 1 to %d (the executor's bound)", w.Slots, MaxSlots)
 	case w.Duration <= 0:
 		return errors.New("the workload has no duration")
+	case w.Quota < 0 || math.IsNaN(w.Quota) || w.Period < 0:
+		return fmt.Errorf("quota %g cores over %v: want a quota of 0 (none) or more over a period of 0 (100 ms) or more", w.Quota, w.Period)
 	case len(w.Requests) == 0 && len(w.Loops) == 0:
 		return errors.New("the workload has no request and no loop")
 	}
@@ -184,13 +192,16 @@ const (
 	evArrive = iota
 	evDone
 	evExpire
-	evTick // a policy's own timer (a time slice's end)
+	evTick     // a policy's own timer (a time slice's end)
+	evThrottle // the quota runs out (quota.go)
+	evPeriod   // a CFS period ends (quota.go)
 )
 
 type event struct {
 	at   int64
 	seq  uint64
 	kind uint8
+	cpu  bool // marks CPU progress: moves later by a freeze (pushCPU)
 	j    *job
 	gen  uint64
 }
@@ -219,6 +230,33 @@ func (h *events) push(e event) {
 	}
 }
 
+// init restores the heap's order after its keys moved.
+func (h events) init() {
+	for i := len(h)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+// down moves the event at i down to its place.
+func (h events) down(i int) {
+	n := len(h)
+	for {
+		l := 2*i + 1
+		if l >= n {
+			return
+		}
+		m := l
+		if r := l + 1; r < n && h.less(r, l) {
+			m = r
+		}
+		if !h.less(m, i) {
+			return
+		}
+		h[i], h[m] = h[m], h[i]
+		i = m
+	}
+}
+
 // pop removes and returns the earliest event; h must not be empty.
 func (h *events) pop() event {
 	q := *h
@@ -226,21 +264,7 @@ func (h *events) pop() event {
 	n := len(q) - 1
 	q[0] = q[n]
 	q = q[:n]
-	for i := 0; ; {
-		l := 2*i + 1
-		if l >= n {
-			break
-		}
-		m := l
-		if r := l + 1; r < n && q.less(r, l) {
-			m = r
-		}
-		if !q.less(m, i) {
-			break
-		}
-		q[i], q[m] = q[m], q[i]
-		i = m
-	}
+	q.down(0)
 	*h = q
 	return e
 }
@@ -253,6 +277,7 @@ type sim struct {
 	heap events
 	jobs []*job
 	slab []job // jobs not handed out yet (newJob)
+	q    quotaState
 	pol  policy
 	next int // next open-loop request to arrive
 	// onServed, when set, is called first when a job is served (a
@@ -273,14 +298,21 @@ type policy interface {
 const origin = int64(time.Second)
 
 func (s *sim) push(at int64, kind uint8, j *job, gen uint64) {
+	s.pushEvent(event{at: at, kind: kind, j: j, gen: gen})
+}
+
+// pushEvent queues e, numbered in push order.
+func (s *sim) pushEvent(e event) {
 	s.seq++
-	s.heap.push(event{at: at, seq: s.seq, kind: kind, j: j, gen: gen})
+	e.seq = s.seq
+	s.heap.push(e)
 }
 
 // start runs j from now for its CPU time.
 func (s *sim) start(j *job) {
 	j.start = s.now
-	s.push(s.now+int64(j.CPU), evDone, j, 0)
+	s.onCPU(1)
+	s.pushCPU(int64(j.CPU), evDone, j, 0)
 }
 
 // waiting marks j queued and arms its client's deadline.
@@ -399,6 +431,7 @@ func replay(wl *Workload, policy string) (*sim, error) {
 		}
 	}
 	s.arm()
+	s.startQuota()
 	for len(s.heap) > 0 {
 		e := s.heap.pop()
 		s.now = e.at
@@ -418,6 +451,10 @@ func replay(wl *Workload, policy string) (*sim, error) {
 			}
 		case evTick:
 			s.pol.tick(e.gen)
+		case evThrottle:
+			s.throttle(e.gen)
+		case evPeriod:
+			s.newPeriod()
 		}
 	}
 	return s, nil

@@ -100,11 +100,12 @@ func TestInvalidWorkloadsAreRefused(t *testing.T) {
 // and a replay gives the same result twice.
 func TestEverySubmissionEndsOnceAndReplaysTheSame(t *testing.T) {
 	for _, sc := range Scenarios {
-		for _, load := range []float64{0.8, 2} {
-			wl, err := Scenario(sc.Name, load, 2*time.Second, 7)
+		for _, c := range []struct{ load, quota float64 }{{0.8, 0}, {2, 0}, {0.8, 1.5}, {2, 1.5}} {
+			wl, err := Scenario(sc.Name, c.load, 2*time.Second, 7)
 			if err != nil {
 				t.Fatal(err)
 			}
+			wl.Quota = c.quota // under a CFS quota too (quota.go)
 			for _, p := range Policies {
 				r := run(t, wl, p.Name)
 				total := 0
@@ -356,5 +357,26 @@ func TestOverloadHoldsNoQueueThatBuysNoWork(t *testing.T) {
 	}
 	if nq.Goodput > 0.85*q8.Goodput {
 		t.Errorf("without a queue the goodput %.3f CPU-s/s, want it a fifth under the queue of 8's %.3f: the slots idle", nq.Goodput, q8.Goodput)
+	}
+}
+
+// Under a CFS quota of 1.5 cores on 2 slots, two requests of 100 ms that
+// start together use the quota's 150 ms by 75 ms, are frozen to the
+// period's end at 100 ms, and end at 125 ms, in every policy that runs
+// them at once; one alone never reaches the quota.
+func TestAQuotaFreezesTheSlotsOnceItIsUsed(t *testing.T) {
+	wl := &Workload{Slots: 2, Duration: 300 * ms, Quota: 1.5, Requests: []Request{
+		{CPU: 100 * ms, Kind: "a"}, {CPU: 100 * ms, Kind: "b"}, {At: 200 * ms, CPU: 100 * ms, Kind: "c"}}}
+	for _, p := range []string{"cpuwork", "goroutines", "pool", "semaphore", "pool-503", "sem-deadline"} {
+		r := run(t, wl, p)
+		for kind, want := range map[string]time.Duration{"a": 125 * ms, "b": 125 * ms, "c": 100 * ms} {
+			if got := group(t, r, kind).P50; math.Abs(got-want.Seconds()) > 1e-9 {
+				t.Errorf("%s: %s answered after %v, want %v", p, kind, time.Duration(got*1e9), want)
+			}
+		}
+	}
+	wl.Quota = 0
+	if got := group(t, run(t, wl, "pool"), "a").P50; math.Abs(got-0.1) > 1e-9 {
+		t.Errorf("without a quota: a answered after %v, want 100ms", time.Duration(got*1e9))
 	}
 }
