@@ -4,7 +4,7 @@ real run ("Does the replay predict the real run?") from the raw files of
 scripts/replay-prediction.py, one per server, in the order given.
 
 For each section of a file ("## CONDITION (N pairs)", and its replay
-"with --cpus 1.5"): the goodput ratio cpuwork / best peer predicted and
+"with --cpus 1.5", and "--cpus 1.5 --throttle"): the goodput ratio cpuwork / best peer predicted and
 measured (geometric means of the pairs, the measured range), cpuwork's
 refused share predicted and measured (means), and cpuwork's p99 of
 served predicted and measured (medians of the pairs, the measured
@@ -16,7 +16,7 @@ import re
 import statistics
 import sys
 
-SECTION = re.compile(r"^## (?P<cond>.+?) \((?P<n>\d+) pairs\)(?P<cpus>, replayed with --cpus (?P<c>[\d.]+))?$")
+SECTION = re.compile(r"^## (?P<cond>.+?) \((?P<n>\d+) pairs\)(?P<cpus>, replayed with --cpus (?P<c>[\d.]+)(?P<t> --throttle)?)?$")
 PAIR = re.compile(r"^pair \d+: \d+ requests; predicted .*?refused (?P<pr>[\d.]+) %, p99 served (?P<pp>\d+) ms; .*?\| measured .*?refused (?P<mr>[\d.]+) %, p99 served (?P<mp>\d+) ms;")
 GEO = re.compile(r"^goodput ratio cpuwork / best peer: predicted geomean (?P<pg>[\d.]+) .*?; measured geomean (?P<mg>[\d.]+), range (?P<lo>[\d.]+)-(?P<hi>[\d.]+)")
 GEO_PRED = re.compile(r"^goodput ratio cpuwork / best peer: predicted geomean (?P<pg>[\d.]+)")
@@ -29,7 +29,7 @@ def sections(path):
         line = line.rstrip("\n")
         m = SECTION.match(line)
         if m:
-            cur = {"cond": m["cond"], "cpus": m["c"], "pred_p99": [], "meas_p99": []}
+            cur = {"cond": m["cond"], "cpus": m["c"], "throttle": bool(m["t"]), "pred_p99": [], "meas_p99": []}
             out.append(cur)
             continue
         if cur is None:
@@ -70,7 +70,8 @@ def main(args):
             print(f"| {server}, {cond} | {s['pg']} | {s['mg']}; {s['lo']}–{s['hi']} | {s['pr']} % | {s['mr']} % | "
                   f"{ms(s['pred_p99'])} | {ms(s['meas_p99'])}; {min(s['meas_p99'])}–{max(s['meas_p99'])} ms |")
             for c in (c for c in secs if c["cpus"] and c["cond"] == s["cond"]):
-                print(f"| same, `--cpus {c['cpus']}` | {c['pg']} | | {c['pr']} % | | {ms(c['pred_p99'])} | |")
+                flags = f"--cpus {c['cpus']}" + (" --throttle" if c["throttle"] else "")
+                print(f"| same, `{flags}` | {c['pg']} | | {c['pr']} % | | {ms(c['pred_p99'])} | |")
     print("From " + ", ".join(f"`{f}`" for f in files) + ".")
 
 

@@ -41,9 +41,9 @@ adaptive limiter and of concurrency-limits' Gradient2, and the clairvoyant
 limit. Each task holds one slot for its CPU time; the slots are the cores.
 The answer is exact — the same workload gives the same figures on any
 machine — and covers only what the admission policy decides. Not modelled:
-the netpoller, CFS throttling and the pacer of a fractional quota, the
-garbage collector, and other threads on the cores (the real-machine bench
-measures them).
+the netpoller, the pacer of a fractional quota (a quota's throttling is,
+with --cpus and --throttle), the garbage collector, and other threads on
+the cores (the real-machine bench measures them).
 
 Without --trace it replays the bench's scenarios with the sizes their default
 run measured (--scenario, --load as multiples of capacity). With --trace it

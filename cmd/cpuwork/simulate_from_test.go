@@ -147,3 +147,27 @@ func TestSimulateStretchesATraceUnderAFractionalQuota(t *testing.T) {
 		}
 	}
 }
+
+// With --throttle the quota is replayed as the kernel enforces it: two
+// requests of 100 ms on 2 slots under 1.5 CPUs are frozen from 75 ms to
+// the period's end and end at 125 ms; the note says cpuwork runs
+// unpaced and what a throttled period's pause is. --throttle needs
+// --cpus, and the scenarios take neither.
+func TestSimulateThrottlesATraceUnderAFractionalQuota(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.csv")
+	if err := os.WriteFile(path, []byte("arrival_ms,class,cpu_ms\n0,interactive,100\n0,interactive,100\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run(t, "simulate", "--trace", path, "--slots", "2", "--cpus", "1.5", "--throttle", "--objective", "interactive=1s", "--json")
+	if err != nil || !strings.Contains(out, "under a CFS quota of 1.5 CPUs") || !strings.Contains(out, "cpuwork runs unpaced") || !strings.Contains(out, `"p50_served_s": 0.125`) {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, args := range [][]string{
+		{"--trace", path, "--slots", "2", "--throttle"},
+		{"--throttle"},
+	} {
+		if out, err := run(t, append([]string{"simulate"}, args...)...); err == nil {
+			t.Errorf("%v: taken\n%s", args, out)
+		}
+	}
+}
