@@ -41,9 +41,9 @@ adaptive limiter and of concurrency-limits' Gradient2, and the clairvoyant
 limit. Each task holds one slot for its CPU time; the slots are the cores.
 The answer is exact — the same workload gives the same figures on any
 machine — and covers only what the admission policy decides. Not modelled:
-the netpoller, the pacer of a fractional quota (a quota's throttling is,
-with --cpus and --throttle), the garbage collector, and other threads on
-the cores (the real-machine bench measures them).
+the netpoller, a fractional quota's throttling and cpuwork's pacer of
+it (except with --cpus and --throttle), the garbage collector, and other
+threads on the cores (the real-machine bench measures them).
 
 Without --trace it replays the bench's scenarios with the sizes their default
 run measured (--scenario, --load as multiples of capacity). With --trace it
@@ -86,7 +86,7 @@ worse than the best peer (--json: every cell):
 	f.Uint64Var(&o.seed, "seed", 1, "seed of the scenarios' arrivals and request mix")
 	f.DurationVar(&o.duration, "duration", 0, "how long arrivals run (scenarios: 10s; a trace: until its last arrival)")
 	f.Float64Var(&o.cpus, "cpus", 0, "with --trace or --from: the CPUs the slots share when fewer (a fractional quota, e.g. 1.5 for 2 slots): each request's CPU time is stretched by slots/cpus, a slot's pace while every slot is busy under the quota (with --throttle: the quota's periods instead)")
-	f.BoolVar(&o.throttle, "throttle", false, "with --cpus: replay the quota as the kernel enforces it — each running request on a CPU of its own, all frozen to the end of the 100 ms period once its quota is used — instead of stretching CPU times (cpuwork's pacer is not replayed: it runs unpaced)")
+	f.BoolVar(&o.throttle, "throttle", false, "with --cpus: replay the quota as the kernel enforces it — each running request on a CPU of its own, all frozen to the end of the 100 ms period once its quota is used — instead of stretching CPU times (cpuwork's pacer runs as the executor's default)")
 	f.StringVar(&o.from, "from", "", "base URL of a service that records its requests (cpuwork.Options.Record, cpuworkhttp.TraceHandler): replay its last requests on its slots under the targets it recorded")
 	f.StringVar(&o.trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind][,key][,target_ms][,outcome][,queue_wait_ms]; what Executor.WriteTrace writes)")
 	f.IntVar(&o.slots, "slots", runtime.NumCPU(), "with --trace: the cores the service has (tasks run at once)")
@@ -383,8 +383,8 @@ func (o *simFlags) traceWorkload(ctx context.Context, path string, slots int) (w
 		notes = append(notes, fmt.Sprintf("%s: %d of %d CPU times are estimates (the requests ran beside more requests than Ps: their share of the process's CPU, right on the whole, not request by request)", path, tr.Estimated, len(wl.Requests)))
 	}
 	if o.cpus > 0 && o.cpus < float64(slots) && o.throttle {
-		wl.Quota = o.cpus
-		notes = append(notes, fmt.Sprintf("%s: %d slots under a CFS quota of %g CPUs (--cpus, --throttle): each running request on a CPU of its own, every one frozen to the 100 ms period's end once the period's quota is used; cpuwork runs unpaced (its pacer is not replayed: right where the objective is longer than the pause, %v here)", path, slots, o.cpus, throttle.Pause(o.cpus, float64(slots), 100*time.Millisecond)))
+		wl.Quota, wl.Pace = o.cpus, true
+		notes = append(notes, fmt.Sprintf("%s: %d slots under a CFS quota of %g CPUs (--cpus, --throttle): each running request on a CPU of its own, every one frozen to the 100 ms period's end once the period's quota is used; cpuwork's pacer of the fractional slot runs as the executor's default (it paces where a throttled period's pause, %v here, would miss the tightest objective)", path, slots, o.cpus, throttle.Pause(o.cpus, float64(slots), 100*time.Millisecond)))
 	} else if o.cpus > 0 && o.cpus < float64(slots) {
 		stretch := float64(slots) / o.cpus
 		for i := range wl.Requests {

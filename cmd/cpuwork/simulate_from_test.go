@@ -150,8 +150,8 @@ func TestSimulateStretchesATraceUnderAFractionalQuota(t *testing.T) {
 
 // With --throttle the quota is replayed as the kernel enforces it: two
 // requests of 100 ms on 2 slots under 1.5 CPUs are frozen from 75 ms to
-// the period's end and end at 125 ms; the note says cpuwork runs
-// unpaced and what a throttled period's pause is. --throttle needs
+// the period's end and end at 125 ms (a 1 s objective absorbs the pause:
+// the pacer keeps the slot open); the note says so. --throttle needs
 // --cpus, and the scenarios take neither.
 func TestSimulateThrottlesATraceUnderAFractionalQuota(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "t.csv")
@@ -159,7 +159,7 @@ func TestSimulateThrottlesATraceUnderAFractionalQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	out, err := run(t, "simulate", "--trace", path, "--slots", "2", "--cpus", "1.5", "--throttle", "--objective", "interactive=1s", "--json")
-	if err != nil || !strings.Contains(out, "under a CFS quota of 1.5 CPUs") || !strings.Contains(out, "cpuwork runs unpaced") || !strings.Contains(out, `"p50_served_s": 0.125`) {
+	if err != nil || !strings.Contains(out, "under a CFS quota of 1.5 CPUs") || !strings.Contains(out, "pacer of the fractional slot runs as the executor's default") || !strings.Contains(out, `"p50_served_s": 0.125`) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, args := range [][]string{

@@ -210,6 +210,9 @@ type Pacer struct {
 	objective time.Duration
 	cpus      int
 
+	// cgroup, when set, is read instead of the cgroup's files.
+	cgroup *Cgroup
+
 	// spent is what the door was last told (paceLocked); throttledLast:
 	// the last period was throttled; forced: in this period the extra
 	// slot was held open while a class shed.
@@ -275,6 +278,18 @@ type Config struct {
 	// and the quota idles (their tasks are off the CPU), through
 	// Host.SetSlots.
 	BusySlots bool
+	// Cgroup reads the quota's cgroup instead of its files (nil: the
+	// files of the budget's limiting cgroup): a replay's model of it.
+	Cgroup *Cgroup
+}
+
+// Cgroup is what the pacer reads of the cgroup that sets the quota:
+// its cumulative CPU usage, and from its cpu.stat the throttled periods
+// and all periods (ok false: unreadable now).
+type Cgroup struct {
+	Usage     func() (time.Duration, error)
+	Throttled func() (n uint64, ok bool)
+	Periods   func() (n uint64, ok bool)
 }
 
 // New returns the pacer of b's quota, or nil when b has no quota to pace
@@ -282,7 +297,7 @@ type Config struct {
 // no P for an extra slot).
 func New(b budget.Budget, cfg Config) *Pacer {
 	p := &Pacer{target: fracTargetMax, open: true, host: cfg.Host, strict: cfg.Strict,
-		clock: cfg.Clock, runDelay: cfg.RunDelay, busySlots: cfg.BusySlots}
+		clock: cfg.Clock, runDelay: cfg.RunDelay, busySlots: cfg.BusySlots, cgroup: cfg.Cgroup}
 	if !p.configure(b) {
 		return nil
 	}
@@ -360,16 +375,21 @@ func (p *Pacer) configure(b budget.Budget) bool {
 	if p.closeUsage != nil {
 		p.closeUsage()
 	}
-	usage, closeUsage := usageReader(l.Dir, b.CgroupVersion)
-	periods, closePeriods := periodsReader(l.Dir)
-	p.usage, p.closeUsage = usage, func() { closeUsage(); closePeriods() }
-	p.phase = phase{read: periods}
-	p.throttled = func() (uint64, bool) {
-		st, err := budget.ReadStatDir(l.Dir)
-		if err != nil {
-			return 0, false
+	if c := p.cgroup; c != nil {
+		p.usage, p.throttled, p.closeUsage = c.Usage, c.Throttled, nil
+		p.phase = phase{read: c.Periods}
+	} else {
+		usage, closeUsage := usageReader(l.Dir, b.CgroupVersion)
+		periods, closePeriods := periodsReader(l.Dir)
+		p.usage, p.closeUsage = usage, func() { closeUsage(); closePeriods() }
+		p.phase = phase{read: periods}
+		p.throttled = func() (uint64, bool) {
+			st, err := budget.ReadStatDir(l.Dir)
+			if err != nil {
+				return 0, false
+			}
+			return st.ThrottledPeriods, true
 		}
-		return st.ThrottledPeriods, true
 	}
 	p.started, p.whole, p.settled = false, false, false
 	return true

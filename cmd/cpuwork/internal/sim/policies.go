@@ -128,8 +128,13 @@ func (p *granted) run(j *job) {
 	s.pushCPU(d, evDone, j, 0)
 }
 
-// Released is the Owner's; nothing waits on a drain here.
-func (p *granted) Released() {}
+// Released is the Owner's: nothing waits on a drain here; the pacer
+// steps if its tick is late, as at the executor's task ends.
+func (p *granted) Released() {
+	if p.s.pacer != nil {
+		p.s.pacer.MaybeStep()
+	}
+}
 
 func (p *granted) done(j *job) {
 	w := &j.w

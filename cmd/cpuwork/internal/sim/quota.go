@@ -3,6 +3,10 @@ package sim
 import (
 	"math"
 	"time"
+
+	"github.com/cpuwork/cpuwork/budget"
+	"github.com/cpuwork/cpuwork/internal/admission"
+	"github.com/cpuwork/cpuwork/internal/pacer"
 )
 
 // The CFS quota as the kernel enforces it (Workload.Quota): the
@@ -17,11 +21,12 @@ import (
 // later by each freeze that begins before it. Without a quota the two
 // clocks are one and nothing here pushes an event.
 //
-// Not modelled: cpuwork's pacer of the fractional slot, which keeps the
-// cgroup under its quota where a throttled period's pause would miss
-// the objective (the replay runs cpuwork's slots unpaced, as the
-// executor does wherever the objective absorbs the pause); the clairvoyant
-// limit plans without throttling (it stays an upper bound).
+// cpuwork's pacer of the fractional slot (internal/pacer) runs as the
+// executor's default (QuotaFraction) when Workload.Pace is set: it
+// reads this model's usage, throttled periods and periods, steps every
+// tick of the virtual clock and at a task's end, and opens and closes
+// the Granter's extra slot through the same seam (startPacer). The
+// clairvoyant limit plans without throttling (it stays an upper bound).
 
 // defaultPeriod is the kernel's default CFS period.
 const defaultPeriod = 100 * time.Millisecond
@@ -32,6 +37,7 @@ type quotaState struct {
 	quota     float64 // ns of CPU per period
 	period    int64
 	used      float64 // ns of CPU used in the current period
+	total     float64 // ns of CPU used in the periods before it
 	at        int64   // when used was last brought up to date
 	periodEnd int64
 	onCPU     int   // requests running now (each on a CPU)
@@ -133,7 +139,7 @@ func (s *sim) throttle(gen uint64) {
 
 // newPeriod starts the next period: the freeze, if any, ends, and the
 // use starts again from 0. The next period's event is pushed while
-// anything else is queued.
+// anything but the quota's and the pacer's own events is queued.
 func (s *sim) newPeriod() {
 	q := &s.q
 	s.account()
@@ -141,10 +147,59 @@ func (s *sim) newPeriod() {
 		q.frozenNs += s.now - q.freezeAt
 		q.frozen = false
 	}
+	q.total += q.used
 	q.used, q.periods = 0, q.periods+1
 	q.periodEnd += q.period
-	if len(s.heap) > 0 {
+	if s.work > 0 {
 		s.push(q.periodEnd, evPeriod, nil, 0)
 	}
 	s.armThrottle()
+}
+
+// pacerHost is the Granter as the pacer's Host: its pacer seam, and no
+// slot count or warning of an executor's.
+type pacerHost struct{ *admission.Pacer }
+
+func (pacerHost) SetSlots(int)        {}
+func (pacerHost) Unpaceable(int, int) {}
+
+// startPacer starts cpuwork's pacer of the quota's fractional slot on
+// g, when the workload has a quota and asks for it (Pace): the budget of
+// a cgroup of Quota cores on Slots CPUs, read through this model.
+func (s *sim) startPacer(g *admission.Granter) {
+	w := s.wl
+	if !s.q.on || !w.Pace {
+		return
+	}
+	period := time.Duration(s.q.period)
+	b := budget.Budget{Cores: w.Quota, Source: budget.SourceCgroupV2, SourceDir: "replay",
+		Limits:   []budget.Limit{{Dir: "replay", Period: period, Cores: w.Quota, Quota: time.Duration(w.Quota * float64(period))}},
+		Affinity: w.Slots, GOMAXPROCS: w.Slots, CgroupVersion: 2}
+	p := pacer.New(b, pacer.Config{Host: pacerHost{g.Pacer()}, Clock: func() int64 { return s.now },
+		Cgroup: &pacer.Cgroup{
+			Usage: func() (time.Duration, error) {
+				s.account()
+				return time.Duration(s.q.total + s.q.used), nil
+			},
+			Throttled: func() (uint64, bool) { return uint64(s.q.throttled), true },
+			Periods:   func() (uint64, bool) { return uint64(s.q.periods), true },
+		}})
+	if p == nil {
+		return // a whole quota, or no P for the extra slot: nothing to pace
+	}
+	s.pacer = p
+	s.push(s.now+int64(period)/paceTicks, evPace, nil, 0)
+}
+
+// paceTicks is how often a period the replay gives the pacer a chance
+// to step (it steps when its own tick, a fiftieth of the period, is due).
+const paceTicks = 100
+
+// paceTick lets the pacer step and pushes the next chance while
+// anything but the quota's and the pacer's own events is queued.
+func (s *sim) paceTick() {
+	s.pacer.MaybeStep()
+	if s.work > 0 {
+		s.push(s.now+s.q.period/paceTicks, evPace, nil, 0)
+	}
 }

@@ -84,6 +84,10 @@ type Workload struct {
 	// it ends (quota.go).
 	Quota  float64
 	Period time.Duration
+	// Pace runs cpuwork's pacer of the quota's fractional slot as the
+	// executor's default does (it paces only where a throttled period's
+	// pause would miss the tightest objective queued).
+	Pace bool
 	// QueueLimit is the bounded pool's queue (pool-503); 0: 64.
 	QueueLimit int
 	// StepAt is when the offered load steps up (0: no step): the result
@@ -195,6 +199,7 @@ const (
 	evTick     // a policy's own timer (a time slice's end)
 	evThrottle // the quota runs out (quota.go)
 	evPeriod   // a CFS period ends (quota.go)
+	evPace     // the pacer may step (quota.go)
 )
 
 type event struct {
@@ -278,6 +283,11 @@ type sim struct {
 	jobs []*job
 	slab []job // jobs not handed out yet (newJob)
 	q    quotaState
+	// pacer is cpuwork's pacer of the quota's fractional slot (Pace).
+	pacer interface{ MaybeStep() }
+	// work counts the queued events that are not the quota's or the
+	// pacer's own (event.clock).
+	work int
 	pol  policy
 	next int // next open-loop request to arrive
 	// onServed, when set, is called first when a job is served (a
@@ -305,7 +315,17 @@ func (s *sim) push(at int64, kind uint8, j *job, gen uint64) {
 func (s *sim) pushEvent(e event) {
 	s.seq++
 	e.seq = s.seq
+	if !e.clock() {
+		s.work++
+	}
 	s.heap.push(e)
+}
+
+// clock reports whether e is the quota's or the pacer's own (a period,
+// a throttle, a pacer's step): those go on only while other events are
+// queued (sim.work).
+func (e event) clock() bool {
+	return e.kind == evThrottle || e.kind == evPeriod || e.kind == evPace
 }
 
 // start runs j from now for its CPU time.
@@ -432,8 +452,14 @@ func replay(wl *Workload, policy string) (*sim, error) {
 	}
 	s.arm()
 	s.startQuota()
+	if p, ok := s.pol.(*granted); ok {
+		s.startPacer(&p.g) // cpuwork's pacer, with a quota and Pace
+	}
 	for len(s.heap) > 0 {
 		e := s.heap.pop()
+		if !e.clock() {
+			s.work--
+		}
 		s.now = e.at
 		switch e.kind {
 		case evArrive:
@@ -455,6 +481,8 @@ func replay(wl *Workload, policy string) (*sim, error) {
 			s.throttle(e.gen)
 		case evPeriod:
 			s.newPeriod()
+		case evPace:
+			s.paceTick()
 		}
 	}
 	return s, nil
@@ -481,6 +509,9 @@ type Result struct {
 	Policy  string
 	Groups  []Group // one per kind of request, in the order first seen
 	Classes []Group // one per class, all its kinds together, most urgent first
+	// Periods and Throttled count a quota's CFS periods (Workload.Quota)
+	// and those the quota ran out in.
+	Periods, Throttled int
 }
 
 // Group is what one kind of request got.
@@ -545,7 +576,7 @@ func (s *sim) result(policy string) *Result {
 			}
 		}
 	}
-	r := &Result{Policy: policy}
+	r := &Result{Policy: policy, Periods: s.q.periods, Throttled: s.q.throttled}
 	for _, k := range order {
 		r.Groups = append(r.Groups, groups[k].group())
 	}

@@ -380,3 +380,33 @@ func TestAQuotaFreezesTheSlotsOnceItIsUsed(t *testing.T) {
 		t.Errorf("without a quota: a answered after %v, want 100ms", time.Duration(got*1e9))
 	}
 }
+
+// cpuwork's pacer of the fractional slot, replayed (Pace): four closed
+// loops of 5 ms tasks that Checkpoint every 100 µs fill 2 slots under a
+// 1.5-CPU quota. With a 20 ms objective a throttled period's 25 ms
+// pause would miss it: the pacer keeps the cgroup under its quota, and
+// far fewer periods are throttled than unpaced. With a 1 s objective
+// the pause is absorbed: the extra slot stays open, and the periods are
+// throttled as without the pacer.
+func TestThePacerReplayedPacesWhereThePauseMissesTheObjective(t *testing.T) {
+	throttled := func(obj time.Duration, pace bool) (int, int) {
+		wl := &Workload{Slots: 2, Duration: 2 * time.Second, Quota: 1.5, Pace: pace, Targets: true,
+			Loops: []Loop{{Class: admission.Interactive, CPU: 5 * ms, Clients: 4, Kind: "loop", Checkpoint: 100 * time.Microsecond}}}
+		wl.Objective[admission.Interactive] = obj
+		r := run(t, wl, "cpuwork")
+		return r.Throttled, r.Periods
+	}
+	unpaced, periods := throttled(20*ms, false)
+	paced, _ := throttled(20*ms, true)
+	absorbed, _ := throttled(time.Second, true)
+	t.Logf("%d periods: throttled %d unpaced, %d paced at 20 ms, %d at 1 s", periods, unpaced, paced, absorbed)
+	if periods < 19 || unpaced < periods*9/10 {
+		t.Fatalf("unpaced: %d of %d periods throttled, want nearly every one of about 20", unpaced, periods)
+	}
+	if paced > periods/4 {
+		t.Errorf("paced at a 20 ms objective: %d of %d periods throttled, want at most a quarter (unpaced %d)", paced, periods, unpaced)
+	}
+	if absorbed < periods*9/10 {
+		t.Errorf("a 1 s objective: %d of %d periods throttled, want nearly every one (the pause absorbed, the slot kept open)", absorbed, periods)
+	}
+}
