@@ -240,10 +240,17 @@ func (p *Pacer) Run(done <-chan struct{}) {
 			p.mu.Unlock()
 			return
 		case <-t.C:
-			p.step(p.now())
-			t.Reset(p.nextTick())
+			t.Reset(p.Tick())
 		}
 	}
+}
+
+// Tick steps at the clock's now and returns the wait until the next
+// step: what Run does at each tick, for a host that keeps its own time
+// (a replay's virtual clock) and calls it instead of Run.
+func (p *Pacer) Tick() time.Duration {
+	p.step(p.now())
+	return p.nextTick()
 }
 
 // nextTick is the wait until the next step: a tick while the extra slot

@@ -188,18 +188,15 @@ func (s *sim) startPacer(g *admission.Granter) {
 		return // a whole quota, or no P for the extra slot: nothing to pace
 	}
 	s.pacer = p
-	s.push(s.now+int64(period)/paceTicks, evPace, nil, 0)
+	s.push(s.now+s.q.period/50, evPace, nil, 0) // Run's first tick: a fiftieth of the period
 }
 
-// paceTicks is how often a period the replay gives the pacer a chance
-// to step (it steps when its own tick, a fiftieth of the period, is due).
-const paceTicks = 100
-
-// paceTick lets the pacer step and pushes the next chance while
-// anything but the quota's and the pacer's own events is queued.
+// paceTick steps the pacer as its Run does at each tick (Tick) and
+// pushes the next tick while anything but the quota's and the pacer's
+// own events is queued.
 func (s *sim) paceTick() {
-	s.pacer.MaybeStep()
+	d := s.pacer.Tick()
 	if s.work > 0 {
-		s.push(s.now+s.q.period/paceTicks, evPace, nil, 0)
+		s.push(s.now+int64(d), evPace, nil, 0)
 	}
 }

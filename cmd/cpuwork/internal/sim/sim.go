@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
+	"github.com/cpuwork/cpuwork/internal/pacer"
 )
 
 // Class is a request's priority class (critical, interactive, batch,
@@ -284,7 +285,7 @@ type sim struct {
 	slab []job // jobs not handed out yet (newJob)
 	q    quotaState
 	// pacer is cpuwork's pacer of the quota's fractional slot (Pace).
-	pacer interface{ MaybeStep() }
+	pacer *pacer.Pacer
 	// work counts the queued events that are not the quota's or the
 	// pacer's own (event.clock).
 	work int
