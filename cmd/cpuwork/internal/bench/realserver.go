@@ -687,13 +687,28 @@ func realserverBesideChecks(tg realTarget, cc competition) []check {
 // quotaSuffix names the quota case's variants ("cpuwork+quota1.5@80%").
 func quotaSuffix() string { return fmt.Sprintf("+quota%.1f", realserverQuota) }
 
+// traceOut is the file the observe variant's server writes its trace to
+// for pair (from 1) of variant name in scenario: in dir, which it
+// creates when missing (an error when it cannot), so that a run never
+// loses its traces to a directory nobody made.
+func traceOut(dir, scenario, name string, pair int) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("CPUWORK_TRACE_DIR: %w", err)
+	}
+	file := strings.NewReplacer("@", "-", "%", "pct", "+", "-").Replace(fmt.Sprintf("%s-%s-pair%d.csv", scenario, name, pair))
+	return filepath.Join(dir, file), nil
+}
+
 // realOnce runs one load level against variant's server, started for it
 // (in g when not nil): the CPU it reports is the server's, and in g the
 // share of CFS periods throttled.
 func (r *Runner) realOnce(v *Variant, scenario, bin string, g *cgroup.Group, variant, origin string, slo time.Duration, rate float64, extra ...string) error {
 	if dir := os.Getenv("CPUWORK_TRACE_DIR"); dir != "" && variant == realObserve.name {
-		name := strings.NewReplacer("@", "-", "%", "pct", "+", "-").Replace(fmt.Sprintf("%s-%s-pair%d.csv", scenario, v.Name, len(v.Repeats)+1))
-		os.Setenv("CPUWORK_TRACE_OUT", filepath.Join(dir, name))
+		path, err := traceOut(dir, scenario, v.Name, len(v.Repeats)+1)
+		if err != nil {
+			return err
+		}
+		os.Setenv("CPUWORK_TRACE_OUT", path)
 		defer os.Unsetenv("CPUWORK_TRACE_OUT")
 	}
 	srv, err := startReal(r.cfg.LoadGen[0], bin, g, variant, origin, slo, extra...)

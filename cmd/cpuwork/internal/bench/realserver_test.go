@@ -93,3 +93,27 @@ func TestARealServerThatDiesIsSeen(t *testing.T) {
 		}
 	}
 }
+
+// TestTraceOutMakesItsDirectory: a trace directory nobody made is made,
+// so that the observe variant's server can write its trace there (a run
+// lost every trace to it once); one that cannot be made is an error.
+func TestTraceOutMakesItsDirectory(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "traces", "run1")
+	path, err := traceOut(dir, "realserver-vips", "cpuwork-observe+quota1.5@79%", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "realserver-vips-cpuwork-observe-quota1.5-79pct-pair3.csv"); path != want {
+		t.Fatalf("path %q, want %q", path, want)
+	}
+	if err := os.WriteFile(path, []byte("arrival_ms\n"), 0o644); err != nil {
+		t.Fatalf("the server could not write its trace: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "a-file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := traceOut(filepath.Join(file, "under"), "s", "v", 1); err == nil {
+		t.Fatal("a directory under a file: no error")
+	}
+}
