@@ -27,10 +27,7 @@ const (
 	// a throttled period causes (Stats.Pacing.Pause: 25 ms for 1.5 CPUs on
 	// 2 CPUs and a 100 ms period), every slot stays open and the kernel
 	// may throttle: the quota is used whole, and a request the pause
-	// catches can still meet its objective; a class shedding in a clear
-	// overload (its arrivals over 1.5 times what the slots can do) then
-	// holds no queue, since the open slots spend the quota and a queue
-	// would only add its wait. Where the pause would miss the
+	// catches can still meet its objective. Where the pause would miss the
 	// objective, or no objective is known, the last slot is open only
 	// while the cgroup's CPU usage stays under the quota, so the fraction
 	// is used without throttling. A whole q gets q slots, unpaced.
