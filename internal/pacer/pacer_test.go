@@ -702,52 +702,6 @@ func TestTheObjectiveDecidesWhetherTheExtraSlotIsPaced(t *testing.T) {
 	}
 }
 
-// Where the objective absorbs the pause, the extra slot is open and the
-// kernel bounds the work: the door is told the budget is spent exactly
-// while a class sheds in a clear overload (it then holds no queue; the
-// open slots spend the quota), and told it is not once the overload
-// ends. Where the pause would miss the objective, the clear overload
-// alone does not say it.
-func TestAClearOverloadUnderAnAbsorbedPauseHoldsNoQueue(t *testing.T) {
-	const period = 100 * time.Millisecond
-	for _, c := range []struct {
-		obj       time.Duration
-		wantSpent bool
-	}{{time.Second, true}, {100 * time.Millisecond, true}, {20 * time.Millisecond, false}} {
-		s := newSim(1.5, period, time.Millisecond)
-		s.host.obj = c.obj
-		shedding := false
-		s.host.shed = func() bool { return shedding }
-		var told []bool
-		s.host.spent = func(sp bool) { told = append(told, sp) }
-		s.run(2 * period) // the first periods learn the objective
-		told = nil
-		s.run(period)
-		if c.wantSpent && slices.Contains(told, true) {
-			t.Fatalf("objective %v: told the budget spent %v before any overload", c.obj, told)
-		}
-		shedding = true
-		s.run(period)
-		last := func() bool { return len(told) > 0 && told[len(told)-1] }
-		if c.wantSpent && !last() {
-			t.Errorf("objective %v: in a clear overload told %v, want the budget spent (no queue)", c.obj, told)
-		}
-		if !c.wantSpent {
-			// Paced: what it tells follows its pace, not the overload;
-			// the overload keeps the slot open (forced).
-			if !s.p.forced {
-				t.Errorf("objective %v: in a clear overload the paced slot was not kept open", c.obj)
-			}
-			continue
-		}
-		shedding = false
-		s.run(period)
-		if last() {
-			t.Errorf("objective %v: the overload over, the door still told the budget is spent (%v)", c.obj, told)
-		}
-	}
-}
-
 // A pacer whose periods are throttled by tasks it cannot stop (they hold
 // the extra slot past its close: cgo) cannot keep the cgroup under its
 // quota; once a quarter of a window of periods were, it warns once, with

@@ -150,15 +150,10 @@ func (p *Pacer) delayShareLocked(t int64) (share float64, ok bool) {
 // in a clear overload (its arrivals bring over 1.5 times the slots' work)
 // the slot stays open, but under QuotaStrict: the door then holds no
 // queue, and a closed slot would only refuse work the period's quota
-// still covers; the kernel's throttle ends the period instead. Where the
-// objective absorbs a throttled period's pause, the slot is open and the
-// kernel bounds the work: in a clear overload the door is told the
-// budget is spent too, so that it holds no queue there — ceil(quota)
-// slots kept full already spend the quota, and a queue would only add
-// its wait to every request served.
+// still covers; the kernel's throttle ends the period instead.
 func (p *Pacer) paceLocked(open bool) {
 	absorbed := p.absorbedLocked()
-	p.setSpentLocked(absorbed && p.host.Shedding() || !absorbed && (!open || p.throttledLast))
+	p.setSpentLocked(!absorbed && (!open || p.throttledLast))
 	if !open && !p.strict && (absorbed || p.host.Shedding()) {
 		open, p.forced = true, true
 	}
