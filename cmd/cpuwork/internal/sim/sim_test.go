@@ -410,3 +410,51 @@ func TestThePacerReplayedPacesWhereThePauseMissesTheObjective(t *testing.T) {
 		t.Errorf("a 1 s objective: %d of %d periods throttled, want nearly every one (the pause absorbed, the slot kept open)", absorbed, periods)
 	}
 }
+
+// A trace's service times: a request holds its slot for its recorded
+// service time (its time in the handler, off the CPU too), its CPU time
+// its work; a request without one is held for its CPU time times its
+// class's median service over CPU time. Goodput counts the work. Under
+// a quota a request uses its share of a CPU while it holds the slot.
+func TestServiceTimesHoldTheSlotAndCPUTimesAreTheWork(t *testing.T) {
+	in := "arrival_ms,class,cpu_ms,service_ms\n" +
+		"0,interactive,2,10\n" + // held 10 ms, work 2
+		"1,interactive,2,\n" + // no service time: held 2 x 5 (the class's median ratio)
+		"2,interactive,4,4\n" // service equal to its CPU: held 4
+	tr, err := ReadTrace(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tr.WithService != 2 || tr.Ratio[admission.Interactive] != 5 {
+		t.Fatalf("%d with a service time, ratio %v: want 2 with one and a median ratio of 5 (5 and 1: the upper one)", tr.WithService, tr.Ratio[admission.Interactive])
+	}
+	want := []Request{{CPU: 10 * ms, Work: 2 * ms}, {At: ms, CPU: 10 * ms, Work: 2 * ms}, {At: 2 * ms, CPU: 4 * ms}}
+	for i, r := range tr.Requests {
+		if r.At != want[i].At || r.CPU != want[i].CPU || r.Work != want[i].Work {
+			t.Errorf("request %d: %+v, want held %v, work %v", i, r, want[i].CPU, want[i].Work)
+		}
+	}
+	// One slot, a FIFO pool: 0-10, 10-20, 20-24; 8 ms of work in 24 ms.
+	for i := range tr.Requests {
+		tr.Requests[i].Kind = "r"
+	}
+	wl := &Workload{Slots: 1, Duration: 30 * ms, Requests: tr.Requests}
+	g := group(t, run(t, wl, "pool"), "r")
+	if math.Abs(g.Makespan-0.024) > 1e-9 {
+		t.Errorf("makespan %v, want 24 ms (the slot held for the service times)", g.Makespan)
+	}
+	if want := 0.008 / wl.Duration.Seconds(); math.Abs(g.Goodput-want) > 1e-9 {
+		t.Errorf("goodput %v, want %v (the CPU times' 8 ms, not the 24 ms held)", g.Goodput, want)
+	}
+	// A 0.5-CPU quota on the one slot: a request held 100 ms for 20 ms
+	// of work uses a fifth of a CPU and is never throttled; one that
+	// works all its 100 ms is, for 50 ms of each period.
+	light := &Workload{Slots: 1, Duration: 300 * ms, Quota: 0.5, Requests: []Request{{CPU: 100 * ms, Work: 20 * ms, Kind: "r"}}}
+	if got := group(t, run(t, light, "pool"), "r").P50; math.Abs(got-0.1) > 1e-9 {
+		t.Errorf("a request using a fifth of a CPU under a half-CPU quota: answered after %v, want 100 ms", time.Duration(got*1e9))
+	}
+	heavy := &Workload{Slots: 1, Duration: 300 * ms, Quota: 0.5, Requests: []Request{{CPU: 100 * ms, Kind: "r"}}}
+	if got := group(t, run(t, heavy, "pool"), "r").P50; math.Abs(got-0.15) > 1e-9 {
+		t.Errorf("a request using a whole CPU under a half-CPU quota: answered after %v, want 150 ms (frozen 50 ms)", time.Duration(got*1e9))
+	}
+}
