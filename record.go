@@ -37,16 +37,13 @@ import (
 // process's CPU time as processor sharing over the observed requests
 // would give it, counted in Stats.Record.Estimated: right on the whole,
 // not request by request, since Go's scheduler does not share the CPU
-// evenly at every instant (LockThreads makes every one exact). Where it
-// is exact, the time fn ran is recorded too as the request's service
-// time: the time it would have held a slot, which counts its time off
-// the CPU (waiting on I/O, or for a P) that the CPU time leaves out. On
+// evenly at every instant (LockThreads makes every one exact). On
 // systems without a thread CPU clock (other than Linux) it is the wall
 // time fn ran.
 type RecordOptions struct {
 	// Requests is how many of the most recent requests are kept: a ring
-	// of 64 bytes a request, allocated by New (DefaultRecordRequests,
-	// 4 MiB, is about a minute of a service answering 1,000 requests a
+	// of 56 bytes a request, allocated by New (DefaultRecordRequests,
+	// 3.5 MiB, is about a minute of a service answering 1,000 requests a
 	// second). 0 keeps none unless Observe is set, which then keeps
 	// DefaultRecordRequests; negative makes New fail.
 	Requests int
@@ -98,7 +95,7 @@ type reqRecorder struct {
 	fair    fairClock
 }
 
-// recEntry is one recorded request: 64 bytes.
+// recEntry is one recorded request: 56 bytes.
 type recEntry struct {
 	arrival  int64  // now() ns
 	cpu      int64  // ns on a core (observe) or holding a slot; 0: it never ran
@@ -109,10 +106,6 @@ type recEntry struct {
 	class    Class
 	outcome  trace.Outcome
 	estimate bool // cpu is an estimate (cpuSince)
-	// service is, under Observe, the ns fn ran when its CPU time is
-	// exact (the slot time it would have held: off the CPU too); 0:
-	// not measured, cpu stands for it.
-	service int64
 }
 
 func newRecorder(o RecordOptions) (*reqRecorder, error) {
@@ -281,16 +274,10 @@ func (e *Executor) observeRun(ctx context.Context, c Class, fn func(context.Cont
 	start := now()
 	from := r.cpuStart()
 	defer func() {
-		wall := now() - start
-		cpu, exact := r.cpuSince(from, wall)
+		cpu, exact := r.cpuSince(from, now()-start)
 		if !exact {
 			r.estimated.Add(1)
 			x.estimate = true
-		} else {
-			// Exact: no other observed request could have run on its
-			// thread in its stead, so its wall time is what it would
-			// have held a slot for.
-			x.service = max(wall, cpu, 1)
 		}
 		if v := recover(); v != nil {
 			s.panicked.Add(1)
@@ -403,9 +390,7 @@ func (e *Executor) recordRefusal(ctx context.Context, c Class, err error) {
 // never ran), deadline_ms, target_ms, key (a digest of the WithKey
 // string, the same for the same key within this process), outcome
 // (served, refused, refused-deadline, gave-up), queue_wait_ms, kind
-// (empty), cpu_estimated (1 where cpu_ms is an estimate) and service_ms
-// (under Observe, the time fn ran where cpu_ms is exact: the slot time
-// the request would have held, off the CPU too; else empty); cpu_ms as
+// (empty) and cpu_estimated (1 where cpu_ms is an estimate); cpu_ms as
 // RecordOptions says. It copies the ring under a
 // lock that submissions also take (a few milliseconds at the largest
 // ring), then writes without it. It returns w's first error, or an error
@@ -430,7 +415,6 @@ func (e *Executor) WriteTrace(w io.Writer) error {
 			Arrival: time.Duration(x.arrival - recs[0].arrival), Class: admission.Class(x.class),
 			CPU: time.Duration(x.cpu), Deadline: time.Duration(x.deadline), Target: time.Duration(x.target),
 			Outcome: x.outcome, QueueWait: time.Duration(max(x.wait, 0)), Estimated: x.estimate,
-			Service: time.Duration(x.service),
 		}
 		if x.key != 0 {
 			rec.Key = fmt.Sprintf("%016x", x.key)

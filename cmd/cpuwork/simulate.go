@@ -88,7 +88,7 @@ worse than the best peer (--json: every cell):
 	f.Float64Var(&o.cpus, "cpus", 0, "with --trace or --from: the CPUs the slots share when fewer (a fractional quota, e.g. 1.5 for 2 slots): each request's CPU time is stretched by slots/cpus, a slot's pace while every slot is busy under the quota (with --throttle: the quota's periods instead)")
 	f.BoolVar(&o.throttle, "throttle", false, "with --cpus: replay the quota as the kernel enforces it — each running request on a CPU of its own, all frozen to the end of the 100 ms period once its quota is used — instead of stretching CPU times (cpuwork's pacer runs as the executor's default)")
 	f.StringVar(&o.from, "from", "", "base URL of a service that records its requests (cpuwork.Options.Record, cpuworkhttp.TraceHandler): replay its last requests on its slots under the targets it recorded")
-	f.StringVar(&o.trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind][,key][,target_ms][,outcome][,queue_wait_ms][,service_ms]; what Executor.WriteTrace writes)")
+	f.StringVar(&o.trace, "trace", "", "CSV of requests to replay (arrival_ms,class,cpu_ms[,deadline_ms][,kind][,key][,target_ms][,outcome][,queue_wait_ms]; what Executor.WriteTrace writes)")
 	f.IntVar(&o.slots, "slots", runtime.NumCPU(), "with --trace: the cores the service has (tasks run at once)")
 	f.StringSliceVar(&o.objectives, "objective", nil, "with --trace: a class's latency objective, class=duration (e.g. interactive=250ms); repeatable")
 	f.BoolVar(&o.targets, "targets", true, "with --trace: cpuwork's requests carry their class's objective as their target (cpuworkhttp's Objective)")
@@ -388,14 +388,9 @@ func (o *simFlags) traceWorkload(ctx context.Context, path string, slots int) (w
 	} else if o.cpus > 0 && o.cpus < float64(slots) {
 		stretch := float64(slots) / o.cpus
 		for i := range wl.Requests {
-			q := &wl.Requests[i]
-			q.CPU = time.Duration(float64(q.CPU) * stretch)
-			q.Work = min(time.Duration(float64(q.Work)*stretch), q.CPU)
+			wl.Requests[i].CPU = time.Duration(float64(wl.Requests[i].CPU) * stretch)
 		}
 		notes = append(notes, fmt.Sprintf("%s: %d slots share %g CPUs (--cpus): every CPU time stretched %.3gx, a slot's pace while all are busy under the quota", path, slots, o.cpus, stretch))
-	}
-	if tr.WithService > 0 {
-		notes = append(notes, fmt.Sprintf("%s: %d of %d requests hold their slot for their recorded service time (their time in the handler, off the CPU too), the others for their CPU time times their class's median service over CPU time (%s); goodput counts CPU time", path, tr.WithService, len(wl.Requests), tr.ServiceRatios()))
 	}
 	if tr.Sized > 0 {
 		notes = append(notes, fmt.Sprintf("%s: %d of %d requests never ran where they were recorded: each sized at the median CPU time of its class's requests that ran", path, tr.Sized, len(wl.Requests)))

@@ -20,10 +20,6 @@
 //	queue_wait_ms  its wait for a slot where it was recorded, ms
 //	cpu_estimated  1 when cpu_ms is an estimate (the recorder could not
 //	               measure the request's own CPU time), else 0 or empty
-//	service_ms     its service time where it differs from cpu_ms: the time
-//	               it held a slot, or under Observe would have held one
-//	               (its time in the handler, off the CPU too), ms; empty
-//	               or 0: not measured, cpu_ms stands for it
 //
 // Durations are written as milliseconds with up to six decimals (exact
 // nanoseconds) and read back exactly.
@@ -56,10 +52,6 @@ type Record struct {
 	QueueWait time.Duration
 	// Estimated: CPU is an estimate, not the request's own measure.
 	Estimated bool
-	// Service is the time it held a slot, or under Observe would have
-	// held one (its time in the handler, off the CPU too); 0: not
-	// measured (CPU stands for it).
-	Service time.Duration
 }
 
 // Outcome is how a recorded request ended.
@@ -99,7 +91,7 @@ const (
 )
 
 // Columns are the known columns, in the order Writer writes them.
-var Columns = []string{"arrival_ms", "class", "cpu_ms", "deadline_ms", "target_ms", "key", "outcome", "queue_wait_ms", "kind", "cpu_estimated", "service_ms"}
+var Columns = []string{"arrival_ms", "class", "cpu_ms", "deadline_ms", "target_ms", "key", "outcome", "queue_wait_ms", "kind", "cpu_estimated"}
 
 // Read reads a trace: its requests sorted by arrival, and the line of the
 // first request that arrives before the one on the line above it (0: the
@@ -107,9 +99,8 @@ var Columns = []string{"arrival_ms", "class", "cpu_ms", "deadline_ms", "target_m
 // names the line and the column. The input is bounded: at most
 // MaxTraceBytes in all, lines of at most MaxLineBytes, kinds of at most
 // MaxKindBytes and at most MaxKinds of them, keys of at most MaxKeyBytes,
-// CPU and service times of at most MaxCPU, arrivals, deadlines, targets
-// and waits of at most MaxSpan, and CPU times (a request's service time
-// where longer) that add up to at most MaxSpan. A UTF-8
+// a CPU time of at most MaxCPU, arrivals, deadlines, targets and waits of
+// at most MaxSpan, and CPU times that add up to at most MaxSpan. A UTF-8
 // byte order mark before the header is skipped.
 func Read(r io.Reader) ([]Record, int, error) {
 	lr := &lineBound{r: r}
@@ -138,8 +129,8 @@ func Read(r io.Reader) ([]Record, int, error) {
 		if err != nil {
 			return nil, 0, err
 		}
-		if total += max(q.CPU, q.Service); total > MaxSpan {
-			return nil, 0, fmt.Errorf("line %d: the CPU (or service) times so far add up to more than %v", line, MaxSpan)
+		if total += q.CPU; total > MaxSpan {
+			return nil, 0, fmt.Errorf("line %d: the CPU times so far add up to more than %v", line, MaxSpan)
 		}
 		if !kinds[q.Kind] {
 			if len(kinds) == MaxKinds {
@@ -207,14 +198,14 @@ func (t row) field(name string) string {
 }
 
 // ms is the named column as a duration of milliseconds (0 when empty),
-// bounded by MaxSpan (cpu_ms and service_ms: MaxCPU).
+// bounded by MaxSpan (cpu_ms: MaxCPU).
 func (t row) ms(name string) (time.Duration, error) {
 	s := t.field(name)
 	if s == "" {
 		return 0, nil
 	}
 	bound := MaxSpan
-	if name == "cpu_ms" || name == "service_ms" {
+	if name == "cpu_ms" {
 		bound = MaxCPU
 	}
 	d, ok := parseMS(s)
@@ -284,7 +275,7 @@ func (t row) record() (Record, error) {
 	for _, f := range []struct {
 		name string
 		d    *time.Duration
-	}{{"deadline_ms", &q.Deadline}, {"target_ms", &q.Target}, {"queue_wait_ms", &q.QueueWait}, {"service_ms", &q.Service}} {
+	}{{"deadline_ms", &q.Deadline}, {"target_ms", &q.Target}, {"queue_wait_ms", &q.QueueWait}} {
 		if *f.d, err = t.ms(f.name); err != nil {
 			return q, err
 		}
@@ -408,7 +399,7 @@ func (w *Writer) Write(r Record) error {
 		return fmt.Errorf("class %d: out of range", r.Class)
 	case len(r.Kind) > MaxKindBytes || len(r.Key) > MaxKeyBytes:
 		return fmt.Errorf("kind %s or key %s: at most %d bytes", Quote(r.Kind), Quote(r.Key), MaxKindBytes)
-	case r.Arrival < 0 || r.CPU < 0 || r.Deadline < 0 || r.Target < 0 || r.QueueWait < 0 || r.Service < 0:
+	case r.Arrival < 0 || r.CPU < 0 || r.Deadline < 0 || r.Target < 0 || r.QueueWait < 0:
 		return errors.New("a negative duration")
 	case r.CPU == 0 && r.Outcome.Ran():
 		return fmt.Errorf("outcome %q with no CPU time", r.Outcome)
@@ -426,7 +417,7 @@ func (w *Writer) Write(r Record) error {
 		cpu = FormatMS(r.CPU)
 	}
 	w.row = append(w.row[:0], FormatMS(r.Arrival), r.Class.String(), cpu, optMS(r.Deadline), optMS(r.Target),
-		r.Key, r.Outcome.String(), FormatMS(r.QueueWait), r.Kind, map[bool]string{true: "1"}[r.Estimated], optMS(r.Service))
+		r.Key, r.Outcome.String(), FormatMS(r.QueueWait), r.Kind, map[bool]string{true: "1"}[r.Estimated])
 	return w.cw.Write(w.row)
 }
 

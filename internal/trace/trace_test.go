@@ -37,9 +37,6 @@ func randomRecords(rng *rand.Rand, n int) []Record {
 		}
 		r.QueueWait = time.Duration(rng.Int64N(int64(time.Second)))
 		r.Estimated = r.CPU > 0 && rng.IntN(3) == 0
-		if r.CPU > 0 && rng.IntN(2) == 0 {
-			r.Service = r.CPU + time.Duration(rng.Int64N(int64(time.Second)))
-		}
 		recs[i] = r
 	}
 	return recs
@@ -89,7 +86,6 @@ func TestTheWriterRefusesWhatCannotBeRead(t *testing.T) {
 		{Class: 9, CPU: 1, Outcome: Served},
 		{Class: 1, Outcome: Served}, // ran, no CPU time
 		{Class: 1, CPU: -1},
-		{Class: 1, CPU: 1, Outcome: Served, Service: -1},
 		{Class: 1, CPU: 1, Key: strings.Repeat("k", MaxKeyBytes+1)},
 		{Class: 1, CPU: 1, Outcome: 17},
 	} {
@@ -152,7 +148,6 @@ func FuzzTrace(f *testing.F) {
 	f.Add(string(write(f, randomRecords(rand.New(rand.NewPCG(3, 4)), 5))))
 	f.Add("arrival_ms,class,cpu_ms,deadline_ms,kind\n0,interactive,2,50,small\n0.5,critical,0.1,,\n1,batch,20,,big\n")
 	f.Add("class,cpu_ms,arrival_ms,outcome,key\nbackground,1e3,1e-3,served,a\ninteractive,,2,gave-up,\n")
-	f.Add("arrival_ms,class,cpu_ms,service_ms\n0,interactive,2,3.5\n1,interactive,4,\n2,batch,1,0\n")
 	f.Fuzz(func(t *testing.T, in string) {
 		recs, _, err := Read(strings.NewReader(in))
 		if err != nil {
@@ -166,18 +161,4 @@ func FuzzTrace(f *testing.F) {
 			t.Fatalf("read %+v, wrote and read back %+v", recs, again)
 		}
 	})
-}
-
-// A service time over the CPU bound is refused with its line and column,
-// as a CPU time is: a replay would run that long.
-func TestAServiceTimeIsBoundedAsACPUTimeIs(t *testing.T) {
-	in := "arrival_ms,class,cpu_ms,service_ms\n0,interactive,2,3.5\n1,interactive,2,3600001000\n"
-	_, _, err := Read(strings.NewReader(in))
-	if err == nil || !strings.Contains(err.Error(), "line 3") || !strings.Contains(err.Error(), "service_ms") {
-		t.Fatalf("err %v: want line 3's service_ms refused", err)
-	}
-	recs, _, err := Read(strings.NewReader("arrival_ms,class,cpu_ms,service_ms\n0,interactive,2,3.5\n"))
-	if err != nil || recs[0].Service != 3500*time.Microsecond {
-		t.Fatalf("read %+v, %v: want a service time of 3.5 ms", recs, err)
-	}
 }

@@ -124,7 +124,7 @@ func (p *granted) run(j *job) {
 	if j.step > 0 {
 		d = min(d, j.step)
 	}
-	s.onCPU(j.rate())
+	s.onCPU(1)
 	s.pushCPU(d, evDone, j, 0)
 }
 
@@ -139,7 +139,7 @@ func (p *granted) Released() {
 func (p *granted) done(j *job) {
 	w := &j.w
 	j.left -= p.s.cpuNow() - j.from
-	p.s.onCPU(-j.rate())
+	p.s.onCPU(-1)
 	if j.left > 0 { // a Checkpoint
 		if p.g.Behind(j.Class, p.g.Rank(context.Background(), w)) || p.g.OverCommitted() {
 			period := admission.SlotPeriod{W: w, Slot: p.s.now - j.held, Weight: 1, Waited: j.queued}
@@ -202,7 +202,7 @@ func (p *fifo) arrive(j *job) {
 }
 
 func (p *fifo) done(j *job) {
-	p.s.onCPU(-j.rate())
+	p.s.onCPU(-1)
 	p.running--
 	for p.head < len(p.queue) && p.running < p.s.wl.Slots {
 		n := p.queue[p.head]
@@ -293,7 +293,7 @@ func (p *sliced) run(i int, j *job, slice int64) {
 	P := &p.ps[i]
 	j.from = p.s.cpuNow()
 	P.j, P.slice = j, slice
-	p.s.onCPU(j.rate())
+	p.s.onCPU(1)
 	p.arm(i)
 }
 
@@ -337,7 +337,7 @@ func (p *sliced) tick(gen uint64) {
 		return
 	}
 	P.j = nil
-	p.s.onCPU(-j.rate())
+	p.s.onCPU(-1)
 	if j.left <= 0 {
 		if j.loop >= 0 {
 			p.cont = i

@@ -40,10 +40,10 @@ type quotaState struct {
 	total     float64 // ns of CPU used in the periods before it
 	at        int64   // when used was last brought up to date
 	periodEnd int64
-	onCPU     float64 // the CPUs the running requests use now (each up to one)
-	frozen    bool    // the cgroup is throttled until periodEnd
-	freezeAt  int64   // when the current freeze began
-	frozenNs  int64   // the freezes' total before the current one
+	onCPU     int   // requests running now (each on a CPU)
+	frozen    bool  // the cgroup is throttled until periodEnd
+	freezeAt  int64 // when the current freeze began
+	frozenNs  int64 // the freezes' total before the current one
 	gen       uint64
 	// Throttled counts the periods that were throttled, Periods all of
 	// them (Result's figures).
@@ -85,16 +85,13 @@ func (s *sim) pushCPU(d int64, kind uint8, j *job, gen uint64) {
 	s.pushEvent(event{at: at + d, kind: kind, j: j, gen: gen, cpu: s.q.on})
 }
 
-// onCPU counts a request starting (+its rate) or stopping (-its rate)
-// to run: the share of a CPU it uses while it holds its slot.
-func (s *sim) onCPU(delta float64) {
+// onCPU counts a request starting (+1) or stopping (-1) to run.
+func (s *sim) onCPU(delta int) {
 	if !s.q.on {
 		return
 	}
 	s.account()
-	if s.q.onCPU += delta; s.q.onCPU < 1e-9 {
-		s.q.onCPU = 0 // the rates' sum back to none, without rounding's crumbs
-	}
+	s.q.onCPU += delta
 	s.armThrottle()
 }
 
@@ -102,7 +99,7 @@ func (s *sim) onCPU(delta float64) {
 func (s *sim) account() {
 	q := &s.q
 	if !q.frozen {
-		q.used += q.onCPU * float64(s.now-q.at)
+		q.used += float64(q.onCPU) * float64(s.now-q.at)
 	}
 	q.at = s.now
 }
@@ -115,7 +112,7 @@ func (s *sim) armThrottle() {
 	if q.frozen || q.onCPU == 0 {
 		return
 	}
-	at := s.now + int64(math.Ceil((q.quota-q.used)/q.onCPU))
+	at := s.now + int64(math.Ceil((q.quota-q.used)/float64(q.onCPU)))
 	if at < q.periodEnd {
 		s.push(max(at, s.now), evThrottle, nil, q.gen)
 	}

@@ -32,13 +32,9 @@ type Class = admission.Class
 
 // Request is one open-loop arrival.
 type Request struct {
-	At    time.Duration // arrival, from the workload's start
-	Class Class
-	CPU   time.Duration // slot time it takes once running (> 0)
-	// Work is the CPU time it uses while it holds its slot, for goodput
-	// and the quota; 0: CPU (all of it). It is less where the slot is
-	// held off the CPU too (a trace's service time over its CPU time).
-	Work     time.Duration
+	At       time.Duration // arrival, from the workload's start
+	Class    Class
+	CPU      time.Duration // slot time it takes once running (> 0)
 	Deadline time.Duration // the client gives up this long after arrival; 0: never
 	Kind     string        // a label the report groups by ("" : the class's name)
 	// Key is the request's key under cpuwork (WithKey: a tenant, a
@@ -121,8 +117,8 @@ func (w *Workload) Validate() error {
 		if err := checkClass(r.Class); err != nil {
 			return fmt.Errorf("request %d: %w", i+1, err)
 		}
-		if r.CPU <= 0 || r.At < 0 || r.Deadline < 0 || r.Work < 0 || r.Work > r.CPU {
-			return fmt.Errorf("request %d: arrival %v, CPU %v, work %v, deadline %v: CPU must be > 0, work at most CPU, the others >= 0", i+1, r.At, r.CPU, r.Work, r.Deadline)
+		if r.CPU <= 0 || r.At < 0 || r.Deadline < 0 {
+			return fmt.Errorf("request %d: arrival %v, CPU %v, deadline %v: CPU must be > 0, the others >= 0", i+1, r.At, r.CPU, r.Deadline)
 		}
 		if i > 0 && r.At < w.Requests[i-1].At {
 			return fmt.Errorf("request %d arrives at %v, before request %d (%v): the trace must be sorted by arrival", i+1, r.At, i, w.Requests[i-1].At)
@@ -176,18 +172,6 @@ const (
 	refused // by the policy: at the door, a full queue, at the head
 	expired // its client's deadline passed while it waited
 )
-
-// work is the CPU time j uses (Request.Work).
-func (j *job) work() time.Duration {
-	if j.Work > 0 {
-		return j.Work
-	}
-	return j.CPU
-}
-
-// rate is the share of a CPU j uses while it holds its slot (1 unless
-// its slot is held off the CPU too).
-func (j *job) rate() float64 { return float64(j.work()) / float64(j.CPU) }
 
 // job is one submission.
 type job struct {
@@ -348,7 +332,7 @@ func (e event) clock() bool {
 // start runs j from now for its CPU time.
 func (s *sim) start(j *job) {
 	j.start = s.now
-	s.onCPU(j.rate())
+	s.onCPU(1)
 	s.pushCPU(int64(j.CPU), evDone, j, 0)
 }
 
@@ -625,7 +609,7 @@ func (a *acc) add(j *job, dur float64, endBy int64) {
 		g.Makespan = max(g.Makespan, float64(j.end-origin)/1e9)
 		if g.Objective == 0 && j.end <= endBy || g.Objective > 0 && j.end-j.arrival <= int64(g.Objective) {
 			g.Within++
-			g.Goodput += j.work().Seconds() / dur
+			g.Goodput += j.CPU.Seconds() / dur
 		}
 	case refused:
 		g.Refused++

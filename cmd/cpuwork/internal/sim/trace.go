@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"slices"
 	"strings"
 	"time"
 
@@ -16,15 +15,9 @@ import (
 // internal/trace: a header naming its columns, then one request per line;
 // arrival_ms, class and cpu_ms required). The requests come back sorted
 // by arrival; a request that never ran where it was recorded (no cpu_ms)
-// is sized at the median CPU time of its class's requests that ran. A
-// request with a service time (service_ms) longer than its CPU time
-// holds its slot for the service time and does its CPU time of work
-// (Request.Work); where some of a class's requests have one, the others
-// are held for their CPU time times the class's median service over CPU
-// time (Trace.Ratio); a goroutine per request then holds a P for that
-// time too, its time off the CPU not modelled apart. An error names the
-// line and the column. The input is bounded as the trace package's Read
-// says (MaxTraceBytes, MaxLineBytes, ...).
+// is sized at the median CPU time of its class's requests that ran. An
+// error names the line and the column. The input is bounded as the trace
+// package's Read says (MaxTraceBytes, MaxLineBytes, ...).
 func ReadCSV(r io.Reader) ([]Request, error) {
 	t, err := ReadTrace(r)
 	return t.Requests, err
@@ -49,24 +42,6 @@ type Trace struct {
 	// Estimated counts the requests whose recorded CPU time is an
 	// estimate (cpu_estimated).
 	Estimated int
-	// WithService counts the requests with a recorded service time
-	// (service_ms): each holds its slot for it, its CPU time its work.
-	// Ratio is each class's median service time over CPU time among
-	// them (0: none of the class), by which the class's other requests
-	// are held.
-	WithService int
-	Ratio       [admission.NumClasses]float64
-}
-
-// ServiceRatios says each class's Ratio, for a note.
-func (t Trace) ServiceRatios() string {
-	var parts []string
-	for c, r := range t.Ratio {
-		if r > 0 {
-			parts = append(parts, fmt.Sprintf("%v %.2fx", admission.Class(c), r))
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 // ReadTrace is ReadCSV with what else the trace says (Trace).
@@ -83,26 +58,8 @@ func ReadTrace(r io.Reader) (Trace, error) {
 	t.Unsorted, t.Sized = unsorted, sized
 	t.Requests = make([]Request, len(recs))
 	var counts [admission.NumClasses]map[time.Duration]int
-	t.Ratio = serviceRatios(recs)
-	var held time.Duration
 	for i, q := range recs {
 		t.Requests[i] = Request{At: q.Arrival, Class: q.Class, CPU: q.CPU, Deadline: q.Deadline, Kind: q.Kind, Key: q.Key}
-		// A slot is held for the service time where it was recorded
-		// (off the CPU too), else for the CPU time times the class's
-		// ratio; the CPU time is the work either way.
-		r := &t.Requests[i]
-		switch {
-		case q.Service > q.CPU:
-			r.CPU, r.Work = q.Service, q.CPU
-			t.WithService++
-		case q.Service > 0:
-			t.WithService++
-		case t.Ratio[q.Class] > 1:
-			r.CPU, r.Work = min(time.Duration(float64(q.CPU)*t.Ratio[q.Class]), trace.MaxCPU), q.CPU
-		}
-		if held += r.CPU; held > MaxSpan {
-			return t, fmt.Errorf("request %d: the slot times (CPU times held by the class's service ratio) add up to more than %v", i+1, time.Duration(MaxSpan))
-		}
 		if q.Estimated {
 			t.Estimated++
 		}
@@ -125,25 +82,6 @@ func ReadTrace(r io.Reader) (Trace, error) {
 		}
 	}
 	return t, nil
-}
-
-// serviceRatios is each class's median service time over CPU time
-// among the records that have both (0: none of the class does).
-func serviceRatios(recs []trace.Record) [admission.NumClasses]float64 {
-	var by [admission.NumClasses][]float64
-	for _, q := range recs {
-		if q.Service > 0 && q.CPU > 0 {
-			by[q.Class] = append(by[q.Class], float64(q.Service)/float64(q.CPU))
-		}
-	}
-	var out [admission.NumClasses]float64
-	for c, v := range by {
-		if len(v) > 0 {
-			slices.Sort(v)
-			out[c] = v[len(v)/2]
-		}
-	}
-	return out
 }
 
 // The bounds of a trace (ReadCSV): the trace package's.
