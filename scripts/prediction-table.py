@@ -78,13 +78,20 @@ def t975(df):
     return T975[max(k for k in T975 if k <= df)]
 
 
+def servers(args):
+    """(server, path) for each SERVER=FILE argument."""
+    return [tuple(arg.partition("=")[::2]) for arg in args]
+
+
+def from_line(pairs):
+    return "From " + ", ".join(f"`{path}`" for _, path in pairs) + "."
+
+
 def refused(args, level):
     print("| server, condition | pairs | refused share, predicted - measured: mean | 95 % interval | within 1 point? |")
     print("|---|---|---|---|---|")
-    files = []
-    for arg in args:
-        server, _, path = arg.partition("=")
-        files.append(path)
+    pairs = servers(args)
+    for server, path in pairs:
         per = pace(path)
         for s in sections(path):
             m = LEVEL.search(s["cond"])
@@ -108,7 +115,7 @@ def refused(args, level):
             if s["cpus"]:
                 cond += f", `--cpus {s['cpus']}" + (" --throttle" if s["throttle"] else "") + "`"
             print(f"| {server}, {cond} | {n} | {mean:+.1f} | {lo:+.1f} to {hi:+.1f} | {verdict} |")
-    print("From " + ", ".join(f"`{f}`" for f in files) + ".")
+    print(from_line(pairs))
 
 
 def ms(v):
@@ -127,10 +134,8 @@ def main(args):
         return refused(args, level)
     print("| server, condition | goodput ratio cpuwork / best peer: predicted (geo-mean of 4) | measured (geo-mean; range of the 4 pairs) | cpuwork refused: predicted | measured | cpuwork p99 of served: predicted (median of the pairs) | measured (median; range) |")
     print("|---|---|---|---|---|---|---|")
-    files = []
-    for arg in args:
-        server, _, path = arg.partition("=")
-        files.append(path)
+    pairs = servers(args)
+    for server, path in pairs:
         secs = sections(path)
         for s in secs:
             if "pg" not in s or "pr" not in s:
@@ -144,7 +149,7 @@ def main(args):
             for c in (c for c in secs if c["cpus"] and c["cond"] == s["cond"]):
                 flags = f"--cpus {c['cpus']}" + (" --throttle" if c["throttle"] else "")
                 print(f"| same, `{flags}` | {c['pg']} | | {c['pr']} % | | {ms(c['pred_p99'])} | |")
-    print("From " + ", ".join(f"`{f}`" for f in files) + ".")
+    print(from_line(pairs))
 
 
 if __name__ == "__main__":
