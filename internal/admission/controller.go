@@ -18,7 +18,9 @@ import (
 // Its states, and what moves it between them:
 //
 //   - calm: nobody is refused for the queue (an arrival's latency target
-//     still is, by the Granter's estimate). Left for shedding when an
+//     still is, by the Granter's estimate, except a ctx deadline while
+//     the recent arrivals do not outrun the slots: queuesDeadlines).
+//     Left for shedding when an
 //     interval ends whose smallest granted queue wait stood above the
 //     target while its arrivals outran the slots, in the interval and
 //     over the recent intervals together (onset); left for overload
@@ -299,22 +301,48 @@ func (q *queueController) atOnce(r *reading) uint64 {
 	return 0
 }
 
+// soFar is the current interval up to r.t: the work its arrivals brought
+// (those that took a free slot at once at the class's average slot time),
+// the arrivals, what the slots could do (ns), the completions, and the
+// weight of the recent intervals' sums at r.t.
+func (q *queueController) soFar(r *reading) (offered, arrivals, capacity, done, decay float64) {
+	el := r.t - q.iv.start
+	offered, arrivals = float64(q.iv.offered), float64(q.iv.arrivals)
+	if n := q.atOnce(r); n > 0 {
+		offered += float64(int64(n) * r.avgSlot)
+		arrivals += float64(n)
+	}
+	capacity = float64(el) * r.slots
+	done = float64(r.completed - q.iv.completedAt)
+	decay = math.Exp(-float64(el) / float64(shedOnsetHorizon))
+	return offered, arrivals, capacity, done, decay
+}
+
+// queuesDeadlines reports whether an arrival whose due is its ctx
+// deadline queues without the door's estimate judging it: the class is
+// calm, and its recent intervals' arrivals, the current interval's so far
+// with them (r), brought no more work than the slots could do. Such an
+// arrival leaves the queue by itself at its deadline, and the head
+// refuses one that can no longer finish; below capacity the door's
+// estimate — a mean and a spread of run times not yet seen — refuses
+// requests a queue would have served in time. Before the first interval
+// has ended there is nothing recent to judge by: false.
+func (q *queueController) queuesDeadlines(r reading) bool {
+	if q.sheds() || q.sumCapacity == 0 {
+		return false
+	}
+	offered, _, capacity, _, decay := q.soFar(&r)
+	return q.sumOffered*decay+offered <= q.sumCapacity*decay+capacity
+}
+
 // earlyOnset starts the shedding before the interval ends when the
 // interval so far (a quarter of it at least) and the recent intervals
 // with it outran the slots earlyOutrun times; it reports whether it did.
 func (q *queueController) earlyOnset(r reading) bool {
-	el := r.t - q.iv.start
-	if q.sheds() || el < intervalLen(r.avgSlot)/4 {
+	if q.sheds() || r.t-q.iv.start < intervalLen(r.avgSlot)/4 {
 		return false
 	}
-	offered, arrivals := float64(q.iv.offered), float64(q.iv.arrivals)
-	if n := q.atOnce(&r); n > 0 {
-		offered += float64(int64(n) * r.avgSlot)
-		arrivals += float64(n)
-	}
-	capacity := float64(el) * r.slots
-	done := float64(r.completed - q.iv.completedAt)
-	decay := math.Exp(-float64(el) / float64(shedOnsetHorizon))
+	offered, arrivals, capacity, done, decay := q.soFar(&r)
 	if outrun, sustained := q.outrun(earlyOutrun, offered, capacity, arrivals, done, decay); !outrun || !sustained {
 		return false
 	}

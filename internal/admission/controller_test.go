@@ -289,6 +289,37 @@ func TestTheControllersEarlyOnset(t *testing.T) {
 	}
 }
 
+// A calm class leaves a ctx deadline to the queue while its recent
+// arrivals, the current interval's with them, brought no more work than
+// the slots could do; not before an interval has ended, not once they
+// outran the slots, never while it sheds.
+func TestACalmClassLeavesCtxDeadlinesToTheQueueWhileTheSlotsKeepUp(t *testing.T) {
+	for _, c := range []struct {
+		what                             string
+		mode                             doorMode
+		el                               time.Duration
+		offered, sumOffered, sumCapacity float64 // ms, one slot
+		want                             bool
+	}{
+		{"no interval ended yet", calm, 40 * time.Millisecond, 10, 0, 0, false},
+		{"at 0.8 of the slot", calm, 40 * time.Millisecond, 32, 400, 500, true},
+		{"0.8 before, 2x in the last 40 ms: 449 of 502 ms", calm, 40 * time.Millisecond, 80, 400, 500, true},
+		{"0.8 before, 2x for the last 100 ms", calm, 100 * time.Millisecond, 200, 400, 500, false},
+		{"outran before, calm now", calm, 40 * time.Millisecond, 20, 600, 500, false},
+		{"shedding at 0.8", shedding, 40 * time.Millisecond, 32, 400, 500, false},
+		{"overload", overload, 40 * time.Millisecond, 32, 400, 500, false},
+	} {
+		q := newQueueController(10*ms, 0)
+		q.mode = c.mode
+		q.offer(int64(c.offered*float64(ms)), true)
+		q.sumOffered, q.sumCapacity = c.sumOffered*float64(ms), c.sumCapacity*float64(ms)
+		r := reading{t: int64(c.el), avgSlot: 10 * ms, slots: 1}
+		if got := q.queuesDeadlines(r); got != c.want {
+			t.Errorf("%s: leaves ctx deadlines to the queue %v, want %v", c.what, got, c.want)
+		}
+	}
+}
+
 // The standing queue's slot time per completion: measured in an interval
 // whose queue stood above the target, net of the other classes' slot
 // time on the same slots, and forgotten two intervals later.

@@ -22,7 +22,10 @@ import (
 //     queue wait, plus doorSpread times that estimate's spread, plus its
 //     own expected run time (ownRun) end past its due, and it has a ctx
 //     deadline or its class's late budget is spent (the error also wraps
-//     ErrDeadline).
+//     ErrDeadline). A ctx deadline is judged so only while its class
+//     sheds or its recent arrivals outran the slots
+//     (queueController.queuesDeadlines); else the task queues, leaves at
+//     its deadline, and the head refuses it once it cannot finish.
 //
 // At the head of its queue a task is refused, with the same kinds of
 // error, when it would now end past its due (lateLocked) or is the
@@ -391,7 +394,8 @@ func (g *Granter) meanWaitLocked(w *Waiter, t int64) (wait int64, ahead int) {
 // class's late budget here, and one expected late is let in while the
 // budget lasts.
 func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool) error {
-	if w.target == targetNone || g.slots <= 0 {
+	if w.target == targetNone || g.slots <= 0 ||
+		w.target == targetDeadline && g.shed[w.class].queuesDeadlines(g.readLocked(w.class, t)) {
 		return nil
 	}
 	wait, ahead := g.meanWaitLocked(w, t)

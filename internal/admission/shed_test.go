@@ -872,3 +872,50 @@ func TestAClasssFirstIntervalStartsWithItsGranter(t *testing.T) {
 		t.Error("8 arrivals of 10 ms at the Granter's first instant started a shedding: its first interval was taken to start before the Granter")
 	}
 }
+
+// A ctx deadline the door's estimate says will be missed queues in a
+// calm class whose recent arrivals the slots kept up with (it leaves at
+// its deadline by itself), and is refused at the door once they outran
+// the slots.
+func TestACtxDeadlineQueuesWhileTheSlotsKeepUpAndIsRefusedOnceOutrun(t *testing.T) {
+	for _, outran := range []bool{false, true} {
+		e := newExec(t, Options{Slots: 1})
+		release := sync.OnceFunc(hold(t, e, 1))
+		e.stats[Interactive].AvgSlotNs.Store(int64(10 * time.Millisecond))
+		noop := func(context.Context) error { return nil }
+		ctx := context.Background()
+		var tasks []*testTask
+		for range 5 { // 50 ms queued ahead of a 20 ms deadline
+			tk, err := e.Go(WithTarget(ctx, Target{Service: 10 * time.Millisecond}), Interactive, noop)
+			if err != nil {
+				t.Fatal(err)
+			}
+			tasks = append(tasks, tk)
+		}
+		e.g.lock()
+		st := &e.g.shed[Interactive]
+		st.mode, st.iv.start, st.iv.offered = calm, now(), 0
+		st.sumOffered, st.sumCapacity = float64(400*ms), float64(500*ms)
+		if outran {
+			st.sumOffered = float64(600 * ms)
+		}
+		e.g.unlock()
+		dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		tk, err := e.Go(dctx, Interactive, noop)
+		switch {
+		case outran && (err == nil || !errors.Is(err, ErrDeadline)):
+			t.Errorf("after the arrivals outran the slots: %v, want a refusal wrapping ErrDeadline", err)
+		case !outran && err != nil:
+			t.Errorf("while the slots kept up: refused (%v), want queued", err)
+		case !outran:
+			if werr := tk.Wait(ctx); !errors.Is(werr, context.DeadlineExceeded) {
+				t.Errorf("the queued task ended with %v, want its deadline", werr)
+			}
+		}
+		cancel()
+		release()
+		for _, tk := range tasks {
+			tk.Wait(ctx)
+		}
+	}
+}
