@@ -17,10 +17,9 @@ import (
 //
 // Its states, and what moves it between them:
 //
-//   - calm: nobody is refused for the queue (an arrival's latency target
-//     still is, by the Granter's estimate, except a ctx deadline while
-//     the recent arrivals do not outrun the slots: queuesDeadlines).
-//     Left for shedding when an
+//   - calm: nobody is refused for the queue; an arrival's latency target
+//     is judged by the Granter's estimate only once the recent arrivals
+//     outrun the slots (queuesUnjudged). Left for shedding when an
 //     interval ends whose smallest granted queue wait stood above the
 //     target while its arrivals outran the slots, in the interval and
 //     over the recent intervals together (onset); left for overload
@@ -318,16 +317,18 @@ func (q *queueController) soFar(r *reading) (offered, arrivals, capacity, done, 
 	return offered, arrivals, capacity, done, decay
 }
 
-// queuesDeadlines reports whether an arrival whose due is its ctx
-// deadline queues without the door's estimate judging it: the class is
-// calm, and its recent intervals' arrivals, the current interval's so far
-// with them (r), brought no more work than the slots could do. Such an
-// arrival leaves the queue by itself at its deadline, and the head
-// refuses one that can no longer finish; below capacity the door's
-// estimate — a mean and a spread of run times not yet seen — refuses
-// requests a queue would have served in time. Before the first interval
-// has ended there is nothing recent to judge by: false.
-func (q *queueController) queuesDeadlines(r reading) bool {
+// queuesUnjudged reports whether an arrival with a latency target queues
+// without the door's estimate judging it: the class is calm, and its
+// recent intervals' arrivals, the current interval's so far with them
+// (r), brought no more work than the slots could do. The head judges
+// such an arrival instead, with its wait known: it refuses one that can
+// no longer finish (by a ctx deadline, or an objective past the late
+// budget), and a ctx deadline takes it out of the queue by itself. Below
+// capacity the door's estimate — a mean and a spread of run times not
+// yet seen — refuses requests a queue would have served in time. Before
+// the first interval has ended there is nothing recent to judge by:
+// false.
+func (q *queueController) queuesUnjudged(r reading) bool {
 	if q.sheds() || q.sumCapacity == 0 {
 		return false
 	}

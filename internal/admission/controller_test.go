@@ -289,11 +289,11 @@ func TestTheControllersEarlyOnset(t *testing.T) {
 	}
 }
 
-// A calm class leaves a ctx deadline to the queue while its recent
+// A calm class leaves a latency target to the head while its recent
 // arrivals, the current interval's with them, brought no more work than
 // the slots could do; not before an interval has ended, not once they
 // outran the slots, never while it sheds.
-func TestACalmClassLeavesCtxDeadlinesToTheQueueWhileTheSlotsKeepUp(t *testing.T) {
+func TestACalmClassLeavesLatencyTargetsToTheHeadWhileTheSlotsKeepUp(t *testing.T) {
 	for _, c := range []struct {
 		what                             string
 		mode                             doorMode
@@ -314,8 +314,8 @@ func TestACalmClassLeavesCtxDeadlinesToTheQueueWhileTheSlotsKeepUp(t *testing.T)
 		q.offer(int64(c.offered*float64(ms)), true)
 		q.sumOffered, q.sumCapacity = c.sumOffered*float64(ms), c.sumCapacity*float64(ms)
 		r := reading{t: int64(c.el), avgSlot: 10 * ms, slots: 1}
-		if got := q.queuesDeadlines(r); got != c.want {
-			t.Errorf("%s: leaves ctx deadlines to the queue %v, want %v", c.what, got, c.want)
+		if got := q.queuesUnjudged(r); got != c.want {
+			t.Errorf("%s: leaves targets to the head %v, want %v", c.what, got, c.want)
 		}
 	}
 }

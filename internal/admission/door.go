@@ -22,10 +22,10 @@ import (
 //     queue wait, plus doorSpread times that estimate's spread, plus its
 //     own expected run time (ownRun) end past its due, and it has a ctx
 //     deadline or its class's late budget is spent (the error also wraps
-//     ErrDeadline). A ctx deadline is judged so only while its class
-//     sheds or its recent arrivals outran the slots
-//     (queueController.queuesDeadlines); else the task queues, leaves at
-//     its deadline, and the head refuses it once it cannot finish.
+//     ErrDeadline). A target is judged so only while its class sheds or
+//     its recent arrivals outran the slots
+//     (queueController.queuesUnjudged); else the task queues and the
+//     head judges it.
 //
 // At the head of its queue a task is refused, with the same kinds of
 // error, when it would now end past its due (lateLocked) or is the
@@ -392,10 +392,11 @@ func (g *Granter) meanWaitLocked(w *Waiter, t int64) (wait int64, ahead int) {
 //
 // A task whose due comes only from objectives takes one sample of its
 // class's late budget here, and one expected late is let in while the
-// budget lasts.
+// budget lasts. While its class leaves targets to the head
+// (queueController.queuesUnjudged) nothing is judged here.
 func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool) error {
 	if w.target == targetNone || g.slots <= 0 ||
-		w.target == targetDeadline && g.shed[w.class].queuesDeadlines(g.readLocked(w.class, t)) {
+		g.shed[w.class].queuesUnjudged(g.readLocked(w.class, t)) {
 		return nil
 	}
 	wait, ahead := g.meanWaitLocked(w, t)

@@ -873,19 +873,23 @@ func TestAClasssFirstIntervalStartsWithItsGranter(t *testing.T) {
 	}
 }
 
-// A ctx deadline the door's estimate says will be missed queues in a
-// calm class whose recent arrivals the slots kept up with (it leaves at
-// its deadline by itself), and is refused at the door once they outran
-// the slots.
-func TestACtxDeadlineQueuesWhileTheSlotsKeepUpAndIsRefusedOnceOutrun(t *testing.T) {
-	for _, outran := range []bool{false, true} {
+// A latency target the door's estimate says will be missed — a ctx
+// deadline, or an objective once the late budget is spent — queues in a
+// calm class whose recent arrivals the slots kept up with (the head
+// judges it, and a deadline takes it out by itself), and is refused at
+// the door once they outran the slots.
+func TestALatencyTargetQueuesWhileTheSlotsKeepUpAndIsRefusedOnceOutrun(t *testing.T) {
+	for _, c := range []struct {
+		kind   string
+		outran bool
+	}{{"deadline", false}, {"deadline", true}, {"objective", false}, {"objective", true}} {
 		e := newExec(t, Options{Slots: 1})
 		release := sync.OnceFunc(hold(t, e, 1))
 		e.stats[Interactive].AvgSlotNs.Store(int64(10 * time.Millisecond))
 		noop := func(context.Context) error { return nil }
 		ctx := context.Background()
 		var tasks []*testTask
-		for range 5 { // 50 ms queued ahead of a 20 ms deadline
+		for range 5 { // 50 ms queued ahead of a 20 ms target
 			tk, err := e.Go(WithTarget(ctx, Target{Service: 10 * time.Millisecond}), Interactive, noop)
 			if err != nil {
 				t.Fatal(err)
@@ -896,24 +900,36 @@ func TestACtxDeadlineQueuesWhileTheSlotsKeepUpAndIsRefusedOnceOutrun(t *testing.
 		st := &e.g.shed[Interactive]
 		st.mode, st.iv.start, st.iv.offered = calm, now(), 0
 		st.sumOffered, st.sumCapacity = float64(400*ms), float64(500*ms)
-		if outran {
+		if c.outran {
 			st.sumOffered = float64(600 * ms)
 		}
+		e.g.lateShare[Interactive] = 2 * lateBudget // spent: an objective expected late is refused
 		e.g.unlock()
-		dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
-		tk, err := e.Go(dctx, Interactive, noop)
+		tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		if c.kind == "objective" {
+			cancel()
+			tctx, cancel = WithTarget(ctx, Target{Latency: 20 * time.Millisecond}), func() {}
+		}
+		tk, err := e.Go(tctx, Interactive, noop)
 		switch {
-		case outran && (err == nil || !errors.Is(err, ErrDeadline)):
-			t.Errorf("after the arrivals outran the slots: %v, want a refusal wrapping ErrDeadline", err)
-		case !outran && err != nil:
-			t.Errorf("while the slots kept up: refused (%v), want queued", err)
-		case !outran:
+		case c.outran && (err == nil || !errors.Is(err, ErrDeadline)):
+			t.Errorf("%s, after the arrivals outran the slots: %v, want a refusal wrapping ErrDeadline", c.kind, err)
+		case !c.outran && err != nil:
+			t.Fatalf("%s, while the slots kept up: refused (%v), want queued", c.kind, err)
+		case !c.outran && c.kind == "deadline":
 			if werr := tk.Wait(ctx); !errors.Is(werr, context.DeadlineExceeded) {
 				t.Errorf("the queued task ended with %v, want its deadline", werr)
 			}
 		}
-		cancel()
 		release()
+		if !c.outran && c.kind == "objective" {
+			// Served, or refused at the head once it could not finish:
+			// either way it ends.
+			if werr := tk.Wait(ctx); werr != nil && !errors.Is(werr, ErrDeadline) {
+				t.Errorf("the queued objective task ended with %v", werr)
+			}
+		}
+		cancel()
 		for _, tk := range tasks {
 			tk.Wait(ctx)
 		}
