@@ -51,8 +51,10 @@
 //     at a Checkpoint to a waiter of its class that is due earlier, and
 //     queues again at its own due: a large request split into parts keeps
 //     its place in line. A task that can no longer meet its target is
-//     refused (ErrDeadline, wrapped with ErrSaturated) at the door or at
-//     the head of the queue instead of being served late: always past a
+//     refused (ErrDeadline, wrapped with ErrSaturated) at the door — while
+//     its class sheds or its recent arrivals outrun the slots; otherwise
+//     it queues and the head decides — or at the head of the queue
+//     instead of being served late: always past a
 //     ctx deadline; past an objective (WithTarget, ClassOptions.LatencyTarget)
 //     once its class's late budget is spent, about 1 % of its queued
 //     objective tasks being let through late (a p99 target's share), so

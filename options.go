@@ -124,9 +124,11 @@ type ClassOptions struct {
 	// submission; 0 (the default) is none. Waiting tasks of a class are
 	// served earliest due first, a task's due being its arrival plus the
 	// smallest of this, its WithTarget latency and its ctx deadline (its
-	// arrival without any: FIFO). A task that would queue past its due, or
-	// reaches the head with less time left than its expected run time, is
-	// refused with an error wrapping ErrSaturated and ErrDeadline, except
+	// arrival without any: FIFO). A task that would queue past its due
+	// (judged on arrival while its class sheds or its recent arrivals
+	// outrun the slots; otherwise it queues), or reaches the head with
+	// less time left than its expected run time, is refused with an error
+	// wrapping ErrSaturated and ErrDeadline, except
 	// that about 1 % of a class's queued objective tasks are let through
 	// late instead (ClassStats.AdmittedLate; a ctx deadline is never
 	// overrun). Negative values make New fail.

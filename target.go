@@ -42,9 +42,11 @@ func WithTarget(ctx context.Context, t Target) context.Context {
 // ErrDeadline is wrapped, beside ErrSaturated, by the error of a task
 // refused because it could no longer meet its latency target (WithTarget,
 // its ctx deadline, ClassOptions.LatencyTarget): at the door, when the work
-// queued ahead of it and its own expected run time end past its due; or
-// at the head of the queue, when less time is left than its expected run
-// time (for an objective, once its class's late budget is spent).
+// queued ahead of it and its own expected run time end past its due (judged
+// there while its class sheds or its recent arrivals outrun the slots;
+// otherwise the task queues); or at the head of the queue, when less time
+// is left than its expected run time (for an objective, once its class's
+// late budget is spent).
 // errors.Is(err, ErrDeadline) tells it apart from a full queue.
 var ErrDeadline = admission.ErrDeadline
 
