@@ -889,8 +889,11 @@ func TestALatencyTargetQueuesWhileTheSlotsKeepUpAndIsRefusedOnceOutrun(t *testin
 		noop := func(context.Context) error { return nil }
 		ctx := context.Background()
 		var tasks []*testTask
-		for range 5 { // 50 ms queued ahead of a 20 ms target
-			tk, err := e.Go(WithTarget(ctx, Target{Service: 10 * time.Millisecond}), Interactive, noop)
+		// 500 ms queued ahead of a 300 ms target: refused by the
+		// estimate, with room for a slow machine before the target
+		// passes or the interval ends.
+		for range 5 {
+			tk, err := e.Go(WithTarget(ctx, Target{Service: 100 * time.Millisecond}), Interactive, noop)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -901,14 +904,14 @@ func TestALatencyTargetQueuesWhileTheSlotsKeepUpAndIsRefusedOnceOutrun(t *testin
 		st.mode, st.iv.start, st.iv.offered = calm, now(), 0
 		st.sumOffered, st.sumCapacity = float64(400*ms), float64(500*ms)
 		if c.outran {
-			st.sumOffered = float64(600 * ms)
+			st.sumOffered = float64(1000 * ms) // still outran after an interval of no arrivals
 		}
 		e.g.lateShare[Interactive] = 2 * lateBudget // spent: an objective expected late is refused
 		e.g.unlock()
-		tctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 		if c.kind == "objective" {
 			cancel()
-			tctx, cancel = WithTarget(ctx, Target{Latency: 20 * time.Millisecond}), func() {}
+			tctx, cancel = WithTarget(ctx, Target{Latency: 300 * time.Millisecond}), func() {}
 		}
 		tk, err := e.Go(tctx, Interactive, noop)
 		switch {
