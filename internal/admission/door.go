@@ -113,7 +113,7 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(q.target), why, time.Duration(wait).Round(time.Microsecond))}
 		}
 	}
-	if err := g.doorLocked(ctx, w, t, peek); err != nil {
+	if err := g.doorLocked(w, t, peek); err != nil {
 		if peek {
 			g.offerLocked(w)
 		}
@@ -278,8 +278,8 @@ const (
 // again at the head. In overload most arrivals are expected late,
 // the budget is spent at once and refusals keep the queue at the
 // objective, as without it. A ctx deadline is a promise: a task expected
-// to end past its ctx deadline is always refused (at the door; at the
-// head, one whose deadline is its earliest due). The share is a moving
+// to end past its ctx deadline is always refused, at the door and at the
+// head, whether or not an objective comes before it. The share is a moving
 // average with weight 1/1024 per queued objective task (each door pass
 // counts one, a late pass at the head one more), in 1/2^24: after a
 // fresh start or a long on-time stretch about ten late tasks in a row go
@@ -312,14 +312,19 @@ func (g *Granter) lateRoomLocked(c Class) bool { return g.lateShare[c] < lateBud
 
 // lateLocked reports whether w, at the head of its class at time t, is
 // to be refused: less time is left than its expected run time (it would
-// end past its due), and its due is its ctx deadline or its class's late
+// end past its due), and its due is its ctx deadline, or it would end
+// past a ctx deadline later than its objective, or its class's late
 // budget is spent. Only submissions that have a target and never ran are
 // refused: a late large request would delay every small one behind it.
 func (g *Granter) lateLocked(w *Waiter, t int64) bool {
-	if w.target == targetNone || w.started || w.requeued || w.kind == KindHelper || t+g.ownRun(w, g.queues[w.class].n == 0) <= w.due {
+	if w.target == targetNone || w.started || w.requeued || w.kind == KindHelper {
 		return false
 	}
-	return w.target == targetDeadline || !g.lateOKLocked(w.class, true)
+	end := t + g.ownRun(w, g.queues[w.class].n == 0)
+	if end <= w.due {
+		return false
+	}
+	return w.target == targetDeadline || w.hard != 0 && end > w.hard || !g.lateOKLocked(w.class, true)
 }
 
 // refuseLocked takes w, just out of the queue at t, out for good with an error
@@ -394,7 +399,7 @@ func (g *Granter) meanWaitLocked(w *Waiter, t int64) (wait int64, ahead int) {
 // class's late budget here, and one expected late is let in while the
 // budget lasts. While its class leaves targets to the head
 // (queueController.queuesUnjudged) nothing is judged here.
-func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool) error {
+func (g *Granter) doorLocked(w *Waiter, t int64, peek bool) error {
 	if w.target == targetNone || g.slots <= 0 ||
 		g.shed[w.class].queuesUnjudged(g.readLocked(w.class, t)) {
 		return nil
@@ -413,7 +418,7 @@ func (g *Granter) doorLocked(ctx context.Context, w *Waiter, t int64, peek bool)
 	end := t + wait + own
 	late := end > w.due
 	if w.target == targetObjective {
-		if dl, ok := ctx.Deadline(); ok && end > int64(dl.Sub(epoch)) {
+		if w.hard != 0 && end > w.hard {
 			late = true // past its ctx deadline too: no budget for that
 		} else if peek {
 			if !late || g.lateRoomLocked(w.class) {

@@ -68,9 +68,10 @@ const (
 
 // dueOf returns the due (in g.now() nanoseconds) of a task of class c
 // submitted with ctx that arrived at arrival (0: not known, a task
-// admitted on the fast path), where it comes from, and the expected run
-// time given with it (0: none).
-func (g *Granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64, target targetKind, service int64) {
+// admitted on the fast path), where it comes from, the expected run
+// time given with it (0: none), and its ctx deadline when that is later
+// than an objective due (hard; 0: none).
+func (g *Granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64, target targetKind, service, hard int64) {
 	due = math.MaxInt64
 	var objective int64 // the latency the due allows from arrival
 	if tv, ok := ctx.Value(targetKey{}).(*targetVal); ok {
@@ -87,6 +88,8 @@ func (g *Granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64,
 		if arrival != 0 {
 			objective = due - arrival
 		}
+	} else if ok && target == targetObjective {
+		hard = int64(dl.Sub(epoch))
 	}
 	if objective > 0 {
 		g.noteObjective(objective)
@@ -99,7 +102,7 @@ func (g *Granter) dueOf(ctx context.Context, c Class, arrival int64) (due int64,
 			due = math.MinInt64
 		}
 	}
-	return due, target, service
+	return due, target, service, hard
 }
 
 // noteObjective folds the latency a queued task's due allows (ns) into
@@ -128,7 +131,7 @@ func (g *Granter) Rank(ctx context.Context, w *Waiter) int64 {
 // arrived at arrival (0 if unknown).
 func (g *Granter) setDue(ctx context.Context, w *Waiter, arrival int64) {
 	if !w.dueSet {
-		w.due, w.target, w.declared = g.dueOf(ctx, w.class, arrival)
+		w.due, w.target, w.declared, w.hard = g.dueOf(ctx, w.class, arrival)
 		w.rank = w.due
 		w.work = g.scaledService(w.class, w.declared)
 		w.dueSet = true

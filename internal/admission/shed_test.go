@@ -938,3 +938,36 @@ func TestALatencyTargetQueuesWhileTheSlotsKeepUpAndIsRefusedOnceOutrun(t *testin
 		}
 	}
 }
+
+// An objective task whose ctx deadline is later than its objective, left
+// to the head by a calm class, is refused at the head once it can no
+// longer finish by that ctx deadline, even while the late budget has
+// room: the budget lets an objective be missed, never a ctx deadline.
+func TestTheHeadRefusesAnObjectiveTaskThatWouldEndPastItsCtxDeadline(t *testing.T) {
+	e := newExec(t, Options{Slots: 1})
+	release := sync.OnceFunc(hold(t, e, 1))
+	defer release()
+	e.g.lock()
+	st := &e.g.shed[Interactive]
+	st.mode, st.iv.start, st.iv.offered = calm, now(), 0
+	st.sumOffered, st.sumCapacity = float64(400*ms), float64(5000*ms) // the slots keep up, its own 2 s too: the door leaves it to the head
+	e.g.unlock()
+	ctx := context.Background()
+	// Its objective (50 ms) passes first; its ctx deadline (1 s) is
+	// earlier than its expected run time (2 s) from now.
+	dctx, cancel := context.WithTimeout(WithTarget(ctx, Target{Latency: 50 * time.Millisecond, Service: 2 * time.Second}), time.Second)
+	defer cancel()
+	var ran atomic.Bool
+	tk, err := e.Go(dctx, Interactive, func(context.Context) error { ran.Store(true); return nil })
+	if err != nil {
+		t.Fatalf("refused at the door (%v), want queued: the calm class leaves it to the head", err)
+	}
+	release()
+	werr := tk.Wait(ctx)
+	if ran.Load() {
+		t.Fatalf("it ran (ended with %v), expected to end 1 s past its ctx deadline: want refused at the head", werr)
+	}
+	if !errors.Is(werr, ErrDeadline) && !errors.Is(werr, context.DeadlineExceeded) {
+		t.Errorf("it ended with %v, want a refusal wrapping ErrDeadline", werr)
+	}
+}

@@ -61,7 +61,11 @@ type Waiter struct {
 	// (WithTarget or ClassOptions.LatencyTarget: a Waiter expected to miss it
 	// is refused beyond the class's late budget) or a ctx deadline (one
 	// expected to miss its due is always refused); order.go.
-	target   targetKind
+	target targetKind
+	// hard is the ctx deadline of a Waiter whose due is an objective
+	// earlier than it, ns (0: none): the late budget lets the objective
+	// be missed, never this (door.go).
+	hard     int64
 	dueSet   bool
 	requeued bool // a running task that yielded at a Checkpoint
 	// started is set, under the executor's lock, when w is first granted
