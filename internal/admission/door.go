@@ -36,15 +36,60 @@ import (
 
 // shedError is a refusal that says why, with the numbers it was decided
 // on; it wraps ErrSaturated, and ErrDeadline when a latency target could
-// not be met.
+// not be met. It keeps the numbers and writes its text only when read:
+// a refusal costs no formatting under the lock.
 type shedError struct {
 	class    Class
 	deadline bool
-	reason   string
+	rule     shedRule
+	// The numbers the rule was decided on: durations in ns (ahead: tasks;
+	// held: the standing limit's held share, 1 when not held).
+	target, wait, own, left int64
+	ahead                   int
+	held                    float64
 }
 
+// shedRule is the rule that refused a task.
+type shedRule uint8
+
+const (
+	shedSpent    shedRule = iota // the CPU budget spent, no slot free
+	shedStanding                 // a standing queue above its wait target (auto: the derived target)
+	shedStandingAuto
+	shedBacklog  // the backlog of a severe overload, at the head
+	shedNoLonger // at the head: its latency target can no longer be met
+	shedLate     // at the door: the estimate ends past its latency target
+)
+
 func (e *shedError) Error() string {
-	return fmt.Sprintf("cpuwork: %s task shed: %s", e.class, e.reason)
+	return "cpuwork: " + e.class.String() + " task shed: " + e.reason()
+}
+
+// us is d rounded to the microsecond, as a refusal prints it.
+func us(d int64) time.Duration { return time.Duration(d).Round(time.Microsecond) }
+
+func (e *shedError) reason() string {
+	switch e.rule {
+	case shedSpent:
+		return "it sheds while the CPU budget is spent (the quota, not the slots, bounds the work): it holds no queue, and no slot was free"
+	case shedStanding, shedStandingAuto:
+		why := "ClassOptions.MaxQueueWait"
+		if e.rule == shedStandingAuto {
+			why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
+			if e.held < 1 {
+				why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", e.held)
+			}
+		}
+		return fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(e.target), why, us(e.wait))
+	case shedBacklog:
+		return fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval and it has waited %v, more than %d times the target",
+			time.Duration(e.target), us(e.wait), backlogWaits)
+	case shedNoLonger:
+		return fmt.Sprintf("its latency target can no longer be met: %v left, expected run time %v", us(e.left), us(e.own))
+	default:
+		return fmt.Sprintf("its latency target is in %v but the estimated queue wait is %v (%d tasks ahead) and its expected run time %v",
+			us(e.left), us(e.wait), e.ahead, us(e.own))
+	}
 }
 
 func (e *shedError) Unwrap() []error {
@@ -101,16 +146,13 @@ func (g *Granter) queueAdmitLocked(ctx context.Context, w *Waiter, t int64, peek
 			s.Rejected.Add(1)
 			s.Shed.Add(1)
 			if spent {
-				return &shedError{class: c, reason: "it sheds while the CPU budget is spent (the quota, not the slots, bounds the work): it holds no queue, and no slot was free"}
+				return &shedError{class: c, rule: shedSpent}
 			}
-			why := "ClassOptions.MaxQueueWait"
+			e := &shedError{class: c, rule: shedStanding, target: q.target, wait: wait, held: 1}
 			if q.auto {
-				why = fmt.Sprintf("%d slot times of the class, within 1/%d and 1/2 of the latency target; refused above %d times it", serviceQueue, standingShare, standingPeak)
-				if h := q.holdShare(); h < 1 {
-					why += fmt.Sprintf(", held at %.3g of that while the slots stay busy without more queue", h)
-				}
+				e.rule, e.held = shedStandingAuto, q.holdShare()
 			}
-			return &shedError{class: c, reason: fmt.Sprintf("its queue has stood above the queue-wait target %v for an interval (%s) and its estimated wait is %v", time.Duration(q.target), why, time.Duration(wait).Round(time.Microsecond))}
+			return e
 		}
 	}
 	if err := g.doorLocked(w, t, peek); err != nil {
@@ -251,9 +293,7 @@ func (g *Granter) markShedLocked(c Class) {
 func (g *Granter) shedBacklogLocked(w *Waiter, t int64) {
 	q := &g.shed[w.class]
 	q.iv.refused++
-	g.refuseWithLocked(w, &shedError{class: w.class, reason: fmt.Sprintf(
-		"its queue has stood above the queue-wait target %v for an interval and it has waited %v, more than %d times the target",
-		time.Duration(q.target), time.Duration(t-w.enq).Round(time.Microsecond), backlogWaits)})
+	g.refuseWithLocked(w, &shedError{class: w.class, rule: shedBacklog, target: q.target, wait: t - w.enq})
 }
 
 // Background starvation guard: Background is served only when no other
@@ -331,10 +371,8 @@ func (g *Granter) lateLocked(w *Waiter, t int64) bool {
 // wrapping ErrSaturated and ErrDeadline: a blocked caller is woken
 // without a slot, a task fails after the lock is released (unlockAndWake).
 func (g *Granter) refuseLocked(w *Waiter, t int64) {
-	left := time.Duration(w.due - t)
-	g.refuseWithLocked(w, &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
-		"its latency target can no longer be met: %v left, expected run time %v", left.Round(time.Microsecond),
-		time.Duration(g.ownRun(w, g.queues[w.class].n == 0)).Round(time.Microsecond))})
+	g.refuseWithLocked(w, &shedError{class: w.class, deadline: true, rule: shedNoLonger,
+		left: w.due - t, own: g.ownRun(w, g.queues[w.class].n == 0)})
 }
 
 // refuseWithLocked takes w, just out of the queue, out for good with err
@@ -434,8 +472,5 @@ func (g *Granter) doorLocked(w *Waiter, t int64, peek bool) error {
 	if !late {
 		return nil
 	}
-	return &shedError{class: w.class, deadline: true, reason: fmt.Sprintf(
-		"its latency target is in %v but the estimated queue wait is %v (%d tasks ahead) and its expected run time %v",
-		time.Duration(w.due-t).Round(time.Microsecond), time.Duration(wait).Round(time.Microsecond), ahead,
-		time.Duration(own).Round(time.Microsecond))}
+	return &shedError{class: w.class, deadline: true, rule: shedLate, left: w.due - t, wait: wait, ahead: ahead, own: own}
 }
