@@ -456,6 +456,7 @@ func (m *Matrix) runCell(c Cell) (CellResult, error) {
 			return CellResult{}, fmt.Errorf("%v, %s: %w", c, name, err)
 		}
 		cr.Results[name] = figures(s, c)
+		s.recycle()
 	}
 	best := -1.0
 	for _, name := range m.Policies {
@@ -475,7 +476,8 @@ func figures(s *sim, c Cell) PolicyFigures {
 	var f PolicyFigures
 	obj := int64(s.wl.Objective[admission.Interactive])
 	dur := s.wl.Duration.Seconds()
-	var lats, all []float64
+	lats := make([]float64, 0, len(s.jobs))
+	all := make([]float64, 0, len(s.jobs))
 	var n, bad int
 	var openCPU float64
 	type win struct{ lat []float64 }

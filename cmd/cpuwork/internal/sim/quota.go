@@ -82,7 +82,7 @@ func (s *sim) pushCPU(d int64, kind uint8, j *job, gen uint64) {
 	if s.q.frozen {
 		at = s.q.periodEnd
 	}
-	s.pushEvent(event{at: at + d, kind: kind, j: j, gen: gen, cpu: s.q.on})
+	s.pushEvent(event{at: at + d, kind: kind, j: j.ref(), gen: gen, cpu: s.q.on})
 }
 
 // onCPU counts a request starting (+1) or stopping (-1) to run.

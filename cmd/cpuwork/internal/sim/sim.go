@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/cpuwork/cpuwork/internal/admission"
@@ -189,6 +190,7 @@ type job struct {
 	end      int64
 	out      outcome
 	queued   bool
+	id       int32 // its place in sim.jobs, from 1 (event.j)
 	w        admission.Waiter // cpuwork's
 }
 
@@ -208,8 +210,11 @@ type event struct {
 	seq  uint64
 	kind uint8
 	cpu  bool // marks CPU progress: moves later by a freeze (pushCPU)
-	j    *job
-	gen  uint64
+	// j is the job's id (job.id), 0: none. An index, not a pointer,
+	// keeps the heap free of pointers: the collector neither scans it
+	// nor puts a write barrier on each of its swaps.
+	j   int32
+	gen uint64
 }
 
 // events is the replay's event queue, earliest first (ties in the order
@@ -283,6 +288,8 @@ type sim struct {
 	heap events
 	jobs []*job
 	slab []job // jobs not handed out yet (newJob)
+	// slabs are the slabs slab was cut from (recycle).
+	slabs []*[jobSlab]job
 	q    quotaState
 	// pacer is cpuwork's pacer of the quota's fractional slot (Pace).
 	pacer *pacer.Pacer
@@ -309,7 +316,23 @@ type policy interface {
 const origin = int64(time.Second)
 
 func (s *sim) push(at int64, kind uint8, j *job, gen uint64) {
-	s.pushEvent(event{at: at, kind: kind, j: j, gen: gen})
+	s.pushEvent(event{at: at, kind: kind, j: j.ref(), gen: gen})
+}
+
+// ref is j's id for an event; 0 for no job.
+func (j *job) ref() int32 {
+	if j == nil {
+		return 0
+	}
+	return j.id
+}
+
+// job is the job an event names (nil: none).
+func (s *sim) job(id int32) *job {
+	if id == 0 {
+		return nil
+	}
+	return s.jobs[id-1]
 }
 
 // pushEvent queues e, numbered in push order.
@@ -375,9 +398,18 @@ func (s *sim) end(j *job, o outcome) {
 // jobSlab is how many jobs newJob allocates at once.
 const jobSlab = 256
 
+// slabs keeps the job slabs of replays already read (sim.recycle), so
+// that a matrix's thousands of replays do not each allocate theirs.
+var slabs sync.Pool
+
 func (s *sim) newJob(r Request, loop int) *job {
 	if len(s.slab) == 0 {
-		s.slab = make([]job, jobSlab)
+		sl, _ := slabs.Get().(*[jobSlab]job)
+		if sl == nil {
+			sl = new([jobSlab]job)
+		}
+		s.slabs = append(s.slabs, sl)
+		s.slab = sl[:]
 	}
 	j := &s.slab[0]
 	s.slab = s.slab[1:]
@@ -386,7 +418,17 @@ func (s *sim) newJob(r Request, loop int) *job {
 		j.step = int64(s.wl.Loops[loop].Checkpoint)
 	}
 	s.jobs = append(s.jobs, j)
+	j.id = int32(len(s.jobs))
 	return j
+}
+
+// recycle hands the replay's job slabs on to later replays; s and its
+// jobs must not be used after it.
+func (s *sim) recycle() {
+	for _, sl := range s.slabs {
+		slabs.Put(sl)
+	}
+	s.slabs, s.slab, s.jobs = nil, nil, nil
 }
 
 // Run replays wl through the named policy (Policies).
@@ -462,19 +504,20 @@ func replay(wl *Workload, policy string) (*sim, error) {
 			s.work--
 		}
 		s.now = e.at
+		j := s.job(e.j)
 		switch e.kind {
 		case evArrive:
-			if e.j == nil {
-				e.j = s.newJob(wl.Requests[s.next], -1)
+			if j == nil {
+				j = s.newJob(wl.Requests[s.next], -1)
 				s.next++
 				s.arm()
 			}
-			s.pol.arrive(e.j)
+			s.pol.arrive(j)
 		case evDone:
-			s.pol.done(e.j)
+			s.pol.done(j)
 		case evExpire:
-			if e.j.out == pending && e.j.start == 0 {
-				s.pol.expire(e.j)
+			if j.out == pending && j.start == 0 {
+				s.pol.expire(j)
 			}
 		case evTick:
 			s.pol.tick(e.gen)
