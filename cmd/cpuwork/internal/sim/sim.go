@@ -190,7 +190,7 @@ type job struct {
 	end      int64
 	out      outcome
 	queued   bool
-	id       int32 // its place in sim.jobs, from 1 (event.j)
+	id       int32            // its place in sim.jobs, from 1 (event.j)
 	w        admission.Waiter // cpuwork's
 }
 
@@ -290,7 +290,7 @@ type sim struct {
 	slab []job // jobs not handed out yet (newJob)
 	// slabs are the slabs slab was cut from (recycle).
 	slabs []*[jobSlab]job
-	q    quotaState
+	q     quotaState
 	// pacer is cpuwork's pacer of the quota's fractional slot (Pace).
 	pacer *pacer.Pacer
 	// work counts the queued events that are not the quota's or the
