@@ -370,8 +370,76 @@ type CellResult struct {
 	Cell
 	Results  map[string]PolicyFigures `json:"results"`
 	BestPeer string                   `json:"best_peer"`
-	Limit    float64                  `json:"limit"`     // the clairvoyant policy's goodput
-	Longest  float64                  `json:"longest_s"` // the longest request's CPU time
+	Limit    float64                  `json:"limit"`      // the clairvoyant policy's goodput
+	Longest  float64                  `json:"longest_s"`  // the longest request's CPU time
+	Duration float64                  `json:"duration_s"` // time 0 to just past the last arrival, s: goodput's divisor
+	// Blind is the size-blind bound on the open-loop goodput
+	// (blindBound), BlindOthers on the nine honest tenants' in a
+	// tenants cell.
+	Blind       float64 `json:"blind_bound"`
+	BlindOthers float64 `json:"blind_bound_others,omitempty"`
+}
+
+// blindBound is the goodput within the objective (CPU-s per s, over
+// w.Duration) that a policy can get in w when it cannot see a request's
+// CPU time before running it and runs every request it starts to its
+// end, as every modelled peer and cpuwork without a declared Service
+// do. Whether such a policy starts a request cannot depend on that
+// request's size, so the requests it starts are, as to their sizes, a
+// random draw from the trace: of the CPU it spends on them (at most
+// what they offer, and at most the slots' CPU until the last one could
+// end within its objective behind the longest), the share spent on
+// requests that fit their objective on their own is the trace's share
+// in expectation, and no other request counts. The bound allows that
+// share three standard errors of luck in a draw of as many requests as
+// the spend buys (a ratio estimate, without replacement), so that a
+// policy exceeds it only by a draw that unlikely. kind "" takes every
+// open-loop request, otherwise those of that kind.
+func blindBound(w *Workload, kind string) float64 {
+	var obj time.Duration
+	for _, o := range w.Objective {
+		obj = max(obj, o)
+	}
+	var n int
+	var offered, fits, longest float64
+	for _, r := range w.Requests {
+		if kind != "" && r.Kind != kind {
+			continue
+		}
+		cpu := r.CPU.Seconds()
+		n++
+		offered += cpu
+		longest = max(longest, cpu)
+		if r.CPU <= w.Objective[r.Class] {
+			fits += cpu
+		}
+	}
+	if offered == 0 {
+		return 0
+	}
+	share := fits / offered
+	dur := w.Duration.Seconds()
+	spend := min(offered, float64(w.Slots)*(dur+obj.Seconds()+longest))
+	mean := offered / float64(n)
+	if m := spend / mean; m < float64(n) {
+		// The ratio estimate's variance over a draw of m of the n:
+		// (1 - m/n) / m times the variance of y - share*x, over mean².
+		var ss float64
+		for _, r := range w.Requests {
+			if kind != "" && r.Kind != kind {
+				continue
+			}
+			x := r.CPU.Seconds()
+			y := 0.0
+			if r.CPU <= w.Objective[r.Class] {
+				y = x
+			}
+			ss += (y - share*x) * (y - share*x)
+		}
+		v := (1 - m/float64(n)) / m * ss / float64(n-1) / (mean * mean)
+		share = min(1, share+3*math.Sqrt(v))
+	}
+	return share * spend / dur
 }
 
 // PolicyFigures is what one policy got in a cell. Goodput is CPU-s of
@@ -443,6 +511,11 @@ func (m *Matrix) runCell(c Cell) (CellResult, error) {
 	cr := CellResult{Cell: c, Results: map[string]PolicyFigures{}}
 	for _, r := range w.Requests {
 		cr.Longest = max(cr.Longest, r.CPU.Seconds())
+	}
+	cr.Duration = w.Duration.Seconds()
+	cr.Blind = blindBound(w, "")
+	if c.Mix == "tenants" {
+		cr.BlindOthers = blindBound(w, "tenant-others")
 	}
 	for _, name := range append(slices.Clone(m.Policies), "clairvoyant") {
 		pol, targets := matrixPolicy(name)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"flag"
 	"math"
+	"math/rand/v2"
 	"os"
 	"slices"
 	"strings"
@@ -56,6 +57,21 @@ func TestTheReducedMatrixIsUnchanged(t *testing.T) {
 		}
 		t.Fatalf("the reduced matrix changed: %d lines, want %d", len(g), len(w))
 	}
+	// No policy that cannot see a request's size gets past the size-blind
+	// bound, cpuwork's modes included (none is given a Service).
+	for _, c := range res {
+		for name, f := range c.Results {
+			if name == "clairvoyant" {
+				continue
+			}
+			if f.Goodput > c.Blind*(1+1e-9) {
+				t.Errorf("%v, %s: goodput %.4f over the size-blind bound %.4f", c.Cell, name, f.Goodput, c.Blind)
+			}
+			if c.Mix == "tenants" && f.Others > c.BlindOthers*(1+1e-9) {
+				t.Errorf("%v, %s: the nine tenants' goodput %.4f over their size-blind bound %.4f", c.Cell, name, f.Others, c.BlindOthers)
+			}
+		}
+	}
 	// The report prints every worse cell and the targets for both modes.
 	var rep bytes.Buffer
 	WriteMatrixReport(&rep, m, res, 0)
@@ -63,6 +79,72 @@ func TestTheReducedMatrixIsUnchanged(t *testing.T) {
 		if !strings.Contains(rep.String(), want) {
 			t.Errorf("the report has no %q:\n%s", want, rep.String())
 		}
+	}
+}
+
+// The size-blind bound: with the CPU to serve every request, the
+// fitting requests' work exactly; in overload, a share that random
+// draws of as many requests as the slots' CPU buys exceed no more often
+// than three standard errors allow (0.13 % one-sided for a normal
+// estimate; 0.5 % is asked of 4,000 draws).
+func TestTheSizeBlindBound(t *testing.T) {
+	ms := time.Millisecond
+	w := &Workload{Slots: 1, Duration: 10 * time.Second}
+	w.Objective[admission.Interactive] = 10 * ms
+	for i := range 10 {
+		cpu := ms
+		if i%2 == 1 {
+			cpu = 100 * ms
+		}
+		w.Requests = append(w.Requests, Request{At: time.Duration(i) * time.Second, Class: admission.Interactive, CPU: cpu})
+	}
+	if got, want := blindBound(w, ""), 0.005/10; math.Abs(got-want) > 1e-12 {
+		t.Errorf("room for every request: bound %v, want the fitting work over the duration, %v", got, want)
+	}
+
+	// 2,000 requests, a fifth of them 20x longer than the objective, on
+	// one slot for 10 s: the slot's CPU buys about a seventh of them
+	// (the matrix's cells draw hundreds to thousands).
+	rng := rand.New(rand.NewPCG(1, 2))
+	w = &Workload{Slots: 1, Duration: 10 * time.Second}
+	w.Objective[admission.Interactive] = 10 * ms
+	for range 2000 {
+		cpu := time.Duration(1+rng.IntN(9)) * ms
+		if rng.IntN(5) == 0 {
+			cpu = 200 * ms
+		}
+		w.Requests = append(w.Requests, Request{Class: admission.Interactive, CPU: cpu})
+	}
+	bound := blindBound(w, "")
+	obj := w.Objective[admission.Interactive]
+	spend := float64(w.Slots) * (w.Duration + obj + 200*ms).Seconds()
+	over := 0
+	const draws = 4000
+	for range draws {
+		// A size-blind policy's pick: requests in a random order until
+		// the CPU is spent (the last one runs past it: counted, so the
+		// draw is generous to the policy).
+		perm := rng.Perm(len(w.Requests))
+		var spent, good float64
+		for _, k := range perm {
+			if spent >= spend {
+				break
+			}
+			r := w.Requests[k]
+			spent += r.CPU.Seconds()
+			if r.CPU <= obj {
+				good += r.CPU.Seconds()
+			}
+		}
+		if good/spent*spend/w.Duration.Seconds() > bound {
+			over++
+		}
+	}
+	if over > draws/200 {
+		t.Errorf("%d of %d random draws beat the bound %.4f: want at most %d", over, draws, bound, draws/200)
+	}
+	if bound <= 0 || bound > spend/w.Duration.Seconds() {
+		t.Errorf("bound %.4f: want within (0, %.4f]", bound, spend/w.Duration.Seconds())
 	}
 }
 
