@@ -260,16 +260,21 @@ func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Co
 		// The fast path: a free slot and nobody queued. The task's
 		// record is the goroutine's running-table entry's own, and its
 		// goroutine is registered with it already.
+		var t *task
 		if own != nil {
-			t := own.claimed(g, entry, ctx, e, c)
-			t.w.SetSpan(span)
-			t.onCaller = true
-			return e.runAdmitted(t, g, fn) // t is not touched after: another goroutine may own it
+			t = own.claimed(g, entry, ctx, e, c)
+		} else {
+			t = newRecord(ctx, e, c)
 		}
-		t := newRecord(ctx, e, c)
 		t.w.SetSpan(span)
 		t.onCaller = true
-		return e.runAdmitted(t, g, fn)
+		if err := e.admitFastTask(t, g); err != nil {
+			if t.entered {
+				t.leave()
+			}
+			return err
+		}
+		return e.run(t, fn) // t is not touched after: another goroutine may own it
 	}
 	// The queued path. A goroutine that runs no task queues with its
 	// entry's own record too (registered while it waits, which only it
@@ -342,21 +347,28 @@ func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 	if !e.noLabels {
 		restore = goroutine.TaskLabels(t.ctx, e.classLabels[t.class], t.onCaller, labelKey, t.class.String())
 	}
-	defer e.end(t, restore, &err) // one deferred call: recover, labels, finish
+	returned := false
+	defer e.end(t, restore, &err, &returned) // one deferred call: recover, labels, finish
 	if trace.IsEnabled() {
 		defer trace.StartRegion(t.ctx, t.class.String()).End()
 	}
-	return fn(t.ctx)
+	err = fn(t.ctx)
+	returned = true
+	return err
 }
 
 // end is run's deferred call: a panic of fn becomes *err (a
 // *PanicError), the goroutine's labels are put back (restore) and t
 // finishes. It recovers itself (recover works only in the deferred
-// function; recoverTask is the same rule for the other paths).
-func (e *Executor) end(t *task, restore unsafe.Pointer, err *error) {
-	if r := recover(); r != nil {
-		e.stats[t.class].panicked.Add(1)
-		*err = &PanicError{Class: t.class, Value: r, Stack: debug.Stack()}
+// function; recoverTask is the same rule for the other paths), and only
+// when fn did not return (*returned false: a panic or runtime.Goexit),
+// so that a task that returns makes no call into the runtime for it.
+func (e *Executor) end(t *task, restore unsafe.Pointer, err *error, returned *bool) {
+	if !*returned {
+		if r := recover(); r != nil {
+			e.stats[t.class].panicked.Add(1)
+			*err = &PanicError{Class: t.class, Value: r, Stack: debug.Stack()}
+		}
 	}
 	if !e.noLabels {
 		goroutine.SetProfLabels(restore)

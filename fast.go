@@ -1,38 +1,17 @@
 package cpuwork
 
-import (
-	"context"
-)
-
-// timeFast decides whether a task of class c admitted on the fast path
-// as the n-th admission of its class is timed, and with what weight (0:
-// not timed); a timed one starts its slot period at at, or now when at
-// is 0 (the caller has not read the clock).
-func (e *Executor) timeFast(t *task, n uint64, at int64) {
+// timeFast times t, a task admitted on the fast path whose turn it is
+// (its class's n-th admission, n&mask == 0): its weight is the stride
+// mask+1, and its slot period starts at at, or now when at is 0 (the
+// caller has not read the clock).
+func (e *Executor) timeFast(t *task, mask uint64, at int64) {
 	s := &e.stats[t.class]
-	mask := s.timingMask.Load()
-	if n&mask != 0 {
-		return
-	}
 	if at == 0 {
 		at = now()
 	}
 	t.weight, t.start = uint8(mask+1), at
 	s.queueWait.record(0, mask+1)
 	s.adaptStride(mask, at)
-}
-
-// runAdmitted admits t, which took a free slot at once (tryAcquire;
-// admitFastTask), and runs fn on the slot. After Close it gives the slot
-// back and returns ErrClosed.
-func (e *Executor) runAdmitted(t *task, g uintptr, fn func(context.Context) error) error {
-	if err := e.admitFastTask(t, g); err != nil {
-		if t.entered {
-			t.leave()
-		}
-		return err
-	}
-	return e.run(t, fn)
 }
 
 // admitFastTask counts the admission of t, which took a free slot at
@@ -56,7 +35,9 @@ func (e *Executor) admitFastTask(t *task, key uintptr) error {
 		at = now()
 		t.w.SetArrival(at)
 	}
-	e.timeFast(t, n, at)
+	if mask := e.stats[c].timingMask.Load(); n&mask == 0 {
+		e.timeFast(t, mask, at)
+	}
 	if e.acct != nil {
 		t.accounted = e.sample.pickAdmitted(n^uint64(shard)<<56, e.stats[c].AvgSlotNs.Load())
 	}
