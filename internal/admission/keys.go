@@ -44,12 +44,10 @@ import (
 //     has work in flight, a shedding class's tests of its standing queue
 //     and its backlog (door.go, with an objective's target) spare the
 //     tasks of a sharer within its share (a lead of at most keyPastLead
-//     at its arrival) that holds fewer than an equal part of the class's
-//     keyed tasks in flight: the queue stands because of the sharers past
+//     at its arrival): the queue stands because of the sharers past
 //     theirs. With one sharer in flight the queue is its own and sheds
-//     as any, and when every sharer sends more than its share each sheds
-//     past its equal part, so the queue stays short; the latency target
-//     still refuses any task that cannot meet it;
+//     as any; the latency target still refuses any task that cannot
+//     meet it;
 //   - a task that finds a free slot with nobody queued is not charged: a
 //     key's share matters only while tasks queue, and the fast path never
 //     reads the key.
@@ -114,10 +112,8 @@ type keyTable struct {
 	// (or is untracked) and, once inUse, of the tasks without a key.
 	pool  keyState
 	inUse bool // a task of the class carried a key (under mu)
-	// active is the sharers with active > 0; tasks is their tasks in
-	// flight (the sum of their active).
+	// active is the sharers with active > 0.
 	active atomic.Int32
-	tasks  atomic.Int32
 	// untracked counts the keyed tasks charged to the pool because the
 	// table was full; sweepIn the new keys to wait before sweeping a
 	// full table again (under mu).
@@ -245,23 +241,17 @@ func (g *Granter) keyRankLocked(name string, ok bool, w *Waiter, t int64) {
 }
 
 // keySpared reports whether a shedding class's standing-queue and
-// backlog tests spare w: its sharer was within its share when it
-// arrived, another sharer has work in flight, and its sharer holds fewer
-// than an equal part of the class's keyed tasks in flight (door.go). The
-// last keeps the queue short when every sharer sends more than its
-// share: each is then spared only below its equal part, as a fair queue
-// bounds each flow's backlog, and the one past it sheds.
+// backlog tests spare w: its sharer was within its share when it arrived
+// and another sharer has work in flight (door.go).
 func (g *Granter) keySpared(w *Waiter) bool {
 	if w.key == nil || w.keyPast {
 		return false
 	}
-	kt := &g.keys[w.class]
-	mine := int64(w.key.active.Load())
-	sharers := int64(kt.active.Load())
-	if mine == 0 {
-		sharers++ // w's sharer joins them
+	others := g.keys[w.class].active.Load()
+	if w.key.active.Load() > 0 {
+		others--
 	}
-	return sharers > 1 && mine*sharers < int64(kt.tasks.Load())
+	return others > 0
 }
 
 // addSat is a+b, saturated at the int64 range (b >= 0).
@@ -300,7 +290,6 @@ func (g *Granter) keyChargeLocked(w *Waiter, t int64) {
 		return
 	}
 	kt := &g.keys[w.class]
-	kt.tasks.Add(1)
 	if ks.active.Add(1) == 1 {
 		kt.active.Add(1)
 	}
@@ -363,7 +352,6 @@ func (g *Granter) keyDone(w *Waiter) {
 		w.keyCharge = 0
 	}
 	kt := &g.keys[w.class]
-	kt.tasks.Add(-1)
 	if ks.active.Add(-1) == 0 {
 		kt.active.Add(-1)
 	}

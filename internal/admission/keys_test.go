@@ -345,7 +345,6 @@ func TestABacklogRefusalSparesAKeyWithinItsShare(t *testing.T) {
 	busy := kt.entryLocked("busy", t0)
 	busy.active.Store(1)
 	kt.active.Store(1)
-	kt.tasks.Store(1)
 	if e.g.backlogLocked(waited("light", true, 0), t0) {
 		t.Error("a task of a key within its share, waited 1 s, another sharer in flight: refused as backlog")
 	}
@@ -360,42 +359,6 @@ func TestABacklogRefusalSparesAKeyWithinItsShare(t *testing.T) {
 	}
 	if !e.g.backlogLocked(waited("", false, 8*time.Second), t0) {
 		t.Error("an unkeyed task, the pool 8 s past its share: not refused as backlog")
-	}
-}
-
-// A sharer within its share is spared by a shedding class's tests only
-// while it holds fewer than an equal part of the class's keyed tasks in
-// flight: when every sharer sends more than its share, the queue is all
-// of theirs, and sparing each would let it grow to the objective (tasks
-// longer than the average then end late behind it).
-func TestASharerIsSparedOnlyBelowItsEqualPartOfTheTasksInFlight(t *testing.T) {
-	e := newExec(t, Options{Slots: 2})
-	earn(&e.g, Interactive, "a", "b")
-	e.g.lock()
-	defer e.g.unlock()
-	t0 := now()
-	kt := &e.g.keys[Interactive]
-	a, b := kt.entryLocked("a", t0), kt.entryLocked("b", t0)
-	arrival := func() *Waiter {
-		w := &Waiter{class: Interactive, target: targetObjective}
-		e.g.keyRankLocked("a", true, w, t0)
-		return w
-	}
-	kt.active.Store(2)
-	for _, c := range []struct {
-		mine, other int32
-		spared      bool
-	}{
-		{1, 3, true},  // a holds 1 of 4: under its half
-		{2, 2, false}, // an equal part each
-		{3, 1, false}, // a past its half
-	} {
-		a.active.Store(c.mine)
-		b.active.Store(c.other)
-		kt.tasks.Store(c.mine + c.other)
-		if got := e.g.keySpared(arrival()); got != c.spared {
-			t.Errorf("a holds %d of the %d keyed tasks in flight, b %d: spared %v, want %v", c.mine, c.mine+c.other, c.other, got, c.spared)
-		}
 	}
 }
 
