@@ -2,6 +2,7 @@ package cpuwork
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,6 +62,64 @@ func BenchmarkChanSemaphoreUncontended(b *testing.B) {
 		emptyTask(ctx)
 		<-sem
 	}
+}
+
+// BenchmarkDoOverChanSemaphore is BenchmarkDoUncontended over
+// BenchmarkChanSemaphoreUncontended measured in one loop: each iteration
+// times a block of uncontended Do calls and a block of as many rounds of a
+// channel semaphore of 4, back to back, which first alternating. A host
+// that slows down for a while slows both blocks of the pairs it spans, so
+// the ratio is read pair by pair instead of between two benchmarks run
+// apart. It reports the median pair's ratio (do/chan) and each side's
+// median ns per call; ns/op is one pair of blocks.
+func BenchmarkDoOverChanSemaphore(b *testing.B) {
+	const block = 256
+	e := newExec(b, Options{Slots: 4})
+	sem := make(chan struct{}, 4)
+	ctx := context.Background()
+	doBlock := func() time.Duration {
+		t0 := time.Now()
+		for range block {
+			e.Do(ctx, Interactive, emptyTask)
+		}
+		return time.Since(t0)
+	}
+	chanBlock := func() time.Duration {
+		t0 := time.Now()
+		for range block {
+			sem <- struct{}{}
+			emptyTask(ctx)
+			<-sem
+		}
+		return time.Since(t0)
+	}
+	var ratios, dos, chans []float64
+	for i := 0; b.Loop(); i++ {
+		var d, c time.Duration
+		if i%2 == 0 {
+			d, c = doBlock(), chanBlock()
+		} else {
+			c, d = chanBlock(), doBlock()
+		}
+		ratios = append(ratios, float64(d)/float64(c))
+		dos = append(dos, float64(d)/block)
+		chans = append(chans, float64(c)/block)
+	}
+	b.ReportMetric(median(ratios), "do/chan")
+	b.ReportMetric(median(dos), "do-ns")
+	b.ReportMetric(median(chans), "chan-ns")
+}
+
+// median returns the median of xs (sorted in place); 0 for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	slices.Sort(xs)
+	if n := len(xs); n%2 == 0 {
+		return (xs[n/2-1] + xs[n/2]) / 2
+	}
+	return xs[len(xs)/2]
 }
 
 // BenchmarkChanSemaphoreSaturated is the reference for

@@ -938,8 +938,16 @@ func (g *Granter) takeLow() bool {
 // applies, so concurrent callers cannot both pass it).
 func (g *Granter) TryAcquire(c Class) bool {
 	if !c.RunsOnWorker() {
+		if g.waitMask.Load() == 0 && g.highCap.Load() == 0 {
+			return g.free.take() // nobody queued and no bound: the common case
+		}
 		return g.tryAcquire()
 	}
+	return g.tryAcquireLow()
+}
+
+// tryAcquireLow is TryAcquire for Batch and Background.
+func (g *Granter) tryAcquireLow() bool {
 	if g.lowCap.Load() == 0 {
 		if !g.takeLow() {
 			return false
