@@ -219,8 +219,8 @@ func (e *Executor) Do(ctx context.Context, c Class, fn func(context.Context) err
 // loop's caller: the queue counts its slot time as span times its run
 // time; waiter.slotWork).
 func (e *Executor) do(ctx context.Context, c Class, span int, fn func(context.Context) error) error {
-	if err := e.checkArgs(ctx, c, fn); err != nil {
-		return err
+	if !e.argsOK(ctx, c, fn) {
+		return e.badArgs(ctx, c, fn)
 	}
 	g := goroutine.ID()
 	lane := c == Critical && e.critLane != nil
@@ -345,7 +345,11 @@ func (e *Executor) run(t *task, fn func(context.Context) error) (err error) {
 	}
 	var restore unsafe.Pointer
 	if !e.noLabels {
-		restore = goroutine.TaskLabels(t.ctx, e.classLabels[t.class], t.onCaller, labelKey, t.class.String())
+		if restore = goroutine.ProfLabels(); restore == nil && t.onCaller {
+			goroutine.SetProfLabels(e.classLabels[t.class]) // TaskLabels' common case, in line
+		} else {
+			goroutine.TaskLabels(restore, t.ctx, e.classLabels[t.class], t.onCaller, labelKey, t.class.String())
+		}
 	}
 	returned := false
 	defer e.end(t, restore, &err, &returned) // one deferred call: recover, labels, finish

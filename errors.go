@@ -61,6 +61,20 @@ func mustCtx(ctx context.Context) {
 // on a nil ctx or executor and returns an error for an invalid class or a
 // nil fn.
 func (e *Executor) checkArgs(ctx context.Context, c Class, fn func(context.Context) error) error {
+	if e.argsOK(ctx, c, fn) {
+		return nil
+	}
+	return e.badArgs(ctx, c, fn)
+}
+
+// argsOK is checkArgs's test, in line where every Do makes it: true when
+// no argument is wrong.
+func (e *Executor) argsOK(ctx context.Context, c Class, fn func(context.Context) error) bool {
+	return ctx != nil && e != nil && e.shutDown != nil && c.valid() && fn != nil
+}
+
+// badArgs is checkArgs where some argument is wrong.
+func (e *Executor) badArgs(ctx context.Context, c Class, fn func(context.Context) error) error {
 	mustCtx(ctx)
 	mustExec(e)
 	if !c.valid() {

@@ -93,13 +93,14 @@ func LabelSet(key, value string) unsafe.Pointer {
 }
 
 // TaskLabels gives the calling goroutine, about to run a task submitted
-// with ctx, the task's labels and returns the set to put back after it.
-// On the submitter's goroutine (onCaller) the labels are the goroutine's:
-// when it has none, set (LabelSet(key, value)) alone; else ctx's plus
-// key=value (pprof.Do sets both the same; one allocation). Elsewhere (a
-// worker) they are ctx's plus key=value, set alone when ctx has none.
-func TaskLabels(ctx context.Context, set unsafe.Pointer, onCaller bool, key, value string) (restore unsafe.Pointer) {
-	old := getProfLabel()
+// with ctx, the task's labels; old is the goroutine's labels before it
+// (ProfLabels), returned as the set to put back after it. On the
+// submitter's goroutine (onCaller) the labels are the goroutine's: when
+// it has none (old nil), set (LabelSet(key, value)) alone — a caller may
+// make that SetProfLabels(set) call itself — else ctx's plus key=value
+// (pprof.Do sets both the same; one allocation). Elsewhere (a worker)
+// they are ctx's plus key=value, set alone when ctx has none.
+func TaskLabels(old unsafe.Pointer, ctx context.Context, set unsafe.Pointer, onCaller bool, key, value string) (restore unsafe.Pointer) {
 	if onCaller && old == nil || !onCaller && !HasLabels(ctx) {
 		setProfLabel(set)
 		return old
@@ -313,7 +314,17 @@ func (x *index) enter(g uintptr, t unsafe.Pointer) (unsafe.Pointer, int32) {
 // freed, and with it the entry's own record: another goroutine may claim
 // both at once.
 func (tb *Table[T]) Leave(g uintptr, index int32, outer *T) {
+	if outer == nil && index != InOverflow {
+		tb.free(&tb.buckets[bucketIndex(g)][index]) // the common case, in line
+		return
+	}
 	tb.leave(g, index, unsafe.Pointer(outer))
+}
+
+// free frees entry en, held by the calling goroutine.
+func (x *index) free(en *entry) {
+	en.t = nil
+	en.g.Store(0)
 }
 
 func (x *index) leave(g uintptr, i int32, outer unsafe.Pointer) {
@@ -334,8 +345,7 @@ func (x *index) leave(g uintptr, i int32, outer unsafe.Pointer) {
 		en.t = outer
 		return
 	}
-	en.t = nil
-	en.g.Store(0)
+	x.free(en)
 }
 
 // Held counts the entries held, in buckets and in the overflow map (for
