@@ -191,3 +191,17 @@ func TestBackgroundGetsASlotUnderSustainedLoad(t *testing.T) {
 		t.Fatalf("Background ran after %d Interactive tasks, want at most %d", i, admission.BackgroundEvery)
 	}
 }
+
+// TestTheClassesAreTheCoresByNumber: the executor converts a Class to the
+// admission core's by its number (admission.Class(c)), so each must name
+// the same class there, and the counts must agree.
+func TestTheClassesAreTheCoresByNumber(t *testing.T) {
+	for c, want := range map[Class]admission.Class{Critical: admission.Critical, Interactive: admission.Interactive, Batch: admission.Batch, Background: admission.Background} {
+		if got := admission.Class(c); got != want || c.String() != want.String() {
+			t.Errorf("%v converts to the core's %v, want %v", c, got, want)
+		}
+	}
+	if numClasses != admission.NumClasses {
+		t.Errorf("%d classes here, %d in the core", numClasses, admission.NumClasses)
+	}
+}
