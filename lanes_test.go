@@ -168,8 +168,13 @@ func TestCriticalLaneRunsCriticalTasksOnItsThreads(t *testing.T) {
 	}
 }
 
+// TestDemotionIsOptIn: Batch runs SCHED_IDLE only with Demote. The
+// starvation guard may undo a demotion where other processes starve the
+// demoted thread (it promotes it, or suspends demotion process-wide): an
+// attempt the guard acted in says nothing about the option, so it is run
+// again (the suspension ended first), up to a bound; a thread that runs
+// SCHED_OTHER under Demote with no action of the guard fails.
 func TestDemotionIsOptIn(t *testing.T) {
-	suspensionpkg.Resume() // process-wide: start as a fresh process would
 	for _, tt := range []struct {
 		demote, spare bool
 		want          osthread.Policy
@@ -180,23 +185,57 @@ func TestDemotionIsOptIn(t *testing.T) {
 		{true, true, osthread.Idle},
 	} {
 		t.Run(fmt.Sprintf("Demote %v, SpareP %v: batch runs %s", tt.demote, tt.spare, tt.want), func(t *testing.T) {
-			want := tt.want
-			e := newExec(t, Options{Slots: 2, Batch: BatchOptions{SpareP: tt.spare, Demote: tt.demote}})
-			err := e.Do(context.Background(), Batch, func(context.Context) error {
-				s, _, err := policyHere()
-				if err == nil && s.Policy != want {
-					err = fmt.Errorf("batch runs %s", s.Policy)
+			const attempts = 5
+			for range attempts {
+				if demotionOptInOnce(t, tt.demote, tt.spare, tt.want) {
+					return
 				}
-				return err
-			})
-			if err != nil {
-				t.Fatal(err)
 			}
-			if st := e.Stats(); st.Demotion.Enabled != (want == osthread.Idle) {
-				t.Errorf("Stats.Demotion.Enabled %v", st.Demotion.Enabled)
-			}
+			t.Skipf("the starvation guard acted in each of %d attempts: other processes starve SCHED_IDLE threads here", attempts)
 		})
 	}
+}
+
+// demotionOptInOnce is one attempt of TestDemotionIsOptIn, from a fresh
+// process's suspension state: false when the batch task ran under the
+// wrong policy and the guard had acted (a suspension or a promotion).
+func demotionOptInOnce(t *testing.T, demote, spare bool, want osthread.Policy) bool {
+	t.Helper()
+	suspensionpkg.Resume() // process-wide: start as a fresh process would
+	e, err := New(Options{Slots: 2, Batch: BatchOptions{SpareP: spare, Demote: demote}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := e.Close(ctx); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	}()
+	var got osthread.Policy
+	err = e.Do(context.Background(), Batch, func(context.Context) error {
+		s, _, err := policyHere()
+		got = s.Policy
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := e.Stats()
+	if st.Demotion.Enabled != (want == osthread.Idle) {
+		t.Errorf("Stats.Demotion.Enabled %v", st.Demotion.Enabled)
+	}
+	if got == want {
+		return true
+	}
+	time.Sleep(20 * time.Millisecond) // a guard that acted counts it just after
+	if d := e.Stats().Demotion; want == osthread.Idle && d.Suspensions+d.Promotions > 0 {
+		t.Logf("batch ran %s after the guard acted (%d suspensions, %d promotions); again", got, d.Suspensions, d.Promotions)
+		return false
+	}
+	t.Fatalf("batch runs %s, want %s", got, want)
+	return true
 }
 
 // Under Beside, a Batch task queued for the batch side's slots does not
