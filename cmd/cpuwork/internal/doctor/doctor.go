@@ -559,7 +559,7 @@ func probeFinding(w *Window) (Finding, bool) {
 			Evidence: []string{ev, fmt.Sprintf("CPU used %.2f cores of %.2f; %.1f threads runnable on average", w.CPUCores, b.Cores, w.RunnableThreads)},
 			Fix:      bound(w, "bound CPU-bound concurrency so that handlers and the netpoller get a P (a cpuwork.Executor with slots below GOMAXPROCS, or Options.Batch.SpareP), and shed load at the door instead of queueing it behind busy goroutines"),
 		}, true
-	case p.Answered > 0 && p.median() >= slowAnswer && w.CPUCores >= busyForSlowAnswer*busyCores(w):
+	case p.Answered > 0 && p.median() >= slowAnswer && w.CPUCores >= busyShare*busyCores(w):
 		return Finding{ID: "slow-to-answer", Severity: Warning,
 			Summary:  fmt.Sprintf("a trivial request takes %v (median) to answer: requests wait for a P behind CPU-bound work", short(p.median())),
 			Evidence: []string{ev},
@@ -877,11 +877,29 @@ const (
 	// at most every 10 ms while every P is busy (runtime/proc.go, sysmon),
 	// so a server whose Ps are all busy answers in ~10 ms
 	slowAnswer = 5 * time.Millisecond
-	// a slow answer is the process's own (its Ps busy) only while it uses
-	// at least this share of the cores its Ps can use (busyCores): an idle
-	// process that answers slowly waits for a CPU another takes
-	busyForSlowAnswer = 0.5
+	// a slow answer or a late timer is the process's own (its Ps busy)
+	// only while it uses at least this share of the cores its Ps can use
+	// (busyCores): an idle process that answers slowly, or whose timer
+	// fires late, waits for a CPU another takes
+	busyShare = 0.5
 )
+
+// psBusy reports whether the process's Ps were busy in the runtime
+// sample's interval: it used at least busyShare of the cores its Ps can
+// use (the sample's GOMAXPROCS where the window's is not known). A timer
+// that fires late in a process whose Ps idle waited for a CPU the kernel
+// gave to something else, not for a P. A sample without an interval
+// cannot tell: busy.
+func psBusy(w *Window, s *schedstat.Sample) bool {
+	if s.Interval <= 0 {
+		return true
+	}
+	ps := busyCores(w)
+	if ps <= 0 {
+		ps = float64(s.GOMAXPROCS)
+	}
+	return s.CPU.Seconds()/s.Interval.Seconds() >= busyShare*ps
+}
 
 // busyCores is the cores the process's Ps can use: GOMAXPROCS (when
 // known) within the budget.
@@ -1121,7 +1139,7 @@ func runtimeFindings(w *Window) []Finding {
 				})
 			}
 		}
-		if q := s.TimerLateness; q.Count > 0 && q.P99 >= timerP99Warn {
+		if q := s.TimerLateness; q.Count > 0 && q.P99 >= timerP99Warn && psBusy(w, s) {
 			out = append(out, Finding{ID: "timer-starvation", Severity: Warning,
 				Summary:  fmt.Sprintf("a timer fires %v late at p99: busy Ps do not run timers and the netpoller until a goroutine yields", short(q.P99)),
 				Evidence: []string{fmt.Sprintf("timer canary lateness p50 %v, p99 %v, max %v over %d wake-ups in %v", short(q.P50), short(q.P99), short(q.Max), q.Count, short(s.Interval)) + rough(int64(q.Count), "wake-ups"), "Go issue 38860 (timers wait behind non-yielding goroutines); /sched/latencies does not show it (Go issue 45632)"},

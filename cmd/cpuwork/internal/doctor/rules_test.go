@@ -224,6 +224,12 @@ func TestRuntimeViewRules(t *testing.T) {
 		{"sched p99 under 5 ms: not oversubscribed", func(s *schedstat.Sample) {
 			s.SchedLatency.P99, s.TimerLateness.P99, s.GCCPU = 4*time.Millisecond, time.Millisecond, 0
 		}, nil},
+		{"a late timer with the Ps just under half busy: not timer-starvation", func(s *schedstat.Sample) {
+			s.CPU = 999 * time.Millisecond // of 2 Ps' cores over 1 s
+		}, []string{"oversubscribed", "gc-pressure"}},
+		{"a late timer in an idle process (the kernel's delay, not a P's)", func(s *schedstat.Sample) {
+			s.Runnable, s.CPU, s.GCCPU, s.TimerLateness.P99 = 0, 20*time.Millisecond, 0, 10*time.Millisecond
+		}, nil},
 		{"a GC pause p99 of 10 ms alone is gc-pressure", func(s *schedstat.Sample) {
 			s.Runnable, s.TimerLateness.P99, s.GCCPU, s.GCPause.P99 = 0, 0, 0, 10*time.Millisecond
 		}, []string{"gc-pressure"}},
