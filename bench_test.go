@@ -354,8 +354,9 @@ func BenchmarkDoRecordedKeyed(b *testing.B) {
 	}
 }
 
-// BenchmarkDoObserved is an empty task under Observe: the thread lock
-// and the two reads of the thread's CPU clock.
+// BenchmarkDoObserved is an empty task under Observe: the reads of the
+// process's CPU time, the thread's CPU clock and the thread's ID at the
+// task's start and end.
 func BenchmarkDoObserved(b *testing.B) {
 	benchDo(b, Options{Slots: 4, Record: RecordOptions{Observe: true}})
 }
