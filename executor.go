@@ -390,6 +390,7 @@ func (h *pacerHost) Occupied() (held int64, queued bool) { return h.g.Pacer().Oc
 func (h *pacerHost) SetPacedCapacity(c float64)          { h.g.Pacer().SetPacedCapacity(c) }
 func (h *pacerHost) Shedding() bool                      { return h.g.Pacer().Shedding() }
 func (h *pacerHost) SetBudgetSpent(spent bool)           { h.g.Pacer().SetBudgetSpent(spent) }
+func (h *pacerHost) SetQuota(cores float64)              { h.g.Pacer().SetQuota(cores) }
 func (h *pacerHost) Objective(turn bool) time.Duration   { return h.g.Pacer().Objective(turn) }
 func (h *pacerHost) SetSlots(n int)                      { (*Executor)(h).SetSlots(n) }
 func (h *pacerHost) Unpaceable(held, periods int)        { (*Executor)(h).pacingWarning(held, periods) }

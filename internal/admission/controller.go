@@ -109,10 +109,14 @@ type reading struct {
 	admitted, completed uint64
 	avgSlot             int64   // the class's average slot time, ns
 	slots               float64 // the slots it can use (Granter.ServiceSlots)
-	used                [NumClasses]int64
-	others              uint8 // classes on the same slots, itself excluded
-	lower               uint8 // those of others less urgent than it
-	lowerWaiting        bool  // a less urgent class on its slots has tasks queued
+	// spare is the share of the slots' time a CPU quota of fewer cores
+	// than the slots leaves idle at no cost to the work done (Pacer.SetQuota;
+	// 0: none): the kernel freezes the slots for it once the quota is spent.
+	spare        float64
+	used         [NumClasses]int64
+	others       uint8 // classes on the same slots, itself excluded
+	lower        uint8 // those of others less urgent than it
+	lowerWaiting bool  // a less urgent class on its slots has tasks queued
 }
 
 const (
@@ -138,7 +142,13 @@ const (
 	// found a free slot (the slots never idled: the queue bought only
 	// wait), by holdUp up to 1 if over holdIdleHigh did; never below
 	// holdMin. By PASTA the share that found a slot free is the share
-	// of time one idled.
+	// of time one idled. Under a CPU quota of fewer cores than the slots
+	// (reading.spare) the slots may idle the quota's spare share of
+	// each period and the quota is still used whole, the kernel
+	// freezing them for the rest: that share of arrivals finding a slot
+	// free counts as none. It is the least share of arrivals that find
+	// one free while the slots idle that share of their time (all of it
+	// at once); a queue held past it buys wait, not work.
 	holdIdleLow  = 0.01
 	holdIdleHigh = 0.03
 	holdDown     = 0.7
@@ -393,7 +403,7 @@ func (q *queueController) endInterval(r reading) {
 		}
 		sheds = q.calmArrivals < shedCalmArrivals && q.calmFor < int64(shedCalmTime)
 		q.holdLowerWaiting = q.holdLowerWaiting || r.lowerWaiting
-		q.moveHold(free, q.lowerHeld(r), capacity)
+		q.moveHold(free, q.lowerHeld(r), capacity, r.spare)
 	case iv.minWait != math.MaxInt64:
 		// A queue standing while the arrivals fall behind the slots
 		// drains by itself: shedding it refuses work done in time.
@@ -447,13 +457,14 @@ func (q *queueController) lowerHeld(r reading) float64 {
 // moveHold feeds the hold an interval's arrivals, free of which took a
 // free slot at once, and the slot time lower of capacity (ns) less
 // urgent classes held. Once holdArrivals have come, it moves by the
-// share that found a slot free — or as if all had, when less urgent
+// share that found a slot free, less spare (reading.spare, at the
+// window's last interval) — or as if all had, when less urgent
 // classes held over holdLowerShare of the slot time: the class takes
 // their slots at their next release, so its queue did not only buy
 // wait. It does not fall while a less urgent class waits: no slot ever
 // idles then (that class takes each one the queue leaves), so no share
 // of free slots can say the queue only bought wait.
-func (q *queueController) moveHold(free uint64, lower, capacity float64) {
+func (q *queueController) moveHold(free uint64, lower, capacity, spare float64) {
 	q.holdSeen += q.iv.arrivals
 	q.holdFree += free
 	q.holdLower += lower
@@ -461,7 +472,7 @@ func (q *queueController) moveHold(free uint64, lower, capacity float64) {
 	if q.holdSeen < holdArrivals {
 		return
 	}
-	idle := float64(q.holdFree) / float64(q.holdSeen)
+	idle := max(0, float64(q.holdFree)/float64(q.holdSeen)-spare)
 	if q.holdLower > holdLowerShare*q.holdCapacity {
 		idle = 1
 	}

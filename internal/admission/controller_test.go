@@ -19,6 +19,7 @@ type step struct {
 	guessed              bool
 	lowerHeld            float64 // the share of the interval's slot time a less urgent class held
 	lowerWaiting         bool    // a less urgent class had tasks queued at the interval's end
+	spare                float64 // reading.spare: the share a CPU quota leaves the slots idle at no cost
 }
 
 const ms = int64(time.Millisecond)
@@ -40,7 +41,7 @@ func (q *queueController) run(steps ...step) []doorMode {
 		q.iv.refused = s.refused
 		r := reading{t: q.iv.start + iv, avgSlot: 10 * ms, slots: 1,
 			admitted: q.iv.admittedAt + q.iv.grants + s.free, completed: q.iv.completedAt + s.done,
-			used: q.iv.usedAt, others: 1 << Batch, lower: 1 << Batch, lowerWaiting: s.lowerWaiting}
+			used: q.iv.usedAt, others: 1 << Batch, lower: 1 << Batch, lowerWaiting: s.lowerWaiting, spare: s.spare}
 		r.used[Batch] += int64(s.lowerHeld * float64(iv))
 		if !q.due(r.t, r.avgSlot) {
 			panic("an interval of codelInterval did not end")
@@ -215,6 +216,44 @@ func TestTheControllersHoldFollowsTheIdleSlots(t *testing.T) {
 	q.run(step{load: 0.5, arrivals: 5, done: 5, minWait: time.Millisecond}, busy)
 	if !q.sheds() || q.holdShare() != 1 {
 		t.Fatalf("a new onset: sheds %v, hold %v; want shedding from a hold of 1", q.sheds(), q.holdShare())
+	}
+}
+
+// Under a CPU quota of 1.5 cores on 2 slots the slots may idle a quarter
+// of each period at no cost (the kernel freezes them for it once the
+// quota is spent): windows whose arrivals found a slot free a fifth of
+// the time bring the hold down there, and up without the quota; past the
+// spare share by over holdIdleHigh, up again.
+func TestTheHoldCountsTheSlotsAQuotaLeavesIdleAsBusy(t *testing.T) {
+	const arrivals = 5 * holdArrivals / 4
+	for _, c := range []struct {
+		what  string
+		spare float64
+		free  uint64
+		want  float64
+	}{
+		{"no quota, a fifth found a slot free", 0, arrivals / 5, 1},
+		{"1.5 cores on 2 slots, a fifth found a slot free", 0.25, arrivals / 5, holdDown * holdDown},
+		{"1.5 cores on 2 slots, 27.5 % found a slot free (between the bounds)", 0.25, arrivals * 275 / 1000, 1},
+		{"1.5 cores on 2 slots, 30 % found a slot free", 0.25, arrivals * 30 / 100, 1},
+	} {
+		q := newQueueController(10*ms, 0)
+		q.auto = true
+		onset := step{load: 4, arrivals: holdArrivals, done: 10, minWait: 30 * time.Millisecond, refused: 1}
+		w := step{load: 4, arrivals: arrivals, free: c.free, done: 10, minWait: 30 * time.Millisecond, refused: 1, spare: c.spare}
+		q.run(onset, w, w)
+		if math.Abs(q.holdShare()-c.want) > 1e-9 {
+			t.Errorf("%s: hold %v after two windows, want %v", c.what, q.holdShare(), c.want)
+		}
+	}
+	// From a low hold, a window past the spare share by over holdIdleHigh raises it.
+	q := newQueueController(10*ms, 0)
+	q.auto = true
+	q.run(step{load: 4, arrivals: holdArrivals, done: 10, minWait: 30 * time.Millisecond, refused: 1})
+	q.hold = 0.25
+	q.run(step{load: 4, arrivals: arrivals, free: arrivals * 30 / 100, done: 10, minWait: 30 * time.Millisecond, refused: 1, spare: 0.25})
+	if want := 0.25 * holdUp; math.Abs(q.holdShare()-want) > 1e-9 {
+		t.Errorf("a hold of 0.25, 30 %% found a slot free under a spare 25 %%: hold %v, want %v", q.holdShare(), want)
 	}
 }
 

@@ -190,6 +190,9 @@ func (g *Granter) Allow(ctx context.Context, c Class) error {
 func (g *Granter) readLocked(c Class, t int64) reading {
 	r := reading{t: t, admitted: g.cnt[c].Admitted.Load(), completed: g.cnt[c].Completed.Load(),
 		avgSlot: g.cnt[c].AvgSlotNs.Load(), slots: g.serviceSlots()}
+	if q, n := math.Float64frombits(g.quotaCores.Load()), float64(g.nslots.Load()); q > 0 && q < n {
+		r.spare = 1 - q/n
+	}
 	for k := range Class(NumClasses) {
 		r.used[k] = g.cnt[k].Used.Load()
 		if k != c && g.sameSide(k, c) {

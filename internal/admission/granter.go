@@ -109,6 +109,10 @@ type Granter struct {
 	// budgetSpent: the CPU budget is spent for now (SetBudgetSpent).
 	sheddingMask atomic.Uint32
 	budgetSpent  atomic.Bool
+	// quotaCores is the CPU quota's cores while the kernel, not the
+	// pacer, bounds a fractional quota's work (SetQuota), in
+	// math.Float64bits; 0: none, or paced.
+	quotaCores atomic.Uint64
 	// headDue[c] is the due of class c's first Waiter (math.MaxInt64
 	// when none), for Checkpoint's lock-free hand-over test (order.go).
 	headDue [NumClasses]atomic.Int64

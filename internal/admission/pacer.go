@@ -29,6 +29,14 @@ func (p *Pacer) SetBudgetSpent(spent bool) {
 	(*Granter)(p).budgetSpent.Store(spent)
 }
 
+// SetQuota gives the CPU quota's cores while the fractional quota's
+// extra slot is kept open and the kernel throttles the cgroup once the
+// quota is spent (0: the slot is paced, or there is no quota). Slots
+// beyond the quota may then idle part of each period at no cost to the
+// work done: the hold of a shedding class counts that share of free
+// slots as none (queueController.moveHold).
+func (p *Pacer) SetQuota(cores float64) { p.quotaCores.Store(math.Float64bits(cores)) }
+
 // Shedding reports whether any class sheds now in a clear overload (its
 // arrivals brought over earlyOutrun times the slots' work, in its last
 // interval and over the recent ones).

@@ -217,6 +217,8 @@ type Pacer struct {
 	// the last period was throttled; forced: in this period the extra
 	// slot was held open while a class shed.
 	spent, throttledLast, forced bool
+	// quotaTold is what the door was last told of the quota (SetQuota).
+	quotaTold float64
 }
 
 // Host is the pacer's one seam to what it paces: the executor or a
@@ -244,6 +246,10 @@ type Host interface {
 	// now (paceLocked).
 	Shedding() bool
 	SetBudgetSpent(spent bool)
+	// setQuota gives the door the quota's cores while the extra slot is
+	// kept open and the kernel bounds the work (absorbedLocked); 0 while
+	// it is paced (paceLocked, on every change).
+	SetQuota(cores float64)
 	// objective is the tightest latency objective of the work queued
 	// recently (0: none known); with turn a new window starts (once per
 	// period).

@@ -50,6 +50,7 @@ type testHost struct {
 	warn      func(held, periods int)
 	shed      func() bool
 	spent     func(bool)
+	quota     func(float64)
 	// obj is the tightest objective of the work queued (0: none).
 	obj time.Duration
 }
@@ -61,6 +62,12 @@ func (h *testHost) Objective(bool) time.Duration { return h.obj }
 func (h *testHost) SetBudgetSpent(spent bool) {
 	if h.spent != nil {
 		h.spent(spent)
+	}
+}
+
+func (h *testHost) SetQuota(cores float64) {
+	if h.quota != nil {
+		h.quota(cores)
 	}
 }
 
@@ -676,8 +683,9 @@ func TestBurstsOutsideTheExecutorAreNotOpenSlotsPassingTheQuota(t *testing.T) {
 // CPUs on 2: throttle.Misses, the objective longer than the pause: 1 s,
 // 100 ms, 26 ms), the extra slot stays open, the quota is used whole and
 // the kernel may throttle, and the door is never told the budget is
-// spent; where the pause alone would miss the objective (25 ms, 20 ms),
-// or no objective is known, the pacer keeps the cgroup under its quota.
+// spent but is given the quota's cores; where the pause alone would miss
+// the objective (25 ms, 20 ms), or no objective is known, the pacer keeps
+// the cgroup under its quota.
 func TestTheObjectiveDecidesWhetherTheExtraSlotIsPaced(t *testing.T) {
 	const period = 100 * time.Millisecond
 	for _, c := range []struct {
@@ -686,8 +694,9 @@ func TestTheObjectiveDecidesWhetherTheExtraSlotIsPaced(t *testing.T) {
 	}{{time.Second, false}, {100 * time.Millisecond, false}, {26 * time.Millisecond, false}, {25 * time.Millisecond, true}, {20 * time.Millisecond, true}, {0, true}} {
 		s := newSim(1.5, period, time.Millisecond)
 		s.host.obj = c.obj
-		spent := false
+		spent, quota := false, -1.0
 		s.host.spent = func(sp bool) { spent = spent || sp }
+		s.host.quota = func(q float64) { quota = q }
 		s.run(2 * period) // the first periods learn the objective
 		spent = false
 		from := len(s.usageAt)
@@ -698,6 +707,11 @@ func TestTheObjectiveDecidesWhetherTheExtraSlotIsPaced(t *testing.T) {
 			t.Errorf("objective %v: %.3f cores in the worst window, want the quota's 1.5 at most (paced)", c.obj, worst)
 		case !c.paced && (avg < 1.99 || spent || s.p.target != fracTargetMax):
 			t.Errorf("objective %v: %.3f cores on average (want 2: unpaced), budget spent told %v, target %.3f (want %v: a throttle chosen lowers nothing)", c.obj, avg, spent, s.p.target, fracTargetMax)
+		}
+		// The door is given the quota's cores exactly while the kernel,
+		// not the pacer, bounds the work (never told anything when paced).
+		if want := map[bool]float64{false: 1.5, true: -1}[c.paced]; quota != want {
+			t.Errorf("objective %v: the door was last told a quota of %v cores, want %v", c.obj, quota, want)
 		}
 	}
 }

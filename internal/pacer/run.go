@@ -150,9 +150,19 @@ func (p *Pacer) delayShareLocked(t int64) (share float64, ok bool) {
 // in a clear overload (its arrivals bring over 1.5 times the slots' work)
 // the slot stays open, but under QuotaStrict: the door then holds no
 // queue, and a closed slot would only refuse work the period's quota
-// still covers; the kernel's throttle ends the period instead.
+// still covers; the kernel's throttle ends the period instead. While
+// the objective absorbs a throttled period's pause the door is given
+// the quota's cores (SetQuota), else 0.
 func (p *Pacer) paceLocked(open bool) {
 	absorbed := p.absorbedLocked()
+	quota := 0.0
+	if absorbed {
+		quota = float64(p.n) + p.frac
+	}
+	if quota != p.quotaTold {
+		p.quotaTold = quota
+		p.host.SetQuota(quota)
+	}
 	p.setSpentLocked(!absorbed && (!open || p.throttledLast))
 	if !open && !p.strict && (absorbed || p.host.Shedding()) {
 		open, p.forced = true, true
