@@ -219,10 +219,9 @@ func goSpinFor(d time.Duration) {
 // truth, alone and beside CPU-bound processes that take the cores
 // (where its wall time is far longer): a call into C and a Go loop that
 // each run until their thread used 20 ms; and, alone, a Go loop of fixed
-// work, whose truth is its median cost measured outside the executor
-// (beside a CPU-bound process the same loop costs more CPU: the cores'
-// caches and SMT siblings are shared). The process's CPU time (getrusage,
-// every thread) around a Go request bounds it from above.
+// work, whose median is at least 0.9x the process's CPU time around it.
+// The process's CPU time (getrusage, every thread) around a Go request
+// bounds it from above.
 func TestObserveMeasuresEachRequestsCPUTime(t *testing.T) {
 	if _, ok := cputime.Thread(); !ok {
 		t.Skip("no thread CPU clock here")
@@ -297,9 +296,20 @@ func TestObserveMeasuresEachRequestsCPUTime(t *testing.T) {
 			}
 		}
 		if !beside {
-			// Medians: the same loop's cost varies with the host's other
-			// work from one run to the next, inside or out.
-			check(beside, "Go loop of fixed work (medians)", median(inGo), median(fixed))
+			// The process's CPU time around each request (getrusage, a
+			// clock of its own) bounds it from below too: alone, the
+			// process does little else meanwhile. The loop measured
+			// outside is reported, not judged: its cost moves by 10 % and
+			// more between moments with what shares the cores (a CI's
+			// other test packages), where the process's time is read
+			// around the request itself.
+			var ratios []time.Duration
+			for i, g := range inGo {
+				ratios = append(ratios, g*1000/process[i])
+			}
+			if r := median(ratios); r < 900 {
+				t.Errorf("beside=false: a Go loop of fixed work measured %v at the median, %.3fx the process's CPU time around it (%v)", median(inGo), float64(r)/1000, process)
+			}
 		}
 		t.Logf("beside=%v: %d requests in %v of wall time; Go requests measured %v, their loop outside %v, the process's CPU around them %v", beside, 2*each, wall, inGo, fixed, process)
 	}
